@@ -1,0 +1,244 @@
+"""The job's one typed configuration: CLI, container and cluster all load this model.
+
+It imports neither Ray nor vLLM, so the Pulumi program can build and render it (`infra` may import this
+module, never the job itself).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+DEFAULT_METRICS_NAMESPACE = "RayDataLLM/BatchInference"
+
+
+class _Strict(BaseModel):
+    # A typo in a config key must stop the run, not be silently ignored.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class InputConfig(_Strict):
+    uri: str = Field(description="Local file or folder, or s3://bucket/prefix, holding the prompts.")
+    format: Literal["auto", "jsonl", "parquet"] = Field(
+        "auto", description="Input format; 'auto' decides from each file's extension (.jsonl/.json, .parquet)."
+    )
+
+    @field_validator("uri")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("input.uri is empty")
+        return value
+
+
+class OutputConfig(_Strict):
+    uri: str = Field(description="Local folder or s3://bucket/prefix for results/, errors/ and summary.json.")
+    shard_rows: int = Field(
+        1000,
+        ge=1,
+        description="Rows per committed shard: the unit of exactly-once commit and of resume. "
+        "Smaller loses less work to an interruption; larger writes fewer files.",
+    )
+
+    @field_validator("uri")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("output.uri is empty")
+        return value
+
+
+class ModelConfig(_Strict):
+    source: str | None = Field(
+        None,
+        description="Local path, s3:// prefix or Hugging Face hub id. None: the embedded tiny model "
+        "the job creates and caches itself (random weights, for demos and tests).",
+    )
+    load_format: Literal["auto", "dummy", "safetensors", "pt"] = Field(
+        "auto", description="vLLM load_format; 'dummy' gives a real architecture random weights (benchmarks)."
+    )
+    cache_dir: str = Field(
+        "~/.cache/llm-batch/models", description="Where downloaded (s3://) and generated models are kept."
+    )
+
+
+class EngineConfig(_Strict):
+    max_model_len: int = Field(2048, ge=16, description="Longest prompt + output, in tokens.")
+    gpu_memory_utilization: float = Field(0.90, gt=0.0, le=1.0, description="vLLM's share of GPU memory.")
+    max_num_seqs: int = Field(128, ge=1, description="Sequences decoded at once by each engine.")
+    max_num_batched_tokens: int | None = Field(None, ge=16, description="Tokens per engine step; None: vLLM's.")
+    enable_prefix_caching: bool = Field(True, description="Reuse KV cache across prompts sharing a prefix.")
+    enable_chunked_prefill: bool = Field(True, description="Split long prefills across steps.")
+    enforce_eager: bool = Field(False, description="Skip graph capture/compile: faster start, on CPU about equal.")
+    dtype: Literal["auto", "float16", "bfloat16", "float32"] = "auto"
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per engine replica.")
+    seed: int = Field(0, description="Engine seed; sampling with a per-row seed is reproducible.")
+    cpu_kvcache_space_gib: int = Field(2, ge=1, description="KV cache size on the CPU (VLLM_CPU_KVCACHE_SPACE).")
+    extra: dict[str, Any] = Field(
+        default_factory=dict, description="Further vLLM engine arguments, passed through unchanged."
+    )
+
+
+class StagesConfig(_Strict):
+    """CPU stages around the engine (chat template, tokenize, detokenize)."""
+
+    tokenize_on_cpu: bool = Field(
+        True, description="Tokenize and detokenize as separate CPU stages, so the GPU only decodes."
+    )
+    num_cpus: float = Field(0.1, gt=0, description="CPUs reserved per CPU-stage actor.")
+    concurrency: int = Field(1, ge=1, description="Actors per CPU stage.")
+    batch_size: int = Field(64, ge=1, description="Rows per batch in the CPU stages.")
+
+
+class SamplingParams(_Strict):
+    """Default sampling; a row's own `sampling_params` override these field by field."""
+
+    max_tokens: int = Field(64, ge=1)
+    min_tokens: int = Field(0, ge=0)
+    temperature: float = Field(0.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=-1, description="0 or -1: off")
+    repetition_penalty: float = Field(1.0, gt=0.0)
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    stop: list[str] = Field(default_factory=list)
+    seed: int | None = None
+    ignore_eos: bool = False
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> SamplingParams:
+        if self.min_tokens > self.max_tokens:
+            raise ValueError(f"min_tokens ({self.min_tokens}) is more than max_tokens ({self.max_tokens})")
+        return self
+
+    def for_engine(self) -> dict[str, Any]:
+        """The dict vLLM's SamplingParams takes (top_k 0 means off, as -1 in vLLM)."""
+        params = self.model_dump()
+        if params["top_k"] == 0:
+            params["top_k"] = -1
+        if params["seed"] is None:
+            del params["seed"]
+        return params
+
+
+class MetricsConfig(_Strict):
+    sink: Literal["none", "cloudwatch"] = Field(
+        "none", description="Where metrics and logs go; 'none' keeps the local demo off AWS."
+    )
+    namespace: str = Field(DEFAULT_METRICS_NAMESPACE, description="CloudWatch metrics namespace.")
+    stack: str = Field("local", description="The `Stack` dimension every alarm filters on.")
+    run_id: str | None = Field(None, description="The `Run` dimension; default: the run's start time.")
+    log_group: str | None = Field(None, description="CloudWatch Logs group; None: no log shipping.")
+    region: str | None = Field(None, description="AWS region; None: the environment's.")
+    price_per_hour_usd: float = Field(
+        0.0, ge=0.0, description="What the run's compute costs an hour, for cost per million tokens."
+    )
+
+
+class ResumeConfig(_Strict):
+    mode: Literal["resume", "restart"] = Field(
+        "resume",
+        description="'resume' finishes what an earlier attempt left; 'restart' deletes the old output first.",
+    )
+    grace_period_s: float = Field(
+        90.0, gt=0, description="After SIGTERM: seconds to commit finished shards and exit (Spot gives 120)."
+    )
+
+
+class JobConfig(_Strict):
+    input: InputConfig
+    output: OutputConfig
+    model: ModelConfig = ModelConfig()
+    engine: EngineConfig = EngineConfig()
+    stages: StagesConfig = StagesConfig()
+    sampling: SamplingParams = SamplingParams()
+    device: Literal["cpu", "gpu"] = Field("cpu", description="Where the engine runs.")
+    replicas: int = Field(1, ge=1, description="Engine replicas (one per GPU group, or per CPU placement).")
+    batch_size: int = Field(32, ge=1, description="Rows per batch sent to an engine replica.")
+    max_concurrent_batches: int = Field(
+        8, ge=1, description="Batches in flight per replica: keeps the engine's continuous batching fed."
+    )
+    metrics: MetricsConfig = MetricsConfig()
+    resume: ResumeConfig = ResumeConfig()
+
+    @model_validator(mode="after")
+    def _engine_fits_device(self) -> JobConfig:
+        if self.device == "cpu" and self.engine.tensor_parallel_size != 1:
+            raise ValueError("engine.tensor_parallel_size must be 1 when device is 'cpu'")
+        return self
+
+    def output_hash(self) -> str:
+        """Hash of every setting that changes what a row's output is; resume refuses to mix two of them."""
+        return hashlib.sha256(json.dumps(self.output_affecting(), sort_keys=True).encode()).hexdigest()[:16]
+
+    def output_affecting(self) -> dict[str, Any]:
+        engine = self.engine.model_dump(include={"max_model_len", "dtype", "seed", "extra"})
+        return {
+            "model": self.model.model_dump(include={"source", "load_format"}),
+            "engine": engine,
+            "sampling": self.sampling.model_dump(),
+            "input": self.input.model_dump(),
+            "shard_rows": self.output.shard_rows,
+        }
+
+
+class ConfigError(ValueError):
+    """A config that must stop the run before any work; the message names the field."""
+
+
+def _format_validation_error(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        lines.append(f"  {key}: {item['msg']}")
+    return "invalid job config:\n" + "\n".join(lines)
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    node = data
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"invalid job config:\n  {dotted}: '{part}' is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def build_config(data: dict[str, Any], overrides: dict[str, Any] | None = None) -> JobConfig:
+    """Validate a config dict, with dotted-key overrides (e.g. {"model.source": "..."}) applied first."""
+    merged = json.loads(json.dumps(data))  # a deep copy: never mutate the caller's dict
+    for dotted, value in (overrides or {}).items():
+        if value is not None:
+            _set_dotted(merged, dotted, value)
+    try:
+        return JobConfig.model_validate(merged)
+    except ValidationError as error:
+        raise ConfigError(_format_validation_error(error)) from None
+
+
+def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> JobConfig:
+    """Read a YAML or JSON config file (or none) and apply overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        file = Path(path)
+        if not file.is_file():
+            raise ConfigError(f"config file not found: {file}")
+        try:
+            loaded = yaml.safe_load(file.read_text())
+        except yaml.YAMLError as error:
+            raise ConfigError(f"config file {file} is not valid YAML/JSON: {error}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {file} must hold a mapping, not {type(loaded).__name__}")
+        data = loaded or {}
+    return build_config(data, overrides)
+
+
+def render_config(config: JobConfig) -> str:
+    """The YAML a node or pod is given; `load_config` reads it back to an equal model."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
