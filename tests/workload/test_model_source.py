@@ -45,5 +45,5 @@ def test_hub_id_without_network_fails_fast_and_says_why(tmp_path, monkeypatch) -
 def test_missing_local_folder_is_named(tmp_path) -> None:
     with pytest.raises(ModelSourceError, match="no such local folder"):
         resolve_model(ModelConfig(source=str(tmp_path / "nope"), cache_dir=str(tmp_path)))
-    with pytest.raises(ModelSourceError, match="no config.json"):
+    with pytest.raises(ModelSourceError, match=r"no config\.json"):
         resolve_model(ModelConfig(source=str(tmp_path), cache_dir=str(tmp_path)))

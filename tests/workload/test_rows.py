@@ -103,5 +103,5 @@ def test_unreadable_input_stops_before_any_work(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="holds no input files"):
         read_input(InputConfig(uri=str(tmp_path / "nothing")), DEFAULTS)
     (tmp_path / "data.csv").write_text("id,prompt\n")
-    with pytest.raises(InputError, match="input.format"):
+    with pytest.raises(InputError, match=r"input\.format"):
         read_input(InputConfig(uri=str(tmp_path / "data.csv")), DEFAULTS)
