@@ -201,9 +201,9 @@ def test_readme_documents_every_shared_key() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     documented = set(re.findall(r"^\| `([a-z_.]+)` \|", readme, flags=re.MULTILINE))
     shared_sections = ("network", "storage", "small", "job")
-    expected = {
-        name for name, field in StackConfig.model_fields.items() if name not in StackConfig.sections()
-    }
+    expected = {name for name in StackConfig.model_fields if name not in StackConfig.sections()}
     for section in shared_sections:
-        expected |= {f"{section}.{key}" for key in StackConfig.model_fields[section].annotation.model_fields}
+        model = StackConfig.model_fields[section].annotation
+        assert isinstance(model, type) and issubclass(model, BaseModel)
+        expected |= {f"{section}.{key}" for key in model.model_fields}
     assert expected - documented == set(), "README's stack config table misses keys"
