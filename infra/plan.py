@@ -20,9 +20,12 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from infra.plan_mocks import PlanMocks
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM_DIR = ROOT / "infra"
@@ -81,6 +84,7 @@ def run_under_mocks(
     region: str = DEFAULT_REGION,
     config: Mapping[str, str] | None = None,
     secret_keys: Sequence[str] = (),
+    mocks: PlanMocks | None = None,
 ) -> list[dict[str, Any]]:
     """Run `build` (a program, or a test's few components) under the plan's mocks; its registrations, sorted.
 
@@ -94,7 +98,7 @@ def run_under_mocks(
     from infra.plan_mocks import PlanMocks, RecordingMonitor
 
     set_all_config(dict(config or {}), list(secret_keys))
-    mocks = PlanMocks(region=region)
+    mocks = mocks or PlanMocks(region=region)
     monitor = RecordingMonitor(mocks)
     set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
 
@@ -108,7 +112,7 @@ def run_under_mocks(
     )
 
 
-def run_program(stack: str) -> list[dict[str, Any]]:
+def run_program(stack: str, mocks: PlanMocks | None = None) -> list[dict[str, Any]]:
     """Run the Pulumi program under mocks with the stack's config, in this process; its registrations.
 
     Call once per process: a program's module-level state (and Pulumi's) is not meant to run twice.
@@ -124,8 +128,9 @@ def run_program(stack: str) -> list[dict[str, Any]]:
         finally:
             os.chdir(cwd)
 
+    region = _region(values)
     return run_under_mocks(
-        program, stack=stack, region=_region(values), config=values, secret_keys=secret_keys
+        program, stack=stack, region=region, config=values, secret_keys=secret_keys, mocks=mocks
     )
 
 
