@@ -42,6 +42,10 @@ def stack_file(stack: str) -> Path:
     return STACKS_DIR / f"Pulumi.{stack}.yaml"
 
 
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def read_stack_config(stack: str) -> tuple[dict[str, str], list[str]]:
     """The stack file's `config:` as Pulumi passes it to a program: strings, objects as JSON; and secret keys.
 
@@ -52,11 +56,11 @@ def read_stack_config(stack: str) -> tuple[dict[str, str], list[str]]:
         known = sorted(
             p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in STACKS_DIR.glob("Pulumi.*.yaml")
         )
-        raise PlanError(f"no stack file {path.relative_to(ROOT)}; stacks: {', '.join(known) or 'none'}")
+        raise PlanError(f"no stack file {_shown(path)}; stacks: {', '.join(known) or 'none'}")
     document = yaml.safe_load(path.read_text()) or {}
     raw = document.get("config") or {}
     if not isinstance(raw, dict):
-        raise PlanError(f"{path.relative_to(ROOT)}: `config:` must be a mapping")
+        raise PlanError(f"{_shown(path)}: `config:` must be a mapping")
     values: dict[str, str] = {}
     secret_keys: list[str] = []
     for key, value in raw.items():
