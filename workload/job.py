@@ -30,6 +30,7 @@ from workload.results import (
     passthrough_types,
 )
 from workload.rows import ValidatedInput, ValidRow, input_files, read_input
+from workload.storage import size_of
 from workload.summary import build_summary, print_summary
 
 
@@ -54,7 +55,7 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _input_fingerprint(config: JobConfig) -> str:
-    listing = [(f.uri, f.fs.get_file_info(f.path).size) for f in input_files(config.input)]
+    listing = [(f.uri, size_of(f)) for f in input_files(config.input)]
     return hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
 
 

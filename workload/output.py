@@ -33,6 +33,7 @@ from workload.storage import (
     exists,
     list_files,
     locate,
+    move,
     read_bytes,
     write_bytes_atomic,
 )
@@ -125,7 +126,8 @@ class OutputStore:
         for folder in (PENDING, RESULTS, ERRORS):
             for part in list_files(self._at(folder)):
                 shard = _shard_of(part.path)
-                if shard is None or shard not in commits:
+                stale_temporary = part.path.rsplit("/", 1)[-1].startswith(".")
+                if shard is None or shard not in commits or stale_temporary:
                     delete_file(part)
         return commits
 
@@ -133,9 +135,8 @@ class OutputStore:
         for relative in commit.files:
             pending = self._at(f"{PENDING}/{relative}")
             if exists(pending):
-                # A copy then delete is idempotent: a kill between the two is finished by the next recover().
-                write_bytes_atomic(self._at(relative), read_bytes(pending))
-                delete_file(pending)
+                # On S3 a move is copy + delete; a kill between the two is finished by the next recover().
+                move(pending, self._at(relative))
 
     def commit_shard(
         self,

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from workload.output import OutputStore
-from workload.storage import list_files, locate, read_bytes, write_bytes_atomic
+from workload.storage import delete_file, list_files, locate, read_bytes, write_bytes_atomic
 
 STATS = {"rows_ok": 2, "rows_failed": 1, "input_tokens": 10, "output_tokens": 20, "error_types": {"x": 1}}
 
@@ -57,7 +57,7 @@ def test_recover_deletes_uncommitted_parts_and_rolls_committed_ones_forward(outp
     write_bytes_atomic(store.root.child("results", "part-000002.parquet"), b"stray, no marker")
     published = store.root.child("results", "part-000000.parquet")
     body = read_bytes(published)
-    published.fs.delete_file(published.path)
+    delete_file(published)
     write_bytes_atomic(store.root.child("_pending", "results", "part-000000.parquet"), body)
 
     commits = store.recover()
