@@ -13,6 +13,7 @@ import pulumi
 
 from infra import aws_context, naming
 from infra.components.alerts import Alerts, AlertsArgs
+from infra.components.image import WorkloadImage, WorkloadImageArgs
 from infra.components.kms import EncryptionKey, EncryptionKeyArgs
 from infra.components.providers import Providers, ProvidersArgs
 from infra.components.storage import DataBucket, DataBucketArgs
@@ -39,6 +40,16 @@ data = DataBucket(
     ),
     aws_opts,
 )
+image = WorkloadImage(
+    "image",
+    WorkloadImageArgs(
+        stack=stack,
+        key_arn=key.key_arn,
+        keep_last_images=config.image.keep_last_images,
+        repository_name=config.image.repository_name,
+    ),
+    aws_opts,
+)
 alerts = Alerts(
     "alerts",
     AlertsArgs(stack=stack, context=context, key_arn=key.key_arn, email=config.alert_email),
@@ -50,3 +61,4 @@ pulumi.export("region", config.region)
 pulumi.export("kms_key_arn", key.key_arn)
 pulumi.export("data_bucket", data.bucket_name)
 pulumi.export("alerts_topic_arn", alerts.topic_arn)
+pulumi.export("image_ref", image.image_ref)

@@ -214,10 +214,29 @@ class CostConfig(_Section):
     nightly_hours: float = Field(4, gt=0, le=24, description="Expected GPU hours a night, for estimates.")
 
 
+# ECR's rule for repository names: lowercase parts joined by . _ - and namespaced by /.
+_ECR_REPOSITORY = re.compile(r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*")
+
+
 class ImageConfig(_Section):
-    repository_name: str = Field("llm-batch/workload", description="ECR repository of the job image.")
-    keep_last_images: int = Field(10, ge=1, description="Images kept by the repository's lifecycle policy.")
-    tag: str = Field(versions.WORKLOAD_IMAGE_TAG, description="Image tag the nodes run.")
+    repository_name: str | None = Field(
+        None,
+        description="ECR repository of the job image; None: `llm-batch-<stack>/workload`, so stacks sharing "
+        "an account never collide. The image's tag is its content hash, never configured.",
+    )
+    keep_last_images: int = Field(
+        10, ge=1, le=1000, description="Images kept by the repository's lifecycle policy."
+    )
+
+    @field_validator("repository_name")
+    @classmethod
+    def _ecr_name(cls, value: str | None) -> str | None:
+        if value is not None and not (2 <= len(value) <= 256 and _ECR_REPOSITORY.fullmatch(value)):
+            raise ValueError(
+                f"{value!r} is not an ECR repository name (2-256 characters: lowercase letters and digits, "
+                "joined by . _ - and /)"
+            )
+        return value
 
 
 class StackConfig(_Section):

@@ -157,6 +157,27 @@ def _secret_version(mocks: PlanMocks, args: MockResourceArgs) -> tuple[str, dict
     }
 
 
+def _ecr_repository(mocks: PlanMocks, args: MockResourceArgs) -> tuple[str, dict[str, Any]]:
+    name = _physical_name(args)
+    return name, {
+        "name": name,
+        "arn": mocks.arn("ecr", f"repository/{name}"),
+        "registryId": mocks.account_id,
+        "repositoryUrl": f"{mocks.account_id}.dkr.ecr.{mocks.region}.amazonaws.com/{name}",
+    }
+
+
+def _docker_image(_: PlanMocks, args: MockResourceArgs) -> tuple[str, dict[str, Any]]:
+    # As docker-build reports a pushed image: its digest, and `ref` = the first tag pinned to that digest.
+    tags = [str(tag) for tag in args.inputs.get("tags") or []]
+    digest = f"sha256:{_hex('|'.join(tags) or args.name, 64)}"
+    return digest, {
+        "digest": digest,
+        "ref": f"{tags[0]}@{digest}" if tags else "",
+        "contextHash": _hex(digest),
+    }
+
+
 _RESOURCE_OUTPUTS: dict[str, Builder] = {
     "aws:s3/bucket:Bucket": _bucket,
     "aws:kms/key:Key": _kms_key,
@@ -178,7 +199,8 @@ _RESOURCE_OUTPUTS: dict[str, Builder] = {
     "aws:secretsmanager/secret:Secret": _secret,
     "aws:secretsmanager/secretVersion:SecretVersion": _secret_version,
     "aws:cloudwatch/logGroup:LogGroup": _named("logs", "log-group:"),
-    "aws:ecr/repository:Repository": _named("ecr", "repository/"),
+    "aws:ecr/repository:Repository": _ecr_repository,
+    "docker-build:index:Image": _docker_image,
     "aws:lambda/function:Function": _named("lambda", "function:"),
     "aws:sfn/stateMachine:StateMachine": _named("states", "stateMachine:", id_is_arn=True),
     "aws:scheduler/schedule:Schedule": _named("scheduler", "schedule/default/"),
@@ -254,6 +276,18 @@ def _route_table(_: PlanMocks, args: dict[str, Any]) -> dict[str, Any]:
     return {"id": table, "routeTableId": table, "subnetId": subnet_id, "vpcId": args.get("vpcId") or ""}
 
 
+def _ecr_authorization_token(mocks: PlanMocks, args: dict[str, Any]) -> dict[str, Any]:
+    registry = args.get("registryId") or mocks.account_id
+    return {
+        "authorizationToken": "offline-plan-token",
+        "expiresAt": "2030-01-01T00:00:00Z",
+        "id": mocks.region,
+        "password": "offline-plan-password",
+        "proxyEndpoint": f"https://{registry}.dkr.ecr.{mocks.region}.amazonaws.com",
+        "userName": "AWS",
+    }
+
+
 _CALLS: dict[str, Callable[[PlanMocks, dict[str, Any]], dict[str, Any]]] = {
     "aws:index/getCallerIdentity:getCallerIdentity": _caller_identity,
     "aws:index/getPartition:getPartition": _partition,
@@ -262,6 +296,7 @@ _CALLS: dict[str, Callable[[PlanMocks, dict[str, Any]], dict[str, Any]]] = {
     "aws:ssm/getParameter:getParameter": _ssm_parameter,
     "aws:ec2/getVpc:getVpc": _vpc,
     "aws:ec2/getRouteTable:getRouteTable": _route_table,
+    "aws:ecr/getAuthorizationToken:getAuthorizationToken": _ecr_authorization_token,
 }
 
 

@@ -24,8 +24,13 @@ GPU_AMI_SSM_PARAMETER = (
 EKS_GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
 EKS_AMI_ALIAS = "al2023@latest"
 
-# The job image: the image component builds <account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>.
-WORKLOAD_IMAGE_TAG = "0.1.0"
+# The job image's base (workload/Dockerfile's BASE_IMAGE default must equal it; a test checks). An exact
+# Python patch and Debian release: the GPU libraries come as pip wheels with torch (see the Dockerfile).
+# The image's own tag is not a version written here: it is the content hash of its build context
+# (infra/build_context.py), so it changes exactly when what the image copies changes.
+WORKLOAD_BASE_IMAGE = "python:3.11.14-slim-bookworm"
+# g5 and p4d are x86_64.
+WORKLOAD_IMAGE_PLATFORM = "linux/amd64"
 
 # Lambda runtimes (cost report and any other function).
 LAMBDA_PYTHON_RUNTIME = "python3.12"
