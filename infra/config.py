@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from infra import naming, versions
+from workload import entrypoint
 from workload.config import DEFAULT_METRICS_NAMESPACE, JobConfig, build_config
 
 Tier = Literal["small", "medium", "large"]
@@ -299,6 +300,8 @@ class StackConfig(_Section):
         model = data.setdefault("model", {})
         if self.job.model_source is not None:
             model.setdefault("source", self.job.model_source)
+        # Weights are cached on the node's disk (the image's /models volume), never baked into the image.
+        model.setdefault("cache_dir", entrypoint.MODEL_CACHE_DIR)
         data.setdefault("device", "gpu")
         metrics = data.setdefault("metrics", {})
         metrics.setdefault("sink", "cloudwatch")
