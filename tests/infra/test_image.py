@@ -7,13 +7,14 @@ account exists here, so the mocks answer as ECR and docker-build would (reposito
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from infra import versions
+from infra import policy, versions
 from infra.build_context import content_tag
 from infra.components.image import DOCKERFILE, REPO_ROOT, WorkloadImageArgs, lifecycle_policy
 from infra.config import StackConfig, StackConfigError, decode_pulumi_values, load_stack_config
@@ -41,9 +42,7 @@ def _expected_tag() -> str:
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_repository_scans_on_push_keeps_tags_immutable_and_encrypts_with_the_stack_key(
-    plan_for, stack: str
-) -> None:
+def test_repository_scans_on_push_keeps_tags_immutable_and_encrypts_with_the_stack_key(plan_for, stack: str) -> None:
     plan = plan_for(stack)
     repository = _one(plan, "aws:ecr/repository:Repository")
     key = _one(plan, "aws:kms/key:Key")
@@ -119,7 +118,60 @@ def test_bad_image_args_are_refused(changes: dict[str, Any], message: str) -> No
 
 
 def test_bad_repository_name_names_the_key() -> None:
-    with pytest.raises(
-        StackConfigError, match=r"llm-batch:image\.repository_name: .*not an ECR repository name"
-    ):
+    with pytest.raises(StackConfigError, match=r"llm-batch:image\.repository_name: .*not an ECR repository name"):
         load_stack_config("small", {"cost_center": "x", "image": {"repository_name": "Team//Image"}})
+
+
+def _break(plan: Plan, typ: str, change: Any) -> Plan:
+    broken = copy.deepcopy(plan)
+    for item in broken:
+        if item["type"] == typ:
+            change(item)
+    return broken
+
+
+@pytest.mark.parametrize(
+    ("typ", "change", "problem"),
+    [
+        (
+            "aws:ecr/repository:Repository",
+            lambda item: item["inputs"].update(imageTagMutability="MUTABLE"),
+            "tags are mutable",
+        ),
+        (
+            "aws:ecr/repository:Repository",
+            lambda item: item["inputs"].update(imageScanningConfiguration={"scanOnPush": False}),
+            "not scanned on push",
+        ),
+        (
+            "aws:ecr/repository:Repository",
+            lambda item: item["inputs"].update(encryptionConfigurations=[{"encryptionType": "AES256"}]),
+            "not encrypted with the stack's KMS key",
+        ),
+        (
+            "aws:ecr/lifecyclePolicy:LifecyclePolicy",
+            lambda item: item["inputs"].update(repository="someone-else/repo"),
+            "no lifecycle policy",
+        ),
+        (
+            "docker-build:index:Image",
+            lambda item: item["inputs"].update(tags=[item["inputs"]["tags"][0].rsplit(":", 1)[0] + ":latest"]),
+            "is not a pinned tag",
+        ),
+        (
+            "docker-build:index:Image",
+            lambda item: item["inputs"].update(tags=["docker.io/library/python:3.11"]),
+            "is not in a repository of this stack",
+        ),
+    ],
+)
+def test_image_policy_catches_each_mistake(plan_for, typ: str, change: Any, problem: str) -> None:
+    assert policy.check_images(plan_for("small")) == []
+    violations = policy.check_images(_break(plan_for("small"), typ, change))
+    assert [v for v in violations if problem in v.problem], violations
+
+
+def test_image_policy_fails_when_the_plan_has_no_repository(plan_for) -> None:
+    plan = [item for item in plan_for("small") if item["type"] != "aws:ecr/repository:Repository"]
+    with pytest.raises(policy.NothingMatched, match="no ECR repository"):
+        policy.check_images(plan)

@@ -142,6 +142,14 @@ def test_entrypoint_module_is_the_job_cli() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "run" in result.stdout
+    run_help = subprocess.run(
+        [sys.executable, "-m", entrypoint.MODULE, "run", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert run_help.returncode == 0 and "--config" in run_help.stdout, run_help.stderr
+    # The CLI's own constant (what the end-to-end tests build their command from) is the image's entrypoint.
+    from workload import cli
+
+    assert list(cli.ENTRYPOINT) == list(entrypoint.ENTRYPOINT)
 
 
 def test_run_args_refuse_an_empty_config_path() -> None:
@@ -207,10 +215,5 @@ def test_build_context_is_an_allowlist_of_what_the_dockerfile_copies() -> None:
         assert f"**/*{suffix}" in ignored, f"model weights ({suffix}) must never enter the context"
     for junk in ("**/__pycache__", "**/*.py[cod]"):
         assert junk in ignored
-    weights = [
-        path
-        for source in allowed
-        for path in (REPO_ROOT / source).rglob("*")
-        if path.suffix in WEIGHT_SUFFIXES
-    ]
+    weights = [path for source in allowed for path in (REPO_ROOT / source).rglob("*") if path.suffix in WEIGHT_SUFFIXES]
     assert weights == [], f"model weights inside the build context: {weights}"
