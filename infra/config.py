@@ -96,6 +96,11 @@ class NetworkConfig(_Section):
         return self
 
     @property
+    def subnet_count(self) -> int:
+        """How many private subnets the stack has (known from config, before any resource exists)."""
+        return len(self.existing_private_subnet_ids) or self.az_count
+
+    @property
     def create_vpc(self) -> bool:
         return self.existing_vpc_id is None
 
@@ -190,7 +195,8 @@ class EksConfig(_Section):
                 )
             if self.gpu_min_workers > self.gpu_max_nodes:
                 raise ValueError(
-                    f"gpu_min_workers ({self.gpu_min_workers}) is more than gpu_max_nodes ({self.gpu_max_nodes})"
+                    f"gpu_min_workers ({self.gpu_min_workers}) is more than gpu_max_nodes "
+                    f"({self.gpu_max_nodes})"
                 )
         else:
             _check_fits(self.worker_size, [self.gpu_instance_type], "worker_size", "gpu_instance_type")

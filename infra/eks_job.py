@@ -7,18 +7,11 @@
 from __future__ import annotations
 
 from infra import naming, versions
-from infra.aws_context import AwsContext
 from infra.config import StackConfig
 from infra.k8s.common import Manifest
 from infra.k8s.rayjob import HeadSpec, RayJobArgs, WorkerSpec, fit_job_to_workers, for_night, render_job
 
 RAYJOB_NAME = "llm-batch"
-
-
-def image_ref(config: StackConfig, context: AwsContext) -> str:
-    """The job image in this account's ECR, at the pinned tag."""
-    registry = f"{context.account_id}.dkr.ecr.{context.region}.{context.dns_suffix}"
-    return f"{registry}/{config.image.repository_name}:{config.image.tag}"
 
 
 def base_rayjob_args(config: StackConfig, stack: str, image: str, bucket: str) -> RayJobArgs:

@@ -26,7 +26,7 @@ class EksClusterArgs:
     cluster_name: str
     version: str
     vpc_id: pulumi.Input[str]
-    private_subnet_ids: Sequence[pulumi.Input[str]]
+    private_subnet_ids: pulumi.Input[Sequence[str]]
     key_arn: pulumi.Input[str]
     partition: str
     public_access_cidrs: Sequence[str] = ()
@@ -65,7 +65,7 @@ class EksCluster(pulumi.ComponentResource):
             name=args.cluster_name,
             version=args.version,
             vpc_id=args.vpc_id,
-            private_subnet_ids=list(args.private_subnet_ids),
+            private_subnet_ids=args.private_subnet_ids,
             node_associate_public_ip_address=False,
             endpoint_private_access=True,
             endpoint_public_access=bool(public),
@@ -76,6 +76,9 @@ class EksCluster(pulumi.ComponentResource):
             enabled_cluster_log_types=CONTROL_PLANE_LOGS,
             # Nodes come from launch templates this program declares (NodeGroups) and from Karpenter.
             skip_default_node_group=True,
+            # Nodes then share the security group EKS itself creates for the control plane (managed groups
+            # and Karpenter alike), and `cluster_security_group_id` is that group.
+            skip_default_security_groups=True,
             tags=args.tags,
             opts=child,
         )
@@ -85,7 +88,7 @@ class EksCluster(pulumi.ComponentResource):
         self.oidc_provider_url = self.cluster.oidc_provider_url
         self.cluster_security_group_id = self.cluster.cluster_security_group_id
 
-        # Whoever submits jobs from inside the VPC (the nightly run) wears this group; the API server admits it.
+        # Whoever submits jobs from inside the VPC (the nightly run) wears this group; the API admits it.
         submitter = aws.ec2.SecurityGroup(
             f"{name}-submitter",
             vpc_id=args.vpc_id,

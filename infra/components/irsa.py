@@ -42,10 +42,12 @@ def service_account_role(
     oidc_provider_url: pulumi.Input[str],
     namespace: str,
     service_account: str,
-    policy: pulumi.Input[str],
     parent: pulumi.Resource,
+    policy: pulumi.Input[str] | None = None,
+    policy_arns: list[pulumi.Input[str]] | None = None,
 ) -> aws.iam.Role:
-    """A role for `namespace/service_account` with `policy` inline (it belongs to that workload alone)."""
+    """A role for `namespace/service_account`: `policy` inline (it belongs to that workload alone) and/or
+    managed policies shared with other tiers (`policy_arns`)."""
     trust = pulumi.Output.all(oidc_provider_arn, oidc_provider_url).apply(
         lambda values: trust_policy(values[0], values[1], namespace, service_account)
     )
@@ -55,7 +57,15 @@ def service_account_role(
         description=f"IRSA: {namespace}/{service_account}",
         opts=pulumi.ResourceOptions(parent=parent),
     )
-    aws.iam.RolePolicy(
-        f"{name}-policy", role=role.name, policy=policy, opts=pulumi.ResourceOptions(parent=parent)
-    )
+    if policy is not None:
+        aws.iam.RolePolicy(
+            f"{name}-policy", role=role.name, policy=policy, opts=pulumi.ResourceOptions(parent=parent)
+        )
+    for index, policy_arn in enumerate(policy_arns or []):
+        aws.iam.RolePolicyAttachment(
+            f"{name}-attach-{index}",
+            role=role.name,
+            policy_arn=policy_arn,
+            opts=pulumi.ResourceOptions(parent=parent),
+        )
     return role

@@ -9,7 +9,7 @@ cluster security group, the pinned Helm release, and the EC2NodeClass and NodePo
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +52,9 @@ class KarpenterArgs:
     oidc_provider_arn: pulumi.Input[str]
     oidc_provider_url: pulumi.Input[str]
     cluster_security_group_id: pulumi.Input[str]
-    private_subnet_ids: Sequence[pulumi.Input[str]]
+    private_subnet_ids: pulumi.Output[list[str]]
+    # How many private subnets there are, from config: resources are never created inside an apply.
+    subnet_count: int
     ami_alias: str
     volume_gib: int
     node_pool: NodePoolArgs
@@ -255,6 +257,10 @@ def controller_policy(
     }
 
 
+def _item(index: int) -> Callable[[list[str]], str]:
+    return lambda items: items[index]
+
+
 def node_manifests(args: KarpenterArgs, node_role_name: str) -> tuple[Manifest, Manifest]:
     """The EC2NodeClass and NodePool this component applies (also what the CRD tests validate)."""
     node_class = render_node_class(
@@ -322,10 +328,10 @@ class Karpenter(pulumi.ComponentResource):
             )
 
         # Where Karpenter may put nodes: the private subnets and the cluster security group, found by tag.
-        for index, subnet_id in enumerate(args.private_subnet_ids):
+        for index in range(args.subnet_count):
             aws.ec2.Tag(
                 f"{name}-subnet-{index}-discovery",
-                resource_id=subnet_id,
+                resource_id=args.private_subnet_ids.apply(_item(index)),
                 key=DISCOVERY_TAG,
                 value=cluster,
                 opts=child,

@@ -1,4 +1,4 @@
-"""The KubeRay operator (pinned Helm chart): turns each night's RayJob into a Ray cluster and back into nothing."""
+"""The KubeRay operator (pinned Helm chart): turns each night's RayJob into a Ray cluster, then nothing."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Managed node groups of the EKS tiers, built from launch templates this program declares.
 
-The launch templates are plain `aws.ec2.LaunchTemplate` resources (not hidden inside pulumi-eks), so the plan's
-checks see IMDSv2, the encrypted volumes and the instance tags. Head group: on-demand, always one node, for the
-Ray head and the operators. GPU group (medium): Spot, tainted for GPU pods, 0 nodes until the cluster
+The launch templates are plain `aws.ec2.LaunchTemplate` resources (not hidden inside pulumi-eks), so the
+plan's checks see IMDSv2, the encrypted volumes and the instance tags. Head group: on-demand, always one node,
+for the Ray head and the operators. GPU group (medium): Spot, tainted for GPU pods, 0 nodes until the cluster
 autoscaler scales it up for a run and back to 0 after.
 """
 
@@ -31,7 +31,7 @@ NODE_POLICIES = (
 class NodeGroupsArgs:
     cluster: eks.Cluster
     cluster_name: str
-    private_subnet_ids: Sequence[pulumi.Input[str]]
+    private_subnet_ids: pulumi.Input[Sequence[str]]
     partition: str
     head_instance_type: str
     head_nodes: int
@@ -121,7 +121,7 @@ class NodeGroups(pulumi.ComponentResource):
             cluster=args.cluster,
             node_group_name=f"{args.cluster_name}-head",
             node_role=self.node_role,
-            subnet_ids=list(args.private_subnet_ids),
+            subnet_ids=args.private_subnet_ids,
             ami_type=versions.EKS_HEAD_AMI_TYPE,
             capacity_type="ON_DEMAND",
             instance_types=[args.head_instance_type],
@@ -145,7 +145,7 @@ class NodeGroups(pulumi.ComponentResource):
                 cluster=args.cluster,
                 node_group_name=self.gpu_group_name,
                 node_role=self.node_role,
-                subnet_ids=list(args.private_subnet_ids),
+                subnet_ids=args.private_subnet_ids,
                 ami_type=versions.EKS_GPU_AMI_TYPE,
                 capacity_type="SPOT",
                 instance_types=[args.gpu_instance_type],
