@@ -202,7 +202,12 @@ if config.tier in ("medium", "large"):
     else:
         ClusterAutoscaler(
             "cluster-autoscaler",
-            ClusterAutoscalerArgs(cluster_name, context, **oidc),
+            ClusterAutoscalerArgs(
+                cluster_name=cluster_name,
+                context=context,
+                oidc_provider_arn=cluster.oidc_provider_arn,
+                oidc_provider_url=cluster.oidc_provider_url,
+            ),
             cluster.provider,
             k8s_opts,
         )
