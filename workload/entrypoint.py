@@ -15,9 +15,7 @@ ENTRYPOINT: tuple[str, ...] = ("python", "-m", MODULE)
 # ConfigMap holds it on EKS); the node's disk is mounted at MODELS_DIR so downloaded weights survive restarts.
 CONFIG_PATH = "/etc/llm-batch/job.yaml"
 MODELS_DIR = "/models"
-MODEL_CACHE_DIR = (
-    f"{MODELS_DIR}/llm-batch"  # the value the tiers render into the job config's model.cache_dir
-)
+MODEL_CACHE_DIR = f"{MODELS_DIR}/llm-batch"  # the value the tiers render into the job config's model.cache_dir
 HF_HOME = f"{MODELS_DIR}/huggingface"  # hub downloads land on the same disk
 
 

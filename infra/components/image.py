@@ -107,9 +107,7 @@ class WorkloadImage(pulumi.ComponentResource):
     image_ref: pulumi.Output[str]
     tag: str
 
-    def __init__(
-        self, name: str, args: WorkloadImageArgs, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
+    def __init__(self, name: str, args: WorkloadImageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("llmbatch:image:WorkloadImage", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         repository = aws.ecr.Repository(

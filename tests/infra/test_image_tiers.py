@@ -1,7 +1,9 @@
 """Every tier runs the one image the plan builds, with the command the image and the tests share.
 
-Small: the Spot node's user data pulls and runs the image reference the image component exports. The plan
-comes from the Pulumi program under mocks (`plan_for`), since no Pulumi CLI or AWS account exists here.
+Small: the Spot node's user data pulls and runs the image reference the image component exports. Medium and
+large: the RayJob the nightly run renders from the program's `rayjob_args` export runs that reference on the Ray
+head and every worker. The plan comes from the Pulumi program under mocks (`plan_for`), since no Pulumi CLI or
+AWS account exists here.
 """
 
 from __future__ import annotations
@@ -11,11 +13,15 @@ import json
 import shlex
 from typing import Any
 
+import pytest
+import yaml
 from dockerfile_parse import DockerfileParser
 
 from infra.components import user_data
 from infra.components.image import DOCKERFILE
 from infra.config import load_stack_config
+from infra.eks_job import night_manifests
+from infra.k8s import rayjob
 from workload import entrypoint
 
 Plan = list[dict[str, Any]]
@@ -80,3 +86,35 @@ def test_every_tier_caches_weights_on_the_node_disk() -> None:
         config = load_stack_config(tier, {"cost_center": "x"})
         job = config.job_config("s3://bucket/input/", "s3://bucket/output/", stack=tier)
         assert job.model.cache_dir == entrypoint.MODEL_CACHE_DIR
+
+
+def _exports(plan: Plan) -> dict[str, Any]:
+    return dict(_one(plan, "pulumi:pulumi:Stack")["outputs"])
+
+
+def test_every_stack_exports_the_image_it_built(plan_for) -> None:
+    for stack in ("small", "medium", "large"):
+        plan = plan_for(stack)
+        assert _exports(plan)["image_ref"] == _image_ref(plan)
+
+
+@pytest.mark.parametrize("stack", ["medium", "large"])
+def test_eks_ray_pods_run_exactly_the_built_image_with_the_shared_command(plan_for, stack: str) -> None:
+    plan = plan_for(stack)
+    ref = _image_ref(plan)
+    args = rayjob.RayJobArgs.model_validate_json(_exports(plan)["rayjob_args"])
+    assert args.image == ref
+    manifests = night_manifests(
+        args, run_id="20261129t0100", input_uri="s3://bucket/input/2026-11-29/", output_uri="s3://bucket/out/"
+    )
+    (job,) = [manifest for manifest in manifests if manifest["kind"] == "RayJob"]
+    cluster = job["spec"]["rayClusterSpec"]
+    templates = [cluster["headGroupSpec"]["template"]] + [group["template"] for group in cluster["workerGroupSpecs"]]
+    images = {container["image"] for template in templates for container in template["spec"]["containers"]}
+    assert images == {ref}
+    # The RayJob runs, on the head, the very argv the image's ENTRYPOINT + CMD run on the small node.
+    assert shlex.split(job["spec"]["entrypoint"]) == entrypoint.command(entrypoint.CONFIG_PATH)
+    (config_map,) = [manifest for manifest in manifests if manifest["kind"] == "ConfigMap"]
+    job_config = yaml.safe_load(config_map["data"][rayjob.CONFIG_FILE])
+    assert job_config["model"]["cache_dir"] == entrypoint.MODEL_CACHE_DIR
+    assert f"{rayjob.CONFIG_DIR}/{rayjob.CONFIG_FILE}" == entrypoint.CONFIG_PATH
