@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -99,10 +100,17 @@ def _may_reinclude(folder: str, rules: list[IgnoreRule]) -> bool:
     )
 
 
-def context_files(root: Path) -> list[str]:
+def ignore_file(root: Path, dockerfile: Path | None = None) -> Path | None:
+    """The ignore file Docker applies: `<Dockerfile>.dockerignore` if present, else the context's own."""
+    candidates = [dockerfile.with_name(dockerfile.name + ".dockerignore")] if dockerfile else []
+    candidates.append(root / ".dockerignore")
+    return next((path for path in candidates if path.is_file()), None)
+
+
+def context_files(root: Path, dockerfile: Path | None = None) -> list[str]:
     """Every file the builder receives from `root`, as sorted '/'-separated relative paths."""
-    ignore_file = root / ".dockerignore"
-    rules = parse_dockerignore(ignore_file.read_text()) if ignore_file.exists() else []
+    ignore = ignore_file(root, dockerfile)
+    rules = parse_dockerignore(ignore.read_text()) if ignore else []
     files = []
     for folder, dirnames, filenames in os.walk(root):
         base = Path(folder).relative_to(root).as_posix()
@@ -131,8 +139,9 @@ def content_tag(root: Path, dockerfile: Path, build_args: Mapping[str, str], pla
     add("platform", platform.encode())
     for key in sorted(build_args):
         add(f"arg:{key}", build_args[key].encode())
-    for relative in context_files(root):
+    for relative in context_files(root, dockerfile):
         path = root / relative
-        executable = os.access(path, os.X_OK)
-        add(f"file:{relative}:{'x' if executable else '-'}", path.read_bytes())
+        # Permission bits too: docker-build's own context hash covers them, and it must never decide to rebuild
+        # (and push a new digest) under a tag this hash says is unchanged; ECR would refuse the immutable tag.
+        add(f"file:{relative}:{stat.S_IMODE(path.stat().st_mode):o}", path.read_bytes())
     return TAG_PREFIX + digest.hexdigest()[:TAG_HEX_CHARS]

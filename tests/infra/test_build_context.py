@@ -97,7 +97,19 @@ def test_content_tag_moves_exactly_when_the_image_inputs_move(tmp_path: Path) ->
     changed.add(content_tag(root, dockerfile, ARGS, PLATFORM))
     (root / "workload" / "new_module.py").write_text("")
     changed.add(content_tag(root, dockerfile, ARGS, PLATFORM))
-    assert first not in changed and len(changed) == 5
+    # docker-build's own context hash covers permission bits, so the tag must move with them too.
+    (root / "workload" / "new_module.py").chmod(0o755)
+    changed.add(content_tag(root, dockerfile, ARGS, PLATFORM))
+    assert first not in changed and len(changed) == 6
+
+
+def test_a_dockerfile_specific_ignore_file_takes_precedence(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "repo")
+    dockerfile = root / "workload" / "Dockerfile"
+    assert "README.md" not in context_files(root, dockerfile)
+    (root / "workload" / "Dockerfile.dockerignore").write_text("*\n!README.md\n")
+    assert context_files(root, dockerfile) == ["README.md"]
+    assert context_files(root) != ["README.md"]  # without the Dockerfile, the context's own file applies
 
 
 def test_content_tag_is_the_same_from_any_checkout_path(tmp_path: Path) -> None:
