@@ -17,8 +17,9 @@ import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
 
+from infra import versions
 from infra.components import user_data
-from infra.components.image import DOCKERFILE
+from infra.components.image import DOCKERFILE, REPO_ROOT
 from infra.config import load_stack_config
 from infra.eks_job import night_manifests
 from infra.k8s import rayjob
@@ -118,3 +119,12 @@ def test_eks_ray_pods_run_exactly_the_built_image_with_the_shared_command(plan_f
     job_config = yaml.safe_load(config_map["data"][rayjob.CONFIG_FILE])
     assert job_config["model"]["cache_dir"] == entrypoint.MODEL_CACHE_DIR
     assert f"{rayjob.CONFIG_DIR}/{rayjob.CONFIG_FILE}" == entrypoint.CONFIG_PATH
+
+
+def test_kuberay_is_told_the_ray_version_the_image_installs() -> None:
+    pinned = dict(
+        line.split("==", 1)
+        for line in (REPO_ROOT / "requirements" / "gpu.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    assert pinned["ray[data]"] == versions.RAY_VERSION
