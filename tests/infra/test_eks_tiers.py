@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from infra import naming
+from infra import naming, versions
 from infra.aws_context import AwsContext
 from infra.config import StackConfigError, decode_pulumi_values, load_stack_config
 from infra.eks_job import base_rayjob_args, night_manifests
 from infra.k8s.rayjob import RayJobArgs, render_rayjob
-from infra.plan import read_stack_config
+from infra.plan import ROOT, read_stack_config
 from infra.plan_mocks import ACCOUNT_ID
 from tests.infra.crd_schema import assert_valid
 
@@ -125,6 +126,14 @@ def test_tier_rayjobs_differ_where_the_tiers_do() -> None:
         assert args.job.metrics.log_group == naming.job_log_group(args.labels["llm-batch.io/stack"])
         assert args.image.endswith(":0.1.0") and ".dkr.ecr." in args.image
         assert args.active_deadline_s == 360 * 60
+
+
+def test_ray_version_matches_the_job_image_pin() -> None:
+    """KubeRay configures the cluster for `rayVersion`; it must be the Ray the image installs."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (pin,) = [dep for dep in project["dependencies"] if dep.startswith("ray[")]
+    assert pin.split("==")[1] == versions.RAY_VERSION
+    assert render_rayjob(_base_args("medium"))["spec"]["rayClusterSpec"]["rayVersion"] == versions.RAY_VERSION
 
 
 def test_rayjob_args_travel_as_json() -> None:
