@@ -146,7 +146,7 @@ def capture_plan(stack: str) -> list[dict[str, Any]]:
 
 
 def render_tree(plan: list[dict[str, Any]]) -> str:
-    """Each resource under its parent: `type  name`, components first in registration order."""
+    """Each resource under its parent (`type  name`, by URN); Kubernetes objects with their manifests."""
     children: dict[str | None, list[dict[str, Any]]] = {}
     urns = {item["urn"] for item in plan}
     for item in plan:
@@ -157,6 +157,10 @@ def render_tree(plan: list[dict[str, Any]]) -> str:
     def walk(parent: str | None, depth: int) -> None:
         for item in children.get(parent, []):
             lines.append(f"{'  ' * depth}{'+' if item['custom'] else '*'} {item['type']}  {item['name']}")
+            if item["custom"] and item["type"].startswith("kubernetes:") and item["inputs"]:
+                # Kubernetes objects are shown whole: their manifest is what the cluster will be asked to run.
+                manifest = yaml.safe_dump(item["inputs"], sort_keys=False).rstrip().splitlines()
+                lines.extend(f"{'  ' * (depth + 2)}{line}" for line in manifest)
             walk(item["urn"], depth + 1)
 
     walk(None, 0)
