@@ -245,7 +245,7 @@ def controller_policy(
                 "Sid": "ReadInstanceProfiles",
                 "Effect": "Allow",
                 "Action": ["iam:GetInstanceProfile", "iam:ListInstanceProfiles"],
-                "Resource": "*",
+                "Resource": context.arn("iam", "instance-profile/*", region=False),
             },
             {
                 "Sid": "FindApiServer",

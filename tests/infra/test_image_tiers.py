@@ -71,7 +71,7 @@ def test_small_node_gives_the_job_files_to_the_image_user() -> None:
         item["value"] for item in DockerfileParser(str(DOCKERFILE)).structure if item["instruction"] == "USER"
     ]
     assert final_user[-1].split(":")[0] == str(user_data.JOB_UID)
-    assert user_data.JOB_CONFIG == entrypoint.CONFIG_PATH
+    assert user_data.job_config_path() == entrypoint.CONFIG_PATH
 
 
 def test_the_job_can_pull_only_its_own_repository(plan_for) -> None:
