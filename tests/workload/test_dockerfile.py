@@ -150,6 +150,11 @@ def test_entrypoint_module_is_the_job_cli() -> None:
     from workload import cli
 
     assert list(cli.ENTRYPOINT) == list(entrypoint.ENTRYPOINT)
+    from tests.workload.jobrun import job_command
+
+    # The end-to-end tests' command is the image's command, with this interpreter standing in for `python`.
+    config = "/tmp/job.yaml"
+    assert job_command(*entrypoint.run_args(config)) == [sys.executable, *entrypoint.command(config)[1:]]
 
 
 def test_run_args_refuse_an_empty_config_path() -> None:
