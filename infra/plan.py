@@ -132,10 +132,40 @@ def run_program(stack: str, mocks: PlanMocks | None = None) -> list[dict[str, An
         finally:
             os.chdir(cwd)
 
-    region = _region(values)
-    return run_under_mocks(
-        program, stack=stack, region=region, config=values, secret_keys=secret_keys, mocks=mocks
+    registrations = run_under_mocks(
+        program, stack=stack, region=_region(values), config=values, secret_keys=secret_keys, mocks=mocks
     )
+    return [*registrations, _stack_exports(stack)]
+
+
+def _stack_exports(stack: str) -> dict[str, Any]:
+    """The program's exports (`pulumi.export`) as one plan item of type pulumi:pulumi:Stack, secrets masked.
+
+    Under mocks the root stack registers its outputs before the program runs, so they are read back from it.
+    """
+    import pulumi
+    from pulumi.runtime.settings import get_root_resource
+    from pulumi.runtime.sync_await import _sync_await
+
+    from infra.plan_mocks import SECRET_MASK
+
+    root = get_root_resource()
+    exports: dict[str, Any] = {}
+    for key, value in sorted(getattr(root, "outputs", {}).items()):
+        output = pulumi.Output.from_input(value)
+        exports[key] = SECRET_MASK if _sync_await(output.is_secret()) else _sync_await(output.future())
+    name = f"{PROJECT}-{stack}"
+    return {
+        "urn": f"urn:pulumi:{stack}::{PROJECT}::pulumi:pulumi:Stack::{name}",
+        "type": "pulumi:pulumi:Stack",
+        "name": name,
+        "parent": None,
+        "custom": False,
+        "provider": None,
+        "inputs": {},
+        "id": None,
+        "outputs": exports,
+    }
 
 
 def capture_plan(stack: str) -> list[dict[str, Any]]:

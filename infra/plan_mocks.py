@@ -206,8 +206,32 @@ def _eks_cluster(mocks: PlanMocks, args: MockResourceArgs) -> tuple[str, dict[st
     }
 
 
+def _sqs_queue(mocks: PlanMocks, args: MockResourceArgs) -> tuple[str, dict[str, Any]]:
+    name = _physical_name(args)
+    url = f"https://sqs.{mocks.region}.amazonaws.com/{mocks.account_id}/{name}"
+    return url, {"name": name, "arn": mocks.arn("sqs", name), "url": url}
+
+
+def _ecr_repository(mocks: PlanMocks, args: MockResourceArgs) -> tuple[str, dict[str, Any]]:
+    name = _physical_name(args)
+    return name, {
+        "name": name,
+        "arn": mocks.arn("ecr", f"repository/{name}"),
+        "registryId": mocks.account_id,
+        "repositoryUrl": f"{mocks.account_id}.dkr.ecr.{mocks.region}.amazonaws.com/{name}",
+    }
+
+
+def _docker_image(_: PlanMocks, args: MockResourceArgs) -> tuple[str, dict[str, Any]]:
+    # As docker-build reports a pushed image: its digest, and `ref` = the first tag pinned to that digest.
+    tags = [str(tag) for tag in args.inputs.get("tags") or []]
+    digest = f"sha256:{_hex('|'.join(tags) or args.name, 64)}"
+    return digest, {"digest": digest, "ref": f"{tags[0]}@{digest}" if tags else "", "contextHash": _hex(digest)}
+
+
 _RESOURCE_OUTPUTS: dict[str, Builder] = {
     "eks:index:Cluster": _eks_cluster,
+    "aws:sqs/queue:Queue": _sqs_queue,
     "aws:s3/bucket:Bucket": _bucket,
     "aws:kms/key:Key": _kms_key,
     "aws:kms/alias:Alias": _kms_alias,
@@ -228,7 +252,8 @@ _RESOURCE_OUTPUTS: dict[str, Builder] = {
     "aws:secretsmanager/secret:Secret": _secret,
     "aws:secretsmanager/secretVersion:SecretVersion": _secret_version,
     "aws:cloudwatch/logGroup:LogGroup": _named("logs", "log-group:"),
-    "aws:ecr/repository:Repository": _named("ecr", "repository/"),
+    "aws:ecr/repository:Repository": _ecr_repository,
+    "docker-build:index:Image": _docker_image,
     "aws:lambda/function:Function": _named("lambda", "function:"),
     "aws:sfn/stateMachine:StateMachine": _named("states", "stateMachine:", id_is_arn=True),
     "aws:scheduler/schedule:Schedule": _named("scheduler", "schedule/default/"),
@@ -309,6 +334,18 @@ def _get_kubeconfig(mocks: PlanMocks, args: dict[str, Any]) -> dict[str, Any]:
     return {"result": json.dumps(kubeconfig("cluster", mocks.region))}
 
 
+def _ecr_authorization_token(mocks: PlanMocks, args: dict[str, Any]) -> dict[str, Any]:
+    registry = args.get("registryId") or mocks.account_id
+    return {
+        "authorizationToken": "offline-plan-token",
+        "expiresAt": "2030-01-01T00:00:00Z",
+        "id": mocks.region,
+        "password": "offline-plan-password",
+        "proxyEndpoint": f"https://{registry}.dkr.ecr.{mocks.region}.amazonaws.com",
+        "userName": "AWS",
+    }
+
+
 _CALLS: dict[str, Callable[[PlanMocks, dict[str, Any]], dict[str, Any]]] = {
     "eks:index:Cluster/getKubeconfig": _get_kubeconfig,
     "aws:index/getCallerIdentity:getCallerIdentity": _caller_identity,
@@ -318,6 +355,7 @@ _CALLS: dict[str, Callable[[PlanMocks, dict[str, Any]], dict[str, Any]]] = {
     "aws:ssm/getParameter:getParameter": _ssm_parameter,
     "aws:ec2/getVpc:getVpc": _vpc,
     "aws:ec2/getRouteTable:getRouteTable": _route_table,
+    "aws:ecr/getAuthorizationToken:getAuthorizationToken": _ecr_authorization_token,
 }
 
 
@@ -347,6 +385,29 @@ class Registration:
     outputs: dict[str, Any] = field(default_factory=dict)
 
 
+def _resource_refs_as_urns(struct: Any) -> Any:
+    """A copy of a registration's properties with each resource reference replaced by its URN.
+
+    Deserialising a reference would look the resource up through the engine from the monitor's thread, which
+    fails under mocks (pulumi/pulumi#6561); for the plan the URN says which resource it is.
+    """
+    from google.protobuf import json_format, struct_pb2
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, dict):
+            if value.get(rpc._special_sig_key) == rpc._special_resource_sig:
+                return value.get("urn", "")
+            return {key: walk(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [walk(item) for item in value]
+        return value
+
+    plain = walk(json_format.MessageToDict(struct))
+    copy = struct_pb2.Struct()
+    copy.update(plain)
+    return copy
+
+
 class RecordingMonitor(MockMonitor):
     """The SDK's mock monitor, keeping each registration's parent, provider and inputs in order."""
 
@@ -366,6 +427,7 @@ class RecordingMonitor(MockMonitor):
         return provider_pb2.CallResponse(**{"return": returned})
 
     def RegisterResource(self, request: Any) -> Any:
+        request.object.CopyFrom(_resource_refs_as_urns(request.object))
         response = super().RegisterResource(request)
         if request.type == "pulumi:pulumi:Stack":
             return response

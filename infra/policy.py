@@ -393,12 +393,52 @@ def check_security_groups(plan: Plan) -> list[Violation]:
     return violations
 
 
+# --- container images -------------------------------------------------------------------------------------
+
+
+def _repository_problems(inputs: Mapping[str, Any]) -> list[str]:
+    problems = []
+    if inputs.get("imageTagMutability") != "IMMUTABLE":
+        problems.append("tags are mutable: a tag could later name a different image")
+    if not (inputs.get("imageScanningConfiguration") or {}).get("scanOnPush"):
+        problems.append("images are not scanned on push")
+    encryption = _as_list(inputs.get("encryptionConfigurations"))
+    if not any(item.get("encryptionType") == "KMS" and item.get("kmsKey") for item in encryption):
+        problems.append("not encrypted with the stack's KMS key")
+    return problems
+
+
+def check_images(plan: Plan) -> list[Violation]:
+    """ECR repositories: immutable tags, scan on push, KMS, a lifecycle policy. Built images: pushed only to a
+    repository of this plan, under a pinned tag (never `latest`)."""
+    name = "images"
+    violations: list[Violation] = []
+    repositories = _of_type(plan, "aws:ecr/repository:Repository")
+    _require_matches(name, len(repositories), "ECR repository")
+    policies = _of_type(plan, "aws:ecr/lifecyclePolicy:LifecyclePolicy")
+    governed = {item["inputs"].get("repository") for item in policies}
+    urls = {str(item["outputs"].get("repositoryUrl")) for item in repositories}
+    for item in repositories:
+        violations += [Violation(name, _label(item), p) for p in _repository_problems(item["inputs"])]
+        if item["inputs"].get("name") not in governed:
+            violations.append(Violation(name, _label(item), "no lifecycle policy: old images pile up"))
+    for item in _of_type(plan, "docker-build:index:Image"):
+        for tag in _as_list(item["inputs"].get("tags")):
+            repository, _, label = str(tag).rpartition(":")
+            if repository not in urls:
+                violations.append(Violation(name, _label(item), f"{tag} is not in a repository of this stack"))
+            if label in ("", "latest"):
+                violations.append(Violation(name, _label(item), f"{tag} is not a pinned tag"))
+    return violations
+
+
 CHECKS: dict[str, Callable[[Plan], list[Violation]]] = {
     "cost-tags": check_cost_tags,
     "buckets": check_buckets,
     "iam": check_iam,
     "launch-templates": check_launch_templates,
     "security-groups": check_security_groups,
+    "images": check_images,
 }
 
 
