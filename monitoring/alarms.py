@@ -25,21 +25,20 @@ BILLING_PERIOD_S = 6 * 3600
 
 
 class AlarmThresholds(BaseModel):
-    """The alarms' thresholds; the stack config's `monitoring` section sets them."""
+    """The job alarms' thresholds; the stack config's `monitoring` section extends this model."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    gpu_util_low_pct: float = Field(30.0, gt=0, le=100, description="Mean GPU utilisation under this (%)...")
+    gpu_util_min_percent: float = Field(
+        30.0, gt=0, le=100, description="Mean GPU utilisation under this (%)..."
+    )
     gpu_util_low_minutes: int = Field(15, ge=_PERIOD_MINUTES, description="...for this many minutes alarms.")
-    batch_latency_p95_s: float = Field(120.0, gt=0, description="Batch latency p95 over this alarms.")
-    error_ratio: float = Field(
+    batch_latency_p95_max_s: float = Field(120.0, gt=0, description="Batch latency p95 over this alarms.")
+    error_ratio_max: float = Field(
         0.05, gt=0, lt=1, description="Failed rows / finished rows in a 5-minute period over this alarms."
     )
     no_progress_minutes: int = Field(
         30, ge=2 * _PERIOD_MINUTES, description="A live run that finishes no row for this long alarms."
-    )
-    monthly_charges_usd: float = Field(
-        500.0, gt=0, description="Account-wide month-to-date estimated charges over this alarm (USD)."
     )
 
     @model_validator(mode="after")
@@ -142,7 +141,7 @@ def job_alarms(stack: str, namespace: str, thresholds: AlarmThresholds) -> list[
         AlarmSpec(
             key="gpu-underused",
             meaning=(
-                f"Mean GPU utilisation stayed under {thresholds.gpu_util_low_pct:g}% for "
+                f"Mean GPU utilisation stayed under {thresholds.gpu_util_min_percent:g}% for "
                 f"{thresholds.gpu_util_low_minutes} minutes while the job ran: paid GPUs are idling."
             ),
             action=(
@@ -151,7 +150,7 @@ def job_alarms(stack: str, namespace: str, thresholds: AlarmThresholds) -> list[
                 "input read and the CPU stages."
             ),
             comparison="LessThanThreshold",
-            threshold=thresholds.gpu_util_low_pct,
+            threshold=thresholds.gpu_util_min_percent,
             evaluation_periods=thresholds.gpu_util_low_minutes // _PERIOD_MINUTES,
             treat_missing_data="notBreaching",
             metric=_job_metric(namespace, stack, mn.GPU_UTILIZATION, "Average"),
@@ -159,7 +158,7 @@ def job_alarms(stack: str, namespace: str, thresholds: AlarmThresholds) -> list[
         AlarmSpec(
             key="batch-latency",
             meaning=(
-                f"Batch latency p95 stayed over {thresholds.batch_latency_p95_s:g} s for two periods: "
+                f"Batch latency p95 stayed over {thresholds.batch_latency_p95_max_s:g} s for two periods: "
                 "batches take too long in the engine."
             ),
             action=(
@@ -167,7 +166,7 @@ def job_alarms(stack: str, namespace: str, thresholds: AlarmThresholds) -> list[
                 "(preemptions), or too many concurrent batches per replica are the usual causes."
             ),
             comparison="GreaterThanThreshold",
-            threshold=thresholds.batch_latency_p95_s,
+            threshold=thresholds.batch_latency_p95_max_s,
             evaluation_periods=2,
             treat_missing_data="notBreaching",
             metric=_job_metric(namespace, stack, mn.BATCH_LATENCY_P95, "Maximum"),
@@ -175,14 +174,15 @@ def job_alarms(stack: str, namespace: str, thresholds: AlarmThresholds) -> list[
         AlarmSpec(
             key="error-ratio",
             meaning=(
-                f"More than {thresholds.error_ratio:.0%} of the rows finished in a 5-minute period failed."
+                f"More than {thresholds.error_ratio_max:.0%} of the rows finished in a 5-minute period "
+                "failed."
             ),
             action=(
                 "Read errors/ in the run's output (each failed row keeps its error); prompts over "
                 "max_model_len and engine crashes are the usual causes. A rerun retries only failed rows."
             ),
             comparison="GreaterThanThreshold",
-            threshold=thresholds.error_ratio,
+            threshold=thresholds.error_ratio_max,
             evaluation_periods=1,
             treat_missing_data="notBreaching",
             # No rows finished means no ratio at all, not a ratio of 0 or of 1.
@@ -211,20 +211,22 @@ def job_alarms(stack: str, namespace: str, thresholds: AlarmThresholds) -> list[
     ]
 
 
-def billing_alarm(thresholds: AlarmThresholds) -> AlarmSpec:
-    """Month-to-date estimated charges of the whole account (AWS/Billing lives in us-east-1 only)."""
+def billing_alarm(limit_usd: float) -> AlarmSpec:
+    """Month-to-date estimated charges of the whole account over `limit_usd` (AWS/Billing: us-east-1 only)."""
+    if limit_usd <= 0:
+        raise ValueError(f"the billing alarm's limit must be positive, not {limit_usd}")
     return AlarmSpec(
         key="monthly-charges",
         meaning=(
             f"The whole AWS account's month-to-date estimated charges passed "
-            f"${thresholds.monthly_charges_usd:,.0f} (account-wide, not this stack alone)."
+            f"${limit_usd:,.0f} (account-wide, not this stack alone)."
         ),
         action=(
             "Open Cost Explorer grouped by the cost-allocation tags to see which stack or service spends; "
             "check for GPU nodes left running outside the nightly window."
         ),
         comparison="GreaterThanThreshold",
-        threshold=thresholds.monthly_charges_usd,
+        threshold=limit_usd,
         evaluation_periods=1,
         treat_missing_data="ignore",
         metric=MetricRef(

@@ -76,7 +76,7 @@ def dashboard_body(
                 _metric(namespace, stack, mn.BATCH_LATENCY_P50, "Maximum", period, label="p50"),
                 _metric(namespace, stack, mn.BATCH_LATENCY_P95, "Maximum", period, label="p95"),
             ],
-            annotations={"horizontal": [{"label": "p95 alarm", "value": thresholds.batch_latency_p95_s}]},
+            annotations={"horizontal": [{"label": "p95 alarm", "value": thresholds.batch_latency_p95_max_s}]},
         ),
         _graph(
             "Errors",
@@ -95,7 +95,7 @@ def dashboard_body(
             ],
             annotations={
                 "horizontal": [
-                    {"label": "error ratio alarm", "value": thresholds.error_ratio, "yAxis": "right"}
+                    {"label": "error ratio alarm", "value": thresholds.error_ratio_max, "yAxis": "right"}
                 ]
             },
         ),
@@ -105,7 +105,7 @@ def dashboard_body(
             [_metric(namespace, stack, mn.GPU_UTILIZATION, "Average", period, label="mean over GPUs")],
             yAxis={"left": {"min": 0, "max": 100}},
             annotations={
-                "horizontal": [{"label": "low-utilisation alarm", "value": thresholds.gpu_util_low_pct}]
+                "horizontal": [{"label": "low-utilisation alarm", "value": thresholds.gpu_util_min_percent}]
             },
         ),
         _graph(

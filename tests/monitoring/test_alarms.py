@@ -17,8 +17,8 @@ from workload.cloudwatch import CloudWatchMetrics
 from workload.config import DEFAULT_METRICS_NAMESPACE, MetricsConfig
 
 THRESHOLDS = AlarmThresholds(
-    gpu_util_low_pct=35, gpu_util_low_minutes=20, batch_latency_p95_s=60, error_ratio=0.02,
-    no_progress_minutes=45, monthly_charges_usd=1234,
+    gpu_util_min_percent=35, gpu_util_low_minutes=20, batch_latency_p95_max_s=60, error_ratio_max=0.02,
+    no_progress_minutes=45,
 )  # fmt: skip
 _COMPARE = {
     "LessThanThreshold": operator.lt,
@@ -38,7 +38,7 @@ def test_alarms_take_their_thresholds_from_config() -> None:
     assert alarms["batch-latency"].threshold == 60
     assert alarms["error-ratio"].threshold == 0.02
     assert evaluation_minutes(alarms["no-progress"]) == 45
-    billing = billing_alarm(THRESHOLDS)
+    billing = billing_alarm(1234)
     assert billing.threshold == 1234 and billing.metric is not None
     assert (billing.metric.namespace, billing.metric.name) == ("AWS/Billing", "EstimatedCharges")
     # Defaults are the issue's: GPU under 30 % for 15 minutes, p95 over 120 s.
@@ -50,7 +50,7 @@ def test_alarms_take_their_thresholds_from_config() -> None:
 def test_missing_data_is_never_an_alarm_on_job_metrics() -> None:
     """No run tonight means no data: none of the job alarms may fire on it."""
     assert {spec.treat_missing_data for spec in _alarms().values()} == {"notBreaching"}
-    assert billing_alarm(THRESHOLDS).treat_missing_data == "ignore"
+    assert billing_alarm(1234).treat_missing_data == "ignore"
 
 
 def test_alarms_watch_exactly_what_the_job_published(published_run: PublishedRun) -> None:
@@ -70,8 +70,8 @@ def test_alarms_watch_exactly_what_the_job_published(published_run: PublishedRun
 def test_thresholds_reject_bad_values_naming_the_key() -> None:
     with pytest.raises(ValidationError, match="gpu_util_low_minutes must be a multiple of 5"):
         AlarmThresholds(gpu_util_low_minutes=17)
-    with pytest.raises(ValidationError, match="error_ratio"):
-        AlarmThresholds(error_ratio=1.5)
+    with pytest.raises(ValidationError, match="error_ratio_max"):
+        AlarmThresholds(error_ratio_max=1.5)
     with pytest.raises(ValidationError, match="no_progress_minutes"):
         AlarmThresholds(no_progress_minutes=5)
     with pytest.raises(ValidationError, match="gpu_util_low"):
@@ -81,7 +81,7 @@ def test_thresholds_reject_bad_values_naming_the_key() -> None:
 def test_cloudwatch_accepts_every_alarm(moto_reset: str) -> None:
     client = boto3.client("cloudwatch", region_name="us-east-1")
     topic = "arn:aws:sns:us-east-1:123456789012:llm-batch-alerts"
-    specs = [*_alarms().values(), billing_alarm(THRESHOLDS)]
+    specs = [*_alarms().values(), billing_alarm(1234)]
     for spec in specs:
         client.put_metric_alarm(**spec.put_metric_alarm_kwargs(f"{STACK}-{spec.key}", [topic]))
     stored = {alarm["AlarmName"]: alarm for alarm in client.describe_alarms()["MetricAlarms"]}

@@ -14,7 +14,7 @@ from monitoring.queries import load_queries
 from tests.monitoring.conftest import GROUP, STACK, PublishedRun
 from workload import metric_names as mn
 
-THRESHOLDS = AlarmThresholds(batch_latency_p95_s=90, gpu_util_low_pct=40, error_ratio=0.1)
+THRESHOLDS = AlarmThresholds(batch_latency_p95_max_s=90, gpu_util_min_percent=40, error_ratio_max=0.1)
 
 
 def _body(alarm_arns: list[str] | None = None) -> dict[str, Any]:
