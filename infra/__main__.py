@@ -14,6 +14,7 @@ import pulumi
 from infra import aws_context, naming
 from infra.components.alerts import Alerts, AlertsArgs
 from infra.components.kms import EncryptionKey, EncryptionKeyArgs
+from infra.components.observability import Observability, ObservabilityArgs
 from infra.components.providers import Providers, ProvidersArgs
 from infra.components.storage import DataBucket, DataBucketArgs
 from infra.config import from_pulumi
@@ -44,9 +45,25 @@ alerts = Alerts(
     AlertsArgs(stack=stack, context=context, key_arn=key.key_arn, email=config.alert_email),
     aws_opts,
 )
+observability = Observability(
+    "observability",
+    ObservabilityArgs(
+        stack=stack,
+        context=context,
+        key_arn=key.key_arn,
+        topic_arn=alerts.topic_arn,
+        monitoring=config.monitoring,
+        billing_limit_usd=config.monitoring.billing_alarm_usd or config.cost.monthly_budget_usd,
+        alert_email=config.alert_email,
+        billing_provider=providers.billing,
+    ),
+    aws_opts,
+)
 
 pulumi.export("tier", config.tier)
 pulumi.export("region", config.region)
 pulumi.export("kms_key_arn", key.key_arn)
 pulumi.export("data_bucket", data.bucket_name)
 pulumi.export("alerts_topic_arn", alerts.topic_arn)
+pulumi.export("job_log_group", observability.log_group_name)
+pulumi.export("dashboard", observability.dashboard_name)
