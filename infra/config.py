@@ -192,8 +192,9 @@ class JobSection(_Section):
 
 
 # The retention periods CloudWatch Logs accepts.
-_LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557,
-                       2922, 3288, 3653)  # fmt: skip
+_LOG_RETENTION_DAYS = (
+    1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653,
+)  # fmt: skip
 
 
 class MonitoringConfig(AlarmThresholds):
@@ -280,11 +281,11 @@ class StackConfig(_Section):
                 raise ValueError(f"'{key}' is not a valid AWS tag key")
         return value
 
-    def job_config(self, input_uri: str, output_uri: str, stack: str | None = None) -> JobConfig:
+    def job_config(self, input_uri: str, output_uri: str, *, stack: str | None = None) -> JobConfig:
         """The job's config for one run: the stack's model and overrides, reading and writing these URIs.
 
-        With `stack`, the job's metrics carry it as their `Stack` dimension (what the stack's alarms watch)
-        and its logs go to the stack's log group.
+        `stack` becomes the metrics' `Stack` dimension, which every alarm filters on, and names the log
+        group the job's structured lines go to.
         """
         data: dict[str, Any] = copy.deepcopy(self.job.job_overrides)
         data["input"] = {**data.get("input", {}), "uri": input_uri}

@@ -1,4 +1,4 @@
-"""What operators watch: the job's log group, alarms, dashboard, saved queries and the Spot warning rule.
+"""What operators watch: the job's alarms, dashboard, saved queries and the Spot warning rule.
 
 The definitions live in `monitoring/` (alarms, dashboard, queries, event pattern) and name the metrics the job
 publishes (`workload.metric_names`); this component only turns them into resources. Every alarm notifies the
@@ -32,8 +32,8 @@ from monitoring.queries import load_queries
 class ObservabilityArgs:
     stack: str
     context: AwsContext
-    key_arn: pulumi.Input[str]
     topic_arn: pulumi.Input[str]
+    log_group_name: pulumi.Input[str]  # the job's group (JobAccess makes it, with the job's write access)
     monitoring: MonitoringConfig
     billing_limit_usd: float
     alert_email: str | None
@@ -85,25 +85,15 @@ def _alarm_args(spec: AlarmSpec, name: str, topic_arn: pulumi.Input[str]) -> dic
 
 
 class Observability(pulumi.ComponentResource):
-    """`log_group_name`: where the job logs; `dashboard_name`: the stack's dashboard."""
+    """`dashboard_name`: the stack's dashboard."""
 
-    log_group_name: pulumi.Output[str]
     dashboard_name: pulumi.Output[str]
 
-    def __init__(
-        self, name: str, args: ObservabilityArgs, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
+    def __init__(self, name: str, args: ObservabilityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("llmbatch:observability:Observability", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         stack, monitoring = args.stack, args.monitoring
 
-        log_group = aws.cloudwatch.LogGroup(
-            f"{name}-job-logs",
-            name=naming.job_log_group(stack),
-            retention_in_days=monitoring.log_retention_days,
-            kms_key_id=args.key_arn,
-            opts=child,
-        )
         queries = load_queries()
         for query in queries:
             aws.cloudwatch.QueryDefinition(
@@ -111,7 +101,7 @@ class Observability(pulumi.ComponentResource):
                 # A "/" files the query in a folder named after the stack in the console.
                 name=f"{naming.prefix(stack)}/{query.name}",
                 query_string=query.text,
-                log_group_names=[log_group.name],
+                log_group_names=[args.log_group_name],
                 opts=child,
             )
 
@@ -164,9 +154,8 @@ class Observability(pulumi.ComponentResource):
             opts=child,
         )
 
-        self.log_group_name = log_group.name
         self.dashboard_name = dashboard.dashboard_name
-        self.register_outputs({"log_group_name": self.log_group_name, "dashboard_name": self.dashboard_name})
+        self.register_outputs({"dashboard_name": self.dashboard_name})
 
     def _billing_alarm(self, name: str, args: ObservabilityArgs) -> aws.cloudwatch.MetricAlarm:
         billing_opts = pulumi.ResourceOptions(parent=self, provider=args.billing_provider)

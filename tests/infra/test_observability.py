@@ -32,9 +32,7 @@ def _of_type(plan: Plan, typ: str) -> list[dict[str, Any]]:
 
 
 def _one(plan: Plan, typ: str, **inputs: Any) -> dict[str, Any]:
-    found = [
-        item for item in _of_type(plan, typ) if all(item["inputs"].get(k) == v for k, v in inputs.items())
-    ]
+    found = [item for item in _of_type(plan, typ) if all(item["inputs"].get(k) == v for k, v in inputs.items())]
     assert len(found) == 1, f"{len(found)} {typ} with {inputs}"
     return found[0]
 
@@ -54,9 +52,9 @@ def test_job_alarms_carry_the_configured_thresholds(stack_plan: tuple[str, Plan]
     topic = _alerts_topic_arn(plan, stack)
     alarms = {item["inputs"]["name"]: item["inputs"] for item in _of_type(plan, ALARM)}
     specs = job_alarms(stack, config.monitoring.metrics_namespace, config.monitoring)
-    assert {
-        naming.child(stack, key) for key in ("gpu-underused", "batch-latency", "error-ratio", "no-progress")
-    } == {naming.child(stack, spec.key) for spec in specs}
+    assert {naming.child(stack, key) for key in ("gpu-underused", "batch-latency", "error-ratio", "no-progress")} == {
+        naming.child(stack, spec.key) for spec in specs
+    }
     for spec in specs:
         alarm = alarms[naming.child(stack, spec.key)]
         assert alarm["threshold"] == spec.threshold
@@ -129,14 +127,10 @@ def test_billing_alarm_is_account_wide_in_us_east_1(stack_plan: tuple[str, Plan]
         assert topic["provider"] == billing_provider["urn"]
         assert inputs["alarmActions"] == [topic["outputs"]["arn"]]
         key = next(
-            item
-            for item in _of_type(plan, "aws:kms/key:Key")
-            if item["parent"] == _billing_key_component(plan, topic)
+            item for item in _of_type(plan, "aws:kms/key:Key") if item["parent"] == _billing_key_component(plan, topic)
         )
         assert topic["inputs"]["kmsMasterKeyId"] == key["outputs"]["arn"]
-        subscription = _one(
-            plan, "aws:sns/topicSubscription:TopicSubscription", topic=topic["outputs"]["arn"]
-        )
+        subscription = _one(plan, "aws:sns/topicSubscription:TopicSubscription", topic=topic["outputs"]["arn"])
         assert subscription["inputs"]["endpoint"] == config.alert_email
 
 
@@ -144,9 +138,7 @@ def _billing_key_component(plan: Plan, topic: dict[str, Any]) -> str:
     """The urn of the billing EncryptionKey component beside the topic's Alerts component."""
     alerts = next(item for item in plan if item["urn"] == topic["parent"])
     sibling = next(
-        item
-        for item in plan
-        if item["type"] == "llmbatch:kms:EncryptionKey" and item["parent"] == alerts["parent"]
+        item for item in plan if item["type"] == "llmbatch:kms:EncryptionKey" and item["parent"] == alerts["parent"]
     )
     return str(sibling["urn"])
 
@@ -160,9 +152,7 @@ def test_log_group_queries_and_dashboard(stack_plan: tuple[str, Plan]) -> None:
     assert group["retentionInDays"] == config.monitoring.log_retention_days
     # The stack's own key: the one in the program's top-level `kms` component.
     key = next(
-        item
-        for item in _of_type(plan, "aws:kms/key:Key")
-        if item["parent"].endswith("llmbatch:kms:EncryptionKey::kms")
+        item for item in _of_type(plan, "aws:kms/key:Key") if item["parent"].endswith("llmbatch:kms:EncryptionKey::kms")
     )
     assert group["kmsKeyId"] == key["outputs"]["arn"]
 
