@@ -35,7 +35,7 @@ class AlarmThresholds(BaseModel):
     gpu_util_low_minutes: int = Field(15, ge=_PERIOD_MINUTES, description="...for this many minutes alarms.")
     batch_latency_p95_max_s: float = Field(120.0, gt=0, description="Batch latency p95 over this alarms.")
     error_ratio_max: float = Field(
-        0.05, gt=0, lt=1, description="Failed rows / finished rows in a 5-minute period over this alarms."
+        0.05, gt=0, le=1, description="Failed / finished rows in a 5-minute period over this alarms (1: never)."
     )
     no_progress_minutes: int = Field(
         30, ge=2 * _PERIOD_MINUTES, description="A live run that finishes no row for this long alarms."
