@@ -29,9 +29,7 @@ class AlarmThresholds(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    gpu_util_min_percent: float = Field(
-        30.0, gt=0, le=100, description="Mean GPU utilisation under this (%)..."
-    )
+    gpu_util_min_percent: float = Field(30.0, gt=0, le=100, description="Mean GPU utilisation under this (%)...")
     gpu_util_low_minutes: int = Field(15, ge=_PERIOD_MINUTES, description="...for this many minutes alarms.")
     batch_latency_p95_max_s: float = Field(120.0, gt=0, description="Batch latency p95 over this alarms.")
     error_ratio_max: float = Field(
@@ -45,9 +43,7 @@ class AlarmThresholds(BaseModel):
     def _whole_periods(self) -> AlarmThresholds:
         for key in ("gpu_util_low_minutes", "no_progress_minutes"):
             if getattr(self, key) % _PERIOD_MINUTES:
-                raise ValueError(
-                    f"{key} must be a multiple of {_PERIOD_MINUTES} (the alarm period, in minutes)"
-                )
+                raise ValueError(f"{key} must be a multiple of {_PERIOD_MINUTES} (the alarm period, in minutes)")
         return self
 
 
@@ -173,10 +169,7 @@ def job_alarms(stack: str, namespace: str, thresholds: AlarmThresholds) -> list[
         ),
         AlarmSpec(
             key="error-ratio",
-            meaning=(
-                f"More than {thresholds.error_ratio_max:.0%} of the rows finished in a 5-minute period "
-                "failed."
-            ),
+            meaning=(f"More than {thresholds.error_ratio_max:.0%} of the rows finished in a 5-minute period failed."),
             action=(
                 "Read errors/ in the run's output (each failed row keeps its error); prompts over "
                 "max_model_len and engine crashes are the usual causes. A rerun retries only failed rows."

@@ -17,9 +17,7 @@ _HEIGHT = 6
 _DAY_S = 86400
 
 
-def _metric(
-    namespace: str, stack: str, metric: mn.MetricName, stat: str, period: int, **options: Any
-) -> list[Any]:
+def _metric(namespace: str, stack: str, metric: mn.MetricName, stat: str, period: int, **options: Any) -> list[Any]:
     if (mn.DIM_STACK,) not in metric.dimension_sets():
         raise ValueError(f"{metric.name} is not published with the Stack dimension alone")
     return [namespace, metric.name, mn.DIM_STACK, stack, {"stat": stat, "period": period, **options}]
@@ -94,9 +92,7 @@ def dashboard_body(
                 ],
             ],
             annotations={
-                "horizontal": [
-                    {"label": "error ratio alarm", "value": thresholds.error_ratio_max, "yAxis": "right"}
-                ]
+                "horizontal": [{"label": "error ratio alarm", "value": thresholds.error_ratio_max, "yAxis": "right"}]
             },
         ),
         _graph(
@@ -104,17 +100,13 @@ def dashboard_body(
             region,
             [_metric(namespace, stack, mn.GPU_UTILIZATION, "Average", period, label="mean over GPUs")],
             yAxis={"left": {"min": 0, "max": 100}},
-            annotations={
-                "horizontal": [{"label": "low-utilisation alarm", "value": thresholds.gpu_util_min_percent}]
-            },
+            annotations={"horizontal": [{"label": "low-utilisation alarm", "value": thresholds.gpu_util_min_percent}]},
         ),
         _graph(
             "Cost per million output tokens (USD, each run)",
             region,
             [
-                _metric(
-                    namespace, stack, mn.COST_PER_MILLION_OUTPUT_TOKENS, "Maximum", _DAY_S, label="USD/M"
-                ),
+                _metric(namespace, stack, mn.COST_PER_MILLION_OUTPUT_TOKENS, "Maximum", _DAY_S, label="USD/M"),
                 _metric(namespace, stack, mn.RUN_DURATION, "Maximum", _DAY_S, label="run (s)", yAxis="right"),
             ],
         ),

@@ -118,9 +118,7 @@ def check_query(name: str, text: str) -> SavedQuery:
     unknown = referenced - aliases - set(LOG_FIELDS[event])
     if unknown:
         raise QueryError(f"query {name}: fields {sorted(unknown)} are not in the job's {event} log lines")
-    return SavedQuery(
-        name=name, text=text.strip() + "\n", event=event, fields=frozenset(referenced - aliases)
-    )
+    return SavedQuery(name=name, text=text.strip() + "\n", event=event, fields=frozenset(referenced - aliases))
 
 
 def load_queries(directory: Path = QUERIES_DIR) -> list[SavedQuery]:

@@ -54,9 +54,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def cost_per_million_output_tokens(
-    price_per_hour_usd: float, wall_s: float, output_tokens: int
-) -> float | None:
+def cost_per_million_output_tokens(price_per_hour_usd: float, wall_s: float, output_tokens: int) -> float | None:
     """USD per million output tokens of a run, or None where it means nothing (no price or no tokens)."""
     if price_per_hour_usd <= 0 or output_tokens <= 0:
         return None

@@ -80,9 +80,7 @@ class LogShipper:
             events.sort(key=lambda event: event["timestamp"])
             for chunk in _chunks(events):
                 try:
-                    self._client.put_log_events(
-                        logGroupName=self._group, logStreamName=self._stream, logEvents=chunk
-                    )
+                    self._client.put_log_events(logGroupName=self._group, logStreamName=self._stream, logEvents=chunk)
                 except (BotoCoreError, ClientError) as error:
                     _log.warning("could not send %d log events to %s: %s", len(chunk), self._group, error)
 

@@ -58,9 +58,7 @@ def published_run(moto_reset: str) -> PublishedRun:
     )
     sink = CloudWatchMetrics(config, "r1", instance_id="i-0abc", gpu_sampler=GpuSampler(FakeNvml(), [0]))
     for duration in (0.5, 1.5, 90.0):
-        sink.batch_complete(
-            BatchReport(duration, rows_ok=31, rows_failed=1, input_tokens=300, output_tokens=900)
-        )
+        sink.batch_complete(BatchReport(duration, rows_ok=31, rows_failed=1, input_tokens=300, output_tokens=900))
     sink.run_complete(
         {
             "rows_in": 96,

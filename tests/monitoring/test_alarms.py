@@ -5,6 +5,7 @@ from __future__ import annotations
 import operator
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import boto3
 import pytest
@@ -55,16 +56,13 @@ def test_missing_data_is_never_an_alarm_on_job_metrics() -> None:
 
 def test_alarms_watch_exactly_what_the_job_published(published_run: PublishedRun) -> None:
     published = {
-        (m["MetricName"], tuple((d["Name"], d["Value"]) for d in m["Dimensions"]))
-        for m in published_run.metrics
+        (m["MetricName"], tuple((d["Name"], d["Value"]) for d in m["Dimensions"])) for m in published_run.metrics
     }
     for spec in _alarms().values():
         for ref in spec.metrics():
             assert ref.namespace == published_run.config.namespace
             assert ref.dimensions == {mn.DIM_STACK: STACK}, spec.key  # Stack only: one alarm for every night
-            assert (ref.name, ((mn.DIM_STACK, STACK),)) in published, (
-                f"{spec.key} watches unpublished {ref.name}"
-            )
+            assert (ref.name, ((mn.DIM_STACK, STACK),)) in published, f"{spec.key} watches unpublished {ref.name}"
 
 
 def test_thresholds_reject_bad_values_naming_the_key() -> None:
@@ -140,3 +138,11 @@ def test_gpu_and_latency_alarms_breach_on_what_a_bad_run_publishes(published_run
     for key in ("gpu-underused", "batch-latency"):
         values = _latest(alarms[key])
         assert values and all(_COMPARE[alarms[key].comparison](v, alarms[key].threshold) for v in values), key
+
+
+def test_readme_explains_every_alarm() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("<!-- section: operations -->", 1)[1].split("\n## ", 1)[0]
+    for spec in [*_alarms().values(), billing_alarm(1)]:
+        assert f"`{spec.key}`" in section, f"the README's operations section does not explain {spec.key}"
+    assert "account-wide" in section and "us-east-1" in section

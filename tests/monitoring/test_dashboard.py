@@ -19,9 +19,7 @@ THRESHOLDS = AlarmThresholds(batch_latency_p95_max_s=90, gpu_util_min_percent=40
 
 def _body(alarm_arns: list[str] | None = None) -> dict[str, Any]:
     slow = next(query for query in load_queries() if query.name == "slow_batches")
-    return dashboard_body(
-        STACK, "RayDataLLM/BatchInference", "eu-west-1", THRESHOLDS, GROUP, slow, alarm_arns or []
-    )
+    return dashboard_body(STACK, "RayDataLLM/BatchInference", "eu-west-1", THRESHOLDS, GROUP, slow, alarm_arns or [])
 
 
 def _by_title(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -30,8 +28,7 @@ def _by_title(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_dashboard_charts_what_the_job_published(published_run: PublishedRun) -> None:
     published = {
-        (m["MetricName"], tuple((d["Name"], d["Value"]) for d in m["Dimensions"]))
-        for m in published_run.metrics
+        (m["MetricName"], tuple((d["Name"], d["Value"]) for d in m["Dimensions"])) for m in published_run.metrics
     }
     charted = set()
     for widget in _body()["widgets"]:
@@ -76,6 +73,4 @@ def test_cloudwatch_stores_the_dashboard(moto_reset: str) -> None:
     client = boto3.client("cloudwatch", region_name="eu-west-1")
     body = json.dumps(_body())
     client.put_dashboard(DashboardName=f"{STACK}-batch", DashboardBody=body)
-    assert json.loads(client.get_dashboard(DashboardName=f"{STACK}-batch")["DashboardBody"]) == json.loads(
-        body
-    )
+    assert json.loads(client.get_dashboard(DashboardName=f"{STACK}-batch")["DashboardBody"]) == json.loads(body)

@@ -26,9 +26,7 @@ def test_spot_warning_reaches_the_target_and_nothing_else(moto_reset: str) -> No
     events = boto3.client("events", region_name="us-east-1")
     sqs = boto3.client("sqs", region_name="us-east-1")
     queue_url = sqs.create_queue(QueueName="alerts-stand-in")["QueueUrl"]
-    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"][
-        "QueueArn"
-    ]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     events.put_rule(Name="spot-warning", EventPattern=json.dumps(SPOT_INTERRUPTION_PATTERN))
     events.put_targets(Rule="spot-warning", Targets=[{"Id": "alerts", "Arn": queue_arn}])
 

@@ -91,9 +91,9 @@ def _log_lines() -> list[dict[str, Any]]:
     streams = client.describe_log_streams(logGroupName=GROUP)["logStreams"]
     lines = []
     for stream in streams:
-        events = client.get_log_events(
-            logGroupName=GROUP, logStreamName=stream["logStreamName"], startFromHead=True
-        )["events"]
+        events = client.get_log_events(logGroupName=GROUP, logStreamName=stream["logStreamName"], startFromHead=True)[
+            "events"
+        ]
         lines += [json.loads(event["message"]) for event in events]
     return lines
 
@@ -141,9 +141,7 @@ def test_metrics_and_logs_reach_cloudwatch(moto_reset: str) -> None:
     _run(metrics_impl)
 
     # Every published metric carries exactly the dimension sets metric_names declares.
-    listed = boto3.client("cloudwatch", region_name="us-east-1").list_metrics(
-        Namespace=DEFAULT_METRICS_NAMESPACE
-    )
+    listed = boto3.client("cloudwatch", region_name="us-east-1").list_metrics(Namespace=DEFAULT_METRICS_NAMESPACE)
     seen = {(m["MetricName"], tuple(sorted(d["Name"] for d in m["Dimensions"]))) for m in listed["Metrics"]}
     expected = {
         (metric.name, tuple(sorted(dims)))
@@ -161,9 +159,7 @@ def test_metrics_and_logs_reach_cloudwatch(moto_reset: str) -> None:
     assert _values(mn.RUN_DURATION, stack_only=False, stat="Maximum") == [72.0]
     assert _values(mn.OUTPUT_TOKENS_PER_SECOND, stack_only=True, stat="Maximum") == [pytest.approx(3140 / 72)]
     cost = 1.212 * 72 / 3600 / 3140 * 1e6
-    assert _values(mn.COST_PER_MILLION_OUTPUT_TOKENS, stack_only=True, stat="Maximum") == [
-        pytest.approx(cost)
-    ]
+    assert _values(mn.COST_PER_MILLION_OUTPUT_TOKENS, stack_only=True, stat="Maximum") == [pytest.approx(cost)]
 
     lines = _log_lines()
     batch_lines = [line for line in lines if line["event"] == mn.LogEvent.BATCH_COMPLETE]
@@ -229,9 +225,7 @@ def test_publishing_failures_never_crash_the_job(
 ) -> None:
     """A missing log group, then an unreachable endpoint: warnings, no exception."""
     caplog.set_level(logging.WARNING)
-    metrics = CloudWatchMetrics(
-        _config(log_group="/no/such/group"), RUN, instance_id="i-test", gpu_sampler=False
-    )
+    metrics = CloudWatchMetrics(_config(log_group="/no/such/group"), RUN, instance_id="i-test", gpu_sampler=False)
     _run(metrics)
     assert any("/no/such/group" in record.getMessage() for record in caplog.records)
     assert sum(_values(mn.ROWS_OK, stack_only=True)) == 157  # metrics still went out
