@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from workload import failpoints
 from workload.config import JobConfig
 from workload.metrics import BatchReport, RunMetrics, open_metrics
 from workload.model_source import resolve_model
@@ -209,6 +210,7 @@ def run_job(config: JobConfig) -> RunOutcome:
     store = OutputStore(config.output.uri)
     validated = read_input(config.input, config.sampling)
     manifest, attempt = _start_attempt(store, config, validated.rows_in)
+    failpoints.reached(failpoints.ATTEMPT_STARTED)
     committed = store.recover()
     shard_count = -(-validated.rows_in // config.output.shard_rows)
     pending = set(range(shard_count)) - set(committed)
@@ -240,6 +242,7 @@ def run_job(config: JobConfig) -> RunOutcome:
         print(f"[llm-batch] stopped: {len(committer.buffers)} shards left for the next attempt", file=sys.stderr)
         return RunOutcome(None, interrupted=True, exit_code=StopSignal.EXIT_CODE if interrupted else 1)
     summary = build_summary(config, manifest, store.committed())
+    failpoints.reached(failpoints.SUMMARY_WRITING)
     store.write_summary(summary)
     metrics.run_complete(summary)
     metrics.close()

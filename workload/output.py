@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from workload import failpoints
 from workload.storage import (
     Location,
     delete_file,
@@ -156,6 +157,7 @@ class OutputStore:
             lines = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in errors)
             write_bytes_atomic(self._at(f"{PENDING}/{name}"), lines.encode())
             files.append(name)
+        failpoints.reached(failpoints.SHARD_PARTS_WRITTEN)
         commit = ShardCommit(
             shard=shard,
             rows_ok=stats["rows_ok"],
@@ -168,6 +170,7 @@ class OutputStore:
             error_types=dict(stats["error_types"]),
         )
         self._write_json(_marker_name(shard), asdict(commit))
+        failpoints.reached(failpoints.SHARD_COMMITTED)
         self._publish(commit)
         return commit
 
