@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from infra.config import (
     TIER_DEFAULTS,
@@ -193,3 +195,15 @@ def test_stack_files_hold_only_differences() -> None:
             for sub, leaf in leaves:
                 default = defaults[name] if sub is None else defaults[name][sub]
                 assert leaf != default, f"{stack}: {key} {sub or ''} repeats the tier default"
+
+
+def test_readme_documents_every_shared_key() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    documented = set(re.findall(r"^\| `([a-z_.]+)` \|", readme, flags=re.MULTILINE))
+    shared_sections = ("network", "storage", "small", "job")
+    expected = {name for name in StackConfig.model_fields if name not in StackConfig.sections()}
+    for section in shared_sections:
+        model = StackConfig.model_fields[section].annotation
+        assert isinstance(model, type) and issubclass(model, BaseModel)
+        expected |= {f"{section}.{key}" for key in model.model_fields}
+    assert expected - documented == set(), "README's stack config table misses keys"
