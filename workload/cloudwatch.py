@@ -61,6 +61,12 @@ def cost_per_million_output_tokens(price_per_hour_usd: float, wall_s: float, out
     return price_per_hour_usd * wall_s / 3600 / output_tokens * 1e6
 
 
+def log_stream_name(run: str, instance_id: str) -> str:
+    """`<run>/<instance>/events`, without the ':' and '*' CloudWatch Logs refuses (a run id is often a time)."""
+    name = f"{run}/{instance_id}/events"
+    return name.replace(":", "-").replace("*", "-")[:512]
+
+
 def instance_identity(timeout_s: float = 0.5) -> str:
     """The EC2 instance id (IMDSv2), else the host name (a pod name on EKS, where IMDS is out of reach)."""
     try:
@@ -98,7 +104,8 @@ class CloudWatchMetrics:
         self._cloudwatch = session.client("cloudwatch", config=_BOTO_CONFIG)
         self._shipper: LogShipper | None = None
         if config.log_group:
-            stream = f"{self._run}/{self._instance_id}"
+            # Its own stream: the container log driver writes stdout to `<date>/<instance>` in the same group.
+            stream = log_stream_name(self._run, self._instance_id)
             self._shipper = LogShipper(session.client("logs", config=_BOTO_CONFIG), config.log_group, stream)
         if gpu_sampler is True:
             self._gpu: GpuSampler | None = GpuSampler.open()

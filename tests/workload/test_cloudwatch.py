@@ -13,7 +13,7 @@ import boto3
 import pytest
 
 from workload import metric_names as mn
-from workload.cloudwatch import CloudWatchMetrics, cost_per_million_output_tokens, percentile
+from workload.cloudwatch import CloudWatchMetrics, cost_per_million_output_tokens, log_stream_name, percentile
 from workload.config import DEFAULT_METRICS_NAMESPACE, MetricsConfig
 from workload.gpu import GpuSampler
 from workload.metrics import BatchReport, open_metrics
@@ -131,6 +131,12 @@ def test_percentile_and_cost() -> None:
     assert cost_per_million_output_tokens(1.212, 3600, 4_200_000) == pytest.approx(0.28857, rel=1e-4)
     assert cost_per_million_output_tokens(0.0, 3600, 10) is None
     assert cost_per_million_output_tokens(1.0, 3600, 0) is None
+
+
+def test_log_stream_name_has_no_characters_aws_refuses() -> None:
+    # The job's default run id is its start time.
+    assert log_stream_name("2026-11-29T01:00:00Z", "i-0abc") == "2026-11-29T01-00-00Z/i-0abc/events"
+    assert ":" not in log_stream_name("a:b*c", "host") and "*" not in log_stream_name("a:b*c", "host")
 
 
 def test_metrics_and_logs_reach_cloudwatch(moto_reset: str) -> None:
