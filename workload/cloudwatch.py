@@ -33,8 +33,8 @@ _log = logging.getLogger(__name__)
 
 # PutMetricData takes up to 1,000 metric data points a call; the job sends a few dozen per interval.
 _MAX_DATUMS_PER_CALL = 1000
-# Short timeouts and few retries: a slow CloudWatch must cost the job seconds, not minutes.
-_BOTO_CONFIG = BotoConfig(connect_timeout=3, read_timeout=10, retries={"max_attempts": 3, "mode": "standard"})
+# Short timeouts and one retry: a slow CloudWatch must cost seconds, never the Spot grace period (90 s).
+_BOTO_CONFIG = BotoConfig(connect_timeout=2, read_timeout=5, retries={"max_attempts": 2, "mode": "standard"})
 _IMDS = "http://169.254.169.254/latest"
 
 # The only summary keys copied into the run_complete log line: anything else a caller adds (a token, a
