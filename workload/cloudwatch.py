@@ -94,8 +94,13 @@ class CloudWatchMetrics:
         *,
         instance_id: str | None = None,
         gpu_sampler: GpuSampler | bool | None = True,
+        heartbeat: bool = True,
     ) -> None:
-        """`gpu_sampler`: True opens NVML where it exists, False never samples, or a sampler to use."""
+        """`gpu_sampler`: True opens NVML where it exists, False never samples, or a sampler to use.
+
+        `heartbeat`: publish the row counts every interval (the driver); False for a process that only
+        reports its node's GPUs (`workload.gpu_reporter`), which must not look like a run making no progress.
+        """
         self._config = config
         self._stack = config.stack
         self._run = config.run_id or run_id
@@ -117,6 +122,7 @@ class CloudWatchMetrics:
         self._window: list[BatchReport] = []
         self._gpu_window: list[GpuSample] = []
         self._durations: list[float] = []
+        self._heartbeat = heartbeat
         self._closed = False
         self._finished = False
         self._stop = threading.Event()
@@ -216,10 +222,12 @@ class CloudWatchMetrics:
                 batches, self._window = self._window, []
                 gpu = mean_sample(self._gpu_window)
                 self._gpu_window = []
-            rows_ok = sum(batch.rows_ok for batch in batches)
-            rows_failed = sum(batch.rows_failed for batch in batches)
-            datums = self._datums(mn.ROWS_PROCESSED, rows_ok + rows_failed)
-            datums += self._datums(mn.ROWS_OK, rows_ok) + self._datums(mn.ROWS_FAILED, rows_failed)
+            datums: list[dict[str, Any]] = []
+            if self._heartbeat or batches:
+                rows_ok = sum(batch.rows_ok for batch in batches)
+                rows_failed = sum(batch.rows_failed for batch in batches)
+                datums += self._datums(mn.ROWS_PROCESSED, rows_ok + rows_failed)
+                datums += self._datums(mn.ROWS_OK, rows_ok) + self._datums(mn.ROWS_FAILED, rows_failed)
             if batches:
                 durations = [batch.duration_s for batch in batches]
                 datums += self._datums(mn.BATCH_LATENCY_P50, percentile(durations, 50))
