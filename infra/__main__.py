@@ -25,6 +25,7 @@ from infra.components.kms import EncryptionKey, EncryptionKeyArgs
 from infra.components.kuberay import KubeRayOperator
 from infra.components.network import Network, NetworkArgs
 from infra.components.node_groups import NodeGroups, NodeGroupsArgs
+from infra.components.observability import Observability, ObservabilityArgs
 from infra.components.providers import Providers, ProvidersArgs
 from infra.components.secrets import JobSecrets, JobSecretsArgs
 from infra.components.spot_node import SpotNode, SpotNodeArgs
@@ -115,6 +116,20 @@ job_access = JobAccess(
         image_repository_arn=image.repository_arn,
         metrics_namespace=config.monitoring.metrics_namespace,
         log_retention_days=config.monitoring.log_retention_days,
+    ),
+    aws_opts,
+)
+observability = Observability(
+    "observability",
+    ObservabilityArgs(
+        stack=stack,
+        context=context,
+        topic_arn=alerts.topic_arn,
+        log_group_name=job_access.log_group_name,
+        monitoring=config.monitoring,
+        billing_limit_usd=config.monitoring.billing_alarm_usd or config.cost.monthly_budget_usd,
+        alert_email=config.alert_email,
+        billing_provider=providers.billing,
     ),
     aws_opts,
 )
@@ -243,3 +258,4 @@ pulumi.export("vpc_id", network.vpc_id)
 pulumi.export("private_subnet_ids", network.private_subnet_ids)
 pulumi.export("job_policy_arn", job_access.policy_arn)
 pulumi.export("job_log_group", job_access.log_group_name)
+pulumi.export("dashboard", observability.dashboard_name)

@@ -29,6 +29,8 @@ from infra.k8s.instance_types import shape_of
 from infra.k8s.karpenter import NodePoolArgs
 from infra.k8s.rayjob import PodSize
 from workload import entrypoint
+
+from monitoring.alarms import AlarmThresholds
 from workload.config import DEFAULT_METRICS_NAMESPACE, JobConfig, build_config
 
 Tier = Literal["small", "medium", "large"]
@@ -271,18 +273,29 @@ class JobSection(_Section):
         return value
 
 
-class MonitoringConfig(_Section):
+# The retention periods CloudWatch Logs accepts.
+_LOG_RETENTION_DAYS = (
+    1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653,
+)  # fmt: skip
+
+
+class MonitoringConfig(AlarmThresholds):
+    """The job alarms' thresholds (inherited from `monitoring.alarms.AlarmThresholds`) and the rest."""
+
     metrics_namespace: str = Field(
         DEFAULT_METRICS_NAMESPACE, description="CloudWatch namespace of job metrics."
     )
     log_retention_days: int = Field(30, ge=1, description="Retention of the job's log group.")
-    gpu_util_min_percent: float = Field(30, ge=0, le=100, description="Alarm below this GPU utilisation.")
-    batch_latency_p95_max_s: float = Field(120, gt=0, description="Alarm above this p95 batch latency.")
-    error_ratio_max: float = Field(0.05, ge=0, le=1, description="Alarm above this share of failed rows.")
-    no_progress_minutes: int = Field(30, ge=1, description="Alarm when no row completes for this long.")
     billing_alarm_usd: float | None = Field(
         None, gt=0, description="Alarm on the account's estimated charges; None: from the monthly budget."
     )
+
+    @field_validator("log_retention_days")
+    @classmethod
+    def _retention(cls, value: int) -> int:
+        if value not in _LOG_RETENTION_DAYS:
+            raise ValueError(f"CloudWatch Logs accepts only {list(_LOG_RETENTION_DAYS)} days, not {value}")
+        return value
 
 
 class CostConfig(_Section):
@@ -381,7 +394,8 @@ class StackConfig(_Section):
     def job_config(self, input_uri: str, output_uri: str, *, stack: str | None = None) -> JobConfig:
         """The job's config for one run: the stack's model and overrides, reading and writing these URIs.
 
-        `stack` becomes the metrics' `Stack` dimension, which every alarm filters on.
+        `stack` becomes the metrics' `Stack` dimension, which every alarm filters on, and names the log
+        group the job's structured lines go to.
         """
         data: dict[str, Any] = copy.deepcopy(self.job.job_overrides)
         data["input"] = {**data.get("input", {}), "uri": input_uri}
@@ -398,6 +412,7 @@ class StackConfig(_Section):
         metrics.setdefault("region", self.region)
         if stack is not None:
             metrics.setdefault("stack", stack)
+            metrics.setdefault("log_group", naming.job_log_group(stack))
         return build_config(data)
 
 

@@ -14,6 +14,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from workload.metric_names import ALARM_PERIOD_S
+
 DEFAULT_METRICS_NAMESPACE = "RayDataLLM/BatchInference"
 
 
@@ -134,6 +136,15 @@ class MetricsConfig(_Strict):
     region: str | None = Field(None, description="AWS region; None: the environment's.")
     price_per_hour_usd: float = Field(
         0.0, ge=0.0, description="What the run's compute costs an hour, for cost per million tokens."
+    )
+    publish_interval_s: float = Field(
+        60.0,
+        gt=0.0,
+        le=ALARM_PERIOD_S,
+        description="Seconds between metric publications; at most the alarm period: no gap in a live run.",
+    )
+    gpu_sample_interval_s: float = Field(
+        10.0, gt=0.0, description="Seconds between NVML utilisation samples (only where a GPU exists)."
     )
 
 

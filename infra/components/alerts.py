@@ -21,6 +21,7 @@ class AlertsArgs:
     context: AwsContext
     key_arn: pulumi.Input[str]
     email: str | None
+    topic_suffix: str = "alerts"  # the topic is `llm-batch-<stack>-<topic_suffix>`
 
 
 def topic_policy(topic_arn: str, context: AwsContext) -> dict[str, Any]:
@@ -71,7 +72,7 @@ class Alerts(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         topic = aws.sns.Topic(
             f"{name}-topic",
-            name=naming.child(args.stack, "alerts"),
+            name=naming.child(args.stack, args.topic_suffix),
             kms_master_key_id=args.key_arn,
             opts=child,
         )
