@@ -231,11 +231,12 @@ def estimate(inputs: EstimateInputs, prices: PriceTable) -> Estimate:
         *storage_items(inputs.usage, inputs.region, prices),
         *monitoring_items(inputs.fixed, inputs.usage, inputs.region, prices),
     ]
+    as_of, source = prices.dated_source(inputs.region)
     return Estimate(
         stack=inputs.stack,
         region=inputs.region,
-        prices_as_of=prices.as_of,
-        prices_source=prices.source,
+        prices_as_of=as_of,
+        prices_source=source,
         items=tuple(items),
         usage=inputs.usage,
     )

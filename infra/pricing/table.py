@@ -50,6 +50,9 @@ class RegionPrices(BaseModel):
 
     ec2: dict[str, InstancePrice]
     services: ServicePrices
+    # Set by the refresh tool for a region it fetched; otherwise the table's own date and source apply.
+    as_of: str | None = Field(None, pattern=r"^\d{4}-\d{2}-\d{2}$")
+    source: str | None = None
 
 
 class PriceTable(BaseModel):
@@ -68,6 +71,11 @@ class PriceTable(BaseModel):
                 f"region {name!r} is not in the price table (has: {', '.join(sorted(self.regions))}); "
                 "add it with `python -m infra.pricing.refresh --region " + name + "`"
             ) from None
+
+    def dated_source(self, region: str) -> tuple[str, str]:
+        """(as of, source) of one region's prices."""
+        prices = self.region(region)
+        return prices.as_of or self.as_of, prices.source or self.source
 
     def instance(self, region: str, instance_type: str) -> InstancePrice:
         prices = self.region(region).ec2
