@@ -13,6 +13,7 @@ import pulumi
 
 from infra import aws_context, naming
 from infra.components.alerts import Alerts, AlertsArgs
+from infra.components.cost_controls import CostControls, CostControlsArgs
 from infra.components.kms import EncryptionKey, EncryptionKeyArgs
 from infra.components.providers import Providers, ProvidersArgs
 from infra.components.storage import DataBucket, DataBucketArgs
@@ -43,6 +44,9 @@ alerts = Alerts(
     "alerts",
     AlertsArgs(stack=stack, context=context, key_arn=key.key_arn, email=config.alert_email),
     aws_opts,
+)
+CostControls(
+    "cost", CostControlsArgs.from_config(stack, config, context, alerts.topic_arn, key.key_arn), aws_opts
 )
 
 pulumi.export("tier", config.tier)
