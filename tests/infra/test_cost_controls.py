@@ -83,6 +83,8 @@ def test_report_function_pinned_runtime_env_from_the_stack_and_least_privilege_r
     inputs = function["inputs"]
     assert inputs["runtime"] == versions.LAMBDA_PYTHON_RUNTIME
     assert inputs["handler"] == "handler.handler"
+    # The package is the handler alone, from the repo's monitoring/cost_report.
+    assert inputs["code"] == {"archive": {"handler.py": {"file": "monitoring/cost_report/handler.py"}}}
     assert inputs["environment"]["variables"] == {
         "COST_CENTER": config.cost_center,
         "ALERT_TOPIC_ARN": _topic_arn(plan),
