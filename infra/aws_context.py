@@ -23,6 +23,11 @@ class AwsContext:
         )
 
     @property
+    def ecr_registry(self) -> str:
+        """This account's private ECR registry host in the region."""
+        return f"{self.account_id}.dkr.ecr.{self.region}.{self.dns_suffix}"
+
+    @property
     def root_principal(self) -> str:
         return f"arn:{self.partition}:iam::{self.account_id}:root"
 

@@ -269,8 +269,11 @@ class StackConfig(_Section):
                 raise ValueError(f"'{key}' is not a valid AWS tag key")
         return value
 
-    def job_config(self, input_uri: str, output_uri: str) -> JobConfig:
-        """The job's config for one run: the stack's model and overrides, reading and writing these URIs."""
+    def job_config(self, input_uri: str, output_uri: str, *, stack: str | None = None) -> JobConfig:
+        """The job's config for one run: the stack's model and overrides, reading and writing these URIs.
+
+        `stack` becomes the metrics' `Stack` dimension, which every alarm filters on.
+        """
         data: dict[str, Any] = copy.deepcopy(self.job.job_overrides)
         data["input"] = {**data.get("input", {}), "uri": input_uri}
         data["output"] = {**data.get("output", {}), "uri": output_uri}
@@ -282,6 +285,8 @@ class StackConfig(_Section):
         metrics.setdefault("sink", "cloudwatch")
         metrics.setdefault("namespace", self.monitoring.metrics_namespace)
         metrics.setdefault("region", self.region)
+        if stack is not None:
+            metrics.setdefault("stack", stack)
         return build_config(data)
 
 

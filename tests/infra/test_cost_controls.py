@@ -113,8 +113,13 @@ def test_report_function_pinned_runtime_env_from_the_stack_and_least_privilege_r
     ]
     assert [a for a in actions if "*" in a] == ["kms:GenerateDataKey*"]
     # Its log group is the stack's, encrypted with the stack's key.
-    log_group = _one(plan, "aws:cloudwatch/logGroup:LogGroup")
-    assert inputs["loggingConfig"]["logGroup"] == log_group["inputs"]["name"]
+    (log_group,) = [
+        item
+        for item in plan
+        if item["type"] == "aws:cloudwatch/logGroup:LogGroup"
+        and item["inputs"]["name"] == inputs["loggingConfig"]["logGroup"]
+    ]
+    assert log_group["parent"] == function["parent"]
     assert log_group["inputs"]["kmsKeyId"] == _one(plan, "aws:kms/key:Key")["outputs"]["arn"]
 
 
@@ -141,7 +146,13 @@ def test_report_runs_daily_on_a_schedule_that_may_invoke_only_it(
     assert json.loads(policy["inputs"]["policy"])["Statement"] == [
         {"Effect": "Allow", "Action": "lambda:InvokeFunction", "Resource": function_arn}
     ]
-    alarm = _one(plan, "aws:cloudwatch/metricAlarm:MetricAlarm")["inputs"]
+    (alarm,) = [
+        item["inputs"]
+        for item in plan
+        if item["type"] == "aws:cloudwatch/metricAlarm:MetricAlarm"
+        and item["inputs"].get("dimensions")
+        == {"FunctionName": _one(plan, "aws:lambda/function:Function")["outputs"]["name"]}
+    ]
     assert (alarm["namespace"], alarm["metricName"]) == ("AWS/Lambda", "Errors")
     assert alarm["alarmActions"] == [_topic_arn(plan)]
 

@@ -37,7 +37,7 @@ def test_plan_lists_the_shared_components(plan_for, stack: str) -> None:
 
 
 def test_unknown_stack_names_the_known_ones() -> None:
-    with pytest.raises(PlanError, match="no stack file stacks/Pulumi.nope.yaml; stacks: .*small"):
+    with pytest.raises(PlanError, match=r"no stack file stacks/Pulumi\.nope\.yaml; stacks: .*small"):
         capture_plan("nope")
 
 
