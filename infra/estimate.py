@@ -138,9 +138,8 @@ def compute_items(
         price = prices.instance(region, pool.instance_type)
         hourly = price.spot_hourly if pool.capacity == "spot" else price.on_demand_hourly
         instance_hours = pool.count * pool.hours_per_month
-        label = (
-            f"{pool.name}: {pool.count:g} x {pool.instance_type} {pool.capacity}, {pool.hours_per_month:g} h"
-        )
+        hours = f"{pool.hours_per_month:.0f} h"
+        label = f"{pool.name}: {pool.count:g} x {pool.instance_type} {pool.capacity}, {hours}"
         items.append(_item(group, label, instance_hours, "instance-hour", hourly))
         if pool.root_volume_gb:
             # A volume lives as long as its instance: GB-months scale with the share of the month it runs.

@@ -138,3 +138,40 @@ def format_checks(checks: list[QuotaCheck], region: str) -> str:
     else:
         lines.append("All quotas cover the stack (other workloads in the account share them).")
     return "\n".join(lines)
+
+
+def run(stack: str, client: Any) -> tuple[bool, str]:
+    """(all quotas cover the stack, the report) for a stack's config, reading quotas through `client`."""
+    from infra.cost_inputs import capacity_pools, offline_config
+    from infra.pricing.table import load_prices
+
+    config = offline_config(stack)
+    checks = check_quotas(client, capacity_pools(config), config.region, load_prices())
+    return all(check.ok for check in checks), format_checks(checks, config.region)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    import boto3
+
+    from infra.config import StackConfigError
+    from infra.cost_inputs import offline_config
+    from infra.plan import PlanError
+
+    parser = argparse.ArgumentParser(prog="python -m infra.preflight", description=__doc__.splitlines()[0])
+    parser.add_argument("stack", help="stack name: stacks/Pulumi.<stack>.yaml holds its config")
+    args = parser.parse_args(argv)
+    try:
+        region = offline_config(args.stack).region
+        ok, report = run(args.stack, boto3.client("service-quotas", region_name=region))
+    except (PlanError, StackConfigError, PreflightError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(report)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
