@@ -269,6 +269,15 @@ class StackConfig(_Section):
                 raise ValueError(f"'{key}' is not a valid AWS tag key")
         return value
 
+    @classmethod
+    def sections(cls) -> tuple[str, ...]:
+        """The nested sections (`network`, `storage`, ...), in declaration order."""
+        return tuple(
+            name
+            for name, field in cls.model_fields.items()
+            if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+        )
+
     def job_config(self, input_uri: str, output_uri: str, *, stack: str | None = None) -> JobConfig:
         """The job's config for one run: the stack's model and overrides, reading and writing these URIs.
 

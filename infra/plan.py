@@ -18,6 +18,7 @@ import os
 import runpy
 import subprocess
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -74,10 +75,18 @@ def _region(values: dict[str, str]) -> str:
     return values.get(f"{PROJECT}:region") or values.get("aws:region") or DEFAULT_REGION
 
 
-def run_program(stack: str) -> list[dict[str, Any]]:
-    """Run the program under mocks in this process and return its registrations in order.
+def run_under_mocks(
+    build: Callable[[], object],
+    *,
+    stack: str,
+    region: str = DEFAULT_REGION,
+    config: Mapping[str, str] | None = None,
+    secret_keys: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """Run `build` (a program, or a test's few components) under the plan's mocks; its registrations, sorted.
 
-    Call once per process: the Pulumi runtime's settings are process-global.
+    Safe to call repeatedly in one process (component tests do): each call sets fresh config and mocks first,
+    since resources registered before `set_mocks` would be dropped.
     """
     from pulumi.runtime import set_all_config, set_mocks
     from pulumi.runtime.stack import run_pulumi_func
@@ -85,11 +94,27 @@ def run_program(stack: str) -> list[dict[str, Any]]:
 
     from infra.plan_mocks import PlanMocks, RecordingMonitor
 
-    values, secret_keys = read_stack_config(stack)
-    set_all_config(values, secret_keys)
-    mocks = PlanMocks(region=_region(values))
+    set_all_config(dict(config or {}), list(secret_keys))
+    mocks = PlanMocks(region=region)
     monitor = RecordingMonitor(mocks)
     set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
+
+    def program() -> None:
+        build()  # what it returns (a component, say) is of no interest; its registrations are
+
+    _sync_await(run_pulumi_func(program))
+    # Registrations arrive in whatever order their inputs resolve; sort so two runs of a plan compare equal.
+    return sorted(
+        (asdict(registration) for registration in monitor.registrations), key=lambda item: item["urn"]
+    )
+
+
+def run_program(stack: str) -> list[dict[str, Any]]:
+    """Run the Pulumi program under mocks with the stack's config, in this process; its registrations.
+
+    Call once per process: a program's module-level state (and Pulumi's) is not meant to run twice.
+    """
+    values, secret_keys = read_stack_config(stack)
 
     def program() -> None:
         # As Pulumi's Python host runs `main: infra/`: from that folder, with it first on sys.path.
@@ -100,10 +125,8 @@ def run_program(stack: str) -> list[dict[str, Any]]:
         finally:
             os.chdir(cwd)
 
-    _sync_await(run_pulumi_func(program))
-    # Registrations arrive in whatever order their inputs resolve; sort so two runs of a plan compare equal.
-    return sorted(
-        (asdict(registration) for registration in monitor.registrations), key=lambda item: item["urn"]
+    return run_under_mocks(
+        program, stack=stack, region=_region(values), config=values, secret_keys=secret_keys
     )
 
 
@@ -124,7 +147,7 @@ def capture_plan(stack: str) -> list[dict[str, Any]]:
 
 
 def render_tree(plan: list[dict[str, Any]]) -> str:
-    """Each resource under its parent: `type  name`, components first in registration order."""
+    """Each resource under its parent (`type  name`, by URN); Kubernetes objects with their manifests."""
     children: dict[str | None, list[dict[str, Any]]] = {}
     urns = {item["urn"] for item in plan}
     for item in plan:
@@ -135,6 +158,10 @@ def render_tree(plan: list[dict[str, Any]]) -> str:
     def walk(parent: str | None, depth: int) -> None:
         for item in children.get(parent, []):
             lines.append(f"{'  ' * depth}{'+' if item['custom'] else '*'} {item['type']}  {item['name']}")
+            if item["custom"] and item["type"].startswith("kubernetes:") and item["inputs"]:
+                # Kubernetes objects are shown whole: their manifest is what the cluster will be asked to run.
+                manifest = yaml.safe_dump(item["inputs"], sort_keys=False).rstrip().splitlines()
+                lines.extend(f"{'  ' * (depth + 2)}{line}" for line in manifest)
             walk(item["urn"], depth + 1)
 
     walk(None, 0)

@@ -301,6 +301,7 @@ class Registration:
     custom: bool
     provider: str | None
     inputs: dict[str, Any]
+    ignore_changes: list[str] = field(default_factory=list)
     id: str | None = None
     outputs: dict[str, Any] = field(default_factory=dict)
 
@@ -328,6 +329,7 @@ class RecordingMonitor(MockMonitor):
                 # A provider reference is "<provider urn>::<provider id>".
                 provider=request.provider.rsplit("::", 1)[0] if request.provider else None,
                 inputs=mask_secrets(rpc.deserialize_properties(request.object)),
+                ignore_changes=list(request.ignoreChanges),
                 # Components have no id or outputs of their own; the SDK's monitor mocks them like resources.
                 id=self.resources[urn].id if request.custom and urn in self.resources else None,
                 outputs=mask_secrets(state) if request.custom else {},
