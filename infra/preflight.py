@@ -53,6 +53,8 @@ class QuotaCheck:
     needed_vcpus: int
     limit_vcpus: float
     instance_types: tuple[str, ...]
+    # A fallback check: what Karpenter needs to fall back to another type; it does not fail the preflight.
+    fallback: bool = False
 
     @property
     def ok(self) -> bool:
@@ -109,24 +111,54 @@ def quota_value(client: Any, quota: QuotaRef) -> float:
     return float(response["Quota"]["Value"])
 
 
-def check_quotas(client: Any, pools: Iterable[NodePool], region: str, prices: PriceTable) -> list[QuotaCheck]:
+def check_quotas(
+    client: Any,
+    pools: Iterable[NodePool],
+    region: str,
+    prices: PriceTable,
+    fallback: Iterable[NodePool] = (),
+) -> list[QuotaCheck]:
+    """A check per quota the pools use, in quota-code order, and a fallback check where `fallback` adds one.
+
+    A fallback check asks for the required vCPUs of that quota plus one node of its largest fallback type.
+    """
+    needs = needed_vcpus(pools, region, prices)
+    extra: dict[QuotaRef, tuple[int, set[str]]] = {}
+    for pool in fallback:
+        quota = QUOTAS[(family(pool.instance_type), pool.capacity)]
+        vcpus = prices.instance(region, pool.instance_type).vcpus
+        largest, types = extra.get(quota, (0, set()))
+        extra[quota] = (max(largest, vcpus), types | {pool.instance_type})
     checks = []
-    for quota, (vcpus, types) in sorted(
-        needed_vcpus(pools, region, prices).items(), key=lambda kv: kv[0].code
-    ):
-        checks.append(QuotaCheck(quota, vcpus, quota_value(client, quota), tuple(sorted(types))))
+    for quota in sorted(set(needs) | set(extra), key=lambda ref: ref.code):
+        limit = quota_value(client, quota)
+        needed, types = needs.get(quota, (0, set()))
+        if quota in needs:
+            checks.append(QuotaCheck(quota, needed, limit, tuple(sorted(types))))
+        if quota in extra:
+            largest, fallback_types = extra[quota]
+            checks.append(
+                QuotaCheck(quota, needed + largest, limit, tuple(sorted(fallback_types)), fallback=True)
+            )
     return checks
 
 
 def format_checks(checks: list[QuotaCheck], region: str) -> str:
     lines = [f"EC2 vCPU quotas in {region} (what the stack launches at its largest):"]
     for check in checks:
-        status = "ok" if check.ok else "TOO LOW"
+        status = "ok" if check.ok else ("low" if check.fallback else "TOO LOW")
+        what = "to fall back to" if check.fallback else "for"
         lines.append(
             f"  {status:<8} {check.quota.code} {check.quota.name}: need {check.needed_vcpus} vCPUs "
-            f"({', '.join(check.instance_types)}), quota {check.limit_vcpus:g}"
+            f"{what} {', '.join(check.instance_types)}, quota {check.limit_vcpus:g}"
         )
-    short = [check for check in checks if not check.ok]
+    fallback_short = [check for check in checks if check.fallback and not check.ok]
+    if fallback_short:
+        lines.append(
+            "Karpenter cannot fall back to the types marked 'low' (it keeps to the others); raise those "
+            "quotas to let it: " + ", ".join(f"{c.quota.code} to {c.needed_vcpus}" for c in fallback_short)
+        )
+    short = [check for check in checks if not check.ok and not check.fallback]
     if short:
         lines.append("Request these increases before `pulumi up` (GPU requests can take a day or more):")
         for check in short:
@@ -146,8 +178,10 @@ def run(stack: str, client: Any) -> tuple[bool, str]:
     from infra.pricing.table import load_prices
 
     config = offline_config(stack)
-    checks = check_quotas(client, capacity_pools(config), config.region, load_prices())
-    return all(check.ok for check in checks), format_checks(checks, config.region)
+    prices = load_prices()
+    required, fallback = capacity_pools(config, prices)
+    checks = check_quotas(client, required, config.region, prices, fallback)
+    return all(check.ok for check in checks if not check.fallback), format_checks(checks, config.region)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,24 +19,9 @@ from tests.infra.conftest import STACKS
 
 Plan = list[dict[str, Any]]
 
-# The EKS tiers' node groups and Karpenter EC2NodeClass come with the EKS issue; until then their plans have
-# no launch template. Strict: once they do, this xfail turns into a failure and the mark must go.
-_EKS_COMPUTE_PENDING = {"medium", "large"}
-
 
 def _params() -> list[Any]:
-    params = []
-    for stack in STACKS:
-        for check in CHECKS:
-            marks = []
-            if check == "launch-templates" and stack in _EKS_COMPUTE_PENDING:
-                marks.append(
-                    pytest.mark.xfail(
-                        strict=True, raises=NothingMatched, reason="EKS tiers' launch templates not built yet"
-                    )
-                )
-            params.append(pytest.param(stack, check, marks=marks, id=f"{stack}-{check}"))
-    return params
+    return [pytest.param(stack, check, id=f"{stack}-{check}") for stack in STACKS for check in CHECKS]
 
 
 @pytest.mark.parametrize(("stack", "check"), _params())
