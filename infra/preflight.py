@@ -3,6 +3,9 @@
 EC2 counts running (and requested Spot) vCPUs per instance family against a Service Quotas quota, and new
 accounts start GPU families at 0, so `pulumi up` would create everything and then fail at the first GPU node.
 `python -m infra.preflight STACK` reads the quotas first and prints the request to file for each one short.
+
+Tests replay recorded Service Quotas answers through botocore's Stubber: moto's Service Quotas backend
+serves only the `vpc` service code, not EC2's vCPU quotas.
 """
 
 from __future__ import annotations
