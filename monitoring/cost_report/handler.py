@@ -125,11 +125,17 @@ def fetch_daily_cost(ce: Any, day: date, settings: ReportSettings) -> DailyCost:
         for period in page.get("ResultsByTime", []):
             result.estimated = result.estimated or bool(period.get("Estimated", False))
             for group in period.get("Groups", []):
-                service = group["Keys"][0]
-                metric = group["Metrics"][METRIC]
+                try:
+                    service = group["Keys"][0]
+                    metric = group["Metrics"][METRIC]
+                    amount = float(metric["Amount"])
+                except (KeyError, IndexError, TypeError, ValueError) as err:
+                    raise CostReportError(
+                        f"Cost Explorer returned a group without a {METRIC} amount for {day}: {group!r}"
+                    ) from err
                 result.unit = metric.get("Unit", result.unit)
                 # A service can span two pages; add, never overwrite.
-                result.by_service[service] = result.by_service.get(service, 0.0) + float(metric["Amount"])
+                result.by_service[service] = result.by_service.get(service, 0.0) + amount
         token = page.get("NextPageToken") or None
         if token is None:
             return result

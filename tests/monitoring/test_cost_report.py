@@ -250,3 +250,18 @@ def test_bad_event_date_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("THRESHOLD_USD", "1")
     with pytest.raises(cost_report.CostReportError, match="'date' must be YYYY-MM-DD"):
         cost_report.handler({"date": "yesterday"}, None)
+
+
+def test_a_malformed_answer_is_named(moto_reset: str, topic_and_queue: tuple[str, str]) -> None:
+    """moto returns whatever was loaded: a group without the UnblendedCost metric stands for a changed API."""
+    topic_arn, queue_url = topic_and_queue
+    day = date(2026, 11, 25)
+    page = _page(day, {"AWS Lambda": 1.0}, None)
+    page["ResultsByTime"][0]["Groups"][0]["Metrics"] = {"BlendedCost": {"Amount": "1", "Unit": "USD"}}
+    _load_ce_results(moto_reset, [page])
+    settings = cost_report.ReportSettings(cost_center=COST_CENTER, topic_arn=topic_arn, threshold_usd=0)
+    ce = boto3.client("ce", region_name="us-east-1")
+    sns = boto3.client("sns", region_name="us-east-1")
+    with pytest.raises(cost_report.CostReportError, match="without a UnblendedCost amount for 2026-11-25"):
+        cost_report.run_report(ce, sns, settings, day)
+    assert _received(queue_url) == []
