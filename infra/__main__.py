@@ -15,6 +15,7 @@ from infra import aws_context, naming
 from infra.components import storage
 from infra.components.alerts import Alerts, AlertsArgs
 from infra.components.cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
+from infra.components.cost_controls import CostControls, CostControlsArgs
 from infra.components.device_plugin import NvidiaDevicePlugin
 from infra.components.eks_cluster import EksCluster, EksClusterArgs
 from infra.components.image import WorkloadImage, WorkloadImageArgs
@@ -69,6 +70,9 @@ alerts = Alerts(
     "alerts",
     AlertsArgs(stack=stack, context=context, key_arn=key.key_arn, email=config.alert_email),
     aws_opts,
+)
+CostControls(
+    "cost", CostControlsArgs.from_config(stack, config, context, alerts.topic_arn, key.key_arn), aws_opts
 )
 network = Network(
     "network",

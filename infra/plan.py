@@ -1,7 +1,8 @@
 """Offline plan: run the Pulumi program under mocks with a stack's config and show what it would create.
 
-    python -m infra.plan small          # a tree on the terminal
+    python -m infra.plan small          # a tree on the terminal, then the stack's monthly cost estimate
     python -m infra.plan large --json   # a list of {type, name, parent, inputs, ...} objects
+    python -m infra.plan large --estimate-json   # the cost estimate's line items as JSON
 
 The program runs exactly as `pulumi up` would run it (infra/__main__.py as `__main__`, from infra/, with the
 stack's `config:` from stacks/Pulumi.<stack>.yaml), but the engine and the AWS provider are the mocks of
@@ -212,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.plan", description=__doc__.splitlines()[0])
     parser.add_argument("stack", help="stack name: stacks/Pulumi.<stack>.yaml holds its config")
     parser.add_argument("--json", action="store_true", help="print the plan as a JSON list of resources")
+    parser.add_argument(
+        "--estimate-json", action="store_true", help="print the monthly cost estimate as JSON"
+    )
     args = parser.parse_args(argv)
     from infra.config import StackConfigError
 
@@ -220,11 +224,26 @@ def main(argv: list[str] | None = None) -> int:
     except (PlanError, StackConfigError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    from infra.cost_inputs import stack_estimate
+    from infra.estimate import format_estimate
+    from infra.pricing.table import PriceTableError
+
     if args.json:
         json.dump(plan, sys.stdout, indent=1, default=str)
         sys.stdout.write("\n")
+        return 0
+    try:
+        cost = stack_estimate(args.stack, plan)
+    except PriceTableError as error:
+        print(f"error: cost estimate: {error}", file=sys.stderr)
+        return 2
+    if args.estimate_json:
+        json.dump({**cost.model_dump(mode="json"), "total_usd": round(cost.total, 2)}, sys.stdout, indent=1)
+        sys.stdout.write("\n")
     else:
         print(render_tree(plan))
+        print()
+        print(format_estimate(cost))
     return 0
 
 

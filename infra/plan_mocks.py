@@ -13,6 +13,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format
@@ -367,6 +368,21 @@ def mask_secrets(value: Any) -> Any:
         return {key: mask_secrets(item) for key, item in value.items()}
     if isinstance(value, list):
         return [mask_secrets(item) for item in value]
+    return _plain_asset(value)
+
+
+def _plain_asset(value: Any) -> Any:
+    """Assets and archives as data (their repr holds a memory address, so plans would never compare equal)."""
+    from pulumi import asset
+
+    root = Path(__file__).resolve().parent.parent
+    if isinstance(value, asset.AssetArchive):
+        return {"archive": {name: _plain_asset(item) for name, item in sorted(value.assets.items())}}
+    if isinstance(value, asset.FileAsset | asset.FileArchive):
+        path = Path(str(value.path)).resolve()
+        return {"file": str(path.relative_to(root)) if path.is_relative_to(root) else str(path)}
+    if isinstance(value, asset.StringAsset):
+        return {"text": value.text}
     return value
 
 

@@ -12,7 +12,12 @@ import pulumi_aws as aws
 from infra import naming
 from infra.aws_context import AwsContext
 
-_PUBLISHERS = ["cloudwatch.amazonaws.com", "budgets.amazonaws.com", "events.amazonaws.com"]
+_PUBLISHERS = [
+    "cloudwatch.amazonaws.com",
+    "budgets.amazonaws.com",
+    "events.amazonaws.com",
+    "costalerts.amazonaws.com",
+]
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,12 @@ _ADMIN_ACTIONS = [
 # Lets this account's IAM policies grant use of the key (the job's policy names the key's ARN).
 _USE_ACTIONS = ["kms:Encrypt", "kms:Decrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:DescribeKey"]
 # Services that publish to the encrypted alerts topic need to make data keys with it.
-_PUBLISHER_SERVICES = ["cloudwatch.amazonaws.com", "budgets.amazonaws.com", "events.amazonaws.com"]
+_PUBLISHER_SERVICES = [
+    "cloudwatch.amazonaws.com",
+    "budgets.amazonaws.com",
+    "events.amazonaws.com",
+    "costalerts.amazonaws.com",
+]
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,8 @@ def test_cli_prints_a_tree_and_json(plan_for) -> None:
     tree = subprocess.run(
         [sys.executable, "-m", "infra.plan", "small"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout
-    assert tree == render_tree(plan_for("small")) + "\n"
+    # The tree, then the cost estimate (tests/infra/test_cost_inputs.py checks that part).
+    assert tree.startswith(render_tree(plan_for("small")) + "\n\nMonthly cost estimate for stack small")
     assert "aws:s3/bucket:Bucket  storage-bucket" in tree
     listed = json.loads(
         subprocess.run(
