@@ -39,6 +39,9 @@ def test_medium_has_a_managed_spot_gpu_group_and_the_cluster_autoscaler(plan_for
     assert groups["nodes-gpu"]["instanceTypes"] == ["g5.2xlarge"]
     assert groups["nodes-gpu"]["scalingConfig"] == {"minSize": 0, "desiredSize": 0, "maxSize": 2}
     assert groups["nodes-head"]["instanceTypes"] == ["m5.xlarge"]
+    # Both groups join the stack's cluster (the reference is recorded as the cluster's URN).
+    (cluster,) = [item for item in plan if item["type"] == "eks:index:Cluster"]
+    assert groups["nodes-gpu"]["cluster"] == groups["nodes-head"]["cluster"] == cluster["urn"]
 
 
 def test_large_has_karpenter_instead_of_a_gpu_group(plan_for, crds_dir: Path) -> None:
