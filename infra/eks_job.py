@@ -1,10 +1,13 @@
 """The nightly RayJob of the EKS tiers, rendered from the stack's typed config.
 
 `base_rayjob_args` is what the program exports (`rayjob_args`, JSON); the nightly submitter rebuilds it with
-`RayJobArgs.model_validate_json` and renders one night's objects with `night_manifests`.
+`RayJobArgs.model_validate_json` and renders one night's objects with `manifests_for_date` (or
+`night_manifests` for URIs of its own).
 """
 
 from __future__ import annotations
+
+import re
 
 from infra import naming, versions
 from infra.config import StackConfig
@@ -12,6 +15,7 @@ from infra.k8s.common import Manifest
 from infra.k8s.rayjob import HeadSpec, RayJobArgs, WorkerSpec, fit_job_to_workers, for_night, render_job
 
 RAYJOB_NAME = "llm-batch"
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 def base_rayjob_args(config: StackConfig, stack: str, image: str, bucket: str) -> RayJobArgs:
@@ -58,3 +62,16 @@ def base_rayjob_args(config: StackConfig, stack: str, image: str, bucket: str) -
 def night_manifests(base: RayJobArgs, *, run_id: str, input_uri: str, output_uri: str) -> list[Manifest]:
     """The ConfigMap and RayJob of one night, in creation order."""
     return render_job(for_night(base, run_id=run_id, input_uri=input_uri, output_uri=output_uri))
+
+
+def manifests_for_date(base: RayJobArgs, date: str) -> list[Manifest]:
+    """One night's objects for a UTC date (`2026-11-29`): `{date}` in the base input and output filled in,
+    the RayJob named `<base name>-<date>`."""
+    if not _DATE.match(date):
+        raise ValueError(f"date {date!r} must be YYYY-MM-DD")
+    return night_manifests(
+        base,
+        run_id=date,
+        input_uri=base.job.input.uri.replace("{date}", date),
+        output_uri=base.job.output.uri.replace("{date}", date),
+    )

@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from infra import naming, versions
 from infra.aws_context import AwsContext
 from infra.config import StackConfigError, decode_pulumi_values, load_stack_config
-from infra.eks_job import base_rayjob_args, night_manifests
+from infra.eks_job import base_rayjob_args, manifests_for_date, night_manifests
 from infra.k8s.rayjob import RayJobArgs, render_rayjob
 from infra.plan import ROOT, read_stack_config
 from infra.plan_mocks import ACCOUNT_ID
@@ -129,6 +130,18 @@ def test_tier_rayjobs_differ_where_the_tiers_do() -> None:
         assert args.job.metrics.log_group == naming.job_log_group(args.labels["llm-batch.io/stack"])
         assert args.image.endswith(":0.1.0") and ".dkr.ecr." in args.image
         assert args.active_deadline_s == 360 * 60
+
+
+def test_a_date_fills_the_prefixes_and_names_the_run(crds_dir: Path) -> None:
+    config_map, rayjob = manifests_for_date(_base_args("medium"), "2026-11-29")
+    assert_valid(rayjob, crds_dir)
+    assert rayjob["metadata"]["name"] == "llm-batch-2026-11-29"
+    job = yaml.safe_load(config_map["data"]["job.yaml"])
+    assert job["input"]["uri"] == "s3://llm-batch-data-bucket/input/2026-11-29/"
+    assert job["output"]["uri"] == "s3://llm-batch-data-bucket/output/2026-11-29/"
+    assert job["metrics"]["run_id"] == "2026-11-29"
+    with pytest.raises(ValueError, match="must be YYYY-MM-DD"):
+        manifests_for_date(_base_args("medium"), "29/11/2026")
 
 
 def test_ray_version_matches_the_job_image_pin() -> None:
