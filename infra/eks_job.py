@@ -13,6 +13,7 @@ from infra import naming, versions
 from infra.config import StackConfig
 from infra.k8s.common import Manifest
 from infra.k8s.rayjob import HeadSpec, RayJobArgs, WorkerSpec, fit_job_to_workers, for_night, render_job
+from workload.config import build_config
 
 RAYJOB_NAME = "llm-batch"
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -28,19 +29,12 @@ def base_rayjob_args(config: StackConfig, stack: str, image: str, bucket: str) -
         max_replicas=eks.gpu_max_nodes,
     )
     job = config.job_config(
-        input_uri=f"s3://{bucket}/{config.job.input_prefix}",
-        output_uri=f"s3://{bucket}/{config.job.output_prefix}",
+        f"s3://{bucket}/{config.job.input_prefix}", f"s3://{bucket}/{config.job.output_prefix}", stack=stack
     )
-    job = fit_job_to_workers(
-        job.model_copy(
-            update={
-                "metrics": job.metrics.model_copy(
-                    update={"stack": stack, "log_group": naming.job_log_group(stack)}
-                )
-            }
-        ),
-        workers,
-    )
+    if job.metrics.log_group is None:
+        # The pods ship their logs to the stack's job log group, as the small tier's node does.
+        job = build_config(job.model_dump(mode="json"), {"metrics.log_group": naming.job_log_group(stack)})
+    job = fit_job_to_workers(job, workers)
     return RayJobArgs(
         name=RAYJOB_NAME,
         namespace=eks.namespace,
