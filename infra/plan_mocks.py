@@ -35,6 +35,8 @@ class PlanMocks(Mocks):
 
     region: str
     account_id: str = ACCOUNT_ID
+    # Every data-source call as (token, provider reference): tests check none goes to a default provider.
+    calls: list[tuple[str, str]] = field(default_factory=list)
 
     def new_resource(self, args: MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
         outputs = dict(args.inputs)
@@ -51,6 +53,7 @@ class PlanMocks(Mocks):
         return resource_id, outputs
 
     def call(self, args: MockCallArgs) -> dict[str, Any]:  # type: ignore[override]
+        self.calls.append((args.token, args.provider or ""))
         answer = _CALLS.get(args.token)
         if answer is None:
             raise NotImplementedError(

@@ -393,3 +393,16 @@ def test_mocks_answer_for_an_eks_cluster_and_its_kubeconfig() -> None:
     assert json.loads(one(plan, "pulumi:providers:kubernetes")["inputs"]["kubeconfig"]) == config
     assert one(plan, "kubernetes:core/v1:Namespace")["inputs"]["metadata"] == {"name": "llm-batch"}
     assert json.loads(seen["call"])["kind"] == "Config"
+
+
+def test_data_bucket_refuses_a_name_s3_would_reject() -> None:
+    args = DataBucketArgs(
+        stack="a-very-long-stack-name-for-testing",
+        context=CONTEXT,
+        key_arn=KEY_ARN,
+        glacier_after_days=30,
+        noncurrent_expire_days=90,
+        archive_prefixes=["input/"],
+    )
+    with pytest.raises(ValueError, match="longer than S3's 63 characters"):
+        plan_of(lambda: DataBucket("storage", args))

@@ -76,7 +76,7 @@ def test_pulumi_strings_are_coerced_and_objects_decoded() -> None:
         "aws:region": "eu-west-1",
     }
     values = decode_pulumi_values(raw)
-    assert "hub_token" not in values and "region" not in values
+    assert "hub_token" not in values and values["region"] == "eu-west-1"
     config = load_stack_config("small", values)
     assert config.cost_center == "0042"
     assert config.network.az_count == 3 and config.network.single_nat_gateway is False
@@ -207,3 +207,13 @@ def test_readme_documents_every_shared_key() -> None:
         assert isinstance(model, type) and issubclass(model, BaseModel)
         expected |= {f"{section}.{key}" for key in model.model_fields}
     assert expected - documented == set(), "README's stack config table misses keys"
+
+
+def test_region_from_aws_region_unless_they_disagree() -> None:
+    assert "region" not in decode_pulumi_values({"llm-batch:tier": "small"})
+    same = {"aws:region": "eu-west-1", "llm-batch:region": "eu-west-1"}
+    assert decode_pulumi_values(same)["region"] == "eu-west-1"
+    with pytest.raises(
+        StackConfigError, match="llm-batch:region: 'us-east-1' differs from aws:region 'eu-west-1'"
+    ):
+        decode_pulumi_values({"aws:region": "eu-west-1", "llm-batch:region": "us-east-1"})

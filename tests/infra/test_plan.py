@@ -13,6 +13,8 @@ import yaml
 from infra import plan as plan_module
 from infra.config import StackConfigError
 from infra.plan import ROOT, PlanError, capture_plan, render_tree, run_program
+from infra.plan_mocks import PlanMocks
+from infra.policy import main as policy_main
 from tests.infra.conftest import STACKS
 
 SHARED_COMPONENTS = {
@@ -145,3 +147,23 @@ def test_bad_stack_config_stops_the_plan_naming_the_key(
         run_program("bad")
     assert "llm-batch:cost_center: Field required" in str(caught.value)
     assert "llm-batch:network.az_count: Input should be greater than or equal to 2" in str(caught.value)
+
+
+def test_every_lookup_goes_through_the_stack_provider() -> None:
+    """Data sources (caller identity, zones, the AMI) use the tagged, regional provider, not a default."""
+    mocks = PlanMocks(region="us-east-1")
+    plan = run_program("small", mocks=mocks)
+    provider = next(item for item in plan if item["name"] == "providers-aws")
+    tokens = {token for token, _ in mocks.calls}
+    assert {
+        "aws:index/getCallerIdentity:getCallerIdentity",
+        "aws:index/getAvailabilityZones:getAvailabilityZones",
+        "aws:ssm/getParameter:getParameter",
+    } <= tokens
+    assert all(reference.startswith(provider["urn"] + "::") for _, reference in mocks.calls), mocks.calls
+
+
+def test_policy_cli_reports_each_check(capsys: pytest.CaptureFixture[str]) -> None:
+    assert policy_main(["small"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[0] for line in out.splitlines()] == ["ok"] * 5
