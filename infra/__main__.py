@@ -218,11 +218,11 @@ if config.tier in ("medium", "large"):
     pulumi.export("submitter_security_group_id", cluster.submitter_security_group_id)
     pulumi.export("job_role_arn", identity.role_arn)
     pulumi.export("job_namespace", eks.namespace)
-    # What the nightly submitter renders each night's RayJob from (infra.eks_job.night_manifests).
+    # What the nightly submitter renders each night's RayJob from (infra.eks_job.manifests_for_date).
     pulumi.export(
         "rayjob_args",
-        data.bucket_name.apply(
-            lambda bucket: base_rayjob_args(config, stack, image, bucket).model_dump_json()
+        pulumi.Output.all(data.bucket_name, secrets.hub_token_arn).apply(
+            lambda values: base_rayjob_args(config, stack, image, values[0], values[1]).model_dump_json()
         ),
     )
 

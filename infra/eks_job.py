@@ -19,7 +19,9 @@ RAYJOB_NAME = "llm-batch"
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
-def base_rayjob_args(config: StackConfig, stack: str, image: str, bucket: str) -> RayJobArgs:
+def base_rayjob_args(
+    config: StackConfig, stack: str, image: str, bucket: str, hub_token_secret_arn: str | None = None
+) -> RayJobArgs:
     """The RayJob every night starts from; input and output carry the `{date}` the night fills in."""
     eks = config.eks
     autoscaling = eks.karpenter_enabled
@@ -50,6 +52,7 @@ def base_rayjob_args(config: StackConfig, stack: str, image: str, bucket: str) -
         ttl_after_finished_s=eks.job_ttl_after_finished_s,
         protect_from_consolidation=eks.karpenter_enabled,
         labels={"llm-batch.io/stack": stack},
+        hub_token_secret_arn=hub_token_secret_arn,
     )
 
 
