@@ -263,3 +263,16 @@ def test_is_taggable_reads_the_provider_schema() -> None:
     assert policy.is_taggable("aws:s3/bucket:Bucket")
     assert not policy.is_taggable("aws:s3/bucketPolicy:BucketPolicy")
     assert not policy.is_taggable("kubernetes:core/v1:Namespace")
+
+
+def test_cost_tags_check_karpenter_node_classes() -> None:
+    def node_class(tags: dict[str, str]) -> dict[str, Any]:
+        return {
+            "type": "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass",
+            "name": "gpu",
+            "custom": True,
+            "inputs": {"spec": {"tags": tags}},
+        }
+
+    assert "gpu: launched nodes get no CostCenter tag" in _problems("cost-tags", [node_class({"Team": "ml"})])
+    assert _problems("cost-tags", [node_class({"CostCenter": "ml-platform"})]) == ""
