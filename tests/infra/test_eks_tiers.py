@@ -179,6 +179,8 @@ def test_bad_eks_config_names_the_key(eks: dict[str, Any], message: str) -> None
 def test_large_worker_count_must_fit_the_pool_gpu_limit() -> None:
     with pytest.raises(StackConfigError, match=r"gpu_max_nodes x worker_size.gpus \(20\) is more than"):
         load_stack_config("large", {"cost_center": "ml", "eks": {"gpu_max_nodes": 20}})
+    with pytest.raises(StackConfigError, match=r"gpu_min_workers \(9\) is more than gpu_max_nodes \(8\)"):
+        load_stack_config("large", {"cost_center": "ml", "eks": {"gpu_min_workers": 9}})
     with pytest.raises(StackConfigError, match=r"worker_size .* fits no node of node_pool.instance_types"):
         load_stack_config(
             "large",
