@@ -244,11 +244,11 @@ if config.tier in ("medium", "large"):
     pulumi.export("submitter_security_group_id", cluster.submitter_security_group_id)
     pulumi.export("job_role_arn", identity.role_arn)
     pulumi.export("job_namespace", eks.namespace)
-    # What the nightly submitter renders each night's RayJob from (infra.eks_job.night_manifests).
+    # What the nightly submitter renders each night's RayJob from (infra.eks_job.manifests_for_date).
     pulumi.export(
         "rayjob_args",
-        pulumi.Output.all(data.bucket_name, image.image_ref).apply(
-            lambda values: base_rayjob_args(config, stack, values[1], values[0]).model_dump_json()
+        pulumi.Output.all(data.bucket_name, image.image_ref, secrets.hub_token_arn).apply(
+            lambda values: base_rayjob_args(config, stack, values[1], values[0], values[2]).model_dump_json()
         ),
     )
 

@@ -180,6 +180,7 @@ def controller_policy(
                 "Sid": "RegionalReads",
                 "Effect": "Allow",
                 "Action": [
+                    "ec2:DescribeAvailabilityZones",
                     "ec2:DescribeCapacityReservations",
                     "ec2:DescribeImages",
                     "ec2:DescribeInstances",

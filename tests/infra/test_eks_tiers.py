@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from infra import naming, versions
 from infra.aws_context import AwsContext
 from infra.components.image import WorkloadImageArgs
 from infra.config import StackConfigError, decode_pulumi_values, load_stack_config
-from infra.eks_job import base_rayjob_args, night_manifests
+from infra.eks_job import base_rayjob_args, manifests_for_date, night_manifests
 from infra.k8s.rayjob import RayJobArgs, render_rayjob
 from infra.plan import ROOT, read_stack_config
 from infra.plan_mocks import ACCOUNT_ID
@@ -40,6 +41,9 @@ def test_medium_has_a_managed_spot_gpu_group_and_the_cluster_autoscaler(plan_for
     assert groups["nodes-gpu"]["instanceTypes"] == ["g5.2xlarge"]
     assert groups["nodes-gpu"]["scalingConfig"] == {"minSize": 0, "desiredSize": 0, "maxSize": 2}
     assert groups["nodes-head"]["instanceTypes"] == ["m5.xlarge"]
+    # Both groups join the stack's cluster (the reference is recorded as the cluster's URN).
+    (cluster,) = [item for item in plan if item["type"] == "eks:index:Cluster"]
+    assert groups["nodes-gpu"]["cluster"] == groups["nodes-head"]["cluster"] == cluster["urn"]
 
 
 def test_large_has_karpenter_instead_of_a_gpu_group(plan_for, crds_dir: Path) -> None:
@@ -130,6 +134,18 @@ def test_tier_rayjobs_differ_where_the_tiers_do() -> None:
         assert args.active_deadline_s == 360 * 60
 
 
+def test_a_date_fills_the_prefixes_and_names_the_run(crds_dir: Path) -> None:
+    config_map, rayjob = manifests_for_date(_base_args("medium"), "2026-11-29")
+    assert_valid(rayjob, crds_dir)
+    assert rayjob["metadata"]["name"] == "llm-batch-2026-11-29"
+    job = yaml.safe_load(config_map["data"]["job.yaml"])
+    assert job["input"]["uri"] == "s3://llm-batch-data-bucket/input/2026-11-29/"
+    assert job["output"]["uri"] == "s3://llm-batch-data-bucket/output/2026-11-29/"
+    assert job["metrics"]["run_id"] == "2026-11-29"
+    with pytest.raises(ValueError, match="must be YYYY-MM-DD"):
+        manifests_for_date(_base_args("medium"), "29/11/2026")
+
+
 def test_ray_version_matches_the_job_image_pin() -> None:
     """KubeRay configures the cluster for `rayVersion`; it must be the Ray the image installs."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -165,6 +181,8 @@ def test_bad_eks_config_names_the_key(eks: dict[str, Any], message: str) -> None
 def test_large_worker_count_must_fit_the_pool_gpu_limit() -> None:
     with pytest.raises(StackConfigError, match=r"gpu_max_nodes x worker_size.gpus \(20\) is more than"):
         load_stack_config("large", {"cost_center": "ml", "eks": {"gpu_max_nodes": 20}})
+    with pytest.raises(StackConfigError, match=r"gpu_min_workers \(9\) is more than gpu_max_nodes \(8\)"):
+        load_stack_config("large", {"cost_center": "ml", "eks": {"gpu_min_workers": 9}})
     with pytest.raises(StackConfigError, match=r"worker_size .* fits no node of node_pool.instance_types"):
         load_stack_config(
             "large",
