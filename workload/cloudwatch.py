@@ -120,6 +120,7 @@ class CloudWatchMetrics:
         self._lock = threading.Lock()  # guards the buffers below
         self._publish_lock = threading.Lock()  # one publication at a time (thread vs run_complete/close)
         self._window: list[BatchReport] = []
+        self._rejected = 0  # rows refused by validation since the last publication
         self._gpu_window: list[GpuSample] = []
         self._durations: list[float] = []
         self._heartbeat = heartbeat
@@ -148,6 +149,10 @@ class CloudWatchMetrics:
                     total_tokens=batch.input_tokens + batch.output_tokens,
                 )
             )
+
+    def rows_rejected(self, count: int) -> None:
+        with self._lock:
+            self._rejected += count
 
     def run_complete(self, summary: dict[str, Any]) -> None:
         """Publish the last interval and the run's totals; the run has ended, so the heartbeat stops."""
@@ -220,12 +225,13 @@ class CloudWatchMetrics:
         with self._publish_lock:
             with self._lock:
                 batches, self._window = self._window, []
+                rejected, self._rejected = self._rejected, 0
                 gpu = mean_sample(self._gpu_window)
                 self._gpu_window = []
             datums: list[dict[str, Any]] = []
-            if self._heartbeat or batches:
+            if self._heartbeat or batches or rejected:
                 rows_ok = sum(batch.rows_ok for batch in batches)
-                rows_failed = sum(batch.rows_failed for batch in batches)
+                rows_failed = rejected + sum(batch.rows_failed for batch in batches)
                 datums += self._datums(mn.ROWS_PROCESSED, rows_ok + rows_failed)
                 datums += self._datums(mn.ROWS_OK, rows_ok) + self._datums(mn.ROWS_FAILED, rows_failed)
             if batches:

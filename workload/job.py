@@ -147,6 +147,7 @@ class _ShardCommitter:
             row = self.rows_by_pos[item["_pos"]]
             buffer = self.buffers[row.position // shard_rows]
             buffer.received += 1
+            engine_batches[item.get("batch_uuid") or ""].append(item)
             message = item.get("__inference_error__") or ""
             if message:
                 buffer.errors.append(row.failed(classify_inference_error(message), message))
@@ -165,19 +166,22 @@ class _ShardCommitter:
             )
             ok += 1
             out_tokens += num_out
-            engine_batches[item.get("batch_uuid") or ""].append(item)
         for items in engine_batches.values():
-            self.metrics.batch_complete(
-                BatchReport(
-                    duration_s=max(float(i.get("time_taken_llm") or 0.0) for i in items),
-                    rows_ok=len(items),
-                    rows_failed=0,
-                    input_tokens=sum(int(i["num_input_tokens"]) for i in items),
-                    output_tokens=sum(int(i["num_generated_tokens"]) for i in items),
-                )
-            )
+            self.metrics.batch_complete(_batch_report(items))
         self.commit_ready()
         return ok, failed, out_tokens
+
+
+def _batch_report(items: list[dict[str, Any]]) -> BatchReport:
+    """One engine batch as received: its latency is its slowest row's time in the engine."""
+    succeeded = [i for i in items if not i.get("__inference_error__")]
+    return BatchReport(
+        duration_s=max((float(i.get("time_taken_llm") or 0.0) for i in succeeded), default=0.0),
+        rows_ok=len(succeeded),
+        rows_failed=len(items) - len(succeeded),
+        input_tokens=sum(int(i["num_input_tokens"] or 0) for i in succeeded),
+        output_tokens=sum(int(i["num_generated_tokens"] or 0) for i in succeeded),
+    )
 
 
 def _run_engine(committer: _ShardCommitter, config: JobConfig, progress: Progress, stop: Any) -> bool:
@@ -227,7 +231,9 @@ def run_job(config: JobConfig) -> RunOutcome:
     completed = True
     with StopSignal(config.resume.grace_period_s) as stop:
         committer = _ShardCommitter(store, config, validated, pending, attempt, metrics)
-        progress.advance(0, sum(len(b.errors) for b in committer.buffers.values()), 0)
+        rejected = sum(len(b.errors) for b in committer.buffers.values())
+        progress.advance(0, rejected, 0)
+        metrics.rows_rejected(rejected)
         committer.commit_ready()  # shards with no valid rows (only bad ones) commit at once
         if committer.buffers and not stop.stopped:
             with ray_session(config.device):

@@ -243,3 +243,14 @@ def test_publishing_failures_never_crash_the_job(
     messages = [record.getMessage() for record in caplog.records]
     assert any("could not publish" in message for message in messages)
     assert any("could not create log stream" in message for message in messages)
+
+
+def test_rows_rejected_by_validation_count_as_failed_without_a_latency(moto_reset: str) -> None:
+    metrics = CloudWatchMetrics(_config(log_group=None), RUN)
+    metrics.rows_rejected(4)
+    metrics.batch_complete(BatchReport(duration_s=2.0, rows_ok=6, rows_failed=1, input_tokens=60, output_tokens=120))
+    metrics.run_complete({**SUMMARY, "rows_in": 11, "rows_ok": 6, "rows_failed": 5})
+    metrics.close()
+    assert sum(_values(mn.ROWS_FAILED, stack_only=True)) == 5  # the error-ratio alarm sees both kinds
+    assert sum(_values(mn.ROWS_PROCESSED, stack_only=True)) == 11
+    assert _values(mn.BATCH_LATENCY_P95, stack_only=True, stat="Maximum") == [pytest.approx(2.0)]
