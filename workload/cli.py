@@ -9,9 +9,9 @@ from collections import Counter
 from typing import Any
 
 from workload.config import ConfigError, JobConfig, load_config
+from workload.entrypoint import ENTRYPOINT
 
-# The image's entrypoint and the end-to-end tests both run the job through this module.
-ENTRYPOINT = ["python", "-m", "workload"]
+__all__ = ["ENTRYPOINT", "main"]
 
 EXIT_BAD_CONFIG = 2
 EXIT_OUTPUT_MISMATCH = 3
