@@ -213,6 +213,7 @@ def run_job(config: JobConfig) -> RunOutcome:
 
     started = time.monotonic()
     store = OutputStore(config.output.uri)
+    store.clear_failure()
     validated = read_input(config.input, config.sampling)
     manifest, attempt = _start_attempt(store, config, validated.rows_in)
     failpoints.reached(failpoints.ATTEMPT_STARTED)

@@ -5,6 +5,7 @@ Layout under the output URI:
     errors/part-<shard>.jsonl        committed error records of one shard (only when it has any)
     _commits/shard-<shard>.json      the commit marker: a shard exists for readers once its marker does
     _pending/...                     parts written before their marker; never read as results
+    _failed.json                     the last attempt failed (why); removed when an attempt starts
     _manifest.json                   what the output was made with (config hash, input fingerprint, attempts)
     summary.json                     written last, once every shard is committed
 
@@ -44,6 +45,7 @@ COMMITS = "_commits"
 PENDING = "_pending"
 MANIFEST = "_manifest.json"
 SUMMARY = "summary.json"
+FAILURE = "_failed.json"  # what the nightly state machine watches for, beside summary.json
 
 
 def utc_now() -> str:
@@ -106,7 +108,7 @@ class OutputStore:
         """Delete everything the job writes here (an explicit restart); nothing else below the URI."""
         for folder in (RESULTS, ERRORS, COMMITS, PENDING):
             delete_tree(self._at(folder))
-        for name in (MANIFEST, SUMMARY):
+        for name in (MANIFEST, SUMMARY, FAILURE):
             delete_file(self._at(name))
 
     # --- shards -------------------------------------------------------------------------------------------
@@ -176,6 +178,15 @@ class OutputStore:
         return commit
 
     # --- the end ------------------------------------------------------------------------------------------
+    def write_failure(self, error_type: str, message: str) -> None:
+        self._write_json(FAILURE, {"error_type": error_type, "error_message": message, "failed_at": utc_now()})
+
+    def clear_failure(self) -> None:
+        delete_file(self._at(FAILURE))
+
+    def read_failure(self) -> dict[str, Any] | None:
+        return self._read_json(FAILURE)
+
     def read_summary(self) -> dict[str, Any] | None:
         return self._read_json(SUMMARY)
 
