@@ -28,9 +28,8 @@ from infra.k8s.common import check_dns_label, quantity_value
 from infra.k8s.instance_types import shape_of
 from infra.k8s.karpenter import NodePoolArgs
 from infra.k8s.rayjob import PodSize
-from workload import entrypoint
-
 from monitoring.alarms import AlarmThresholds
+from workload import entrypoint
 from workload.config import DEFAULT_METRICS_NAMESPACE, JobConfig, build_config
 
 Tier = Literal["small", "medium", "large"]

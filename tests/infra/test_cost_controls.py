@@ -15,6 +15,7 @@ from infra.components.cost_controls import REPORT_SOURCE, anomaly_specification,
 from infra.config import load_stack_config
 from infra.plan import read_stack_config
 from tests.infra.conftest import STACKS
+from tests.infra.plan_select import component, only_child, stack_key
 
 Plan = list[dict[str, Any]]
 
@@ -27,9 +28,8 @@ def _config(stack: str) -> Any:
 
 
 def _one(plan: Plan, typ: str) -> dict[str, Any]:
-    found = [item for item in plan if item["type"] == typ]
-    assert len(found) == 1, f"expected one {typ}, found {len(found)}"
-    return found[0]
+    """The one `typ` of the program's CostControls component (other components make log groups, alarms...)."""
+    return only_child(plan, component(plan, "llmbatch:cost_controls:CostControls", "cost"), typ)
 
 
 def _topic_arn(plan: Plan) -> str:
@@ -123,7 +123,7 @@ def test_report_function_pinned_runtime_env_from_the_stack_and_least_privilege_r
         and item["inputs"]["name"] == inputs["loggingConfig"]["logGroup"]
     ]
     assert log_group["parent"] == function["parent"]
-    assert log_group["inputs"]["kmsKeyId"] == _one(plan, "aws:kms/key:Key")["outputs"]["arn"]
+    assert log_group["inputs"]["kmsKeyId"] == stack_key(plan)["outputs"]["arn"]
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -20,6 +20,7 @@ from infra.components.image import DOCKERFILE, REPO_ROOT, WorkloadImageArgs, lif
 from infra.config import StackConfig, StackConfigError, decode_pulumi_values, load_stack_config
 from infra.plan import PROGRAM_DIR, read_stack_config
 from tests.infra.conftest import STACKS
+from tests.infra.plan_select import stack_key
 
 Plan = list[dict[str, Any]]
 
@@ -45,7 +46,8 @@ def _expected_tag() -> str:
 def test_repository_scans_on_push_keeps_tags_immutable_and_encrypts_with_the_stack_key(plan_for, stack: str) -> None:
     plan = plan_for(stack)
     repository = _one(plan, "aws:ecr/repository:Repository")
-    key = _one(plan, "aws:kms/key:Key")
+    # The stack's own key, not the large tier's us-east-1 key for its billing-alarm topic.
+    key = stack_key(plan)
     inputs = repository["inputs"]
     assert inputs["imageTagMutability"] == "IMMUTABLE"
     assert inputs["imageScanningConfiguration"] == {"scanOnPush": True}

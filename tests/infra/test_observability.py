@@ -17,9 +17,11 @@ from monitoring import events
 from monitoring.alarms import billing_alarm, job_alarms
 from monitoring.queries import load_queries
 from tests.infra.conftest import STACKS, Plan
+from tests.infra.plan_select import children, component, only_child, stack_key
 from workload import metric_names as mn
 
 ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
+LOG_GROUP = "aws:cloudwatch/logGroup:LogGroup"
 
 
 def _config(stack: str) -> StackConfig:
@@ -41,6 +43,17 @@ def _alerts_topic_arn(plan: Plan, stack: str) -> str:
     return str(_one(plan, "aws:sns/topic:Topic", name=naming.child(stack, "alerts"))["outputs"]["arn"])
 
 
+def _observability(plan: Plan) -> dict[str, Any]:
+    """The program's Observability component; other components (cost controls, Karpenter) make alarms and
+    event rules of their own, which these tests are not about."""
+    return component(plan, "llmbatch:observability:Observability", "observability")
+
+
+def _job_log_group(plan: Plan, stack: str) -> dict[str, Any]:
+    # The cost report's Lambda has a log group of its own; the job's is found by its name.
+    return _one(plan, LOG_GROUP, name=naming.job_log_group(stack))
+
+
 @pytest.fixture(params=STACKS)
 def stack_plan(request: pytest.FixtureRequest, plan_for: Callable[[str], Plan]) -> tuple[str, Plan]:
     return request.param, plan_for(request.param)
@@ -50,7 +63,7 @@ def test_job_alarms_carry_the_configured_thresholds(stack_plan: tuple[str, Plan]
     stack, plan = stack_plan
     config = _config(stack)
     topic = _alerts_topic_arn(plan, stack)
-    alarms = {item["inputs"]["name"]: item["inputs"] for item in _of_type(plan, ALARM)}
+    alarms = {item["inputs"]["name"]: item["inputs"] for item in children(plan, _observability(plan), ALARM)}
     specs = job_alarms(stack, config.monitoring.metrics_namespace, config.monitoring)
     assert {naming.child(stack, key) for key in ("gpu-underused", "batch-latency", "error-ratio", "no-progress")} == {
         naming.child(stack, spec.key) for spec in specs
@@ -74,7 +87,7 @@ def test_large_stack_overrides_reach_the_plan(plan_for: Callable[[str], Plan]) -
     plan = plan_for("large")
     latency = _one(plan, ALARM, name=naming.child("large", "batch-latency"))
     assert latency["inputs"]["threshold"] == 180  # stacks/Pulumi.large.yaml, not the default 120
-    assert _one(plan, "aws:cloudwatch/logGroup:LogGroup")["inputs"]["retentionInDays"] == 90
+    assert _job_log_group(plan, "large")["inputs"]["retentionInDays"] == 90
 
 
 def _alarm_metrics(alarm: dict[str, Any]) -> list[tuple[str, str, dict[str, str]]]:
@@ -90,12 +103,21 @@ def _alarm_metrics(alarm: dict[str, Any]) -> list[tuple[str, str, dict[str, str]
 def test_alarms_watch_what_the_stack_job_publishes(stack_plan: tuple[str, Plan]) -> None:
     """Names from the plan against the job's own config for this stack and its metric table."""
     stack, plan = stack_plan
-    job_metrics = _config(stack).job_config("s3://bucket/input/", "s3://bucket/output/", stack=stack).metrics
+    config = _config(stack)
+    job_metrics = config.job_config("s3://bucket/input/", "s3://bucket/output/", stack=stack).metrics
     published = {metric.name: metric for metric in mn.ALL_METRICS}
-    for item in _of_type(plan, ALARM):
+    # Every job alarm the Observability component makes; the billing alarm watches AWS/Billing by design.
+    job_alarm_items = [
+        item
+        for item in children(plan, _observability(plan), ALARM)
+        if item["inputs"]["name"] != naming.child(stack, "monthly-charges")
+    ]
+    specs = job_alarms(stack, config.monitoring.metrics_namespace, config.monitoring)
+    assert sorted(item["inputs"]["name"] for item in job_alarm_items) == sorted(
+        naming.child(stack, spec.key) for spec in specs
+    )
+    for item in job_alarm_items:
         alarm = item["inputs"]
-        if alarm["name"] == naming.child(stack, "monthly-charges"):
-            continue
         for namespace, name, dimensions in _alarm_metrics(alarm):
             assert namespace == job_metrics.namespace, alarm["name"]
             assert name in published, f"{alarm['name']} watches {name}, which the job never publishes"
@@ -146,19 +168,16 @@ def _billing_key_component(plan: Plan, topic: dict[str, Any]) -> str:
 def test_log_group_queries_and_dashboard(stack_plan: tuple[str, Plan]) -> None:
     stack, plan = stack_plan
     config = _config(stack)
-    group = _one(plan, "aws:cloudwatch/logGroup:LogGroup")["inputs"]
+    group = _job_log_group(plan, stack)["inputs"]
     job_metrics = config.job_config("s3://b/i/", "s3://b/o/", stack=stack).metrics
     assert group["name"] == naming.job_log_group(stack) == job_metrics.log_group
     assert group["retentionInDays"] == config.monitoring.log_retention_days
     # The stack's own key: the one in the program's top-level `kms` component.
-    key = next(
-        item for item in _of_type(plan, "aws:kms/key:Key") if item["parent"].endswith("llmbatch:kms:EncryptionKey::kms")
-    )
-    assert group["kmsKeyId"] == key["outputs"]["arn"]
+    assert group["kmsKeyId"] == stack_key(plan)["outputs"]["arn"]
 
     saved = {
         item["inputs"]["name"]: item["inputs"]
-        for item in _of_type(plan, "aws:cloudwatch/queryDefinition:QueryDefinition")
+        for item in children(plan, _observability(plan), "aws:cloudwatch/queryDefinition:QueryDefinition")
     }
     assert set(saved) == {f"{naming.prefix(stack)}/{query.name}" for query in load_queries()}
     for query in load_queries():
@@ -166,10 +185,11 @@ def test_log_group_queries_and_dashboard(stack_plan: tuple[str, Plan]) -> None:
         assert definition["queryString"] == query.text
         assert definition["logGroupNames"] == [naming.job_log_group(stack)]
 
-    dashboard = _one(plan, "aws:cloudwatch/dashboard:Dashboard")["inputs"]
+    dashboard = only_child(plan, _observability(plan), "aws:cloudwatch/dashboard:Dashboard")["inputs"]
     assert dashboard["dashboardName"] == naming.child(stack, "batch")
     body = json.loads(dashboard["dashboardBody"])
-    alarm_arns = sorted(item["outputs"]["arn"] for item in _of_type(plan, ALARM))
+    # The widget shows the Observability component's alarms (the job's four and the billing alarm).
+    alarm_arns = sorted(item["outputs"]["arn"] for item in children(plan, _observability(plan), ALARM))
     widgets = {widget["properties"]["title"]: widget["properties"] for widget in body["widgets"]}
     assert widgets["Alarms"]["alarms"] == alarm_arns and len(alarm_arns) == 5
     assert widgets["GPU utilisation (%)"]["region"] == config.region
@@ -184,9 +204,11 @@ def test_log_group_queries_and_dashboard(stack_plan: tuple[str, Plan]) -> None:
 
 def test_spot_interruption_warnings_go_to_the_topic(stack_plan: tuple[str, Plan]) -> None:
     stack, plan = stack_plan
-    rule = _one(plan, "aws:cloudwatch/eventRule:EventRule")["inputs"]
+    # Karpenter (large) has EventBridge rules of its own, to its interruption queue; this is the alerts one.
+    rule = only_child(plan, _observability(plan), "aws:cloudwatch/eventRule:EventRule")["inputs"]
+    assert rule["name"] == naming.child(stack, "spot-interruption")
     assert json.loads(rule["eventPattern"]) == events.SPOT_INTERRUPTION_PATTERN
-    target = _one(plan, "aws:cloudwatch/eventTarget:EventTarget")["inputs"]
+    target = only_child(plan, _observability(plan), "aws:cloudwatch/eventTarget:EventTarget")["inputs"]
     assert target["rule"] == rule["name"] and target["arn"] == _alerts_topic_arn(plan, stack)
     assert target["inputTransformer"]["inputPaths"] == events.SPOT_INTERRUPTION_INPUT_PATHS
     # The topic lets EventBridge publish (and the key lets it encrypt), or the warning is dropped silently.
