@@ -238,6 +238,7 @@ def run_job(config: JobConfig) -> RunOutcome:
         committer.commit_ready()  # shards with no valid rows (only bad ones) commit at once
         if committer.buffers and not stop.stopped:
             with ray_session(config.device):
+                stop.install()  # ray.init replaced our SIGTERM handler with one that exits at once
                 completed = _run_engine(committer, config, progress, stop)
             # Stopped by a signal: every shard complete so far is committed; the rest is redone next time.
             completed = completed and not committer.buffers
