@@ -199,6 +199,9 @@ def _run_engine(committer: _ShardCommitter, config: JobConfig, progress: Progres
     block_rows = max(config.batch_size, 1) * 4
     blocks = [table.slice(start, block_rows) for start in range(0, table.num_rows, block_rows)]
     dataset = build_pipeline(ray.data.from_arrow(blocks), config, model_path)
+    # Every ray.init (ours, and the one build_processor makes) installs a SIGTERM handler that exits at once,
+    # without committing: take the signal back just before the work starts.
+    stop.install()
     for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
         ok, failed, out_tokens = committer.take(batch)
         progress.advance(ok, failed, out_tokens)
@@ -213,7 +216,7 @@ def run_job(config: JobConfig) -> RunOutcome:
 
     started = time.monotonic()
     store = OutputStore(config.output.uri)
-    store.clear_failure()
+    store.clear_notes()
     validated = read_input(config.input, config.sampling)
     manifest, attempt = _start_attempt(store, config, validated.rows_in)
     failpoints.reached(failpoints.ATTEMPT_STARTED)
@@ -238,7 +241,6 @@ def run_job(config: JobConfig) -> RunOutcome:
         committer.commit_ready()  # shards with no valid rows (only bad ones) commit at once
         if committer.buffers and not stop.stopped:
             with ray_session(config.device):
-                stop.install()  # ray.init replaced our SIGTERM handler with one that exits at once
                 completed = _run_engine(committer, config, progress, stop)
             # Stopped by a signal: every shard complete so far is committed; the rest is redone next time.
             completed = completed and not committer.buffers
@@ -248,8 +250,14 @@ def run_job(config: JobConfig) -> RunOutcome:
     store.write_manifest(manifest)
     if not completed:
         metrics.close()
-        print(f"[llm-batch] stopped: {len(committer.buffers)} shards left for the next attempt", file=sys.stderr)
-        return RunOutcome(None, interrupted=True, exit_code=StopSignal.EXIT_CODE if interrupted else 1)
+        left = len(committer.buffers)
+        print(f"[llm-batch] stopped: {left} shards left for the next attempt", file=sys.stderr)
+        if interrupted:
+            store.write_interrupted(stop.signal_name or "a signal", left)
+            return RunOutcome(None, interrupted=True, exit_code=StopSignal.EXIT_CODE)
+        # Not a signal and not complete: rows went missing between the engine and the driver (a bug).
+        store.write_failure("IncompleteRun", f"{left} shard(s) never received all their rows")
+        return RunOutcome(None, interrupted=False, exit_code=1)
     summary = build_summary(config, manifest, store.committed())
     failpoints.reached(failpoints.SUMMARY_WRITING)
     store.write_summary(summary)

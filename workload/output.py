@@ -6,6 +6,7 @@ Layout under the output URI:
     _commits/shard-<shard>.json      the commit marker: a shard exists for readers once its marker does
     _pending/...                     parts written before their marker; never read as results
     _failed.json                     the last attempt failed (why); removed when an attempt starts
+    _interrupted.json                the last attempt was stopped by SIGTERM; a rerun resumes
     _manifest.json                   what the output was made with (config hash, input fingerprint, attempts)
     summary.json                     written last, once every shard is committed
 
@@ -45,7 +46,9 @@ COMMITS = "_commits"
 PENDING = "_pending"
 MANIFEST = "_manifest.json"
 SUMMARY = "summary.json"
-FAILURE = "_failed.json"  # what the nightly state machine watches for, beside summary.json
+# What the nightly state machine watches for beside summary.json: the file's name says whether to retry.
+FAILURE = "_failed.json"  # the attempt failed; retrying the same config will not help by itself
+INTERRUPTED = "_interrupted.json"  # stopped by SIGTERM after committing what was finished: retry to resume
 
 
 def utc_now() -> str:
@@ -108,7 +111,7 @@ class OutputStore:
         """Delete everything the job writes here (an explicit restart); nothing else below the URI."""
         for folder in (RESULTS, ERRORS, COMMITS, PENDING):
             delete_tree(self._at(folder))
-        for name in (MANIFEST, SUMMARY, FAILURE):
+        for name in (MANIFEST, SUMMARY, FAILURE, INTERRUPTED):
             delete_file(self._at(name))
 
     # --- shards -------------------------------------------------------------------------------------------
@@ -178,11 +181,29 @@ class OutputStore:
         return commit
 
     # --- the end ------------------------------------------------------------------------------------------
-    def write_failure(self, error_type: str, message: str) -> None:
-        self._write_json(FAILURE, {"error_type": error_type, "error_message": message, "failed_at": utc_now()})
+    def _write_note(self, name: str, reason: str, extra: dict[str, Any]) -> None:
+        # The reason also travels as S3 metadata (ASCII, short), which a Step Functions state can read without
+        # fetching the object's body.
+        short = reason.encode("ascii", "replace").decode()[:900]
+        body = {"reason": reason, **extra, "at": utc_now()}
+        data = json.dumps(body, indent=2, sort_keys=True).encode()
+        write_bytes_atomic(self._at(name), data, metadata={"reason": short})
 
-    def clear_failure(self) -> None:
+    def write_failure(self, error_type: str, message: str) -> None:
+        reason = f"{error_type}: {message}"
+        self._write_note(FAILURE, reason, {"error_type": error_type, "error_message": message})
+
+    def write_interrupted(self, signal_name: str, shards_left: int) -> None:
+        reason = f"stopped by {signal_name} with {shards_left} shard(s) left; a rerun resumes"
+        self._write_note(INTERRUPTED, reason, {"signal": signal_name, "shards_left": shards_left})
+
+    def clear_notes(self) -> None:
+        """A new attempt starts: the last one's failure or interruption note no longer describes the output."""
         delete_file(self._at(FAILURE))
+        delete_file(self._at(INTERRUPTED))
+
+    def read_interrupted(self) -> dict[str, Any] | None:
+        return self._read_json(INTERRUPTED)
 
     def read_failure(self) -> dict[str, Any] | None:
         return self._read_json(FAILURE)

@@ -140,14 +140,15 @@ def read_bytes(location: Location) -> bytes:
         raise _s3_error("read", location, error) from error
 
 
-def write_bytes_atomic(location: Location, data: bytes) -> None:
+def write_bytes_atomic(location: Location, data: bytes, metadata: dict[str, str] | None = None) -> None:
     """Write so that a reader sees the whole file or none of it, even if the process dies mid-write.
 
-    Local: a temporary sibling, fsync, rename (atomic on POSIX). S3: one PUT, which S3 shows only when complete.
+    Local: a temporary sibling, fsync, rename (atomic on POSIX). S3: one PUT, which S3 shows only when complete;
+    `metadata` becomes the object's user metadata there (readers that cannot fetch bodies can still see it).
     """
     try:
         if location.is_s3:
-            _s3_client().put_object(Bucket=location.bucket, Key=location.key, Body=data)
+            _s3_client().put_object(Bucket=location.bucket, Key=location.key, Body=data, Metadata=metadata or {})
             return
         target = Path(location.path)
         target.parent.mkdir(parents=True, exist_ok=True)

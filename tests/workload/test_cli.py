@@ -49,3 +49,4 @@ def test_unreadable_input_fails_fast_and_leaves_a_failure_note(tmp_path: Path) -
     assert "holds no input files" in result.stderr
     failure = json.loads((out / "_failed.json").read_text())
     assert failure["error_type"] == "InputError" and "holds no input files" in failure["error_message"]
+    assert failure["reason"].startswith("InputError: ")

@@ -172,6 +172,9 @@ def test_s3_sigterm_then_kills_then_resume(tmp_path: Path, model_cache: Path, mo
     assert time.monotonic() - signalled < grace + 10, "did not exit within the grace period"
     assert "SIGTERM" in log and output.summary() is None
     output.assert_results_only_from_committed_shards()
+    # The nightly state machine reads why from the object's metadata, and retries on this note.
+    note = s3.head_object(Bucket=bucket, Key="out/_interrupted.json")
+    assert "SIGTERM" in note["Metadata"]["reason"]
 
     attempts = 3
     remaining = 5 - len(output.markers())
@@ -187,3 +190,4 @@ def test_s3_sigterm_then_kills_then_resume(tmp_path: Path, model_cache: Path, mo
     code, log = _run(config)
     assert code == 0, log
     _assert_complete(output, attempts=attempts)
+    assert "_interrupted.json" not in output.names("")
