@@ -51,7 +51,7 @@ def render(file_name: str, substitutions: dict[str, Substitution]) -> dict[str, 
         raise ValueError(f"{file_name}: substitution(s) {', '.join(unused)} are not used by the definition")
     for name, value in substitutions.items():
         if isinstance(value, str) and "'" in value:
-            # Values also land inside intrinsic-function string literals ('...'), where a quote would end them.
+            # Values also land inside intrinsic-function literals ('...'), where a quote would end them.
             raise ValueError(f"{file_name}: substitution {name}={value!r} contains a single quote")
     rendered: dict[str, Any] = _fill(definition, substitutions)
     return rendered

@@ -14,6 +14,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 from urllib.parse import urlparse
 
@@ -115,16 +116,16 @@ def create_small_stack() -> SmallStack:
     topic = sns.create_topic(Name="llm-batch-small-alerts")["TopicArn"]
     sqs = boto3.client("sqs")
     queue_url = sqs.create_queue(QueueName="alerts-inbox")["QueueUrl"]
-    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]
+    queue_arn = attributes["QueueArn"]
     sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn)
     return SmallStack(bucket=bucket, asg=asg, topic_arn=topic, queue_url=queue_url)
 
 
 def create_state_machine(name: str, definition: dict[str, Any]) -> str:
     sfn = boto3.client("stepfunctions")
-    return str(
-        sfn.create_state_machine(name=name, definition=json.dumps(definition), roleArn=ROLE_ARN)["stateMachineArn"]
-    )
+    created = sfn.create_state_machine(name=name, definition=json.dumps(definition), roleArn=ROLE_ARN)
+    return str(created["stateMachineArn"])
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float = 60.0, what: str = "condition") -> None:
@@ -172,7 +173,7 @@ class FakeInstance(threading.Thread):
                 s3.put_object(Bucket=self.stack.bucket, Key=key, Body=json.dumps(document).encode())
                 if file_name == "_interrupted.json":
                     # The state machine consumes the marker before it retries.
-                    wait_for(lambda k=key: _absent(s3, self.stack.bucket, k), what=f"{key} to be consumed")
+                    wait_for(partial(_absent, s3, self.stack.bucket, key), what=f"{key} to be consumed")
         except BaseException as error:  # surfaced by the test through .error
             self.error = error
 

@@ -1,4 +1,4 @@
-"""The nightly state machines as data: valid Amazon States Language, and a graph that always releases the GPUs."""
+"""The nightly state machines as data: valid Amazon States Language and a graph that always releases GPUs."""
 
 from __future__ import annotations
 
@@ -66,7 +66,11 @@ def _validate(definition: dict[str, Any], tmp_path: Path) -> subprocess.Complete
     path = tmp_path / "definition.json"
     path.write_text(json.dumps(definition))
     return subprocess.run(
-        [str(ASL_VALIDATOR), "--json-path", str(path)], capture_output=True, text=True, timeout=60, check=False
+        [str(ASL_VALIDATOR), "--json-path", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
@@ -166,7 +170,8 @@ def test_eks_retries_a_rayjob_that_failed_without_a_marker() -> None:
     ended = graph.states(definition)["RayJobEnded"]
     retry_rule = ended["Choices"][0]
     assert {"Variable": "$.rayjob_status.value.retryable", "BooleanEquals": True} in retry_rule["And"]
-    after = graph.reachable(definition, retry_rule["Next"], blocked=graph.matching(definition, graph.is_release))
+    releases = graph.matching(definition, graph.is_release)
+    after = graph.reachable(definition, retry_rule["Next"], blocked=releases)
     assert "SubmitRayJob" in after
 
 
@@ -194,13 +199,14 @@ def test_sweep_releases_only_when_no_run_is_going(file_name: str) -> None:
     definition = RENDERED[file_name]
     choice = graph.states(definition)["RunGoing"]
     assert choice["Choices"][0]["Variable"] == "$.running.executions[0]"
-    assert not graph.matching(definition, graph.is_release) & graph.reachable(definition, choice["Choices"][0]["Next"])
-    assert graph.matching(definition, graph.is_release) & graph.reachable(definition, choice["Default"])
+    releases = graph.matching(definition, graph.is_release)
+    assert not releases & graph.reachable(definition, choice["Choices"][0]["Next"])
+    assert releases & graph.reachable(definition, choice["Default"])
 
 
 def test_render_refuses_missing_and_unused_substitutions() -> None:
     partial = {key: value for key, value in SMALL_SUBS.items() if key != "AutoScalingGroup"}
-    with pytest.raises(ValueError, match="no value for placeholder.*AutoScalingGroup"):
+    with pytest.raises(ValueError, match=r"no value for placeholder.*AutoScalingGroup"):
         statemachines.render("small.asl.json", partial)
     with pytest.raises(ValueError, match="SubmitFunction are not used"):
         statemachines.render("small.asl.json", {**SMALL_SUBS, "SubmitFunction": "x"})
@@ -233,5 +239,5 @@ def test_format_template_refuses_bad_prefixes(prefix: str, message: str) -> None
 
 
 def test_unknown_definition_file_is_named() -> None:
-    with pytest.raises(FileNotFoundError, match="nope.asl.json"):
+    with pytest.raises(FileNotFoundError, match=r"nope\.asl\.json"):
         statemachines.load("nope.asl.json")

@@ -78,7 +78,8 @@ def test_a_scheduled_run_takes_the_date_of_its_scheduled_time(small_stack: Small
 
 def test_an_interruption_is_retried_on_the_same_output_and_resumes(small_stack: SmallStack) -> None:
     instance = FakeInstance(
-        small_stack, [("_interrupted.json", {"reason": "spot interruption notice"}), ("summary.json", summary())]
+        small_stack,
+        [("_interrupted.json", {"reason": "spot interruption notice"}), ("summary.json", summary())],
     )
     instance.start()
     result = wait_for_end(_start(small_stack, {"date": "2026-11-28"}))
