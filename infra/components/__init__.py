@@ -1,0 +1,1 @@
+"""One ComponentResource per concern; each module's type token is ``llmbatch:<module>:<Name>``."""

@@ -1,0 +1,31 @@
+"""Every version the infrastructure pins, in one place.
+
+Bump here and nowhere else; tests read these constants instead of repeating literals.
+"""
+
+from __future__ import annotations
+
+# Kubernetes control plane (EKS tiers).
+KUBERNETES_VERSION = "1.33"
+
+# Helm charts (EKS tiers): name -> (repository, version).
+HELM_CHARTS: dict[str, tuple[str, str]] = {
+    "kuberay-operator": ("https://ray-project.github.io/kuberay-helm/", "1.4.2"),
+    "karpenter": ("oci://public.ecr.aws/karpenter/karpenter", "1.14.1"),
+}
+
+# GPU AMIs are looked up at deploy time through AWS's public SSM parameters, never pinned by id.
+# The Deep Learning Base OSS Nvidia Driver AMI (Amazon Linux 2023) ships the NVIDIA driver, Docker and the
+# NVIDIA container toolkit, which is all the small tier's node needs to run the job image.
+GPU_AMI_SSM_PARAMETER = (
+    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id"
+)
+# EKS-optimised accelerated AMI family (managed node groups / Karpenter EC2NodeClass alias).
+EKS_GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
+EKS_AMI_ALIAS = "al2023@latest"
+
+# The job image: the image component builds <account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>.
+WORKLOAD_IMAGE_TAG = "0.1.0"
+
+# Lambda runtimes (cost report and any other function).
+LAMBDA_PYTHON_RUNTIME = "python3.12"
