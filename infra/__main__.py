@@ -14,13 +14,21 @@ import pulumi
 from infra import aws_context, naming
 from infra.components import storage
 from infra.components.alerts import Alerts, AlertsArgs
+from infra.components.cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
+from infra.components.device_plugin import NvidiaDevicePlugin
+from infra.components.eks_cluster import EksCluster, EksClusterArgs
 from infra.components.job_access import JobAccess, JobAccessArgs, static_prefix
+from infra.components.job_identity import JobIdentity, JobIdentityArgs
+from infra.components.karpenter import Karpenter, KarpenterArgs
 from infra.components.kms import EncryptionKey, EncryptionKeyArgs
+from infra.components.kuberay import KubeRayOperator
 from infra.components.network import Network, NetworkArgs
+from infra.components.node_groups import NodeGroups, NodeGroupsArgs
 from infra.components.providers import Providers, ProvidersArgs
 from infra.components.secrets import JobSecrets, JobSecretsArgs
 from infra.components.spot_node import SpotNode, SpotNodeArgs
 from infra.config import from_pulumi
+from infra.eks_job import base_rayjob_args
 from workload.config import render_config
 
 stack = pulumi.get_stack()
@@ -127,6 +135,96 @@ if config.tier == "small":
         aws_opts,
     )
     pulumi.export("gpu_group_name", node.group_name)
+
+if config.tier in ("medium", "large"):
+    eks = config.eks
+    cluster_name = naming.prefix(stack)
+    cluster = EksCluster(
+        "eks",
+        EksClusterArgs(
+            cluster_name=cluster_name,
+            version=eks.version,
+            vpc_id=network.vpc_id,
+            private_subnet_ids=network.private_subnet_ids,
+            key_arn=key.key_arn,
+            partition=context.partition,
+            public_access_cidrs=eks.endpoint_public_access_cidrs,
+            job_namespace=eks.namespace,
+            tags=tags,
+        ),
+        aws_opts,
+    )
+    oidc = {"oidc_provider_arn": cluster.oidc_provider_arn, "oidc_provider_url": cluster.oidc_provider_url}
+    nodes = NodeGroups(
+        "nodes",
+        NodeGroupsArgs(
+            cluster=cluster.cluster,
+            cluster_name=cluster_name,
+            private_subnet_ids=network.private_subnet_ids,
+            partition=context.partition,
+            head_instance_type=eks.head_instance_type,
+            head_nodes=eks.head_nodes,
+            volume_gib=eks.node_volume_gib,
+            gpu_instance_type=None if eks.karpenter_enabled else eks.gpu_instance_type,
+            gpu_max_nodes=eks.gpu_max_nodes,
+            tags=tags,
+        ),
+        aws_opts,
+    )
+    # Charts wait for their pods, which need the head nodes.
+    k8s_opts = pulumi.ResourceOptions(provider=providers.aws, depends_on=[nodes])
+    identity = JobIdentity(
+        "job-identity",
+        JobIdentityArgs(eks.namespace, eks.service_account, job_access.policy_arn, **oidc),
+        cluster.provider,
+        k8s_opts,
+    )
+    KubeRayOperator("kuberay", cluster.provider, k8s_opts)
+    NvidiaDevicePlugin("nvidia-device-plugin", cluster.provider, k8s_opts)
+    if eks.karpenter_enabled:
+        Karpenter(
+            "karpenter",
+            KarpenterArgs(
+                cluster_name=cluster_name,
+                context=context,
+                cluster_security_group_id=cluster.cluster_security_group_id,
+                private_subnet_ids=network.private_subnet_ids,
+                subnet_count=config.network.subnet_count,
+                ami_alias=eks.ami_alias,
+                volume_gib=eks.node_volume_gib,
+                node_pool=eks.node_pool,
+                tags=tags,
+                **oidc,
+            ),
+            cluster.provider,
+            k8s_opts,
+        )
+    else:
+        ClusterAutoscaler(
+            "cluster-autoscaler",
+            ClusterAutoscalerArgs(
+                cluster_name=cluster_name,
+                context=context,
+                oidc_provider_arn=cluster.oidc_provider_arn,
+                oidc_provider_url=cluster.oidc_provider_url,
+            ),
+            cluster.provider,
+            k8s_opts,
+        )
+    pulumi.export("cluster_name", cluster.cluster_name)
+    pulumi.export("cluster_endpoint", cluster.endpoint)
+    pulumi.export("oidc_provider_arn", cluster.oidc_provider_arn)
+    pulumi.export("oidc_provider_url", cluster.oidc_provider_url)
+    pulumi.export("submitter_security_group_id", cluster.submitter_security_group_id)
+    pulumi.export("job_role_arn", identity.role_arn)
+    pulumi.export("job_namespace", eks.namespace)
+    # What the nightly submitter renders each night's RayJob from (infra.eks_job.night_manifests).
+    pulumi.export(
+        "rayjob_args",
+        data.bucket_name.apply(
+            lambda bucket: base_rayjob_args(config, stack, image, bucket).model_dump_json()
+        ),
+    )
 
 pulumi.export("tier", config.tier)
 pulumi.export("region", config.region)

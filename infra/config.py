@@ -24,6 +24,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from infra import naming, versions
+from infra.k8s.common import check_dns_label, quantity_value
+from infra.k8s.instance_types import shape_of
+from infra.k8s.karpenter import NodePoolArgs
+from infra.k8s.rayjob import PodSize
 from workload.config import DEFAULT_METRICS_NAMESPACE, JobConfig, build_config
 
 Tier = Literal["small", "medium", "large"]
@@ -92,6 +96,11 @@ class NetworkConfig(_Section):
         return self
 
     @property
+    def subnet_count(self) -> int:
+        """How many private subnets the stack has (known from config, before any resource exists)."""
+        return len(self.existing_private_subnet_ids) or self.az_count
+
+    @property
     def create_vpc(self) -> bool:
         return self.existing_vpc_id is None
 
@@ -126,12 +135,33 @@ class SmallConfig(_Section):
 class EksConfig(_Section):
     version: str = Field(versions.KUBERNETES_VERSION, description="Kubernetes version of the control plane.")
     head_instance_type: str = Field("m5.xlarge", description="On-demand node for the Ray head.")
-    gpu_instance_type: str = Field("g5.2xlarge", description="Spot GPU worker instance type.")
-    gpu_max_nodes: int = Field(2, ge=1, description="Most GPU nodes at once.")
+    head_nodes: int = Field(
+        1, ge=1, le=5, description="On-demand nodes for the Ray head and the operators (KubeRay, Karpenter)."
+    )
+    gpu_instance_type: str = Field("g5.2xlarge", description="Spot GPU worker instance type (managed group).")
+    gpu_max_nodes: int = Field(2, ge=1, description="Most GPU workers at once (one per GPU node).")
+    gpu_min_workers: int = Field(
+        1, ge=0, description="Ray workers a run starts with when Ray autoscales (Karpenter tier)."
+    )
+    node_volume_gib: int = Field(200, ge=50, le=16384, description="Encrypted gp3 root volume of every node.")
+    head_size: PodSize = Field(
+        PodSize(cpu="2", memory="8Gi"), description="Ray head pod requests (= limits)."
+    )
+    worker_size: PodSize = Field(
+        PodSize(cpu="6", memory="24Gi", gpus=1), description="Ray worker pod requests (= limits)."
+    )
+    namespace: str = Field(NAMESPACE, description="Kubernetes namespace of the job's pods.")
+    service_account: str = Field("llm-batch-job", description="Service account the job's pods run as (IRSA).")
+    job_backoff_limit: int = Field(2, ge=0, le=10, description="RayJob retries, each on a fresh cluster.")
+    job_ttl_after_finished_s: int = Field(
+        60, ge=0, le=3600, description="Seconds a finished run's cluster is kept for its logs."
+    )
     endpoint_public_access_cidrs: list[str] = Field(
         default_factory=list, description="CIDRs that may reach the API server; empty: private endpoint only."
     )
     karpenter_enabled: bool = Field(False, description="Karpenter NodePool instead of a managed GPU group.")
+    ami_alias: str = Field(versions.EKS_AMI_ALIAS, description="Pinned AL2023 alias of Karpenter's nodes.")
+    node_pool: NodePoolArgs = Field(NodePoolArgs(), description="Karpenter's Spot-first GPU NodePool.")
 
     @field_validator("endpoint_public_access_cidrs")
     @classmethod
@@ -144,6 +174,56 @@ class EksConfig(_Section):
             if network.prefixlen == 0:
                 raise ValueError(f"{cidr} opens the API server to the internet")
         return value
+
+    @field_validator("namespace", "service_account")
+    @classmethod
+    def _dns_label(cls, value: str, info: Any) -> str:
+        return check_dns_label(value, info.field_name)
+
+    @model_validator(mode="after")
+    def _pods_fit_nodes(self) -> EksConfig:
+        _check_fits(self.head_size, [self.head_instance_type], "head_size", "head_instance_type")
+        if self.karpenter_enabled:
+            _check_fits(
+                self.worker_size, self.node_pool.instance_types, "worker_size", "node_pool.instance_types"
+            )
+            gpus = self.gpu_max_nodes * self.worker_size.gpus
+            if gpus > self.node_pool.gpu_limit:
+                raise ValueError(
+                    f"gpu_max_nodes x worker_size.gpus ({gpus}) is more than node_pool.gpu_limit "
+                    f"({self.node_pool.gpu_limit}): the last workers could never start"
+                )
+            if self.gpu_min_workers > self.gpu_max_nodes:
+                raise ValueError(
+                    f"gpu_min_workers ({self.gpu_min_workers}) is more than gpu_max_nodes "
+                    f"({self.gpu_max_nodes})"
+                )
+        else:
+            _check_fits(self.worker_size, [self.gpu_instance_type], "worker_size", "gpu_instance_type")
+        return self
+
+
+# Room a node keeps for the kubelet, the OS and its daemons (VPC CNI, kube-proxy, device plugin).
+_NODE_RESERVED_CPU = 0.5
+_NODE_MEMORY_SHARE = 0.85
+
+
+def _check_fits(size: PodSize, instance_types: list[str], size_key: str, types_key: str) -> None:
+    """A ValueError unless one pod of `size` fits on at least one of `instance_types` beside its daemons."""
+    cpu, memory_gib = quantity_value(size.cpu), quantity_value(size.memory) / 2**30
+    for instance_type in instance_types:
+        shape = shape_of(instance_type)
+        if (
+            cpu <= shape.vcpus - _NODE_RESERVED_CPU
+            and memory_gib <= shape.memory_gib * _NODE_MEMORY_SHARE
+            and size.gpus <= shape.gpus
+        ):
+            return
+    raise ValueError(
+        f"{size_key} ({size.cpu} CPU, {size.memory}, {size.gpus} GPU) fits no node of {types_key} "
+        f"{instance_types} after the node's own reserve ({_NODE_RESERVED_CPU} CPU, "
+        f"{int((1 - _NODE_MEMORY_SHARE) * 100)}% memory)"
+    )
 
 
 class ScheduleConfig(_Section):
@@ -309,7 +389,13 @@ TIER_DEFAULTS: dict[str, dict[str, Any]] = {
             "single_nat_gateway": False,
             "interface_endpoints": ["ecr.api", "ecr.dkr", "sts", "logs"],
         },
-        "eks": {"gpu_max_nodes": 8, "karpenter_enabled": True, "gpu_instance_type": "g5.12xlarge"},
+        # Workers sized for the smallest type of the NodePool (g5.xlarge), so Karpenter can pick the cheapest.
+        "eks": {
+            "gpu_max_nodes": 8,
+            "gpu_min_workers": 1,
+            "karpenter_enabled": True,
+            "worker_size": {"cpu": "3", "memory": "12Gi", "gpus": 1},
+        },
         "cost": {"monthly_budget_usd": 15000, "daily_report_threshold_usd": 700, "nightly_hours": 8},
     },
 }

@@ -9,6 +9,7 @@ the data sources the program reads (caller identity, AZs, SSM parameters, existi
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -157,7 +158,39 @@ def _secret_version(mocks: PlanMocks, args: MockResourceArgs) -> tuple[str, dict
     }
 
 
+def _eks_cluster(mocks: PlanMocks, args: MockResourceArgs) -> tuple[str, dict[str, Any]]:
+    # pulumi-eks's Cluster is a remote component: the mock answers with the outputs it would have.
+    name = _physical_name(args)
+    issuer = f"oidc.eks.{mocks.region}.amazonaws.com/id/{_hex(name, 32).upper()}"
+    endpoint = f"https://{_hex(name, 32).upper()}.gr7.{mocks.region}.eks.amazonaws.com"
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "kubernetes", "cluster": {"server": endpoint, "certificate-authority-data": "LS0t"}}
+        ],
+        "contexts": [{"name": "aws", "context": {"cluster": "kubernetes", "user": "aws"}}],
+        "current-context": "aws",
+        "users": [{"name": "aws", "user": {"exec": {"command": "aws", "args": ["eks", "get-token"]}}}],
+    }
+    return name, {
+        "kubeconfigJson": json.dumps(kubeconfig),
+        "oidcProviderArn": mocks.arn("iam", f"oidc-provider/{issuer}", region=False),
+        "oidcProviderUrl": issuer,
+        "oidcIssuer": f"https://{issuer}",
+        "clusterSecurityGroupId": f"sg-{_hex(name + 'cluster')}",
+    }
+
+
+def _sqs_queue(mocks: PlanMocks, args: MockResourceArgs) -> tuple[str, dict[str, Any]]:
+    name = _physical_name(args)
+    url = f"https://sqs.{mocks.region}.amazonaws.com/{mocks.account_id}/{name}"
+    return url, {"name": name, "arn": mocks.arn("sqs", name), "url": url}
+
+
 _RESOURCE_OUTPUTS: dict[str, Builder] = {
+    "eks:index:Cluster": _eks_cluster,
+    "aws:sqs/queue:Queue": _sqs_queue,
     "aws:s3/bucket:Bucket": _bucket,
     "aws:kms/key:Key": _kms_key,
     "aws:kms/alias:Alias": _kms_alias,
@@ -290,6 +323,29 @@ class Registration:
     outputs: dict[str, Any] = field(default_factory=dict)
 
 
+def _resource_refs_as_urns(struct: Any) -> Any:
+    """A copy of a registration's properties with each resource reference replaced by its URN.
+
+    Deserialising a reference would look the resource up through the engine from the monitor's thread, which
+    fails under mocks (pulumi/pulumi#6561); for the plan the URN says which resource it is.
+    """
+    from google.protobuf import json_format, struct_pb2
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, dict):
+            if value.get(rpc._special_sig_key) == rpc._special_resource_sig:
+                return value.get("urn", "")
+            return {key: walk(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [walk(item) for item in value]
+        return value
+
+    plain = walk(json_format.MessageToDict(struct))
+    copy = struct_pb2.Struct()
+    copy.update(plain)
+    return copy
+
+
 class RecordingMonitor(MockMonitor):
     """The SDK's mock monitor, keeping each registration's parent, provider and inputs in order."""
 
@@ -298,6 +354,7 @@ class RecordingMonitor(MockMonitor):
         self.registrations: list[Registration] = []
 
     def RegisterResource(self, request: Any) -> Any:
+        request.object.CopyFrom(_resource_refs_as_urns(request.object))
         response = super().RegisterResource(request)
         if request.type == "pulumi:pulumi:Stack":
             return response

@@ -12,7 +12,13 @@ KUBERNETES_VERSION = "1.33"
 HELM_CHARTS: dict[str, tuple[str, str]] = {
     "kuberay-operator": ("https://ray-project.github.io/kuberay-helm/", "1.4.2"),
     "karpenter": ("oci://public.ecr.aws/karpenter/karpenter", "1.14.1"),
+    "nvidia-device-plugin": ("https://nvidia.github.io/k8s-device-plugin", "0.18.0"),
+    "cluster-autoscaler": ("https://kubernetes.github.io/autoscaler", "9.46.0"),
 }
+# The cluster autoscaler's minor version must match the control plane's (KUBERNETES_VERSION).
+CLUSTER_AUTOSCALER_IMAGE_TAG = "v1.33.0"
+# Ray inside the job image (pyproject's ray pin); KubeRay configures the cluster for it.
+RAY_VERSION = "2.60.0"
 
 # GPU AMIs are looked up at deploy time through AWS's public SSM parameters, never pinned by id.
 # The Deep Learning Base OSS Nvidia Driver AMI (Amazon Linux 2023) ships the NVIDIA driver, Docker and the
@@ -22,7 +28,9 @@ GPU_AMI_SSM_PARAMETER = (
 )
 # EKS-optimised accelerated AMI family (managed node groups / Karpenter EC2NodeClass alias).
 EKS_GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
-EKS_AMI_ALIAS = "al2023@latest"
+# Pinned, so a new AMI release never replaces nodes mid-run (drift); bump it deliberately.
+EKS_AMI_ALIAS = "al2023@v20251110"
+EKS_HEAD_AMI_TYPE = "AL2023_x86_64_STANDARD"
 
 # The job image: the image component builds <account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>.
 WORKLOAD_IMAGE_TAG = "0.1.0"
