@@ -14,43 +14,35 @@ import jsonschema
 import pytest
 import yaml
 
+from infra import nightly_template
+from infra.config import StackConfig, decode_pulumi_values, load_stack_config
+from infra.eks_job import base_rayjob_args
 from infra.functions.submit_rayjob import handler as submit
+from infra.plan import read_stack_config
 from tests.infra.fake_kube import FakeKube, self_signed_cert
+from workload.config import build_config
 
 NAMESPACE = "llm-batch"
 RAYJOBS = f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs"
+CONFIGMAPS = f"/api/v1/namespaces/{NAMESPACE}/configmaps"
 CLUSTER = "llm-batch-medium"
 NODEGROUP = "llm-batch-medium-gpu-spot"
 
-# The shape of what infra/k8s renders for the nightly run: a RayJob whose entrypoint runs the job with the
-# stack's config; the function appends the night's --input/--output.
-TEMPLATE: dict[str, Any] = {
-    "apiVersion": "ray.io/v1",
-    "kind": "RayJob",
-    "metadata": {"name": "template", "labels": {"app.kubernetes.io/part-of": "llm-batch"}},
-    "spec": {
-        "entrypoint": "python -m workload run --config /etc/llm-batch/job.yaml",
-        "shutdownAfterJobFinishes": True,
-        "ttlSecondsAfterFinished": 300,
-        "rayClusterSpec": {
-            "rayVersion": "2.60.0",
-            "headGroupSpec": {
-                "rayStartParams": {},
-                "template": {"spec": {"containers": [{"name": "ray-head", "image": "llm-batch:test"}]}},
-            },
-            "workerGroupSpecs": [
-                {
-                    "groupName": "gpu",
-                    "replicas": 2,
-                    "minReplicas": 0,
-                    "maxReplicas": 2,
-                    "rayStartParams": {},
-                    "template": {"spec": {"containers": [{"name": "ray-worker", "image": "llm-batch:test"}]}},
-                }
-            ],
-        },
-    },
-}
+BUCKET = "llm-batch-medium-data"
+INPUT_URI = f"s3://{BUCKET}/input/2026-11-28/"
+OUTPUT_URI = f"s3://{BUCKET}/output/2026-11-28/"
+
+
+def stack_config(stack: str) -> StackConfig:
+    values, _ = read_stack_config(stack)
+    return load_stack_config(stack, decode_pulumi_values(values))
+
+
+def template_for(stack: str) -> list[dict[str, Any]]:
+    """What the program packages with the function: the stack's real nightly RayJob, rendered by infra/k8s."""
+    image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/llm-batch:0.1.0"
+    base = base_rayjob_args(stack_config(stack), stack, image, BUCKET)
+    return json.loads(nightly_template.night_template_json(base))
 
 
 def _rayjob_schema(crds_dir: Path) -> dict[str, Any]:
@@ -67,9 +59,9 @@ def kube(tmp_path: Path) -> Iterator[FakeKube]:
     server.stop()
 
 
-def _env(kube: FakeKube, tmp_path: Path, **extra: str) -> dict[str, str]:
-    template = tmp_path / "rayjob_template.json"
-    template.write_text(json.dumps(TEMPLATE))
+def _env(kube: FakeKube, tmp_path: Path, stack: str = "medium", **extra: str) -> dict[str, str]:
+    template = tmp_path / "night_template.json"
+    template.write_text(json.dumps(template_for(stack)))
     return {
         "CLUSTER_NAME": CLUSTER,
         "API_SERVER": kube.url,
@@ -111,8 +103,8 @@ def _run_event(attempt: int = 1) -> dict[str, Any]:
         "action": "submit",
         "date": "2026-11-28",
         "attempt": attempt,
-        "input_uri": "s3://llm-batch-medium-data/input/2026-11-28/",
-        "output_uri": "s3://llm-batch-medium-data/output/2026-11-28/",
+        "input_uri": INPUT_URI,
+        "output_uri": OUTPUT_URI,
     }
 
 
@@ -126,15 +118,16 @@ def test_a_night_on_a_node_group_tier(
     assert _desired(nodegroup) == 2
 
     first = submit.handler(_run_event(attempt=1))
-    assert first["name"] == "llm-batch-medium-2026-11-28-a1"
+    assert first["name"] == "llm-batch-20261128-a1"
     manifest = kube.objects[f"{RAYJOBS}/{first['name']}"]
     jsonschema.validate(manifest, _rayjob_schema(crds_dir))
-    assert manifest["spec"]["entrypoint"] == (
-        "python -m workload run --config /etc/llm-batch/job.yaml "
-        "--input s3://llm-batch-medium-data/input/2026-11-28/ --output s3://llm-batch-medium-data/output/2026-11-28/"
-    )
     assert manifest["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "llm-batch-nightly"
-    assert manifest["metadata"]["labels"]["app.kubernetes.io/part-of"] == "llm-batch"
+    (config_map,) = kube.names(CONFIGMAPS)
+    job = build_config(yaml.safe_load(kube.objects[f"{CONFIGMAPS}/{config_map}"]["data"]["job.yaml"]))
+    assert (job.input.uri, job.output.uri) == (INPUT_URI, OUTPUT_URI)
+    # The head mounts this night's ConfigMap, not the template's.
+    assert config_map in json.dumps(manifest["spec"]["rayClusterSpec"]["headGroupSpec"])
+    assert "nightlyrunid" not in json.dumps(manifest) and "{date}" not in json.dumps(manifest)
     # Every call carried an EKS bearer token.
     assert all(auth.startswith("Bearer k8s-aws-v1.") for _, _, auth in kube.requests)
 
@@ -145,14 +138,15 @@ def test_a_night_on_a_node_group_tier(
 
     # The retry replaces the first attempt: one driver per output.
     second = submit.handler(_run_event(attempt=2))
-    assert second == {"name": "llm-batch-medium-2026-11-28-a2", "removed": [first["name"]]}
+    assert second == {"name": "llm-batch-20261128-a2", "removed": [first["name"]]}
     assert kube.names(RAYJOBS) == [second["name"]]
+    assert kube.names(CONFIGMAPS) == [f"{second['name']}-config"]
     # A retried invocation (Step Functions' Retry after a timeout) finds it created and carries on.
     assert submit.handler(_run_event(attempt=2))["name"] == second["name"]
 
     released = submit.handler({"action": "release"})
     assert released["deleted_rayjobs"] == [second["name"]]
-    assert kube.names(RAYJOBS) == []
+    assert kube.names(RAYJOBS) == [] and kube.names(CONFIGMAPS) == []
     assert _desired(nodegroup) == 0
     # Releasing twice (the sweep after a run) is harmless.
     assert submit.handler({"action": "release"})["deleted_rayjobs"] == []
@@ -161,7 +155,9 @@ def test_a_night_on_a_node_group_tier(
 def test_release_on_a_karpenter_tier_deletes_the_gpu_nodeclaims(
     kube: FakeKube, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moto_endpoint: str
 ) -> None:
-    env = _env(kube, tmp_path, CAPACITY_MODE="karpenter", KARPENTER_NODEPOOL="gpu-spot", NODEGROUP="")
+    env = _env(
+        kube, tmp_path, "large", CAPACITY_MODE="karpenter", KARPENTER_NODEPOOL="gpu-spot", NODEGROUP=""
+    )
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     for name, pool in (("gpu-a", "gpu-spot"), ("gpu-b", "gpu-spot"), ("system-a", "system")):
@@ -169,7 +165,7 @@ def test_release_on_a_karpenter_tier_deletes_the_gpu_nodeclaims(
     assert "Karpenter" in submit.handler({"action": "capacity_up"})["capacity"]
     submit.handler(_run_event())
     released = submit.handler({"action": "release"})
-    assert released["deleted_rayjobs"] == ["llm-batch-medium-2026-11-28-a1"]
+    assert released["deleted_rayjobs"] == ["llm-batch-20261128-a1"]
     assert kube.names(submit.NODECLAIMS) == ["system-a"]
     assert "2 NodeClaim(s)" in released["capacity"]
 
@@ -179,7 +175,7 @@ def test_a_rayjob_that_vanished_counts_as_a_retryable_failure(
 ) -> None:
     for key, value in _env(kube, tmp_path).items():
         monkeypatch.setenv(key, value)
-    status = submit.handler({"action": "status", "name": "llm-batch-medium-2026-11-28-a1"})
+    status = submit.handler({"action": "status", "name": "llm-batch-20261128-a1"})
     assert status["phase"] == "failed" and status["retryable"] is True and "gone" in status["reason"]
 
 
@@ -230,26 +226,34 @@ def test_rayjob_status_maps_to_phase(status: dict[str, str], phase: str, retryab
     assert (result["phase"], result["retryable"]) == (phase, retryable)
 
 
-def test_rayjob_names_are_dns_labels() -> None:
-    name = submit.rayjob_name("LLM_Batch." + "x" * 80, "2026-11-28", 12)
-    assert len(name) <= 63 and name.endswith("-2026-11-28-a12")
-    assert name == name.lower() and "_" not in name and "." not in name
+def test_night_objects_take_the_date_and_attempt() -> None:
+    objects = submit.night_objects(template_for("medium"), "2026-11-28", 12, OUTPUT_URI)
+    assert [obj["kind"] for obj in objects] == ["ConfigMap", "RayJob"]
+    assert objects[-1]["metadata"]["name"] == "llm-batch-20261128-a12"
+    assert len(objects[-1]["metadata"]["name"]) <= 47, "KubeRay's limit for a RayJob name"
     with pytest.raises(ValueError, match="YYYY-MM-DD"):
-        submit.rayjob_name("p", "28/11/2026", 1)
+        submit.night_objects(template_for("medium"), "28/11/2026", 1, OUTPUT_URI)
     with pytest.raises(ValueError, match="attempt"):
-        submit.rayjob_name("p", "2026-11-28", 0)
+        submit.night_objects(template_for("medium"), "2026-11-28", 0, OUTPUT_URI)
 
 
-def test_uris_are_quoted_and_must_be_s3(tmp_path: Path) -> None:
-    settings = submit.Settings.from_env(_env_without_server(tmp_path))
-    odd_input, odd_output = "s3://b/in put/", "s3://b/out;rm -rf/"
-    manifest = submit.build_rayjob(TEMPLATE, settings, "n", odd_input, odd_output, "2026-11-28")
-    assert manifest["spec"]["entrypoint"].endswith("--input 's3://b/in put/' --output 's3://b/out;rm -rf/'")
-    assert TEMPLATE["spec"]["entrypoint"].endswith("job.yaml"), "the template itself is left alone"
-    with pytest.raises(ValueError, match="input_uri must be an s3:// URI"):
-        submit.build_rayjob(TEMPLATE, settings, "n", "/local/in", "s3://b/out/", "2026-11-28")
-    with pytest.raises(ValueError, match=r"RayJob with spec\.entrypoint"):
-        submit.build_rayjob({"kind": "RayCluster"}, settings, "n", "s3://b/i/", "s3://b/o/", "2026-11-28")
+def test_night_objects_refuse_an_output_the_state_machine_does_not_watch() -> None:
+    with pytest.raises(ValueError, match=r"does not write to s3://elsewhere/output/2026-11-28/"):
+        submit.night_objects(template_for("medium"), "2026-11-28", 1, "s3://elsewhere/output/2026-11-28/")
+
+
+def test_night_objects_refuse_a_template_of_the_wrong_shape() -> None:
+    template = template_for("medium")
+    with pytest.raises(ValueError, match="ConfigMaps then one RayJob"):
+        submit.night_objects(template[:1], "2026-11-28", 1, OUTPUT_URI)
+    with pytest.raises(ValueError, match="run id marker"):
+        submit.night_objects(
+            json.loads(json.dumps(template).replace("nightlyrunid", "x")), "2026-11-28", 1, OUTPUT_URI
+        )
+
+
+def test_the_marker_is_the_same_on_both_sides() -> None:
+    assert submit.RUN_ID_MARKER == nightly_template.RUN_ID_MARKER
 
 
 def _env_without_server(tmp_path: Path) -> dict[str, str]:

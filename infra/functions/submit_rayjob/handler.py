@@ -8,19 +8,19 @@ cluster's CA. It imports only the standard library and boto3, both in the Lambda
 Actions (the event's "action"):
 - capacity_up: node-group tiers set the GPU node group to its run size; Karpenter tiers need nothing
   (Karpenter launches nodes for the pending Ray pods).
-- submit: create the night's RayJob from the packaged template (removing earlier attempts first).
+- submit: create the night's job-config ConfigMap and RayJob from the packaged template (removing earlier
+  attempts first).
 - status: where the RayJob is: running, succeeded or failed, and whether a failure is worth a retry.
-- release: delete this stack's RayJobs (their RayClusters go with them) and take the GPU capacity away.
+- release: delete the nightly RayJobs (their RayClusters go with them) and ConfigMaps, and take the GPU
+  capacity away.
 """
 
 from __future__ import annotations
 
 import base64
-import copy
 import json
 import os
 import re
-import shlex
 import ssl
 import urllib.error
 import urllib.parse
@@ -32,9 +32,16 @@ from typing import Any
 import boto3
 
 MANAGED_BY = "llm-batch-nightly"
-RAYJOBS = "/apis/ray.io/v1/namespaces/{namespace}/rayjobs"
+# Where each kind lives in the API (namespaced); the night template holds only these kinds.
+COLLECTIONS = {
+    "ConfigMap": "/api/v1/namespaces/{namespace}/configmaps",
+    "RayJob": "/apis/ray.io/v1/namespaces/{namespace}/rayjobs",
+}
 NODECLAIMS = "/apis/karpenter.sh/v1/nodeclaims"
-DEFAULT_TEMPLATE = Path(__file__).resolve().parent / "rayjob_template.json"
+DEFAULT_TEMPLATE = Path(__file__).resolve().parent / "night_template.json"
+# The run id the template was rendered with (infra.nightly_template.RUN_ID_MARKER; this package cannot
+# import infra, a test keeps the two equal).
+RUN_ID_MARKER = "nightlyrunid"
 # A RayJob whose entrypoint itself failed is the job's own failure: running it again fails again.
 # Any other failure (submission, lost head or worker pods, deadlines of the deployment) is the platform's.
 NOT_RETRYABLE_REASONS = {"AppFailed", "ValidationFailed"}
@@ -157,37 +164,35 @@ class Kube:
         return items
 
 
-def rayjob_name(prefix: str, date: str, attempt: int) -> str:
-    """A DNS-1123 name, unique per date and attempt (a retry is a new RayJob on the same output)."""
+def night_objects(
+    template: list[dict[str, Any]], date: str, attempt: int, output_uri: str
+) -> list[dict[str, Any]]:
+    """One night's objects (the job-config ConfigMap, then the RayJob) from the deploy-time template.
+
+    The template was rendered by infra.nightly_template with RUN_ID_MARKER as its run id and `{date}` in its
+    input and output; a run id per date and attempt makes each retry a new RayJob on the same output.
+    """
     if not _DATE.match(date):
         raise ValueError(f"date must be YYYY-MM-DD, got {date!r}")
     if attempt < 1:
         raise ValueError(f"attempt must be >= 1, got {attempt}")
-    suffix = f"-{date}-a{attempt}"
-    base = re.sub(r"[^a-z0-9-]+", "-", prefix.lower()).strip("-")[: 63 - len(suffix)].rstrip("-")
-    return base + suffix
-
-
-def build_rayjob(
-    template: dict[str, Any], settings: Settings, name: str, input_uri: str, output_uri: str, date: str
-) -> dict[str, Any]:
-    """The template with this run's name, labels and input/output appended to the job's command line."""
-    for key, uri in (("input_uri", input_uri), ("output_uri", output_uri)):
-        if not uri.startswith("s3://"):
-            raise ValueError(f"{key} must be an s3:// URI, got {uri!r}")
-    if template.get("kind") != "RayJob" or "entrypoint" not in template.get("spec", {}):
-        raise ValueError("the RayJob template must be a RayJob with spec.entrypoint")
-    manifest = copy.deepcopy(template)
-    metadata = manifest.setdefault("metadata", {})
-    metadata["name"] = name
-    metadata["namespace"] = settings.namespace
-    metadata.setdefault("labels", {}).update(
-        {"app.kubernetes.io/managed-by": MANAGED_BY, "llm-batch/run-date": date}
-    )
-    entrypoint = manifest["spec"]["entrypoint"]
-    run_args = f"--input {shlex.quote(input_uri)} --output {shlex.quote(output_uri)}"
-    manifest["spec"]["entrypoint"] = f"{entrypoint} {run_args}"
-    return manifest
+    kinds = [obj.get("kind") for obj in template]
+    if kinds.count("RayJob") != 1 or kinds[-1] != "RayJob" or set(kinds) - set(COLLECTIONS):
+        raise ValueError(f"the night template must be ConfigMaps then one RayJob, got kinds {kinds}")
+    text = json.dumps(template)
+    if RUN_ID_MARKER not in text or "{date}" not in text:
+        raise ValueError(f"the night template lacks the run id marker {RUN_ID_MARKER!r} or a {{date}} prefix")
+    run_id = f"{date.replace('-', '')}-a{attempt}"
+    objects: list[dict[str, Any]] = json.loads(text.replace(RUN_ID_MARKER, run_id).replace("{date}", date))
+    if output_uri not in json.dumps(objects):
+        # The state machine and the job config build the output from the same stack config; if they ever
+        # disagree, a resume would look in one place and write to another.
+        raise ValueError(
+            f"the night's job config does not write to {output_uri} (the state machine's output)"
+        )
+    for obj in objects:
+        obj["metadata"].setdefault("labels", {})["app.kubernetes.io/managed-by"] = MANAGED_BY
+    return objects
 
 
 def rayjob_phase(rayjob: dict[str, Any]) -> dict[str, Any]:
@@ -218,7 +223,9 @@ class Nightly:
         self.settings = settings
         self.kube = kube
         self.eks = eks
-        self.rayjobs = RAYJOBS.format(namespace=settings.namespace)
+        self.collections = {
+            kind: path.format(namespace=settings.namespace) for kind, path in COLLECTIONS.items()
+        }
 
     def capacity_up(self, event: dict[str, Any]) -> dict[str, Any]:
         if self.settings.capacity_mode == "nodegroup":
@@ -227,25 +234,31 @@ class Nightly:
         return {"capacity": "Karpenter provisions GPU nodes for the pending Ray pods"}
 
     def submit(self, event: dict[str, Any]) -> dict[str, Any]:
-        date, attempt = str(event["date"]), int(event["attempt"])
-        name = rayjob_name(self.settings.name_prefix, date, attempt)
         template = json.loads(self.settings.template_path.read_text())
-        manifest = build_rayjob(
-            template, self.settings, name, str(event["input_uri"]), str(event["output_uri"]), date
-        )
+        objects = night_objects(template, str(event["date"]), int(event["attempt"]), str(event["output_uri"]))
+        for obj in objects:
+            namespace = obj["metadata"].get("namespace")
+            if namespace != self.settings.namespace:
+                raise ValueError(
+                    f"the night template's {obj['kind']} is in namespace {namespace!r}, "
+                    f"not NAMESPACE={self.settings.namespace!r}"
+                )
+        name = str(objects[-1]["metadata"]["name"])
         # Earlier attempts go first: two drivers on one output would each redo the other's shards.
-        removed = [job for job in self._delete_rayjobs() if job != name]
-        try:
-            self.kube.call("POST", self.rayjobs, manifest)
-        except KubeError as error:
-            if error.status != 409:  # 409: a retried invocation already created it
-                raise
+        removed = [job for job in self._delete_nightly("RayJob") if job != name]
+        self._delete_nightly("ConfigMap", keep={obj["metadata"]["name"] for obj in objects})
+        for obj in objects:
+            try:
+                self.kube.call("POST", self.collections[obj["kind"]], obj)
+            except KubeError as error:
+                if error.status != 409:  # 409: a retried invocation already created it
+                    raise
         return {"name": name, "removed": removed}
 
     def status(self, event: dict[str, Any]) -> dict[str, Any]:
         name = str(event["name"])
         try:
-            rayjob = self.kube.call("GET", f"{self.rayjobs}/{name}")
+            rayjob = self.kube.call("GET", f"{self.collections['RayJob']}/{name}")
         except KubeError as error:
             if error.status == 404:
                 return {
@@ -259,7 +272,8 @@ class Nightly:
         return {"name": name, **rayjob_phase(rayjob)}
 
     def release(self, event: dict[str, Any]) -> dict[str, Any]:
-        deleted = self._delete_rayjobs()
+        deleted = self._delete_nightly("RayJob")
+        self._delete_nightly("ConfigMap")
         if self.settings.capacity_mode == "nodegroup":
             self._scale_nodegroup(0)
             capacity = f"node group {self.settings.nodegroup} at 0"
@@ -270,13 +284,16 @@ class Nightly:
             capacity = f"deleted {len(claims)} NodeClaim(s) of NodePool {self.settings.karpenter_nodepool}"
         return {"deleted_rayjobs": deleted, "capacity": capacity}
 
-    def _delete_rayjobs(self) -> list[str]:
+    def _delete_nightly(self, kind: str, keep: set[str] | None = None) -> list[str]:
+        """Delete every object of `kind` this function created (by its label), but those in `keep`."""
+        path = self.collections[kind]
         names = [
-            job["metadata"]["name"]
-            for job in self.kube.list(self.rayjobs, f"app.kubernetes.io/managed-by={MANAGED_BY}")
+            obj["metadata"]["name"]
+            for obj in self.kube.list(path, f"app.kubernetes.io/managed-by={MANAGED_BY}")
+            if obj["metadata"]["name"] not in (keep or set())
         ]
         for name in names:
-            self._delete(f"{self.rayjobs}/{name}")
+            self._delete(f"{path}/{name}")
         return names
 
     def _delete(self, path: str) -> None:
