@@ -23,12 +23,14 @@ from infra.components.karpenter import Karpenter, KarpenterArgs
 from infra.components.kms import EncryptionKey, EncryptionKeyArgs
 from infra.components.kuberay import KubeRayOperator
 from infra.components.network import Network, NetworkArgs
+from infra.components.nightly import EksTarget, Nightly, ca_of, nightly_args
 from infra.components.node_groups import NodeGroups, NodeGroupsArgs
 from infra.components.providers import Providers, ProvidersArgs
 from infra.components.secrets import JobSecrets, JobSecretsArgs
 from infra.components.spot_node import SpotNode, SpotNodeArgs
 from infra.config import from_pulumi
 from infra.eks_job import base_rayjob_args
+from infra.nightly_template import night_template_json
 from workload.config import render_config
 
 stack = pulumi.get_stack()
@@ -112,6 +114,7 @@ job_access = JobAccess(
     aws_opts,
 )
 
+nightly_target = None  # the small tier's nightly run drives its Auto Scaling group directly
 if config.tier == "small":
     node = SpotNode(
         "gpu-node",
@@ -218,6 +221,21 @@ if config.tier in ("medium", "large"):
     pulumi.export("submitter_security_group_id", cluster.submitter_security_group_id)
     pulumi.export("job_role_arn", identity.role_arn)
     pulumi.export("job_namespace", eks.namespace)
+    nightly_target = EksTarget(
+        cluster_name=cluster_name,
+        endpoint=cluster.endpoint,
+        certificate_authority=cluster.kubeconfig.apply(ca_of),
+        namespace=eks.namespace,
+        provider=cluster.provider,
+        private_subnet_ids=network.private_subnet_ids,
+        submitter_security_group_id=cluster.submitter_security_group_id,
+        night_template_json=data.bucket_name.apply(
+            lambda bucket: night_template_json(base_rayjob_args(config, stack, image, bucket))
+        ),
+        nodegroup_name=None if eks.karpenter_enabled else nodes.gpu_group_name,
+        gpu_nodes=eks.gpu_max_nodes,
+        karpenter_nodepool=eks.node_pool.name if eks.karpenter_enabled else None,
+    )
     # What the nightly submitter renders each night's RayJob from (infra.eks_job.night_manifests).
     pulumi.export(
         "rayjob_args",
@@ -226,6 +244,21 @@ if config.tier in ("medium", "large"):
         ),
     )
 
+nightly = Nightly(
+    "nightly",
+    nightly_args(
+        config,
+        stack,
+        context,
+        bucket_name=data.bucket_name,
+        key_arn=key.key_arn,
+        alerts_topic_arn=alerts.topic_arn,
+        eks=nightly_target,
+    ),
+    aws_opts,
+)
+pulumi.export("nightly_state_machine_arn", nightly.state_machine_arn)
+pulumi.export("nightly_schedule", nightly.schedule_name)
 pulumi.export("tier", config.tier)
 pulumi.export("region", config.region)
 pulumi.export("kms_key_arn", key.key_arn)

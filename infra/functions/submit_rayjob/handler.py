@@ -58,7 +58,6 @@ class Settings:
     api_server: str
     ca_pem: str
     namespace: str
-    name_prefix: str
     capacity_mode: str
     region: str
     template_path: Path
@@ -89,7 +88,6 @@ class Settings:
             api_server=api_server.rstrip("/"),
             ca_pem=ca_pem,
             namespace=need("NAMESPACE"),
-            name_prefix=need("NAME_PREFIX"),
             capacity_mode=mode,
             region=need("AWS_REGION"),
             template_path=Path(env.get("RAYJOB_TEMPLATE") or DEFAULT_TEMPLATE),
