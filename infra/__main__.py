@@ -224,7 +224,8 @@ if config.tier in ("medium", "large"):
     nightly_target = EksTarget(
         cluster_name=cluster_name,
         endpoint=cluster.endpoint,
-        certificate_authority=cluster.kubeconfig.apply(ca_of),
+        # The CA is public; only the kubeconfig around it is secret.
+        certificate_authority=pulumi.Output.unsecret(cluster.kubeconfig.apply(ca_of)),
         namespace=eks.namespace,
         provider=cluster.provider,
         private_subnet_ids=network.private_subnet_ids,
