@@ -23,7 +23,7 @@ from infra.components.karpenter import Karpenter, KarpenterArgs
 from infra.components.kms import EncryptionKey, EncryptionKeyArgs
 from infra.components.kuberay import KubeRayOperator
 from infra.components.network import Network, NetworkArgs
-from infra.components.nightly import EksTarget, Nightly, ca_of, nightly_args
+from infra.components.nightly import RUN_REQUEST_KEY, EksTarget, Nightly, ca_of, nightly_args
 from infra.components.node_groups import NodeGroups, NodeGroupsArgs
 from infra.components.providers import Providers, ProvidersArgs
 from infra.components.secrets import JobSecrets, JobSecretsArgs
@@ -105,7 +105,11 @@ job_access = JobAccess(
         bucket_arn=data.bucket_arn,
         key_arn=key.key_arn,
         secret_arns=[secrets.job_settings_arn, secrets.hub_token_arn],
-        read_prefixes=[static_prefix(config.job.input_prefix), storage.MODEL_PREFIX],
+        read_prefixes=[
+            static_prefix(config.job.input_prefix),
+            storage.MODEL_PREFIX,
+            static_prefix(RUN_REQUEST_KEY),  # the small node reads the night's date there
+        ],
         write_prefixes=[static_prefix(config.job.output_prefix), storage.CHECKPOINT_PREFIX],
         image_repository_arn=image_repository_arn,
         metrics_namespace=config.monitoring.metrics_namespace,
@@ -134,6 +138,7 @@ if config.tier == "small":
             job_settings_secret_arn=secrets.job_settings_arn,
             hub_token_secret_arn=secrets.hub_token_arn,
             log_group_name=job_access.log_group_name,
+            run_request_uri=data.bucket_name.apply(lambda bucket: f"s3://{bucket}/{RUN_REQUEST_KEY}"),
         ),
         aws_opts,
     )
