@@ -478,7 +478,8 @@ class Nightly(pulumi.ComponentResource):
         function_name = naming.child(stack, "submit-rayjob")
         logs = aws.cloudwatch.LogGroup(
             f"{name}-submit-logs",
-            name=f"/aws/lambda/{function_name}",
+            # Under /llm-batch/: the stack key lets CloudWatch Logs encrypt only that namespace.
+            name=f"/{naming.PROJECT}/{stack}/submit-rayjob",
             retention_in_days=args.log_retention_days,
             kms_key_id=args.key_arn,
             opts=child,
