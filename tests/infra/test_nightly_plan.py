@@ -178,3 +178,38 @@ def test_eks_tiers_submit_through_a_function_inside_the_vpc(
         ("ray.io", "rayjobs"): {"create", "get", "list", "delete"},
         ("", "configmaps"): {"create", "list", "delete"},
     }
+
+
+@pytest.mark.parametrize("stack", [stack for stack in STACKS if stack != "small"])
+def test_the_submit_function_logs_encrypted_where_the_stack_key_allows(
+    stack: str, plan_for: Callable[[str], Plan]
+) -> None:
+    plan = plan_for(stack)
+    logs = _one(plan, "aws:cloudwatch/logGroup:LogGroup", "nightly-submit-logs")["inputs"]
+    function = _one(plan, "aws:lambda/function:Function", "nightly-submit")["inputs"]
+    assert logs["name"] == f"/llm-batch/{stack}/submit-rayjob" and logs["kmsKeyId"]
+    assert function["loggingConfig"]["logGroup"] == logs["name"]
+
+
+def test_nightly_args_need_exactly_one_kind_of_capacity() -> None:
+    from infra.aws_context import AwsContext
+    from infra.components.nightly import NightlyArgs
+
+    context = AwsContext(
+        account_id="123456789012", partition="aws", region="us-east-1", dns_suffix="amazonaws.com"
+    )
+    common: dict[str, Any] = {
+        "stack": "small",
+        "context": context,
+        "cron": "cron(0 1 * * ? *)",
+        "timezone": "UTC",
+        "enabled": True,
+        "run_deadline_minutes": 60,
+        "input_prefix": "input/{date}/",
+        "output_prefix": "output/{date}/",
+        "bucket_name": "b",
+        "key_arn": "k",
+        "alerts_topic_arn": "t",
+    }
+    with pytest.raises(ValueError, match="exactly one of group_name"):
+        NightlyArgs(**common)
