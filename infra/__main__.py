@@ -235,18 +235,18 @@ if config.tier in ("medium", "large"):
         provider=cluster.provider,
         private_subnet_ids=network.private_subnet_ids,
         submitter_security_group_id=cluster.submitter_security_group_id,
-        night_template_json=data.bucket_name.apply(
-            lambda bucket: night_template_json(base_rayjob_args(config, stack, image, bucket))
+        night_template_json=pulumi.Output.all(data.bucket_name, secrets.hub_token_arn).apply(
+            lambda values: night_template_json(base_rayjob_args(config, stack, image, values[0], values[1]))
         ),
         nodegroup_name=None if eks.karpenter_enabled else nodes.gpu_group_name,
         gpu_nodes=eks.gpu_max_nodes,
         karpenter_nodepool=eks.node_pool.name if eks.karpenter_enabled else None,
     )
-    # What the nightly submitter renders each night's RayJob from (infra.eks_job.night_manifests).
+    # What the nightly submitter renders each night's RayJob from (infra.eks_job.manifests_for_date).
     pulumi.export(
         "rayjob_args",
-        data.bucket_name.apply(
-            lambda bucket: base_rayjob_args(config, stack, image, bucket).model_dump_json()
+        pulumi.Output.all(data.bucket_name, secrets.hub_token_arn).apply(
+            lambda values: base_rayjob_args(config, stack, image, values[0], values[1]).model_dump_json()
         ),
     )
 

@@ -349,6 +349,15 @@ class StackConfig(_Section):
                 raise ValueError(f"'{key}' is not a valid AWS tag key")
         return value
 
+    @classmethod
+    def sections(cls) -> tuple[str, ...]:
+        """The nested sections (`network`, `storage`, ...), in declaration order."""
+        return tuple(
+            name
+            for name, field in cls.model_fields.items()
+            if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+        )
+
     def job_config(self, input_uri: str, output_uri: str, *, stack: str | None = None) -> JobConfig:
         """The job's config for one run: the stack's model and overrides, reading and writing these URIs.
 
@@ -449,9 +458,19 @@ def decode_pulumi_values(raw: Mapping[str, str]) -> dict[str, Any]:
     """`llm-batch:` config as Pulumi hands it to a program (strings; objects as JSON), without the namespace.
 
     Scalars stay strings and the model coerces them ("3" -> 3) so a string field keeps "0042" intact; objects
-    and lists are decoded from JSON. Secret keys are left out.
+    and lists are decoded from JSON. Secret keys are left out; `aws:region` stands in for an unset `region`.
     """
     values: dict[str, Any] = {}
+    # Pulumi users often set `aws:region`; honour it rather than deploy to the model's default region.
+    aws_region = raw.get("aws:region")
+    ours = raw.get(f"{NAMESPACE}:region")
+    if aws_region and ours and aws_region != ours:
+        raise StackConfigError(
+            f"invalid stack config:\n  {NAMESPACE}:region: '{ours}' differs from aws:region '{aws_region}'; "
+            "set one of them"
+        )
+    if aws_region and not ours:
+        values["region"] = aws_region
     for full_key, value in raw.items():
         namespace, _, key = full_key.partition(":")
         if namespace != NAMESPACE or key in SECRET_KEYS:

@@ -20,9 +20,12 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from infra.plan_mocks import PlanMocks
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM_DIR = ROOT / "infra"
@@ -39,6 +42,10 @@ def stack_file(stack: str) -> Path:
     return STACKS_DIR / f"Pulumi.{stack}.yaml"
 
 
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def read_stack_config(stack: str) -> tuple[dict[str, str], list[str]]:
     """The stack file's `config:` as Pulumi passes it to a program: strings, objects as JSON; and secret keys.
 
@@ -49,11 +56,11 @@ def read_stack_config(stack: str) -> tuple[dict[str, str], list[str]]:
         known = sorted(
             p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in STACKS_DIR.glob("Pulumi.*.yaml")
         )
-        raise PlanError(f"no stack file {path.relative_to(ROOT)}; stacks: {', '.join(known) or 'none'}")
+        raise PlanError(f"no stack file {_shown(path)}; stacks: {', '.join(known) or 'none'}")
     document = yaml.safe_load(path.read_text()) or {}
     raw = document.get("config") or {}
     if not isinstance(raw, dict):
-        raise PlanError(f"{path.relative_to(ROOT)}: `config:` must be a mapping")
+        raise PlanError(f"{_shown(path)}: `config:` must be a mapping")
     values: dict[str, str] = {}
     secret_keys: list[str] = []
     for key, value in raw.items():
@@ -81,6 +88,7 @@ def run_under_mocks(
     region: str = DEFAULT_REGION,
     config: Mapping[str, str] | None = None,
     secret_keys: Sequence[str] = (),
+    mocks: PlanMocks | None = None,
 ) -> list[dict[str, Any]]:
     """Run `build` (a program, or a test's few components) under the plan's mocks; its registrations, sorted.
 
@@ -94,7 +102,7 @@ def run_under_mocks(
     from infra.plan_mocks import PlanMocks, RecordingMonitor
 
     set_all_config(dict(config or {}), list(secret_keys))
-    mocks = PlanMocks(region=region)
+    mocks = mocks or PlanMocks(region=region)
     monitor = RecordingMonitor(mocks)
     set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
 
@@ -108,7 +116,7 @@ def run_under_mocks(
     )
 
 
-def run_program(stack: str) -> list[dict[str, Any]]:
+def run_program(stack: str, mocks: PlanMocks | None = None) -> list[dict[str, Any]]:
     """Run the Pulumi program under mocks with the stack's config, in this process; its registrations.
 
     Call once per process: a program's module-level state (and Pulumi's) is not meant to run twice.
@@ -124,8 +132,9 @@ def run_program(stack: str) -> list[dict[str, Any]]:
         finally:
             os.chdir(cwd)
 
+    region = _region(values)
     return run_under_mocks(
-        program, stack=stack, region=_region(values), config=values, secret_keys=secret_keys
+        program, stack=stack, region=region, config=values, secret_keys=secret_keys, mocks=mocks
     )
 
 
@@ -146,7 +155,7 @@ def capture_plan(stack: str) -> list[dict[str, Any]]:
 
 
 def render_tree(plan: list[dict[str, Any]]) -> str:
-    """Each resource under its parent: `type  name`, components first in registration order."""
+    """Each resource under its parent (`type  name`, by URN); Kubernetes objects with their manifests."""
     children: dict[str | None, list[dict[str, Any]]] = {}
     urns = {item["urn"] for item in plan}
     for item in plan:
@@ -157,6 +166,10 @@ def render_tree(plan: list[dict[str, Any]]) -> str:
     def walk(parent: str | None, depth: int) -> None:
         for item in children.get(parent, []):
             lines.append(f"{'  ' * depth}{'+' if item['custom'] else '*'} {item['type']}  {item['name']}")
+            if item["custom"] and item["type"].startswith("kubernetes:") and item["inputs"]:
+                # Kubernetes objects are shown whole: their manifest is what the cluster will be asked to run.
+                manifest = yaml.safe_dump(item["inputs"], sort_keys=False).rstrip().splitlines()
+                lines.extend(f"{'  ' * (depth + 2)}{line}" for line in manifest)
             walk(item["urn"], depth + 1)
 
     walk(None, 0)

@@ -8,14 +8,18 @@ the data sources the program reads (caller identity, AZs, SSM parameters, existi
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from google.protobuf import json_format
 from pulumi.runtime import MockCallArgs, MockResourceArgs, Mocks, rpc
 from pulumi.runtime.mocks import MockMonitor
+from pulumi.runtime.proto import provider_pb2
+from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 ACCOUNT_ID = "123456789012"
 SECRET_MASK = "[secret]"
@@ -31,6 +35,8 @@ class PlanMocks(Mocks):
 
     region: str
     account_id: str = ACCOUNT_ID
+    # Every data-source call as (token, provider reference): tests check none goes to a default provider.
+    calls: list[tuple[str, str]] = field(default_factory=list)
 
     def new_resource(self, args: MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
         outputs = dict(args.inputs)
@@ -47,6 +53,7 @@ class PlanMocks(Mocks):
         return resource_id, outputs
 
     def call(self, args: MockCallArgs) -> dict[str, Any]:  # type: ignore[override]
+        self.calls.append((args.token, args.provider or ""))
         answer = _CALLS.get(args.token)
         if answer is None:
             raise NotImplementedError(
@@ -158,27 +165,44 @@ def _secret_version(mocks: PlanMocks, args: MockResourceArgs) -> tuple[str, dict
     }
 
 
-def _eks_cluster(mocks: PlanMocks, args: MockResourceArgs) -> tuple[str, dict[str, Any]]:
-    # pulumi-eks's Cluster is a remote component: the mock answers with the outputs it would have.
-    name = _physical_name(args)
-    issuer = f"oidc.eks.{mocks.region}.amazonaws.com/id/{_hex(name, 32).upper()}"
-    endpoint = f"https://{_hex(name, 32).upper()}.gr7.{mocks.region}.eks.amazonaws.com"
-    kubeconfig = {
+def kubeconfig(cluster_name: str, region: str) -> dict[str, Any]:
+    """A kubeconfig shaped like the one pulumi_eks returns (exec auth through `aws eks get-token`)."""
+    server = f"https://{_hex(cluster_name, 32).upper()}.gr7.{region}.eks.amazonaws.com"
+    ca = base64.b64encode(f"mock CA of {cluster_name}".encode()).decode()
+    return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [
-            {"name": "kubernetes", "cluster": {"server": endpoint, "certificate-authority-data": "LS0t"}}
-        ],
-        "contexts": [{"name": "aws", "context": {"cluster": "kubernetes", "user": "aws"}}],
+        "clusters": [{"name": cluster_name, "cluster": {"server": server, "certificate-authority-data": ca}}],
+        "contexts": [{"name": "aws", "context": {"cluster": cluster_name, "user": "aws"}}],
         "current-context": "aws",
-        "users": [{"name": "aws", "user": {"exec": {"command": "aws", "args": ["eks", "get-token"]}}}],
+        "users": [
+            {
+                "name": "aws",
+                "user": {
+                    "exec": {
+                        "apiVersion": "client.authentication.k8s.io/v1beta1",
+                        "command": "aws",
+                        "args": ["eks", "get-token", "--cluster-name", cluster_name, "--region", region],
+                    }
+                },
+            }
+        ],
     }
+
+
+def _eks_cluster(mocks: PlanMocks, args: MockResourceArgs) -> tuple[str, dict[str, Any]]:
+    # pulumi_eks.Cluster is a remote component: under mocks only its outputs exist, never its inner resources.
+    name = _physical_name(args)
+    config = kubeconfig(name, mocks.region)
+    issuer = f"https://oidc.eks.{mocks.region}.amazonaws.com/id/{_hex(name, 32).upper()}"
     return name, {
-        "kubeconfigJson": json.dumps(kubeconfig),
-        "oidcProviderArn": mocks.arn("iam", f"oidc-provider/{issuer}", region=False),
-        "oidcProviderUrl": issuer,
-        "oidcIssuer": f"https://{issuer}",
+        "kubeconfig": config,
+        "kubeconfigJson": json.dumps(config),
         "clusterSecurityGroupId": f"sg-{_hex(name + 'cluster')}",
+        "nodeSecurityGroupId": f"sg-{_hex(name + 'node')}",
+        "oidcIssuer": issuer.removeprefix("https://"),
+        "oidcProviderUrl": issuer,
+        "oidcProviderArn": mocks.arn("iam", f"oidc-provider/{issuer.removeprefix('https://')}", region=False),
     }
 
 
@@ -287,7 +311,13 @@ def _route_table(_: PlanMocks, args: dict[str, Any]) -> dict[str, Any]:
     return {"id": table, "routeTableId": table, "subnetId": subnet_id, "vpcId": args.get("vpcId") or ""}
 
 
+def _get_kubeconfig(mocks: PlanMocks, args: dict[str, Any]) -> dict[str, Any]:
+    # `Cluster.get_kubeconfig()` is a method call on the remote component; the call carries it as `__self__`.
+    return {"result": json.dumps(kubeconfig("cluster", mocks.region))}
+
+
 _CALLS: dict[str, Callable[[PlanMocks, dict[str, Any]], dict[str, Any]]] = {
+    "eks:index:Cluster/getKubeconfig": _get_kubeconfig,
     "aws:index/getCallerIdentity:getCallerIdentity": _caller_identity,
     "aws:index/getPartition:getPartition": _partition,
     "aws:index/getRegion:getRegion": _region,
@@ -319,6 +349,7 @@ class Registration:
     provider: str | None
     inputs: dict[str, Any]
     ignore_changes: list[str] = field(default_factory=list)
+    remote: bool = False
     id: str | None = None
     outputs: dict[str, Any] = field(default_factory=dict)
 
@@ -353,6 +384,17 @@ class RecordingMonitor(MockMonitor):
         super().__init__(mocks)
         self.registrations: list[Registration] = []
 
+    def Call(self, request: Any) -> Any:
+        """Method calls on components (pulumi_eks `Cluster.get_kubeconfig()`): the SDK's monitor has none."""
+        _ensure_event_loop()
+        # Plain JSON, not deserialize_properties: that would rebuild the `__self__` resource reference on this
+        # executor thread's own event loop, which fails ("attached to a different loop", pulumi/pulumi#6561).
+        args = json_format.MessageToDict(request.args)
+        answer = self.mocks.call(MockCallArgs(token=request.tok, args=args, provider=request.provider))
+        result = answer[0] if isinstance(answer, tuple) else answer  # Mocks.call may add a failure list
+        returned = _sync_await(rpc.serialize_properties(result, {}))
+        return provider_pb2.CallResponse(**{"return": returned})
+
     def RegisterResource(self, request: Any) -> Any:
         request.object.CopyFrom(_resource_refs_as_urns(request.object))
         response = super().RegisterResource(request)
@@ -360,6 +402,7 @@ class RecordingMonitor(MockMonitor):
             return response
         urn = self.make_urn(request.parent, request.type, request.name)
         state = self.resources[urn].state if urn in self.resources else {}
+        has_state = bool(request.custom or request.remote)
         self.registrations.append(
             Registration(
                 urn=urn,
@@ -371,9 +414,11 @@ class RecordingMonitor(MockMonitor):
                 provider=request.provider.rsplit("::", 1)[0] if request.provider else None,
                 inputs=mask_secrets(rpc.deserialize_properties(request.object)),
                 ignore_changes=list(request.ignoreChanges),
-                # Components have no id or outputs of their own; the SDK's monitor mocks them like resources.
-                id=self.resources[urn].id if request.custom and urn in self.resources else None,
-                outputs=mask_secrets(state) if request.custom else {},
+                remote=bool(request.remote),
+                # Local components have no id or outputs of their own (the SDK's monitor mocks them anyway);
+                # remote ones (pulumi_eks.Cluster, helm Chart) have outputs, and only those under mocks.
+                id=self.resources[urn].id if has_state and urn in self.resources else None,
+                outputs=mask_secrets(state) if has_state else {},
             )
         )
         return response

@@ -76,6 +76,10 @@ def _truthy(value: Any) -> bool:
     return value is True or (isinstance(value, str) and value.lower() == "true")
 
 
+def _is_node_class(type_token: str) -> bool:
+    return type_token.startswith("kubernetes:karpenter.k8s.aws/") and type_token.endswith(":EC2NodeClass")
+
+
 # --- cost-allocation tags ---------------------------------------------------------------------------------
 
 
@@ -105,12 +109,18 @@ def _provider_tags(plan: Plan) -> dict[str, dict[str, str]]:
 
 def check_cost_tags(plan: Plan) -> list[Violation]:
     """Every taggable AWS resource carries CostCenter (its provider's default tags or its own), and what an
-    Auto Scaling group or launch template launches carries it too."""
+    Auto Scaling group, launch template or Karpenter EC2NodeClass launches carries it too."""
     name = "cost-tags"
     defaults = _provider_tags(plan)
     violations: list[Violation] = []
     matched = 0
     for item in plan:
+        if item.get("custom") and _is_node_class(item["type"]):
+            # Karpenter tags what it launches from the EC2NodeClass only; default tags never reach it.
+            matched += 1
+            if not ((item["inputs"].get("spec") or {}).get("tags") or {}).get(REQUIRED_TAG):
+                violations.append(Violation(name, _label(item), f"launched nodes get no {REQUIRED_TAG} tag"))
+            continue
         if not item.get("custom") or not is_taggable(item["type"]):
             continue
         matched += 1
@@ -342,9 +352,7 @@ def check_launch_templates(plan: Plan) -> list[Violation]:
         if not all(_truthy(volume.get("encrypted")) for volume in volumes):
             violations.append(Violation(name, _label(item), "a volume is not encrypted"))
     for item in plan:
-        if item["type"].startswith("kubernetes:karpenter.k8s.aws/") and item["type"].endswith(
-            ":EC2NodeClass"
-        ):
+        if item.get("custom") and _is_node_class(item["type"]):
             matched += 1
             spec = item["inputs"].get("spec") or {}
             if (spec.get("metadataOptions") or {}).get("httpTokens") != "required":

@@ -44,7 +44,7 @@ def autoscaler_policy(cluster_name: str, context: AwsContext) -> dict[str, Any]:
                     "autoscaling:SetDesiredCapacity",
                     "autoscaling:TerminateInstanceInAutoScalingGroup",
                 ],
-                "Resource": "*",
+                "Resource": context.arn("autoscaling", "autoScalingGroup:*:autoScalingGroupName/*"),
                 "Condition": {
                     "StringEquals": {f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": "owned"}
                 },

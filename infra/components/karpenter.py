@@ -180,6 +180,7 @@ def controller_policy(
                 "Sid": "RegionalReads",
                 "Effect": "Allow",
                 "Action": [
+                    "ec2:DescribeAvailabilityZones",
                     "ec2:DescribeCapacityReservations",
                     "ec2:DescribeImages",
                     "ec2:DescribeInstances",
@@ -245,7 +246,7 @@ def controller_policy(
                 "Sid": "ReadInstanceProfiles",
                 "Effect": "Allow",
                 "Action": ["iam:GetInstanceProfile", "iam:ListInstanceProfiles"],
-                "Resource": "*",
+                "Resource": context.arn("iam", "instance-profile/*", region=False),
             },
             {
                 "Sid": "FindApiServer",

@@ -29,6 +29,8 @@ class DataBucketArgs:
     noncurrent_expire_days: int
     archive_prefixes: Sequence[str]
     force_destroy: bool = False
+    # The name's suffix: another concern needing a bucket (e.g. reports) reuses this component with its own.
+    purpose: str = "data"
 
 
 def tls_only_policy(bucket_arn: str) -> dict[str, Any]:
@@ -67,7 +69,11 @@ class DataBucket(pulumi.ComponentResource):
         super().__init__("llmbatch:storage:DataBucket", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         # Account and region in the name: bucket names are global, and this one must be the same on every up.
-        physical = f"{naming.child(args.stack, 'data')}-{args.context.account_id}-{args.context.region}"
+        physical = f"{naming.child(args.stack, args.purpose)}-{args.context.account_id}-{args.context.region}"
+        if len(physical) > 63:
+            raise ValueError(
+                f"bucket name {physical} is longer than S3's 63 characters: use a shorter stack name"
+            )
         bucket = aws.s3.Bucket(
             f"{name}-bucket", bucket=physical, force_destroy=args.force_destroy, opts=child
         )

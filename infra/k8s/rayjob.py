@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from infra.k8s import hub_token
 from infra.k8s.common import (
     DO_NOT_DISRUPT,
     GPU_POOL,
@@ -141,6 +142,9 @@ class RayJobArgs(_Strict):
         False, description="Annotate Ray pods so Karpenter never consolidates a node out from under a run."
     )
     labels: dict[str, str] = Field(default_factory=dict, description="Extra labels on every object (run id).")
+    hub_token_secret_arn: str | None = Field(
+        None, description="Secrets Manager ARN of the Hugging Face token; None: public models only."
+    )
 
     @field_validator("name")
     @classmethod
@@ -255,6 +259,20 @@ def _shm_volume() -> dict[str, Any]:
     return {"name": "dshm", "emptyDir": {"medium": "Memory"}}
 
 
+def _with_hub_token(args: RayJobArgs, pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod, fetching the hub token before Ray starts when there is one (every pod may load the model)."""
+    if args.hub_token_secret_arn is None:
+        return pod
+    (container,) = pod["containers"]
+    container["env"] = [*container.get("env", []), *hub_token.container_env()]
+    container["volumeMounts"] = [*container["volumeMounts"], hub_token.container_mount()]
+    pod["initContainers"] = [
+        hub_token.init_container(args.image, args.hub_token_secret_arn, _container_security())
+    ]
+    pod["volumes"] = [*pod["volumes"], hub_token.volume()]
+    return pod
+
+
 def _head_template(args: RayJobArgs) -> dict[str, Any]:
     container = {
         "name": "ray-head",
@@ -274,22 +292,25 @@ def _head_template(args: RayJobArgs) -> dict[str, Any]:
     }
     return {
         "metadata": _pod_metadata(args, "ray-head"),
-        "spec": {
-            "serviceAccountName": args.service_account,
-            "nodeSelector": dict(args.head.node_selector),
-            "terminationGracePeriodSeconds": args.termination_grace_s,
-            "containers": [container],
-            "volumes": [
-                {
-                    "name": "job-config",
-                    "configMap": {
-                        "name": args.config_map_name,
-                        "items": [{"key": CONFIG_FILE, "path": CONFIG_FILE}],
+        "spec": _with_hub_token(
+            args,
+            {
+                "serviceAccountName": args.service_account,
+                "nodeSelector": dict(args.head.node_selector),
+                "terminationGracePeriodSeconds": args.termination_grace_s,
+                "containers": [container],
+                "volumes": [
+                    {
+                        "name": "job-config",
+                        "configMap": {
+                            "name": args.config_map_name,
+                            "items": [{"key": CONFIG_FILE, "path": CONFIG_FILE}],
+                        },
                     },
-                },
-                _shm_volume(),
-            ],
-        },
+                    _shm_volume(),
+                ],
+            },
+        ),
     }
 
 
@@ -304,15 +325,18 @@ def _worker_template(args: RayJobArgs) -> dict[str, Any]:
     }
     return {
         "metadata": _pod_metadata(args, "ray-worker"),
-        "spec": {
-            # Workers read input and write output shards themselves, so they need the same S3/KMS identity.
-            "serviceAccountName": args.service_account,
-            "nodeSelector": dict(args.workers.node_selector),
-            "tolerations": [gpu_toleration()],
-            "terminationGracePeriodSeconds": args.termination_grace_s,
-            "containers": [container],
-            "volumes": [_shm_volume()],
-        },
+        "spec": _with_hub_token(
+            args,
+            {
+                # Workers read input and write output shards themselves: they need the same S3/KMS identity.
+                "serviceAccountName": args.service_account,
+                "nodeSelector": dict(args.workers.node_selector),
+                "tolerations": [gpu_toleration()],
+                "terminationGracePeriodSeconds": args.termination_grace_s,
+                "containers": [container],
+                "volumes": [_shm_volume()],
+            },
+        ),
     }
 
 

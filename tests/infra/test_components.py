@@ -363,3 +363,46 @@ def test_components_parent_their_children_and_take_the_provider() -> None:
     for child in (one(plan, "aws:kms/key:Key"), one(plan, "aws:kms/alias:Alias")):
         assert child["parent"] == component["urn"]
         assert child["provider"] == provider["urn"]
+
+
+def test_mocks_answer_for_an_eks_cluster_and_its_kubeconfig() -> None:
+    """The EKS tiers build on these answers: a remote pulumi_eks.Cluster, its kubeconfig, a k8s provider."""
+    import pulumi_eks as eks
+    import pulumi_kubernetes as k8s
+
+    seen: dict[str, Any] = {}
+
+    def build() -> None:
+        cluster = eks.Cluster("eks", name="llm-batch-test", vpc_id="vpc-1", private_subnet_ids=["a", "b"])
+        provider = k8s.Provider("k8s", kubeconfig=cluster.kubeconfig_json)
+        k8s.core.v1.Namespace(
+            "ns", metadata={"name": "llm-batch"}, opts=pulumi.ResourceOptions(provider=provider)
+        )
+        cluster.get_kubeconfig().apply(lambda config: seen.setdefault("call", config))
+
+    plan = plan_of(build)
+    cluster = one(plan, "eks:index:Cluster")
+    config = cluster["outputs"]["kubeconfig"]
+    assert config["clusters"][0]["cluster"]["server"].endswith(".gr7.us-east-1.eks.amazonaws.com")
+    assert config["users"][0]["user"]["exec"]["args"][:4] == [
+        "eks",
+        "get-token",
+        "--cluster-name",
+        "llm-batch-test",
+    ]
+    assert json.loads(one(plan, "pulumi:providers:kubernetes")["inputs"]["kubeconfig"]) == config
+    assert one(plan, "kubernetes:core/v1:Namespace")["inputs"]["metadata"] == {"name": "llm-batch"}
+    assert json.loads(seen["call"])["kind"] == "Config"
+
+
+def test_data_bucket_refuses_a_name_s3_would_reject() -> None:
+    args = DataBucketArgs(
+        stack="a-very-long-stack-name-for-testing",
+        context=CONTEXT,
+        key_arn=KEY_ARN,
+        glacier_after_days=30,
+        noncurrent_expire_days=90,
+        archive_prefixes=["input/"],
+    )
+    with pytest.raises(ValueError, match="longer than S3's 63 characters"):
+        plan_of(lambda: DataBucket("storage", args))

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from infra.config import (
     TIER_DEFAULTS,
@@ -74,7 +76,7 @@ def test_pulumi_strings_are_coerced_and_objects_decoded() -> None:
         "aws:region": "eu-west-1",
     }
     values = decode_pulumi_values(raw)
-    assert "hub_token" not in values and "region" not in values
+    assert "hub_token" not in values and values["region"] == "eu-west-1"
     config = load_stack_config("small", values)
     assert config.cost_center == "0042"
     assert config.network.az_count == 3 and config.network.single_nat_gateway is False
@@ -193,3 +195,25 @@ def test_stack_files_hold_only_differences() -> None:
             for sub, leaf in leaves:
                 default = defaults[name] if sub is None else defaults[name][sub]
                 assert leaf != default, f"{stack}: {key} {sub or ''} repeats the tier default"
+
+
+def test_readme_documents_every_shared_key() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    documented = set(re.findall(r"^\| `([a-z_.]+)` \|", readme, flags=re.MULTILINE))
+    shared_sections = ("network", "storage", "small", "job")
+    expected = {name for name in StackConfig.model_fields if name not in StackConfig.sections()}
+    for section in shared_sections:
+        model = StackConfig.model_fields[section].annotation
+        assert isinstance(model, type) and issubclass(model, BaseModel)
+        expected |= {f"{section}.{key}" for key in model.model_fields}
+    assert expected - documented == set(), "README's stack config table misses keys"
+
+
+def test_region_from_aws_region_unless_they_disagree() -> None:
+    assert "region" not in decode_pulumi_values({"llm-batch:tier": "small"})
+    same = {"aws:region": "eu-west-1", "llm-batch:region": "eu-west-1"}
+    assert decode_pulumi_values(same)["region"] == "eu-west-1"
+    with pytest.raises(
+        StackConfigError, match="llm-batch:region: 'us-east-1' differs from aws:region 'eu-west-1'"
+    ):
+        decode_pulumi_values({"aws:region": "eu-west-1", "llm-batch:region": "us-east-1"})

@@ -19,24 +19,9 @@ from tests.infra.conftest import STACKS
 
 Plan = list[dict[str, Any]]
 
-# The EKS tiers' node groups and Karpenter EC2NodeClass come with the EKS issue; until then their plans have
-# no launch template. Strict: once they do, this xfail turns into a failure and the mark must go.
-_EKS_COMPUTE_PENDING = {"medium", "large"}
-
 
 def _params() -> list[Any]:
-    params = []
-    for stack in STACKS:
-        for check in CHECKS:
-            marks = []
-            if check == "launch-templates" and stack in _EKS_COMPUTE_PENDING:
-                marks.append(
-                    pytest.mark.xfail(
-                        strict=True, raises=NothingMatched, reason="EKS tiers' launch templates not built yet"
-                    )
-                )
-            params.append(pytest.param(stack, check, marks=marks, id=f"{stack}-{check}"))
-    return params
+    return [pytest.param(stack, check, id=f"{stack}-{check}") for stack in STACKS for check in CHECKS]
 
 
 @pytest.mark.parametrize(("stack", "check"), _params())
@@ -278,3 +263,16 @@ def test_is_taggable_reads_the_provider_schema() -> None:
     assert policy.is_taggable("aws:s3/bucket:Bucket")
     assert not policy.is_taggable("aws:s3/bucketPolicy:BucketPolicy")
     assert not policy.is_taggable("kubernetes:core/v1:Namespace")
+
+
+def test_cost_tags_check_karpenter_node_classes() -> None:
+    def node_class(tags: dict[str, str]) -> dict[str, Any]:
+        return {
+            "type": "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass",
+            "name": "gpu",
+            "custom": True,
+            "inputs": {"spec": {"tags": tags}},
+        }
+
+    assert "gpu: launched nodes get no CostCenter tag" in _problems("cost-tags", [node_class({"Team": "ml"})])
+    assert _problems("cost-tags", [node_class({"CostCenter": "ml-platform"})]) == ""
