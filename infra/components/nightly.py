@@ -150,16 +150,11 @@ def run_statements(
             "Condition": {"StringLike": {"s3:prefix": [f"{out}*"]}},
         },
         {
-            "Sid": "ReadFailureMarker",
+            # Read the failure reason, clear a previous run's markers, consume an interruption's.
+            "Sid": "ReadAndClearMarkers",
             "Effect": "Allow",
-            "Action": "s3:GetObject",
-            "Resource": f"{bucket_arn}/{out}*/_failed.json",
-        },
-        {
-            "Sid": "ConsumeInterruptionMarker",
-            "Effect": "Allow",
-            "Action": "s3:DeleteObject",
-            "Resource": f"{bucket_arn}/{out}*/_interrupted.json",
+            "Action": ["s3:GetObject", "s3:DeleteObject"],
+            "Resource": [f"{bucket_arn}/{out}*/_failed.json", f"{bucket_arn}/{out}*/_interrupted.json"],
         },
         {"Sid": "Alert", "Effect": "Allow", "Action": "sns:Publish", "Resource": topic_arn},
         {

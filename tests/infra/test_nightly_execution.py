@@ -124,6 +124,23 @@ def test_a_failed_job_releases_and_notifies_with_the_reason(small_stack: SmallSt
     assert "input prefix is empty" in alert and "2026-11-28" in alert and "released" in alert
 
 
+def test_a_rerun_of_a_failed_night_ignores_the_last_runs_markers(small_stack: SmallStack) -> None:
+    """Markers of the previous run are cleared at the start; committed shards are not (the job resumes)."""
+    s3 = boto3.client("s3")
+    for key in ("_failed.json", "_interrupted.json", "results/shard-00000.parquet"):
+        s3.put_object(Bucket=small_stack.bucket, Key=f"output/2026-11-28/{key}", Body=b"{}")
+    instance = FakeInstance(small_stack, [("summary.json", summary())])
+    instance.start()
+    result = wait_for_end(_start(small_stack, {"date": "2026-11-28"}))
+    assert result["status"] == "SUCCEEDED", result
+    assert json.loads(result["output"])["attempts"] == 1
+    left = s3.list_objects_v2(Bucket=small_stack.bucket, Prefix="output/2026-11-28/")["Contents"]
+    assert sorted(item["Key"] for item in left) == [
+        "output/2026-11-28/results/shard-00000.parquet",
+        "output/2026-11-28/summary.json",
+    ]
+
+
 def test_the_deadline_ends_a_run_that_never_reports(small_stack: SmallStack) -> None:
     result = wait_for_end(_start(small_stack, {"date": "2026-11-28"}, MaxPolls=3))
     assert result["status"] == "FAILED"
