@@ -1,8 +1,7 @@
 """The small tier's nightly state machine and sweep, executed by a real moto server.
 
-moto runs the definitions and calls S3, Auto Scaling, SNS and Step Functions over HTTP. The EKS definition's
-tasks invoke a Lambda function, which moto runs only in Docker (absent here): that definition is covered by
-the validator and graph tests, and its function by tests/infra/test_submit_rayjob.py. The sweeps call
+moto runs the definitions and calls S3, Auto Scaling, SNS and Step Functions over HTTP. The EKS definition
+runs in tests/infra/test_nightly_eks_execution.py (its function in-process behind moto's Lambda API). The sweeps call
 `aws-sdk:sfn:listExecutions` with AWS's PascalCase parameters, which moto forwards unconverted to its
 camelCase Step Functions API (a KeyError there), so the sweeps too are covered by the graph tests only.
 """

@@ -38,10 +38,10 @@ def stack_config(stack: str) -> StackConfig:
     return load_stack_config(stack, decode_pulumi_values(values))
 
 
-def template_for(stack: str) -> list[dict[str, Any]]:
+def template_for(stack: str, bucket: str = BUCKET) -> list[dict[str, Any]]:
     """What the program packages with the function: the stack's real nightly RayJob, rendered by infra/k8s."""
     image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/llm-batch:0.1.0"
-    base = base_rayjob_args(stack_config(stack), stack, image, BUCKET)
+    base = base_rayjob_args(stack_config(stack), stack, image, bucket)
     return json.loads(nightly_template.night_template_json(base))
 
 
