@@ -1,9 +1,9 @@
 """The small tier's nightly state machine and sweep, executed by a real moto server.
 
 moto runs the definitions and calls S3, Auto Scaling, SNS and Step Functions over HTTP. The EKS definition
-runs in tests/infra/test_nightly_eks_execution.py (its function in-process behind moto's Lambda API). The sweeps call
-`aws-sdk:sfn:listExecutions` with AWS's PascalCase parameters, which moto forwards unconverted to its
-camelCase Step Functions API (a KeyError there), so the sweeps too are covered by the graph tests only.
+runs in tests/infra/test_nightly_eks_execution.py (its function in-process behind moto's Lambda API). The
+sweeps call `aws-sdk:sfn:listExecutions` with AWS's PascalCase parameters, which moto forwards unconverted
+to its camelCase Step Functions API (a KeyError there), so the sweeps are covered by the graph tests only.
 """
 
 from __future__ import annotations
