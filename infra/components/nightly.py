@@ -28,7 +28,10 @@ FUNCTION_DIR = Path(__file__).resolve().parent.parent / "functions" / "submit_ra
 RUN_REQUEST_KEY = "control/run.json"
 #: Kubernetes group the submit function's access entry maps to (bound below to what it needs).
 SUBMITTER_GROUP = "llm-batch-nightly"
-POLL_SECONDS = 60
+MIN_POLL_SECONDS = 60
+# A standard execution's history holds at most 25,000 events and one poll of the markers writes about 40:
+# a long deadline polls less often rather than run out of history.
+MAX_POLLS = 300
 MAX_ATTEMPTS = 3  # a run interrupted more often than this is reported, not retried forever
 SWEEP_EVERY = "rate(30 minutes)"
 LAMBDA_RUNTIME = "python3.12"
@@ -302,12 +305,13 @@ class Nightly(pulumi.ComponentResource):
         # The run's deadline is enforced inside the definition (so the release runs); the machine's own
         # timeout is only a backstop after it, and the sweep releases what such a timeout leaves.
         deadline_s = args.run_deadline_minutes * 60
+        poll_seconds = max(MIN_POLL_SECONDS, -(-deadline_s // MAX_POLLS))
         base: dict[str, statemachines.Substitution] = {
             "Stack": stack,
             "InputPrefix": statemachines.format_template(args.input_prefix, "job.input_prefix"),
             "OutputPrefix": statemachines.format_template(args.output_prefix, "job.output_prefix"),
-            "PollSeconds": POLL_SECONDS,
-            "MaxPolls": -(-deadline_s // POLL_SECONDS),
+            "PollSeconds": poll_seconds,
+            "MaxPolls": -(-deadline_s // poll_seconds),
             "MaxAttempts": MAX_ATTEMPTS,
             "RunDeadlineMinutes": args.run_deadline_minutes,
             "StateMachineTimeoutSeconds": deadline_s + 1800,

@@ -84,7 +84,13 @@ def test_the_planned_definitions_are_valid_and_always_release(
     deadline_s = config.schedule.run_deadline_minutes * 60
     assert run["TimeoutSeconds"] > deadline_s
     wait = graph.states(run)["WaitForJob"]["Seconds"]
-    assert graph.states(run)["DeadlinePassed"]["Choices"][0]["NumericGreaterThanEquals"] * wait >= deadline_s
+    max_polls = graph.states(run)["DeadlinePassed"]["Choices"][0]["NumericGreaterThanEquals"]
+    assert max_polls * wait >= deadline_s
+    # Within a standard execution's 25,000-event history: bound one poll by every state of the polling loop
+    # (its strongly connected part, retry path included), 5 events per task and 2 per other state.
+    loop = {s for s in graph.reachable(run, "WaitForJob") if "WaitForJob" in graph.reachable(run, s)}
+    per_poll = sum(5 if graph.states(run)[s]["Type"] == "Task" else 2 for s in loop)
+    assert max_polls * per_poll < 25_000, f"{max_polls} polls x {per_poll} events"
     plan_run = graph.states(run)["PlanRun"]["Parameters"]
     bucket = _of(plan, "aws:s3/bucket:Bucket")[0]["outputs"]["bucket"]
     expected = "s3://" + bucket + "/" + config.job.output_prefix.replace("{date}", "{}")
