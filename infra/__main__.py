@@ -25,6 +25,7 @@ from infra.components.karpenter import Karpenter, KarpenterArgs
 from infra.components.kms import EncryptionKey, EncryptionKeyArgs
 from infra.components.kuberay import KubeRayOperator
 from infra.components.network import Network, NetworkArgs
+from infra.components.nightly import RUN_REQUEST_KEY, EksTarget, Nightly, ca_of, nightly_args
 from infra.components.node_groups import NodeGroups, NodeGroupsArgs
 from infra.components.observability import Observability, ObservabilityArgs
 from infra.components.providers import Providers, ProvidersArgs
@@ -32,6 +33,7 @@ from infra.components.secrets import JobSecrets, JobSecretsArgs
 from infra.components.spot_node import SpotNode, SpotNodeArgs
 from infra.config import from_pulumi
 from infra.eks_job import base_rayjob_args
+from infra.nightly_template import night_template_json
 from workload.config import render_config
 
 stack = pulumi.get_stack()
@@ -115,7 +117,11 @@ job_access = JobAccess(
         bucket_arn=data.bucket_arn,
         key_arn=key.key_arn,
         secret_arns=[secrets.job_settings_arn, secrets.hub_token_arn],
-        read_prefixes=[static_prefix(config.job.input_prefix), storage.MODEL_PREFIX],
+        read_prefixes=[
+            static_prefix(config.job.input_prefix),
+            storage.MODEL_PREFIX,
+            static_prefix(RUN_REQUEST_KEY),  # the small node reads the night's date there
+        ],
         write_prefixes=[static_prefix(config.job.output_prefix), storage.CHECKPOINT_PREFIX],
         image_repository_arn=image.repository_arn,
         metrics_namespace=config.monitoring.metrics_namespace,
@@ -138,6 +144,7 @@ observability = Observability(
     aws_opts,
 )
 
+nightly_target = None  # the small tier's nightly run drives its Auto Scaling group directly
 if config.tier == "small":
     node = SpotNode(
         "gpu-node",
@@ -157,6 +164,7 @@ if config.tier == "small":
             job_settings_secret_arn=secrets.job_settings_arn,
             hub_token_secret_arn=secrets.hub_token_arn,
             log_group_name=job_access.log_group_name,
+            run_request_uri=data.bucket_name.apply(lambda bucket: f"s3://{bucket}/{RUN_REQUEST_KEY}"),
         ),
         aws_opts,
     )
@@ -244,6 +252,22 @@ if config.tier in ("medium", "large"):
     pulumi.export("submitter_security_group_id", cluster.submitter_security_group_id)
     pulumi.export("job_role_arn", identity.role_arn)
     pulumi.export("job_namespace", eks.namespace)
+    nightly_target = EksTarget(
+        cluster_name=cluster_name,
+        endpoint=cluster.endpoint,
+        # The CA is public; only the kubeconfig around it is secret.
+        certificate_authority=pulumi.Output.unsecret(cluster.kubeconfig.apply(ca_of)),
+        namespace=eks.namespace,
+        provider=cluster.provider,
+        private_subnet_ids=network.private_subnet_ids,
+        submitter_security_group_id=cluster.submitter_security_group_id,
+        night_template_json=pulumi.Output.all(data.bucket_name, secrets.hub_token_arn).apply(
+            lambda values: night_template_json(base_rayjob_args(config, stack, image, values[0], values[1]))
+        ),
+        nodegroup_name=None if eks.karpenter_enabled else nodes.gpu_group_name,
+        gpu_nodes=eks.gpu_max_nodes,
+        karpenter_nodepool=eks.node_pool.name if eks.karpenter_enabled else None,
+    )
     # What the nightly submitter renders each night's RayJob from (infra.eks_job.manifests_for_date).
     pulumi.export(
         "rayjob_args",
@@ -252,6 +276,21 @@ if config.tier in ("medium", "large"):
         ),
     )
 
+nightly = Nightly(
+    "nightly",
+    nightly_args(
+        config,
+        stack,
+        context,
+        bucket_name=data.bucket_name,
+        key_arn=key.key_arn,
+        alerts_topic_arn=alerts.topic_arn,
+        eks=nightly_target,
+    ),
+    aws_opts,
+)
+pulumi.export("nightly_state_machine_arn", nightly.state_machine_arn)
+pulumi.export("nightly_schedule", nightly.schedule_name)
 pulumi.export("tier", config.tier)
 pulumi.export("region", config.region)
 pulumi.export("kms_key_arn", key.key_arn)

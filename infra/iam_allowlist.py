@@ -40,6 +40,7 @@ RESOURCE_STAR_ACTIONS: dict[str, str] = {
     "ec2:DescribeLaunchTemplates": "Describe* calls have no resource-level permission",
     "ec2:DescribeAvailabilityZones": "Describe* calls have no resource-level permission",
     "ec2:DescribeSpotPriceHistory": "Describe* calls have no resource-level permission",
+    "ec2:DescribeNetworkInterfaces": "Describe* calls have no resource-level permission (Lambda in a VPC)",
     "autoscaling:DescribeAutoScalingGroups": "Describe* calls have no resource-level permission",
     # The EKS tiers' cluster autoscaler and Karpenter discover capacity with these read-only calls.
     "autoscaling:DescribeAutoScalingInstances": "Describe* calls have no resource-level permission",

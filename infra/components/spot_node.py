@@ -40,6 +40,8 @@ class SpotNodeArgs:
     job_settings_secret_arn: pulumi.Input[str]
     hub_token_secret_arn: pulumi.Input[str]
     log_group_name: pulumi.Input[str]
+    # The nightly run's request (nightly.RUN_REQUEST_KEY in the data bucket), holding the night's date.
+    run_request_uri: pulumi.Input[str] = ""
 
 
 def trust_policy(service: str) -> str:
@@ -125,7 +127,11 @@ class SpotNode(pulumi.ComponentResource):
         )
         ami = aws.ssm.get_parameter(name=args.ami_ssm_parameter, opts=pulumi.InvokeOptions(parent=self))
         user_data = pulumi.Output.all(
-            args.image, args.job_settings_secret_arn, args.hub_token_secret_arn, args.log_group_name
+            args.image,
+            args.job_settings_secret_arn,
+            args.hub_token_secret_arn,
+            args.log_group_name,
+            args.run_request_uri,
         ).apply(
             lambda values: base64.b64encode(
                 render_user_data(
@@ -136,6 +142,7 @@ class SpotNode(pulumi.ComponentResource):
                         hub_token_secret_arn=values[2],
                         log_group=values[3],
                         group_name=group_name,
+                        run_request_uri=values[4],
                     )
                 ).encode()
             ).decode()

@@ -24,6 +24,8 @@ class BootSettings:
     log_group: str
     group_name: str  # the Auto Scaling group to scale back to 0 when the job ends
     config_dir: str = CONFIG_DIR
+    # s3:// URI of the nightly state machine's run request ({"date": ...}); empty: no nightly run.
+    run_request_uri: str = ""
 
 
 def job_config_path(config_dir: str = CONFIG_DIR) -> str:
@@ -44,8 +46,18 @@ umask 077
 export AWS_REGION={q["region"]} AWS_DEFAULT_REGION={q["region"]}
 install -d -m 0700 {config_dir} {config_dir}/secrets
 
-# The job's settings live in Secrets Manager (KMS); {{date}} in its prefixes becomes today's UTC date.
+# The job's settings live in Secrets Manager (KMS); {{date}} in its prefixes becomes the night's date: the
+# one the nightly run wrote to its run request (so a retry after midnight resumes the same output), else
+# today's UTC date (a manual scale-up).
 RUN_DATE=$(date -u +%F)
+if [ -n {q["run_request_uri"]} ] && \
+  aws s3 cp {q["run_request_uri"]} {config_dir}/run.json --only-show-errors; then
+  RUN_DATE=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["date"])' {config_dir}/run.json)
+fi
+if ! [[ "${{RUN_DATE}}" =~ ^[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}$ ]]; then
+  echo "llm-batch: the run date '${{RUN_DATE}}' is not YYYY-MM-DD" >&2
+  exit 1
+fi
 aws secretsmanager get-secret-value --secret-id {q["job_settings_secret_arn"]} \\
   --query SecretString --output text | sed "s/{{date}}/${{RUN_DATE}}/g" > {job_config}
 # The hub token is optional (public models need none); it reaches the job as a file, never as an argument.
