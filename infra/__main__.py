@@ -252,6 +252,10 @@ if config.tier in ("medium", "large"):
     pulumi.export("submitter_security_group_id", cluster.submitter_security_group_id)
     pulumi.export("job_role_arn", identity.role_arn)
     pulumi.export("job_namespace", eks.namespace)
+    # What each night's RayJob is rendered from, with the night's date filled in (infra.eks_job).
+    rayjob_args = pulumi.Output.all(data.bucket_name, image.image_ref, secrets.hub_token_arn).apply(
+        lambda values: base_rayjob_args(config, stack, values[1], values[0], values[2])
+    )
     nightly_target = EksTarget(
         cluster_name=cluster_name,
         endpoint=cluster.endpoint,
@@ -261,20 +265,12 @@ if config.tier in ("medium", "large"):
         provider=cluster.provider,
         private_subnet_ids=network.private_subnet_ids,
         submitter_security_group_id=cluster.submitter_security_group_id,
-        night_template_json=pulumi.Output.all(data.bucket_name, secrets.hub_token_arn).apply(
-            lambda values: night_template_json(base_rayjob_args(config, stack, image, values[0], values[1]))
-        ),
+        night_template_json=rayjob_args.apply(night_template_json),
         nodegroup_name=None if eks.karpenter_enabled else nodes.gpu_group_name,
         gpu_nodes=eks.gpu_max_nodes,
         karpenter_nodepool=eks.node_pool.name if eks.karpenter_enabled else None,
     )
-    # What the nightly submitter renders each night's RayJob from (infra.eks_job.manifests_for_date).
-    pulumi.export(
-        "rayjob_args",
-        pulumi.Output.all(data.bucket_name, image.image_ref, secrets.hub_token_arn).apply(
-            lambda values: base_rayjob_args(config, stack, values[1], values[0], values[2]).model_dump_json()
-        ),
-    )
+    pulumi.export("rayjob_args", rayjob_args.apply(lambda args: args.model_dump_json()))
 
 nightly = Nightly(
     "nightly",
