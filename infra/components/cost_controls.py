@@ -14,6 +14,7 @@ import pulumi_aws as aws
 
 from infra import naming, versions
 from infra.aws_context import AwsContext
+from infra.components.iam import function_identity, service_trust
 from infra.config import StackConfig
 
 COST_TAG_KEY = "CostCenter"
@@ -94,22 +95,6 @@ def report_policy(context: AwsContext, topic_arn: str, key_arn: str, log_group_a
             },
         ],
     }
-
-
-def _assume(service: str, context: AwsContext) -> str:
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Effect": "Allow",
-                    "Principal": {"Service": service},
-                    "Action": "sts:AssumeRole",
-                    "Condition": {"StringEquals": {"aws:SourceAccount": context.account_id}},
-                }
-            ],
-        }
-    )
 
 
 class CostControls(pulumi.ComponentResource):
@@ -193,24 +178,15 @@ class CostControls(pulumi.ComponentResource):
         self, name: str, args: CostControlsArgs, child: pulumi.ResourceOptions
     ) -> aws.lambda_.Function:
         function_name = naming.child(args.stack, "cost-report")
-        log_group = aws.cloudwatch.LogGroup(
-            f"{name}-report-logs",
-            # Under /llm-batch/ so the stack's key policy lets CloudWatch Logs encrypt it.
-            name=f"/{naming.PROJECT}/{args.stack}/cost-report",
-            retention_in_days=args.log_retention_days,
-            kms_key_id=args.key_arn,
-            opts=child,
-        )
-        role = aws.iam.Role(
-            f"{name}-report-role",
-            name=naming.child(args.stack, "cost-report"),
-            assume_role_policy=_assume("lambda.amazonaws.com", args.context),
-            opts=child,
-        )
-        aws.iam.RolePolicy(
-            f"{name}-report-policy",
-            role=role.id,
-            policy=pulumi.Output.all(args.topic_arn, args.key_arn, log_group.arn).apply(
+        identity = function_identity(
+            f"{name}-report",
+            stack=args.stack,
+            function="cost-report",
+            lambda_service="lambda.amazonaws.com",
+            account_id=args.context.account_id,
+            key_arn=args.key_arn,
+            log_retention_days=args.log_retention_days,
+            policy=lambda log_arn: pulumi.Output.all(args.topic_arn, args.key_arn, log_arn).apply(
                 lambda values: json.dumps(report_policy(args.context, values[0], values[1], values[2]))
             ),
             opts=child,
@@ -224,7 +200,7 @@ class CostControls(pulumi.ComponentResource):
             handler="handler.handler",
             # Only the handler ships: it imports boto3 (in the runtime) and the standard library.
             code=pulumi.AssetArchive({"handler.py": pulumi.FileAsset(str(REPORT_SOURCE))}),
-            role=role.arn,
+            role=identity.role.arn,
             timeout=60,
             memory_size=256,
             environment=aws.lambda_.FunctionEnvironmentArgs(
@@ -234,7 +210,7 @@ class CostControls(pulumi.ComponentResource):
                     "THRESHOLD_USD": f"{args.daily_report_threshold_usd:g}",
                 }
             ),
-            logging_config=aws.lambda_.FunctionLoggingConfigArgs(log_format="JSON", log_group=log_group.name),
+            logging_config=aws.lambda_.FunctionLoggingConfigArgs(log_format="JSON", log_group=identity.log_group.name),
             opts=child,
         )
         # A report that fails (Cost Explorer or SNS down, a bad setting) must not fail silently.
@@ -263,7 +239,7 @@ class CostControls(pulumi.ComponentResource):
         scheduler_role = aws.iam.Role(
             f"{name}-report-scheduler-role",
             name=naming.child(args.stack, "cost-report-scheduler"),
-            assume_role_policy=_assume("scheduler.amazonaws.com", args.context),
+            assume_role_policy=service_trust("scheduler.amazonaws.com", args.context.account_id),
             opts=child,
         )
         aws.iam.RolePolicy(

@@ -21,6 +21,7 @@ import pulumi_kubernetes as k8s
 
 from infra import naming, statemachines
 from infra.aws_context import AwsContext
+from infra.components.iam import function_identity, service_trust
 from infra.config import StackConfig
 
 FUNCTION_DIR = Path(__file__).resolve().parent.parent / "functions" / "submit_rayjob"
@@ -109,23 +110,6 @@ def ca_of(kubeconfig_json: str) -> str:
     """The cluster CA (base64 PEM) written in a kubeconfig (pulumi-eks's, one cluster)."""
     document = json.loads(kubeconfig_json)
     return str(document["clusters"][0]["cluster"]["certificate-authority-data"])
-
-
-def trust(service: str, account_id: str) -> str:
-    """A service may assume the role only on this account's behalf (no confused deputy)."""
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Effect": "Allow",
-                    "Principal": {"Service": service},
-                    "Action": "sts:AssumeRole",
-                    "Condition": {"StringEquals": {"aws:SourceAccount": account_id}},
-                }
-            ],
-        }
-    )
 
 
 def _static(prefix: str) -> str:
@@ -331,7 +315,7 @@ class Nightly(pulumi.ComponentResource):
         run_role = aws.iam.Role(
             f"{name}-run-role",
             name=naming.child(stack, "nightly-run"),
-            assume_role_policy=trust(f"states.{context.dns_suffix}", context.account_id),
+            assume_role_policy=service_trust(f"states.{context.dns_suffix}", context.account_id),
             opts=child,
         )
         aws.iam.RolePolicy(
@@ -364,7 +348,7 @@ class Nightly(pulumi.ComponentResource):
         sweep_role = aws.iam.Role(
             f"{name}-sweep-role",
             name=naming.child(stack, "gpu-sweep"),
-            assume_role_policy=trust(f"states.{context.dns_suffix}", context.account_id),
+            assume_role_policy=service_trust(f"states.{context.dns_suffix}", context.account_id),
             opts=child,
         )
         aws.iam.RolePolicy(
@@ -412,7 +396,7 @@ class Nightly(pulumi.ComponentResource):
         scheduler_role = aws.iam.Role(
             f"{name}-scheduler-role",
             name=naming.child(stack, "nightly-scheduler"),
-            assume_role_policy=trust(f"scheduler.{context.dns_suffix}", context.account_id),
+            assume_role_policy=service_trust(f"scheduler.{context.dns_suffix}", context.account_id),
             opts=child,
         )
         aws.iam.RolePolicy(
@@ -475,24 +459,15 @@ class Nightly(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         context, stack = args.context, args.stack
         function_name = naming.child(stack, "submit-rayjob")
-        logs = aws.cloudwatch.LogGroup(
-            f"{name}-submit-logs",
-            # Under /llm-batch/: the stack key lets CloudWatch Logs encrypt only that namespace.
-            name=f"/{naming.PROJECT}/{stack}/submit-rayjob",
-            retention_in_days=args.log_retention_days,
-            kms_key_id=args.key_arn,
-            opts=child,
-        )
-        role = aws.iam.Role(
-            f"{name}-submit-role",
-            name=naming.child(stack, "submit-rayjob"),
-            assume_role_policy=trust(f"lambda.{context.dns_suffix}", context.account_id),
-            opts=child,
-        )
-        aws.iam.RolePolicy(
-            f"{name}-submit-policy",
-            role=role.id,
-            policy=logs.arn.apply(
+        identity = function_identity(
+            f"{name}-submit",
+            stack=stack,
+            function="submit-rayjob",
+            lambda_service=f"lambda.{context.dns_suffix}",
+            account_id=context.account_id,
+            key_arn=args.key_arn,
+            log_retention_days=args.log_retention_days,
+            policy=lambda log_group_arn: log_group_arn.apply(
                 lambda log_arn: _document(
                     submitter_statements(
                         context=context,
@@ -504,6 +479,7 @@ class Nightly(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        logs, role = identity.log_group, identity.role
         # The API server maps the role to a group; RBAC below gives that group exactly what the function does.
         entry = aws.eks.AccessEntry(
             f"{name}-submit-access",

@@ -8,7 +8,6 @@ autoscaler scales it up for a run and back to 0 after.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -17,6 +16,7 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 
 from infra import versions
+from infra.components.iam import service_trust
 from infra.k8s.common import GPU_POOL, GPU_TAINT_KEY, GPU_TAINT_VALUE, HEAD_POOL, POOL_LABEL
 
 # AWS-managed policies every EKS node needs (join the cluster, pull images, run the VPC CNI).
@@ -49,18 +49,7 @@ def node_role(
     role = aws.iam.Role(
         f"{name}-role",
         name=role_name,
-        assume_role_policy=json.dumps(
-            {
-                "Version": "2012-10-17",
-                "Statement": [
-                    {
-                        "Effect": "Allow",
-                        "Principal": {"Service": "ec2.amazonaws.com"},
-                        "Action": "sts:AssumeRole",
-                    }
-                ],
-            }
-        ),
+        assume_role_policy=service_trust("ec2.amazonaws.com"),
         opts=pulumi.ResourceOptions(parent=parent),
     )
     for policy in NODE_POLICIES:

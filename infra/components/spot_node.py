@@ -17,6 +17,7 @@ import pulumi_aws as aws
 
 from infra import naming
 from infra.aws_context import AwsContext
+from infra.components.iam import service_trust
 from infra.components.user_data import BootSettings, render_user_data
 
 HTTPS = 443
@@ -44,15 +45,6 @@ class SpotNodeArgs:
     run_request_uri: pulumi.Input[str] = ""
 
 
-def trust_policy(service: str) -> str:
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}],
-        }
-    )
-
-
 class SpotNode(pulumi.ComponentResource):
     """`group_name`, `group_arn`, `launch_template_id`, `security_group_id`, `role_name`, `role_arn`."""
 
@@ -72,7 +64,7 @@ class SpotNode(pulumi.ComponentResource):
         role = aws.iam.Role(
             f"{name}-role",
             name=naming.child(args.stack, "gpu-node"),
-            assume_role_policy=trust_policy(f"ec2.{context.dns_suffix}"),
+            assume_role_policy=service_trust(f"ec2.{context.dns_suffix}"),
             opts=child,
         )
         aws.iam.RolePolicyAttachment(

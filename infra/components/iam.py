@@ -1,0 +1,68 @@
+"""IAM pieces several components build the same way: a service's trust policy, and the log group, role and inline
+policy every Lambda function of the stack gets.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from infra import naming
+
+
+def service_trust(service: str, source_account: str | None = None) -> str:
+    """A trust policy letting `service` (e.g. "lambda.amazonaws.com") assume the role.
+
+    With `source_account`, only on that account's behalf (no confused deputy). EC2 roles take none: instances
+    assume their role themselves, without an aws:SourceAccount in the request.
+    """
+    statement: dict[str, object] = {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}
+    if source_account is not None:
+        statement["Condition"] = {"StringEquals": {"aws:SourceAccount": source_account}}
+    return json.dumps({"Version": "2012-10-17", "Statement": [statement]})
+
+
+@dataclass(frozen=True)
+class FunctionIdentity:
+    """What a Lambda function runs as and logs to."""
+
+    log_group: aws.cloudwatch.LogGroup
+    role: aws.iam.Role
+
+
+def function_identity(
+    name: str,
+    *,
+    stack: str,
+    function: str,
+    lambda_service: str,
+    account_id: str,
+    key_arn: pulumi.Input[str],
+    log_retention_days: int,
+    policy: Callable[[pulumi.Output[str]], pulumi.Input[str]],
+    opts: pulumi.ResourceOptions,
+) -> FunctionIdentity:
+    """`{name}-logs`, `{name}-role` and `{name}-policy` of the stack's function `function`.
+
+    The log group sits under /llm-batch/<stack>/ because the stack key lets CloudWatch Logs encrypt only that
+    namespace. `policy` gets the log group's ARN and returns the role's inline policy document (JSON).
+    """
+    log_group = aws.cloudwatch.LogGroup(
+        f"{name}-logs",
+        name=f"/{naming.PROJECT}/{stack}/{function}",
+        retention_in_days=log_retention_days,
+        kms_key_id=key_arn,
+        opts=opts,
+    )
+    role = aws.iam.Role(
+        f"{name}-role",
+        name=naming.child(stack, function),
+        assume_role_policy=service_trust(lambda_service, account_id),
+        opts=opts,
+    )
+    aws.iam.RolePolicy(f"{name}-policy", role=role.id, policy=policy(log_group.arn), opts=opts)
+    return FunctionIdentity(log_group=log_group, role=role)
