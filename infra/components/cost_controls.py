@@ -14,7 +14,7 @@ import pulumi_aws as aws
 
 from infra import naming, versions
 from infra.aws_context import AwsContext
-from infra.components.iam import function_identity, service_trust
+from infra.components.iam import function_identity, service_role
 from infra.config import StackConfig
 
 COST_TAG_KEY = "CostCenter"
@@ -236,15 +236,11 @@ class CostControls(pulumi.ComponentResource):
     def _schedule(
         self, name: str, args: CostControlsArgs, function: aws.lambda_.Function, child: pulumi.ResourceOptions
     ) -> None:
-        scheduler_role = aws.iam.Role(
-            f"{name}-report-scheduler-role",
-            name=naming.child(args.stack, "cost-report-scheduler"),
-            assume_role_policy=service_trust("scheduler.amazonaws.com", args.context.account_id),
-            opts=child,
-        )
-        aws.iam.RolePolicy(
-            f"{name}-report-scheduler-policy",
-            role=scheduler_role.id,
+        scheduler_role = service_role(
+            f"{name}-report-scheduler",
+            role_name=naming.child(args.stack, "cost-report-scheduler"),
+            service="scheduler.amazonaws.com",
+            account_id=args.context.account_id,
             policy=function.arn.apply(
                 lambda arn: json.dumps(
                     {

@@ -26,6 +26,23 @@ def service_trust(service: str, source_account: str | None = None) -> str:
     return json.dumps({"Version": "2012-10-17", "Statement": [statement]})
 
 
+def service_role(
+    name: str,
+    *,
+    role_name: str,
+    service: str,
+    account_id: str,
+    policy: pulumi.Input[str],
+    opts: pulumi.ResourceOptions,
+) -> aws.iam.Role:
+    """`{name}-role`, assumable by `service` on `account_id`'s behalf only, with inline policy `{name}-policy`."""
+    role = aws.iam.Role(
+        f"{name}-role", name=role_name, assume_role_policy=service_trust(service, account_id), opts=opts
+    )
+    aws.iam.RolePolicy(f"{name}-policy", role=role.id, policy=policy, opts=opts)
+    return role
+
+
 @dataclass(frozen=True)
 class FunctionIdentity:
     """What a Lambda function runs as and logs to."""
@@ -58,11 +75,12 @@ def function_identity(
         kms_key_id=key_arn,
         opts=opts,
     )
-    role = aws.iam.Role(
-        f"{name}-role",
-        name=naming.child(stack, function),
-        assume_role_policy=service_trust(lambda_service, account_id),
+    role = service_role(
+        name,
+        role_name=naming.child(stack, function),
+        service=lambda_service,
+        account_id=account_id,
+        policy=policy(log_group.arn),
         opts=opts,
     )
-    aws.iam.RolePolicy(f"{name}-policy", role=role.id, policy=policy(log_group.arn), opts=opts)
     return FunctionIdentity(log_group=log_group, role=role)

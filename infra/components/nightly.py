@@ -21,7 +21,7 @@ import pulumi_kubernetes as k8s
 
 from infra import naming, statemachines
 from infra.aws_context import AwsContext
-from infra.components.iam import function_identity, service_trust
+from infra.components.iam import function_identity, service_role
 from infra.config import StackConfig
 
 FUNCTION_DIR = Path(__file__).resolve().parent.parent / "functions" / "submit_rayjob"
@@ -312,15 +312,11 @@ class Nightly(pulumi.ComponentResource):
                 subs["SubmitFunction"] = function
             return statemachines.render_json(statemachines.NIGHTLY[kind], subs)
 
-        run_role = aws.iam.Role(
-            f"{name}-run-role",
-            name=naming.child(stack, "nightly-run"),
-            assume_role_policy=service_trust(f"states.{context.dns_suffix}", context.account_id),
-            opts=child,
-        )
-        aws.iam.RolePolicy(
-            f"{name}-run-policy",
-            role=run_role.id,
+        run_role = service_role(
+            f"{name}-run",
+            role_name=naming.child(stack, "nightly-run"),
+            service=f"states.{context.dns_suffix}",
+            account_id=context.account_id,
             policy=pulumi.Output.all(
                 bucket_arn, args.key_arn, args.alerts_topic_arn, function_arn or ""
             ).apply(
@@ -345,15 +341,11 @@ class Nightly(pulumi.ComponentResource):
             opts=child,
         )
 
-        sweep_role = aws.iam.Role(
-            f"{name}-sweep-role",
-            name=naming.child(stack, "gpu-sweep"),
-            assume_role_policy=service_trust(f"states.{context.dns_suffix}", context.account_id),
-            opts=child,
-        )
-        aws.iam.RolePolicy(
-            f"{name}-sweep-policy",
-            role=sweep_role.id,
+        sweep_role = service_role(
+            f"{name}-sweep",
+            role_name=naming.child(stack, "gpu-sweep"),
+            service=f"states.{context.dns_suffix}",
+            account_id=context.account_id,
             policy=pulumi.Output.all(
                 machine.arn, args.key_arn, args.alerts_topic_arn, function_arn or ""
             ).apply(
@@ -393,15 +385,11 @@ class Nightly(pulumi.ComponentResource):
             opts=child,
         )
 
-        scheduler_role = aws.iam.Role(
-            f"{name}-scheduler-role",
-            name=naming.child(stack, "nightly-scheduler"),
-            assume_role_policy=service_trust(f"scheduler.{context.dns_suffix}", context.account_id),
-            opts=child,
-        )
-        aws.iam.RolePolicy(
-            f"{name}-scheduler-policy",
-            role=scheduler_role.id,
+        scheduler_role = service_role(
+            f"{name}-scheduler",
+            role_name=naming.child(stack, "nightly-scheduler"),
+            service=f"scheduler.{context.dns_suffix}",
+            account_id=context.account_id,
             policy=pulumi.Output.all(machine.arn, sweep.arn).apply(
                 lambda arns: _document(
                     [
