@@ -11,6 +11,7 @@ import pulumi_aws as aws
 
 from infra import naming
 from infra.aws_context import AwsContext
+from infra.components.iam import deny_insecure_transport
 
 _PUBLISHERS = [
     "cloudwatch.amazonaws.com",
@@ -55,14 +56,7 @@ def topic_policy(topic_arn: str, context: AwsContext) -> dict[str, Any]:
                 "Resource": topic_arn,
                 "Condition": {"StringEquals": {"aws:SourceAccount": context.account_id}},
             },
-            {
-                "Sid": "DenyInsecureTransport",
-                "Effect": "Deny",
-                "Principal": "*",
-                "Action": "sns:Publish",
-                "Resource": topic_arn,
-                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-            },
+            deny_insecure_transport("sns:Publish", topic_arn),
         ],
     }
 

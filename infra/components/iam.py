@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -41,6 +42,18 @@ def service_role(
     )
     aws.iam.RolePolicy(f"{name}-policy", role=role.id, policy=policy, opts=opts)
     return role
+
+
+def deny_insecure_transport(action: str, resource: str | list[str]) -> dict[str, Any]:
+    """A resource-policy statement refusing `action` on `resource` to anyone not calling over TLS."""
+    return {
+        "Sid": "DenyInsecureTransport",
+        "Effect": "Deny",
+        "Principal": "*",
+        "Action": action,
+        "Resource": resource,
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+    }
 
 
 @dataclass(frozen=True)

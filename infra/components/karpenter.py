@@ -20,6 +20,7 @@ import pulumi_kubernetes as k8s
 from infra.aws_context import AwsContext
 from infra.components import irsa
 from infra.components.helm import namespace, pinned_chart
+from infra.components.iam import deny_insecure_transport
 from infra.components.node_groups import node_role
 from infra.k8s.common import HEAD_POOL, POOL_LABEL, Manifest
 from infra.k8s.karpenter import (
@@ -73,14 +74,7 @@ def queue_policy(queue_arn: str) -> dict[str, Any]:
                 "Action": "sqs:SendMessage",
                 "Resource": queue_arn,
             },
-            {
-                "Sid": "DenyInsecureTransport",
-                "Effect": "Deny",
-                "Principal": "*",
-                "Action": "sqs:*",
-                "Resource": queue_arn,
-                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-            },
+            deny_insecure_transport("sqs:*", queue_arn),
         ],
     }
 

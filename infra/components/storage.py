@@ -12,6 +12,7 @@ import pulumi_aws as aws
 
 from infra import naming
 from infra.aws_context import AwsContext
+from infra.components.iam import deny_insecure_transport
 
 # Where things live in the bucket; the job's IAM policy grants exactly these.
 INPUT_PREFIX = "input/"
@@ -39,14 +40,7 @@ def tls_only_policy(bucket_arn: str) -> dict[str, Any]:
     return {
         "Version": "2012-10-17",
         "Statement": [
-            {
-                "Sid": "DenyInsecureTransport",
-                "Effect": "Deny",
-                "Principal": "*",
-                "Action": "s3:*",
-                "Resource": resources,
-                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-            },
+            deny_insecure_transport("s3:*", resources),
             {
                 "Sid": "DenyOutdatedTls",
                 "Effect": "Deny",
