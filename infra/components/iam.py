@@ -1,5 +1,5 @@
-"""IAM pieces several components build the same way: a service's trust policy, and the log group, role and inline
-policy every Lambda function of the stack gets.
+"""IAM pieces several components build the same way: a service's trust policy, a service role with its inline
+policy, the TLS-only statement of resource policies, and the log group, role and policy of each Lambda function.
 """
 
 from __future__ import annotations
