@@ -14,7 +14,7 @@ import pulumi_aws as aws
 
 from infra import naming, versions
 from infra.aws_context import AwsContext
-from infra.components.iam import function_identity, service_role
+from infra.components.iam import function_identity, policy_document, service_role
 from infra.config import StackConfig
 
 COST_TAG_KEY = "CostCenter"
@@ -242,14 +242,7 @@ class CostControls(pulumi.ComponentResource):
             service="scheduler.amazonaws.com",
             account_id=args.context.account_id,
             policy=function.arn.apply(
-                lambda arn: json.dumps(
-                    {
-                        "Version": "2012-10-17",
-                        "Statement": [
-                            {"Effect": "Allow", "Action": "lambda:InvokeFunction", "Resource": arn}
-                        ],
-                    }
-                )
+                lambda arn: policy_document([{"Effect": "Allow", "Action": "lambda:InvokeFunction", "Resource": arn}])
             ),
             opts=child,
         )

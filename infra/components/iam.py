@@ -15,16 +15,21 @@ import pulumi_aws as aws
 from infra import naming
 
 
+def policy_document(statements: list[dict[str, Any]]) -> str:
+    """An IAM policy document (JSON) of `statements`."""
+    return json.dumps({"Version": "2012-10-17", "Statement": statements})
+
+
 def service_trust(service: str, source_account: str | None = None) -> str:
     """A trust policy letting `service` (e.g. "lambda.amazonaws.com") assume the role.
 
     With `source_account`, only on that account's behalf (no confused deputy). EC2 roles take none: instances
     assume their role themselves, without an aws:SourceAccount in the request.
     """
-    statement: dict[str, object] = {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}
+    statement: dict[str, Any] = {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}
     if source_account is not None:
         statement["Condition"] = {"StringEquals": {"aws:SourceAccount": source_account}}
-    return json.dumps({"Version": "2012-10-17", "Statement": [statement]})
+    return policy_document([statement])
 
 
 def service_role(

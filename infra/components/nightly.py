@@ -21,7 +21,7 @@ import pulumi_kubernetes as k8s
 
 from infra import naming, statemachines
 from infra.aws_context import AwsContext
-from infra.components.iam import function_identity, service_role
+from infra.components.iam import function_identity, policy_document, service_role
 from infra.config import StackConfig
 
 FUNCTION_DIR = Path(__file__).resolve().parent.parent / "functions" / "submit_rayjob"
@@ -260,10 +260,6 @@ def submitter_statements(
     return statements
 
 
-def _document(statements: list[dict[str, Any]]) -> str:
-    return json.dumps({"Version": "2012-10-17", "Statement": statements})
-
-
 class Nightly(pulumi.ComponentResource):
     """Outputs: the nightly state machine's ARN and the schedule's name."""
 
@@ -320,7 +316,7 @@ class Nightly(pulumi.ComponentResource):
             policy=pulumi.Output.all(
                 bucket_arn, args.key_arn, args.alerts_topic_arn, function_arn or ""
             ).apply(
-                lambda v: _document(
+                lambda v: policy_document(
                     run_statements(
                         bucket_arn=v[0],
                         key_arn=v[1],
@@ -349,7 +345,7 @@ class Nightly(pulumi.ComponentResource):
             policy=pulumi.Output.all(
                 machine.arn, args.key_arn, args.alerts_topic_arn, function_arn or ""
             ).apply(
-                lambda v: _document(
+                lambda v: policy_document(
                     sweep_statements(
                         nightly_arn=v[0],
                         key_arn=v[1],
@@ -391,7 +387,7 @@ class Nightly(pulumi.ComponentResource):
             service=f"scheduler.{context.dns_suffix}",
             account_id=context.account_id,
             policy=pulumi.Output.all(machine.arn, sweep.arn).apply(
-                lambda arns: _document(
+                lambda arns: policy_document(
                     [
                         {
                             "Sid": "StartRuns",
@@ -456,7 +452,7 @@ class Nightly(pulumi.ComponentResource):
             key_arn=args.key_arn,
             log_retention_days=args.log_retention_days,
             policy=lambda log_group_arn: log_group_arn.apply(
-                lambda log_arn: _document(
+                lambda log_arn: policy_document(
                     submitter_statements(
                         context=context,
                         log_group_arn=log_arn,

@@ -8,7 +8,6 @@ resumes where the last one stopped. No SSH key and no inbound rule: operators us
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -17,7 +16,7 @@ import pulumi_aws as aws
 
 from infra import naming
 from infra.aws_context import AwsContext
-from infra.components.iam import service_trust
+from infra.components.iam import policy_document, service_trust
 from infra.components.user_data import BootSettings, render_user_data
 
 HTTPS = 443
@@ -82,18 +81,15 @@ class SpotNode(pulumi.ComponentResource):
         aws.iam.RolePolicy(
             f"{name}-stand-down",
             role=role.name,
-            policy=json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Sid": "ScaleOwnGroupToZero",
-                            "Effect": "Allow",
-                            "Action": ["autoscaling:SetDesiredCapacity"],
-                            "Resource": group_arn_pattern,
-                        }
-                    ],
-                }
+            policy=policy_document(
+                [
+                    {
+                        "Sid": "ScaleOwnGroupToZero",
+                        "Effect": "Allow",
+                        "Action": ["autoscaling:SetDesiredCapacity"],
+                        "Resource": group_arn_pattern,
+                    }
+                ]
             ),
             opts=child,
         )
