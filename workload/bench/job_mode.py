@@ -1,0 +1,112 @@
+"""Mode 3: this project's Ray Data LLM pipeline (`workload.pipeline.build_processor`) on the same engine args.
+
+Each point runs the job's processor over the point's requests as a Ray Dataset and reads the per-request
+vLLM timestamps back from the `metrics` column, so the job is timed exactly as the engine modes are. Ray
+Data starts the engine actors anew for every dataset, so every point pays the job's start-up (reported as
+`startup_s`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from workload.bench.generator import BenchRequest, WorkloadSpec, generate
+from workload.bench.memory import PeakMemory
+from workload.bench.profiles import BenchProfile
+from workload.bench.progress import say
+from workload.bench.records import RequestRecord, record_from_metrics, wall_to_monotonic_offset
+from workload.bench.results import ModeRun
+from workload.config import JobConfig
+
+_PROGRESS_EVERY = 0.1  # report every tenth of the rows
+
+
+def input_rows(requests: list[BenchRequest], detokenize: bool) -> list[dict[str, Any]]:
+    """The job's input rows: `prompt` and `sampling_params`, plus what the scorecard needs back."""
+    return [
+        {
+            "bench_id": request.bench_id,
+            "kind": request.kind,
+            "expected_tokens": request.max_tokens,
+            "prompt": request.prompt,
+            "sampling_params": request.sampling_params(detokenize),
+        }
+        for request in requests
+    ]
+
+
+def record_from_row(row: dict[str, Any], offset: float) -> RequestRecord:
+    error = str(row.get("__inference_error__") or "")
+    return record_from_metrics(
+        bench_id=int(row["bench_id"]),
+        kind=str(row["kind"]),
+        expected_tokens=int(row["expected_tokens"]),
+        output_tokens=int(row.get("num_generated_tokens") or 0),
+        prompt_tokens=int(row.get("num_input_tokens") or 0),
+        metrics=row.get("metrics"),
+        offset=offset,
+        error=error,
+    )
+
+
+def _run_point(config: JobConfig, model_path: str, point: str, spec: WorkloadSpec, device: str) -> ModeRun:
+    import ray.data
+
+    from workload.pipeline import build_processor
+
+    requests = generate(spec)
+    dataset = ray.data.from_items(input_rows(requests, spec.detokenize))
+    processor = build_processor(config, model_path)
+    records: list[RequestRecord] = []
+    step = max(1, int(len(requests) * _PROGRESS_EVERY))
+    with PeakMemory("gpu" if device == "gpu" else "cpu") as memory:
+        submitted = time.monotonic()
+        for row in processor(dataset).iter_rows():
+            records.append(record_from_row(row, wall_to_monotonic_offset()))
+            if len(records) % step == 0:
+                say(f"{point} job: {len(records)}/{len(requests)} rows")
+        finished = time.monotonic()
+    arrivals = [record.arrival for record in records if not record.error]
+    startup_s = (min(arrivals) - submitted) if arrivals else finished - submitted
+    return ModeRun(
+        point=point,
+        mode="job",
+        startup_s=startup_s,
+        submitted=submitted,
+        finished=finished,
+        peak_memory_bytes=memory.peak_bytes,
+        memory_source=memory.source,
+        records=records,
+        notes={"batch_size": config.batch_size, "max_concurrent_batches": config.max_concurrent_batches},
+    )
+
+
+def run_job_mode(
+    config: JobConfig,
+    model_path: str,
+    points: list[tuple[str, WorkloadSpec]],
+    profile: BenchProfile,
+    scratch: Path,
+) -> list[ModeRun]:
+    import ray
+
+    # One node, all of it: the job's actors and the driver share these CPUs exactly as in a real run here.
+    ray.init(
+        num_cpus=profile.job.num_cpus,
+        include_dashboard=False,
+        _temp_dir=str(scratch / "ray"),
+        logging_level=logging.WARNING,
+    )
+    try:
+        runs = []
+        for point, spec in points:
+            say(f"{point}: job ({spec.num_requests} requests)")
+            run = _run_point(config, model_path, point, spec, profile.device)
+            say(f"{point}: job done in {run.finished - run.submitted:.1f}s (start-up {run.startup_s:.1f}s)")
+            runs.append(run)
+        return runs
+    finally:
+        ray.shutdown()
