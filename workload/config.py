@@ -25,7 +25,8 @@ class _Strict(BaseModel):
 class InputConfig(_Strict):
     uri: str = Field(description="Local file or folder, or s3://bucket/prefix, holding the prompts.")
     format: Literal["auto", "jsonl", "parquet"] = Field(
-        "auto", description="Input format; 'auto' decides from each file's extension (.jsonl/.json, .parquet)."
+        "auto",
+        description="Input format; 'auto' decides from each file's extension (.jsonl/.json, .parquet).",
     )
 
     @field_validator("uri")
@@ -117,13 +118,9 @@ class SamplingParams(_Strict):
         return self
 
     def for_engine(self) -> dict[str, Any]:
-        """The dict vLLM's SamplingParams takes (top_k 0 means off, as -1 in vLLM)."""
-        params = self.model_dump()
-        if params["top_k"] == 0:
-            params["top_k"] = -1
-        if params["seed"] is None:
-            del params["seed"]
-        return params
+        """The keyword arguments of vLLM's SamplingParams. Every row gets every key, so the column that carries
+        them through Ray Data has one schema."""
+        return self.model_dump()
 
 
 class MetricsConfig(_Strict):
@@ -159,6 +156,11 @@ class JobConfig(_Strict):
     sampling: SamplingParams = SamplingParams()
     device: Literal["cpu", "gpu"] = Field("cpu", description="Where the engine runs.")
     replicas: int = Field(1, ge=1, description="Engine replicas (one per GPU group, or per CPU placement).")
+    max_replicas: int | None = Field(
+        None,
+        ge=1,
+        description="If set, engine replicas autoscale from `replicas` up to this (e.g. Karpenter).",
+    )
     batch_size: int = Field(32, ge=1, description="Rows per batch sent to an engine replica.")
     max_concurrent_batches: int = Field(
         8, ge=1, description="Batches in flight per replica: keeps the engine's continuous batching fed."
@@ -170,6 +172,8 @@ class JobConfig(_Strict):
     def _engine_fits_device(self) -> JobConfig:
         if self.device == "cpu" and self.engine.tensor_parallel_size != 1:
             raise ValueError("engine.tensor_parallel_size must be 1 when device is 'cpu'")
+        if self.max_replicas is not None and self.max_replicas < self.replicas:
+            raise ValueError(f"max_replicas ({self.max_replicas}) is less than replicas ({self.replicas})")
         return self
 
     def output_hash(self) -> str:

@@ -81,7 +81,7 @@ def _build(target: Path) -> None:
         eos_token_id=fast.eos_token_id,
         pad_token_id=fast.pad_token_id,
         tie_word_embeddings=True,
-        torch_dtype="float32",
+        dtype="float32",
     )
     LlamaForCausalLM(config).save_pretrained(target, safe_serialization=True)
 

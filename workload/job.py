@@ -1,0 +1,247 @@
+"""One run of the batch job: validate, resume, stream rows through the pipeline, commit shard by shard, summarise.
+
+The driver owns the input and the commits; Ray runs the stages. Rows are numbered by their place in the input and
+grouped into fixed shards of `output.shard_rows`, so every attempt agrees on which row belongs to which shard and a
+rerun sends the engine only the rows of shards not yet committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from workload.config import JobConfig
+from workload.metrics import BatchReport, RunMetrics, open_metrics
+from workload.model_source import resolve_model
+from workload.output import OutputStore, ShardCommit, utc_now
+from workload.progress import Progress
+from workload.results import (
+    ShardBuffer,
+    classify_inference_error,
+    finish_reason,
+    passthrough_types,
+)
+from workload.rows import ValidatedInput, ValidRow, input_files, read_input
+from workload.summary import build_summary, print_summary
+
+
+class OutputMismatchError(RuntimeError):
+    """The output holds rows made with settings that would change results; mixing them is refused."""
+
+
+@dataclass
+class RunOutcome:
+    summary: dict[str, Any] | None  # None when the run was stopped before every shard was committed
+    interrupted: bool
+    exit_code: int
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        flat: dict[str, Any] = {}
+        for key, item in value.items():
+            flat.update(_flatten(item, f"{prefix}.{key}" if prefix else key))
+        return flat
+    return {prefix: value}
+
+
+def _input_fingerprint(config: JobConfig) -> str:
+    listing = [(f.uri, f.fs.get_file_info(f.path).size) for f in input_files(config.input)]
+    return hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
+
+
+def _start_attempt(store: OutputStore, config: JobConfig, rows_in: int) -> tuple[dict[str, Any], int]:
+    """Check the output against this config (refusing to mix), then record a new attempt."""
+    manifest = store.read_manifest()
+    identity = {
+        "config_hash": config.output_hash(),
+        "output_affecting": config.output_affecting(),
+        "input_fingerprint": _input_fingerprint(config),
+        "rows_in": rows_in,
+    }
+    if manifest is not None and config.resume.mode == "resume":
+        old, new = _flatten(manifest["output_affecting"]), _flatten(identity["output_affecting"])
+        changed = sorted(key for key in old.keys() | new.keys() if old.get(key) != new.get(key))
+        if changed:
+            raise OutputMismatchError(
+                f"{store.root.uri} holds output made with other settings: {', '.join(changed)} changed. "
+                "Use a new output URI, or --restart (resume.mode=restart) to delete the old output first."
+            )
+        if manifest["input_fingerprint"] != identity["input_fingerprint"]:
+            raise OutputMismatchError(
+                f"{store.root.uri} holds output of a different input (files or sizes changed under "
+                f"{config.input.uri}). Use a new output URI, or --restart to start over."
+            )
+    if manifest is None or config.resume.mode == "restart":
+        store.reset()
+        manifest = {**identity, "attempts": []}
+    attempt = len(manifest["attempts"]) + 1
+    manifest["attempts"].append({"attempt": attempt, "started_at": utc_now(), "ended_at": None})
+    store.write_manifest(manifest)
+    return manifest, attempt
+
+
+def _engine_table(rows: list[ValidRow]) -> pa.Table:
+    return pa.table(
+        {
+            "_pos": pa.array([r.position for r in rows], pa.int64()),
+            "prompt": pa.array([r.prompt for r in rows], pa.string()),
+            "messages_json": pa.array([None if r.messages is None else json.dumps(r.messages) for r in rows]),
+            "sampling_params": pa.array([r.sampling for r in rows]),
+        }
+    )
+
+
+class _ShardCommitter:
+    """Routes engine output to shard buffers and commits each shard the moment its last row arrives."""
+
+    def __init__(
+        self,
+        store: OutputStore,
+        config: JobConfig,
+        validated: ValidatedInput,
+        pending: set[int],
+        attempt: int,
+        metrics: RunMetrics,
+    ) -> None:
+        self.store, self.config, self.attempt, self.metrics = store, config, attempt, metrics
+        shard_rows = config.output.shard_rows
+        self.rows_by_pos = {r.position: r for r in validated.rows}
+        self.types = passthrough_types(validated.rows)
+        self.buffers = {shard: ShardBuffer(shard, 0) for shard in pending}
+        for row in validated.rows:
+            if row.position // shard_rows in pending:
+                self.buffers[row.position // shard_rows].expected += 1
+        for error in validated.errors:
+            if error.position // shard_rows in pending:
+                self.buffers[error.position // shard_rows].errors.append(error)
+        self.commits: list[ShardCommit] = []
+
+    def engine_rows(self) -> list[ValidRow]:
+        shard_rows = self.config.output.shard_rows
+        return [r for r in self.rows_by_pos.values() if r.position // shard_rows in self.buffers]
+
+    def commit_ready(self) -> None:
+        for shard in sorted(s for s, b in self.buffers.items() if b.complete):
+            buffer = self.buffers.pop(shard)
+            table = buffer.table(self.rows_by_pos, self.types) if buffer.results else None
+            self.commits.append(
+                self.store.commit_shard(shard, table, buffer.error_records(), buffer.stats(), self.attempt)
+            )
+
+    def take(self, batch: pa.Table) -> tuple[int, int, int]:
+        """Route one batch of engine output; returns (rows ok, rows failed, output tokens)."""
+        shard_rows, max_model_len = self.config.output.shard_rows, self.config.engine.max_model_len
+        ok = failed = out_tokens = 0
+        engine_batches: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for item in batch.to_pylist():
+            row = self.rows_by_pos[item["_pos"]]
+            buffer = self.buffers[row.position // shard_rows]
+            buffer.received += 1
+            message = item.get("__inference_error__") or ""
+            if message:
+                buffer.errors.append(row.failed(classify_inference_error(message), message))
+                failed += 1
+                continue
+            num_in, num_out = int(item["num_input_tokens"]), int(item["num_generated_tokens"])
+            buffer.results.append(
+                {
+                    "_pos": row.position,
+                    "id": row.id,
+                    "generated_text": item["generated_text"],
+                    "num_input_tokens": num_in,
+                    "num_output_tokens": num_out,
+                    "finish_reason": finish_reason(num_in, num_out, row.sampling["max_tokens"], max_model_len),
+                }
+            )
+            ok += 1
+            out_tokens += num_out
+            engine_batches[item.get("batch_uuid") or ""].append(item)
+        for items in engine_batches.values():
+            self.metrics.batch_complete(
+                BatchReport(
+                    duration_s=max(float(i.get("time_taken_llm") or 0.0) for i in items),
+                    rows_ok=len(items),
+                    rows_failed=0,
+                    input_tokens=sum(int(i["num_input_tokens"]) for i in items),
+                    output_tokens=sum(int(i["num_generated_tokens"]) for i in items),
+                )
+            )
+        self.commit_ready()
+        return ok, failed, out_tokens
+
+
+def _run_engine(committer: _ShardCommitter, config: JobConfig, progress: Progress, stop: Any) -> bool:
+    """Stream the pending rows through Ray Data LLM; returns False if stopped by a signal."""
+    import ray.data
+
+    from workload.pipeline import build_pipeline
+
+    rows = committer.engine_rows()
+    if not rows:
+        return True
+    model_path = resolve_model(config.model)
+    table = _engine_table(rows)
+    # Several blocks, so the CPU stages and the engine overlap instead of waiting for one big block.
+    block_rows = max(config.batch_size, 1) * 4
+    blocks = [table.slice(start, block_rows) for start in range(0, table.num_rows, block_rows)]
+    dataset = build_pipeline(ray.data.from_arrow(blocks), config, model_path)
+    for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
+        ok, failed, out_tokens = committer.take(batch)
+        progress.advance(ok, failed, out_tokens)
+        if stop.stopped:
+            return False
+    return True
+
+
+def run_job(config: JobConfig) -> RunOutcome:
+    """Run (or resume) the job; the summary is written once every shard of the input is committed."""
+    from workload.runtime import StopSignal, ray_session
+
+    started = time.monotonic()
+    store = OutputStore(config.output.uri)
+    validated = read_input(config.input, config.sampling)
+    manifest, attempt = _start_attempt(store, config, validated.rows_in)
+    committed = store.recover()
+    shard_count = -(-validated.rows_in // config.output.shard_rows)
+    pending = set(range(shard_count)) - set(committed)
+    run_id = config.metrics.run_id or manifest["attempts"][0]["started_at"]
+    metrics = open_metrics(config.metrics, run_id)
+    done_rows = sum(c.rows_ok + c.rows_failed for c in committed.values())
+    progress = Progress(total=validated.rows_in, already=done_rows, attempt=attempt)
+    if committed:
+        print(
+            f"[llm-batch] attempt {attempt}: resuming, {len(committed)}/{shard_count} shards already committed",
+            file=sys.stderr,
+        )
+    completed = True
+    with StopSignal(config.resume.grace_period_s) as stop:
+        committer = _ShardCommitter(store, config, validated, pending, attempt, metrics)
+        progress.advance(0, sum(len(b.errors) for b in committer.buffers.values()), 0)
+        committer.commit_ready()  # shards with no valid rows (only bad ones) commit at once
+        if committer.buffers and not stop.stopped:
+            with ray_session(config.device):
+                completed = _run_engine(committer, config, progress, stop)
+            # Stopped by a signal: every shard complete so far is committed; the rest is redone next time.
+            completed = completed and not committer.buffers
+        interrupted = stop.stopped
+    manifest["attempts"][-1]["ended_at"] = utc_now()
+    manifest["attempts"][-1]["wall_s"] = round(time.monotonic() - started, 3)
+    store.write_manifest(manifest)
+    if not completed:
+        metrics.close()
+        print(f"[llm-batch] stopped: {len(committer.buffers)} shards left for the next attempt", file=sys.stderr)
+        return RunOutcome(None, interrupted=True, exit_code=StopSignal.EXIT_CODE if interrupted else 1)
+    summary = build_summary(config, manifest, store.committed())
+    store.write_summary(summary)
+    metrics.run_complete(summary)
+    metrics.close()
+    print_summary(summary, store.root.uri)
+    return RunOutcome(summary, interrupted=False, exit_code=0)

@@ -1,0 +1,179 @@
+"""The output layout and its commit protocol: every input row lands exactly once, across any number of attempts.
+
+Layout under the output URI:
+    results/part-<shard>.parquet     committed results of one shard
+    errors/part-<shard>.jsonl        committed error records of one shard (only when it has any)
+    _commits/shard-<shard>.json      the commit marker: a shard exists for readers once its marker does
+    _pending/...                     parts written before their marker; never read as results
+    _manifest.json                   what the output was made with (config hash, input fingerprint, attempts)
+    summary.json                     written last, once every shard is committed
+
+A shard commit writes its parts to _pending/ (each write atomic), then the marker (atomic), then moves the parts
+into results/ and errors/. A run killed before the marker leaves only _pending/ files, which the next attempt
+deletes; killed after it, the next attempt finishes the move (roll forward). So results/ never holds a row
+of an uncommitted shard, on a local disk (rename) as on S3 (single-object PUT and copy, no rename needed).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from workload.storage import (
+    Location,
+    delete_file,
+    delete_tree,
+    exists,
+    list_files,
+    locate,
+    read_bytes,
+    write_bytes_atomic,
+)
+
+RESULTS = "results"
+ERRORS = "errors"
+COMMITS = "_commits"
+PENDING = "_pending"
+MANIFEST = "_manifest.json"
+SUMMARY = "summary.json"
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class ShardCommit:
+    shard: int
+    rows_ok: int
+    rows_failed: int
+    input_tokens: int
+    output_tokens: int
+    attempt: int
+    committed_at: str
+    files: list[str]  # paths relative to the output root, e.g. "results/part-000003.parquet"
+    error_types: dict[str, int]
+
+
+def _part_name(shard: int, folder: str) -> str:
+    extension = "parquet" if folder == RESULTS else "jsonl"
+    return f"{folder}/part-{shard:06d}.{extension}"
+
+
+def _marker_name(shard: int) -> str:
+    return f"{COMMITS}/shard-{shard:06d}.json"
+
+
+def _shard_of(name: str) -> int | None:
+    stem = name.rsplit("/", 1)[-1].split(".", 1)[0]
+    _, _, number = stem.rpartition("-")
+    return int(number) if number.isdigit() else None
+
+
+class OutputStore:
+    def __init__(self, uri: str) -> None:
+        self.root: Location = locate(uri)
+
+    def _at(self, relative: str) -> Location:
+        return self.root.child(*relative.split("/"))
+
+    def _read_json(self, relative: str) -> dict[str, Any] | None:
+        location = self._at(relative)
+        if not exists(location):
+            return None
+        value = json.loads(read_bytes(location))
+        return value if isinstance(value, dict) else None
+
+    def _write_json(self, relative: str, value: dict[str, Any]) -> None:
+        write_bytes_atomic(self._at(relative), json.dumps(value, indent=2, sort_keys=True).encode())
+
+    # --- run identity -------------------------------------------------------------------------------------
+    def read_manifest(self) -> dict[str, Any] | None:
+        return self._read_json(MANIFEST)
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        self._write_json(MANIFEST, manifest)
+
+    def reset(self) -> None:
+        """Delete everything the job writes here (an explicit restart); nothing else below the URI."""
+        for folder in (RESULTS, ERRORS, COMMITS, PENDING):
+            delete_tree(self._at(folder))
+        for name in (MANIFEST, SUMMARY):
+            delete_file(self._at(name))
+
+    # --- shards -------------------------------------------------------------------------------------------
+    def committed(self) -> dict[int, ShardCommit]:
+        commits: dict[int, ShardCommit] = {}
+        for marker in list_files(self._at(COMMITS)):
+            value = json.loads(read_bytes(marker))
+            commit = ShardCommit(**value)
+            commits[commit.shard] = commit
+        return commits
+
+    def recover(self) -> dict[int, ShardCommit]:
+        """Finish what a killed attempt left: roll committed shards forward, delete uncommitted parts."""
+        commits = self.committed()
+        for commit in commits.values():
+            self._publish(commit)
+        for folder in (PENDING, RESULTS, ERRORS):
+            for part in list_files(self._at(folder)):
+                shard = _shard_of(part.path)
+                if shard is None or shard not in commits:
+                    delete_file(part)
+        return commits
+
+    def _publish(self, commit: ShardCommit) -> None:
+        for relative in commit.files:
+            pending = self._at(f"{PENDING}/{relative}")
+            if exists(pending):
+                # A copy then delete is idempotent: a kill between the two is finished by the next recover().
+                write_bytes_atomic(self._at(relative), read_bytes(pending))
+                delete_file(pending)
+
+    def commit_shard(
+        self,
+        shard: int,
+        results: pa.Table | None,
+        errors: list[dict[str, Any]],
+        stats: dict[str, Any],
+        attempt: int,
+    ) -> ShardCommit:
+        files: list[str] = []
+        if results is not None and results.num_rows:
+            buffer = io.BytesIO()
+            pq.write_table(results, buffer, compression="zstd")
+            name = _part_name(shard, RESULTS)
+            write_bytes_atomic(self._at(f"{PENDING}/{name}"), buffer.getvalue())
+            files.append(name)
+        if errors:
+            name = _part_name(shard, ERRORS)
+            lines = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in errors)
+            write_bytes_atomic(self._at(f"{PENDING}/{name}"), lines.encode())
+            files.append(name)
+        commit = ShardCommit(
+            shard=shard,
+            rows_ok=stats["rows_ok"],
+            rows_failed=stats["rows_failed"],
+            input_tokens=stats["input_tokens"],
+            output_tokens=stats["output_tokens"],
+            attempt=attempt,
+            committed_at=utc_now(),
+            files=files,
+            error_types=dict(stats["error_types"]),
+        )
+        self._write_json(_marker_name(shard), asdict(commit))
+        self._publish(commit)
+        return commit
+
+    # --- the end ------------------------------------------------------------------------------------------
+    def read_summary(self) -> dict[str, Any] | None:
+        return self._read_json(SUMMARY)
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        self._write_json(SUMMARY, summary)

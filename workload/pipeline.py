@@ -1,0 +1,153 @@
+"""The Ray Data LLM pipeline: chat template -> tokenize -> vLLM engine -> detokenize, built from the job config.
+
+The engine is `ray.data.llm`'s vLLM stage: continuous batching inside each replica, with several batches in flight
+per replica so the engine never waits for the slowest row of one batch. Tokenize and detokenize are Ray's own CPU
+stages, so on GPUs the engine only decodes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+import ray.data
+from ray.data.llm import build_processor, vLLMEngineProcessorConfig
+
+from workload.config import JobConfig
+
+# Columns the driver needs back; the rest (token ids, prompts) is dropped before it crosses to the driver.
+RESULT_COLUMNS = (
+    "_pos",
+    "generated_text",
+    "num_input_tokens",
+    "num_generated_tokens",
+    "time_taken_llm",
+    "batch_uuid",
+)
+ERROR_COLUMN = "__inference_error__"
+
+
+class ApplyChatTemplate:
+    """CPU stage: rows with `messages` get the model's chat template; rows with `prompt` are sent as written.
+
+    Ray's own ChatTemplateStage needs `messages` in every row; this job accepts both kinds in one input.
+    """
+
+    def __init__(self, model_path: str) -> None:
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        prompts = []
+        for prompt, messages_json in zip(
+            batch.column("prompt").to_pylist(), batch.column("messages_json").to_pylist(), strict=True
+        ):
+            if messages_json is None:
+                prompts.append(prompt)
+                continue
+            messages = json.loads(messages_json)
+            add_generation_prompt = messages[-1]["role"] == "user"
+            prompts.append(
+                self.tokenizer.apply_chat_template(
+                    messages,
+                    tokenize=False,
+                    add_generation_prompt=add_generation_prompt,
+                    continue_final_message=not add_generation_prompt,
+                )
+            )
+        batch = batch.drop_columns(["messages_json"])
+        index = batch.schema.get_field_index("prompt")
+        return batch.set_column(index, "prompt", pa.array(prompts, pa.string()))
+
+
+def engine_kwargs(config: JobConfig) -> dict[str, Any]:
+    engine = config.engine
+    kwargs: dict[str, Any] = {
+        "max_model_len": engine.max_model_len,
+        "max_num_seqs": engine.max_num_seqs,
+        "enable_prefix_caching": engine.enable_prefix_caching,
+        "enable_chunked_prefill": engine.enable_chunked_prefill,
+        "enforce_eager": engine.enforce_eager,
+        "dtype": engine.dtype,
+        "tensor_parallel_size": engine.tensor_parallel_size,
+        "seed": engine.seed,
+        "load_format": config.model.load_format,
+    }
+    if engine.max_num_batched_tokens is not None:
+        kwargs["max_num_batched_tokens"] = engine.max_num_batched_tokens
+    if config.device == "gpu":
+        kwargs["gpu_memory_utilization"] = engine.gpu_memory_utilization
+    kwargs.update(engine.extra)
+    return kwargs
+
+
+def engine_env(config: JobConfig) -> dict[str, str]:
+    env = {"HF_HUB_OFFLINE": "1"}  # the model is already local (model_source resolved it)
+    if config.device == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(config.engine.cpu_kvcache_space_gib)
+    return env
+
+
+def processor_config(config: JobConfig, model_path: str) -> vLLMEngineProcessorConfig:
+    stages = config.stages
+    cpu_stage = {
+        "enabled": stages.tokenize_on_cpu,
+        "num_cpus": stages.num_cpus,
+        "concurrency": stages.concurrency,
+        "batch_size": stages.batch_size,
+    }
+    concurrency: int | tuple[int, int] = (
+        config.replicas if config.max_replicas is None else (config.replicas, config.max_replicas)
+    )
+    return vLLMEngineProcessorConfig(
+        model_source=model_path,
+        engine_kwargs=engine_kwargs(config),
+        batch_size=config.batch_size,
+        max_concurrent_batches=config.max_concurrent_batches,
+        concurrency=concurrency,
+        # On the CPU the engine actor must not ask Ray for a GPU it will never get.
+        placement_group_config={"bundles": [{"CPU": 1}]} if config.device == "cpu" else None,
+        runtime_env={"env_vars": engine_env(config)},
+        should_continue_on_error=True,
+        log_engine_metrics=False,
+        chat_template_stage=False,
+        tokenize_stage=cpu_stage,
+        detokenize_stage=cpu_stage,
+    )
+
+
+def _keep(columns: tuple[str, ...]) -> Any:
+    def postprocess(row: dict[str, Any]) -> dict[str, Any]:
+        return {key: row.get(key) for key in columns}
+
+    return postprocess
+
+
+def build_pipeline(
+    dataset: ray.data.Dataset, config: JobConfig, model_path: str, keep_metrics: bool = False
+) -> ray.data.Dataset:
+    """Lazy: nothing runs until the returned dataset is iterated.
+
+    Input rows: `_pos`, `prompt` (or None), `messages_json` (or None), `sampling_params`.
+    Output rows: RESULT_COLUMNS plus `__inference_error__` (empty unless the row failed), and `metrics`
+    (vLLM's per-request timings) when keep_metrics is set.
+    """
+    stages = config.stages
+    templated = dataset.map_batches(
+        ApplyChatTemplate,
+        fn_constructor_kwargs={"model_path": model_path},
+        batch_size=stages.batch_size,
+        num_cpus=stages.num_cpus,
+        concurrency=stages.concurrency,
+        batch_format="pyarrow",
+    )
+    columns = RESULT_COLUMNS + (("metrics",) if keep_metrics else ())
+    processor = build_processor(
+        processor_config(config, model_path),
+        postprocess=_keep(columns),
+        preprocess_map_kwargs={"num_cpus": stages.num_cpus},
+        postprocess_map_kwargs={"num_cpus": stages.num_cpus},
+    )
+    return processor(templated)

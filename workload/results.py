@@ -1,0 +1,93 @@
+"""Shaping engine output into result rows and error records, shard by shard."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from workload.rows import RowError, ValidRow
+
+RESULT_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("generated_text", pa.string()),
+        ("num_input_tokens", pa.int64()),
+        ("num_output_tokens", pa.int64()),
+        ("finish_reason", pa.string()),
+    ]
+)
+_JSON = "json"
+
+
+def passthrough_types(rows: list[ValidRow]) -> dict[str, pa.DataType | str]:
+    """One Arrow type per pass-through column, decided over the whole input so every shard has one schema.
+
+    A column whose values Arrow cannot hold in one type (a number here, an object there) is kept as JSON text.
+    """
+    columns = sorted({key for row in rows for key in row.passthrough})
+    types: dict[str, pa.DataType | str] = {}
+    for column in columns:
+        values = [row.passthrough.get(column) for row in rows]
+        try:
+            types[column] = pa.array(values).type
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            types[column] = _JSON
+    return types
+
+
+def finish_reason(num_input: int, num_output: int, max_tokens: int, max_model_len: int) -> str:
+    # Ray Data LLM does not carry vLLM's finish_reason; both ways to hit a limit are "length", as in vLLM.
+    if num_output >= max_tokens or num_input + num_output >= max_model_len:
+        return "length"
+    return "stop"
+
+
+def classify_inference_error(message: str) -> str:
+    if "maximum model length" in message or "longer than the maximum" in message:
+        return "prompt_too_long"
+    return "inference_error"
+
+
+@dataclass
+class ShardBuffer:
+    """What one shard has received so far; complete when every valid row has come back from the engine."""
+
+    shard: int
+    expected: int  # valid rows sent to the engine
+    errors: list[RowError] = field(default_factory=list)
+    results: list[dict[str, Any]] = field(default_factory=list)
+    received: int = 0
+
+    @property
+    def complete(self) -> bool:
+        return self.received >= self.expected
+
+    def table(self, rows_by_pos: dict[int, ValidRow], types: dict[str, pa.DataType | str]) -> pa.Table:
+        ordered = sorted(self.results, key=lambda r: r["_pos"])
+        columns: dict[str, pa.Array] = {
+            name: pa.array([r[name] for r in ordered], type=RESULT_SCHEMA.field(name).type)
+            for name in RESULT_SCHEMA.names
+        }
+        for column, kind in types.items():
+            values = [rows_by_pos[r["_pos"]].passthrough.get(column) for r in ordered]
+            if kind == _JSON:
+                columns[column] = pa.array([None if v is None else json.dumps(v) for v in values], pa.string())
+            else:
+                columns[column] = pa.array(values, type=kind)
+        return pa.table(columns)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "rows_ok": len(self.results),
+            "rows_failed": len(self.errors),
+            "input_tokens": sum(r["num_input_tokens"] for r in self.results),
+            "output_tokens": sum(r["num_output_tokens"] for r in self.results),
+            "error_types": dict(Counter(e.error_type for e in self.errors)),
+        }
+
+    def error_records(self) -> list[dict[str, Any]]:
+        return [e.as_record() for e in sorted(self.errors, key=lambda e: e.position)]

@@ -1,0 +1,99 @@
+"""The process environment one run owns: scratch folders, Ray, and the stop signal.
+
+vLLM and Ray leave sockets, compile caches and logs in TMPDIR and friends; pointing them at a folder the run owns
+keeps runs from tripping over each other and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+import ray
+from ray.data import DataContext
+
+_SCRATCH_VARIABLES = ("TMPDIR", "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR")
+
+
+@contextmanager
+def ray_session(device: str) -> Iterator[None]:
+    """Connect to the cluster in RAY_ADDRESS, or start a private local Ray with scratch folders of its own."""
+    # Ray's socket paths must stay under ~107 characters: keep the scratch root short.
+    scratch = tempfile.mkdtemp(prefix="llmb-", dir="/tmp")
+    saved = {name: os.environ.get(name) for name in (*_SCRATCH_VARIABLES, "VLLM_LOGGING_LEVEL")}
+    for name in _SCRATCH_VARIABLES:
+        os.environ[name] = os.path.join(scratch, name.lower())
+        os.makedirs(os.environ[name], exist_ok=True)
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    try:
+        address = os.environ.get("RAY_ADDRESS")
+        if address:
+            ray.init(address=address, log_to_driver=True)
+        else:
+            # Worker logs stay in the scratch folder: failures still reach the driver as exceptions.
+            ray.init(include_dashboard=False, _temp_dir=os.path.join(scratch, "ray"), log_to_driver=False)
+        context = DataContext.get_current()
+        context.enable_progress_bars = False  # the job prints its own progress line
+        context.enable_operator_progress_bars = False
+        yield
+    finally:
+        ray.shutdown()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+class StopSignal:
+    """SIGTERM/SIGINT: stop taking new work, let the caller commit what is finished, and hard-exit after a grace
+    period if committing takes too long (safe: every commit is atomic, an interrupted one is simply redone)."""
+
+    EXIT_CODE = 143  # 128 + SIGTERM, what Kubernetes and the node agent expect from a terminated job
+
+    def __init__(self, grace_period_s: float) -> None:
+        self.grace_period_s = grace_period_s
+        self.event = threading.Event()
+        self.signal_name: str | None = None
+        self._previous: dict[int, object] = {}
+
+    def _handle(self, number: int, frame: FrameType | None) -> None:
+        if self.event.is_set():
+            return
+        self.signal_name = signal.Signals(number).name
+        self.event.set()
+        print(
+            f"[llm-batch] {self.signal_name}: stopping; committing finished shards "
+            f"(hard exit in {self.grace_period_s:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+        timer = threading.Timer(self.grace_period_s, self._expire)
+        timer.daemon = True
+        timer.start()
+
+    def _expire(self) -> None:
+        print("[llm-batch] grace period over: exiting now", file=sys.stderr, flush=True)
+        os._exit(self.EXIT_CODE)
+
+    @property
+    def stopped(self) -> bool:
+        return self.event.is_set()
+
+    def __enter__(self) -> StopSignal:
+        if threading.current_thread() is threading.main_thread():
+            for number in (signal.SIGTERM, signal.SIGINT):
+                self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)  # type: ignore[arg-type]

@@ -1,0 +1,55 @@
+"""summary.json: the whole run across all its attempts, as data; and the short human version."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from workload.config import JobConfig
+from workload.output import ShardCommit, utc_now
+from workload.tiny_model import TINY_MODEL_VERSION
+
+
+def build_summary(config: JobConfig, manifest: dict[str, Any], commits: dict[int, ShardCommit]) -> dict[str, Any]:
+    attempts = manifest["attempts"]
+    # Wall time is the sum of the attempts' own times: the gap between a kill and the retry is not work.
+    wall_s = sum(float(a.get("wall_s") or 0.0) for a in attempts)
+    output_tokens = sum(c.output_tokens for c in commits.values())
+    error_types: Counter[str] = Counter()
+    for commit in commits.values():
+        error_types.update(commit.error_types)
+    return {
+        "rows_in": manifest["rows_in"],
+        "rows_ok": sum(c.rows_ok for c in commits.values()),
+        "rows_failed": sum(c.rows_failed for c in commits.values()),
+        "errors_by_type": dict(sorted(error_types.items())),
+        "input_tokens": sum(c.input_tokens for c in commits.values()),
+        "output_tokens": output_tokens,
+        "wall_s": round(wall_s, 3),
+        "output_tok_per_s": round(output_tokens / wall_s, 1) if wall_s > 0 else 0.0,
+        "started_at": attempts[0]["started_at"],
+        "finished_at": utc_now(),
+        "attempts": len(attempts),
+        "shards": len(commits),
+        "model": config.model.source or f"embedded:{TINY_MODEL_VERSION}",
+        "device": config.device,
+        "config_hash": manifest["config_hash"],
+    }
+
+
+def print_summary(summary: dict[str, Any], output_uri: str) -> None:
+    errors = ", ".join(f"{k} {v}" for k, v in summary["errors_by_type"].items()) or "none"
+    print(
+        "\n".join(
+            [
+                "",
+                f"llm-batch: {summary['rows_ok']}/{summary['rows_in']} rows answered, "
+                f"{summary['rows_failed']} recorded as errors ({errors})",
+                f"  tokens: {summary['input_tokens']} in, {summary['output_tokens']} out; "
+                f"{summary['output_tok_per_s']} output tok/s over {summary['wall_s']} s "
+                f"({summary['attempts']} attempt(s))",
+                f"  model: {summary['model']} on {summary['device']}",
+                f"  output: {output_uri}/results/, errors/, summary.json",
+            ]
+        )
+    )
