@@ -76,7 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     _add_config_flags(commands.add_parser("run", help="run (or resume) the batch job"))
     _add_config_flags(commands.add_parser("validate", help="check the config and the input; start no engine"))
+    from workload.bench import cli as bench_cli
+
+    bench_cli.add_arguments(commands.add_parser("bench", help="benchmark: synchronous vs continuous vs the job"))
     args = parser.parse_args(argv)
+    if args.command == "bench":
+        return bench_cli.run(args)
 
     from workload.model_source import ModelSourceError
     from workload.rows import InputError

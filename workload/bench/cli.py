@@ -11,9 +11,7 @@ from workload.config import ModelConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--out", required=True, type=Path, help="Folder for scorecard.json, scorecard.md, plots."
-    )
+    parser.add_argument("--out", required=True, type=Path, help="Folder for scorecard.json, scorecard.md, plots.")
     parser.add_argument(
         "--profile",
         default="cpu",

@@ -1,4 +1,4 @@
-"""Mode 3: this project's Ray Data LLM pipeline (`workload.pipeline.build_processor`) on the same engine args.
+"""Mode 3: this project's Ray Data LLM pipeline (`workload.pipeline.build_pipeline`), same engine args.
 
 Each point runs the job's processor over the point's requests as a Ray Dataset and reads the per-request
 vLLM timestamps back from the `metrics` column, so the job is timed exactly as the engine modes are. Ray
@@ -8,14 +8,11 @@ Data starts the engine actors anew for every dataset, so every point pays the jo
 
 from __future__ import annotations
 
-import logging
 import time
-from pathlib import Path
 from typing import Any
 
 from workload.bench.generator import BenchRequest, WorkloadSpec, generate
 from workload.bench.memory import PeakMemory
-from workload.bench.profiles import BenchProfile
 from workload.bench.progress import say
 from workload.bench.records import RequestRecord, record_from_metrics, wall_to_monotonic_offset
 from workload.bench.results import ModeRun
@@ -25,25 +22,24 @@ _PROGRESS_EVERY = 0.1  # report every tenth of the rows
 
 
 def input_rows(requests: list[BenchRequest], detokenize: bool) -> list[dict[str, Any]]:
-    """The job's input rows: `prompt` and `sampling_params`, plus what the scorecard needs back."""
+    """The job's input rows as its reader makes them: `_pos` (the request's id), a prompt, sampling params."""
     return [
         {
-            "bench_id": request.bench_id,
-            "kind": request.kind,
-            "expected_tokens": request.max_tokens,
+            "_pos": request.bench_id,
             "prompt": request.prompt,
+            "messages_json": None,
             "sampling_params": request.sampling_params(detokenize),
         }
         for request in requests
     ]
 
 
-def record_from_row(row: dict[str, Any], offset: float) -> RequestRecord:
+def record_from_row(row: dict[str, Any], request: BenchRequest, offset: float) -> RequestRecord:
     error = str(row.get("__inference_error__") or "")
     return record_from_metrics(
-        bench_id=int(row["bench_id"]),
-        kind=str(row["kind"]),
-        expected_tokens=int(row["expected_tokens"]),
+        bench_id=request.bench_id,
+        kind=request.kind,
+        expected_tokens=request.max_tokens,
         output_tokens=int(row.get("num_generated_tokens") or 0),
         prompt_tokens=int(row.get("num_input_tokens") or 0),
         metrics=row.get("metrics"),
@@ -55,17 +51,19 @@ def record_from_row(row: dict[str, Any], offset: float) -> RequestRecord:
 def _run_point(config: JobConfig, model_path: str, point: str, spec: WorkloadSpec, device: str) -> ModeRun:
     import ray.data
 
-    from workload.pipeline import build_processor
+    from workload.pipeline import build_pipeline
 
     requests = generate(spec)
-    dataset = ray.data.from_items(input_rows(requests, spec.detokenize))
-    processor = build_processor(config, model_path)
+    by_id = {request.bench_id: request for request in requests}
+    pipeline = build_pipeline(
+        ray.data.from_items(input_rows(requests, spec.detokenize)), config, model_path, keep_metrics=True
+    )
     records: list[RequestRecord] = []
     step = max(1, int(len(requests) * _PROGRESS_EVERY))
     with PeakMemory("gpu" if device == "gpu" else "cpu") as memory:
         submitted = time.monotonic()
-        for row in processor(dataset).iter_rows():
-            records.append(record_from_row(row, wall_to_monotonic_offset()))
+        for row in pipeline.iter_rows():
+            records.append(record_from_row(row, by_id[int(row["_pos"])], wall_to_monotonic_offset()))
             if len(records) % step == 0:
                 say(f"{point} job: {len(records)}/{len(requests)} rows")
         finished = time.monotonic()
@@ -84,29 +82,15 @@ def _run_point(config: JobConfig, model_path: str, point: str, spec: WorkloadSpe
     )
 
 
-def run_job_mode(
-    config: JobConfig,
-    model_path: str,
-    points: list[tuple[str, WorkloadSpec]],
-    profile: BenchProfile,
-    scratch: Path,
-) -> list[ModeRun]:
-    import ray
+def run_job_mode(config: JobConfig, model_path: str, points: list[tuple[str, WorkloadSpec]]) -> list[ModeRun]:
+    from workload.runtime import ray_session
 
-    # One node, all of it: the job's actors and the driver share these CPUs exactly as in a real run here.
-    ray.init(
-        num_cpus=profile.job.num_cpus,
-        include_dashboard=False,
-        _temp_dir=str(scratch / "ray"),
-        logging_level=logging.WARNING,
-    )
-    try:
+    # The job's own Ray session (scratch folders, progress bars off), so the job is measured as it runs.
+    with ray_session(config.device):
         runs = []
         for point, spec in points:
             say(f"{point}: job ({spec.num_requests} requests)")
-            run = _run_point(config, model_path, point, spec, profile.device)
+            run = _run_point(config, model_path, point, spec, config.device)
             say(f"{point}: job done in {run.finished - run.submitted:.1f}s (start-up {run.startup_s:.1f}s)")
             runs.append(run)
         return runs
-    finally:
-        ray.shutdown()

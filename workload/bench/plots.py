@@ -77,9 +77,7 @@ def plot_latency(runs: list[ModeRun], point: str, path: Path) -> Path:
         color = _STYLE.get(run.mode, "black")
         _ecdf(axes[0], [r.first_token - ready for r in ok], run.mode, color)
         _ecdf(axes[1], [r.last_token - ready for r in ok], run.mode, color)
-        itl = [
-            1000 * (r.last_token - r.first_token) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1
-        ]
+        itl = [1000 * (r.last_token - r.first_token) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
         _ecdf(axes[2], itl, run.mode, color)
     for axis, title, unit in zip(
         axes,

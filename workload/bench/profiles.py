@@ -51,9 +51,7 @@ class ModelSpec(BaseModel):
     kind: Literal["tiny", "shape"] = Field(
         description="'tiny': the embedded tiny Llama; 'shape': a real architecture with dummy weights."
     )
-    shape: dict[str, Any] | None = Field(
-        None, description="config.json of the architecture, for kind 'shape'."
-    )
+    shape: dict[str, Any] | None = Field(None, description="config.json of the architecture, for kind 'shape'.")
     name: str = Field(description="How the scorecard names the model.")
 
     @model_validator(mode="after")
@@ -75,9 +73,6 @@ class JobSettings(BaseModel):
     batch_size: int = Field(ge=1)
     max_concurrent_batches: int = Field(ge=1)
     stages: StagesConfig = StagesConfig(tokenize_on_cpu=False)
-    num_cpus: int = Field(
-        2, ge=1, description="CPUs Ray is given on one node (the whole 2-core machine here)."
-    )
 
 
 class BenchProfile(BaseModel):
@@ -97,9 +92,7 @@ class BenchProfile(BaseModel):
 
     @model_validator(mode="after")
     def _fits_context(self) -> BenchProfile:
-        longest_decode = max(
-            [self.workload.long_tokens.max, self.workload.short_tokens.max, *self.sweep_long_tokens]
-        )
+        longest_decode = max([self.workload.long_tokens.max, self.workload.short_tokens.max, *self.sweep_long_tokens])
         longest_prompt = self.workload.prompt_words_max * TOKENS_PER_WORD_BOUND + 16
         if longest_decode + longest_prompt > self.engine.max_model_len:
             raise ValueError(
@@ -178,9 +171,7 @@ PROFILES: dict[str, BenchProfile] = {
         description="Llama-3.1-8B shape, dummy weights, one GPU: ~50-token answers, 100-2,000-token traces.",
         device="gpu",
         model=ModelSpec(kind="shape", shape=LLAMA_3_1_8B_SHAPE, name="llama-3.1-8b-shape"),
-        engine=EngineConfig(
-            max_model_len=4096, max_num_seqs=256, gpu_memory_utilization=0.90, dtype="bfloat16"
-        ),
+        engine=EngineConfig(max_model_len=4096, max_num_seqs=256, gpu_memory_utilization=0.90, dtype="bfloat16"),
         workload=WorkloadSpec(
             num_requests=2048,
             seed=0,
@@ -191,7 +182,7 @@ PROFILES: dict[str, BenchProfile] = {
             detokenize=False,
         ),
         sweep_long_tokens=[250, 500, 1000, 2000],
-        job=JobSettings(batch_size=64, max_concurrent_batches=8, num_cpus=8),
+        job=JobSettings(batch_size=64, max_concurrent_batches=8),
     ),
     "smoke": BenchProfile(
         name="smoke",

@@ -64,9 +64,7 @@ def record_from_metrics(
 ) -> RequestRecord:
     """A record from a RequestStateStats dict; `offset`: `wall_to_monotonic_offset()` of the reader."""
     if error:
-        return RequestRecord(
-            bench_id, kind, expected_tokens, 0, prompt_tokens, 0.0, 0.0, 0.0, 0.0, 0.0, error
-        )
+        return RequestRecord(bench_id, kind, expected_tokens, 0, prompt_tokens, 0.0, 0.0, 0.0, 0.0, 0.0, error)
     if not metrics or not metrics.get("last_token_ts"):
         raise MissingMetricsError(
             f"request {bench_id} came back without vLLM's per-request timestamps; "

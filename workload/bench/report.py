@@ -66,8 +66,7 @@ def markdown(scorecard: dict[str, Any]) -> str:
         f"{repro['hardware'].get('usable_cores')} cores, {repro['hardware'].get('memory_gib')} GiB"
         + (f", GPUs {repro['hardware']['gpus']}" if repro["hardware"].get("gpus") else ""),
         "Versions: " + ", ".join(f"{name} {version}" for name, version in repro["versions"].items()),
-        f"Seed {repro['seed']}; synchronous chunk {repro['synchronous_chunk']}; "
-        f"engine args: `{repro['engine_args']}`",
+        f"Seed {repro['seed']}; synchronous chunk {repro['synchronous_chunk']}; engine args: `{repro['engine_args']}`",
         "",
         "How each figure is measured (identically in every mode):",
         "",

@@ -14,12 +14,8 @@ MODES = ("synchronous", "continuous", "job")
 class ModeRun:
     point: str
     mode: str
-    startup_s: (
-        float  # engine modes: building the LLM engine; job: execution start to the first engine arrival
-    )
-    submitted: (
-        float  # monotonic: the workload was handed over (engine modes: first generate; job: execution start)
-    )
+    startup_s: float  # engine modes: building the LLM engine; job: execution start to the first engine arrival
+    submitted: float  # monotonic: the workload was handed over (engine modes: first generate; job: execution start)
     finished: float  # monotonic: the last result was back in the worker
     peak_memory_bytes: int
     memory_source: str

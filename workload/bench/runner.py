@@ -36,9 +36,7 @@ class BenchOutputs:
     plots: list[Path]
 
 
-def _run_group(
-    group: str, task: WorkerTask, out: Path, scratch: Path, profile: BenchProfile
-) -> list[ModeRun]:
+def _run_group(group: str, task: WorkerTask, out: Path, scratch: Path, profile: BenchProfile) -> list[ModeRun]:
     task_file = out / "raw" / f"{group}-task.json"
     result_file = out / "raw" / f"{group}.json"
     task_file.write_text(task.model_dump_json(indent=2))
@@ -57,9 +55,7 @@ def _run_group(
     return [ModeRun.from_json(item) for item in json.loads(result_file.read_text())]
 
 
-def run_bench(
-    profile: BenchProfile, out: Path, model_cache: Path, groups: tuple[str, ...] = GROUPS
-) -> BenchOutputs:
+def run_bench(profile: BenchProfile, out: Path, model_cache: Path, groups: tuple[str, ...] = GROUPS) -> BenchOutputs:
     out.mkdir(parents=True, exist_ok=True)
     (out / "raw").mkdir(exist_ok=True)
     reproducibility = {
@@ -83,7 +79,6 @@ def run_bench(
                 profile=profile,
                 model_path=model_path,
                 run_dir=str(out / "job-run"),
-                scratch_dir=str(scratch / group),
                 points=profile.points(),
             )
             try:

@@ -26,7 +26,6 @@ class WorkerTask(BaseModel):
     profile: BenchProfile
     model_path: str
     run_dir: str
-    scratch_dir: str
     points: list[tuple[str, WorkloadSpec]]
 
 
@@ -41,7 +40,7 @@ def run_task(task: WorkerTask) -> list[dict[str, Any]]:
     else:
         from workload.bench.job_mode import run_job_mode
 
-        runs = run_job_mode(config, task.model_path, task.points, task.profile, Path(task.scratch_dir))
+        runs = run_job_mode(config, task.model_path, task.points)
     return [run.to_json() for run in runs]
 
 
