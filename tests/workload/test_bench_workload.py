@@ -169,3 +169,24 @@ def test_worker_task_round_trips_through_json(tmp_path: Path) -> None:
     again = WorkerTask.model_validate_json(task.model_dump_json())
     assert again == task
     assert [generate(spec) for _, spec in again.points] == [generate(spec) for _, spec in task.points]
+
+
+def test_set_overrides_any_profile_field_for_tuning() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(
+        ["--out", "x", "--set", "engine.max_num_seqs=64", "--set", "job.batch_size=16", "--set", "sync_chunk=16"]
+    )
+    profile = profile_from_args(args)
+    assert profile.engine.max_num_seqs == 64 and profile.job.batch_size == 16 and profile.chunk_size == 16
+    for bad, message in (
+        ("engine.max_num_seq=64", "the profile has no field 'engine.max_num_seq'"),
+        ("engine", "--set takes KEY=VALUE"),
+        ("name.x=1", "'name' is not a section"),
+    ):
+        with pytest.raises(SystemExit, match=message):
+            profile_from_args(parser.parse_args(["--out", "x", "--set", bad]))
+    with pytest.raises(ValidationError, match="max_num_seqs"):
+        profile_from_args(parser.parse_args(["--out", "x", "--set", "engine.max_num_seqs=0"]))

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from workload.bench.profiles import PROFILES, BenchProfile, get_profile
 from workload.config import ModelConfig
@@ -23,6 +26,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sweep",
         help="Override the sweep's long-decode lengths, comma-separated (empty: the bimodal point only).",
+    )
+    parser.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Override any profile field by dotted key, e.g. engine.max_num_seqs=64, job.batch_size=64, "
+        "workload.long_fraction=0.5 (value parsed as YAML); repeatable. Every mode gets the same engine args.",
     )
     parser.add_argument(
         "--model-cache",
@@ -47,10 +59,28 @@ def profile_from_args(args: argparse.Namespace) -> BenchProfile:
             update["sweep_long_tokens"] = [int(item) for item in args.sweep.split(",") if item.strip()]
         except ValueError:
             raise SystemExit(f"--sweep must be comma-separated token counts, got {args.sweep!r}") from None
-    if not update:
+    data = {**profile.model_dump(), **update}
+    for setting in args.settings:
+        key, sep, raw = setting.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set takes KEY=VALUE, got {setting!r}")
+        _set_dotted(data, key, yaml.safe_load(raw), setting)
+    if data == profile.model_dump():
         return profile
     # Re-validate: an override must pass the same checks (e.g. fitting max_model_len) as a built-in profile.
-    return BenchProfile.model_validate({**profile.model_dump(), **update})
+    return BenchProfile.model_validate(data)
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any, setting: str) -> None:
+    node = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            raise SystemExit(f"--set {setting!r}: {part!r} is not a section of the profile")
+        node = node[part]
+    if parts[-1] not in node:
+        raise SystemExit(f"--set {setting!r}: the profile has no field {key!r}")
+    node[parts[-1]] = value
 
 
 def run(args: argparse.Namespace) -> int:
