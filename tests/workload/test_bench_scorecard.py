@@ -172,3 +172,15 @@ def test_peak_memory_counts_child_processes() -> None:
         subprocess.run([sys.executable, "-c", child], check=True)
     assert memory.peak_bytes >= alone.peak_bytes + 250 * 2**20
     assert memory.source == "process-tree-rss"
+
+
+def test_cpu_seconds_are_attributed_to_the_process_that_spent_them() -> None:
+    import subprocess
+    import sys
+
+    busy = "import time\nend = time.process_time() + 1.0\nwhile time.process_time() < end: pass"
+    with PeakMemory("cpu", interval_s=0.05) as monitor:
+        subprocess.run([sys.executable, "-c", busy], check=True)
+    spent = monitor.cpu_seconds
+    child = {role: seconds for role, seconds in spent.items() if role != "driver"}
+    assert sum(child.values()) >= 0.7  # the busy child, seen by the sampler before it exited

@@ -76,7 +76,10 @@ def run_mode(
         peak_memory_bytes=memory.peak_bytes,
         memory_source=memory.source,
         records=records,
-        notes={"chunk_size": chunk_size} if mode == "synchronous" else {},
+        notes={
+            **({"chunk_size": chunk_size} if mode == "synchronous" else {}),
+            "cpu_seconds_by_process": memory.cpu_seconds,
+        },
     )
 
 

@@ -78,7 +78,11 @@ def _run_point(config: JobConfig, model_path: str, point: str, spec: WorkloadSpe
         peak_memory_bytes=memory.peak_bytes,
         memory_source=memory.source,
         records=records,
-        notes={"batch_size": config.batch_size, "max_concurrent_batches": config.max_concurrent_batches},
+        notes={
+            "batch_size": config.batch_size,
+            "max_concurrent_batches": config.max_concurrent_batches,
+            "cpu_seconds_by_process": memory.cpu_seconds,
+        },
     )
 
 

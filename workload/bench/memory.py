@@ -4,6 +4,9 @@ On the CPU: the summed resident set (RSS) of the worker process and all its desc
 process; Ray's GCS, raylet and worker processes), sampled every `interval_s`. RSS counts shared pages once
 per process, so the figure is an upper bound; it is the same bound in every mode. On a GPU: the device's
 used memory from NVML, which is what decides whether a configuration fits.
+
+The same sampler adds up the CPU seconds each process of the tree spent during the run, grouped by role (vLLM's
+engine core, each Ray actor or task, the driver): on a 2-core machine this shows where the job's time goes.
 """
 
 from __future__ import annotations
@@ -13,6 +16,22 @@ from types import TracebackType
 from typing import Literal
 
 import psutil
+
+
+def process_role(process: psutil.Process) -> str:
+    """A stable name for what a process does: Ray and vLLM set process titles we can group by."""
+    try:
+        title = " ".join(process.cmdline()) or process.name()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return "gone"
+    if "EngineCore" in title:
+        return "vllm engine core"
+    if title.startswith("ray::"):
+        return "ray " + title.removeprefix("ray::").split("(")[0].split(" ")[0].split(".")[0]
+    for known in ("raylet", "gcs_server", "dashboard", "log_monitor", "runtime_env"):
+        if known in title:
+            return f"ray {known}"
+    return "driver" if process.pid == psutil.Process().pid else process.name()
 
 
 def tree_rss_bytes(root: psutil.Process) -> int:
@@ -48,6 +67,28 @@ class PeakMemory:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="peak-memory", daemon=True)
         self._root = psutil.Process()
+        self._cpu_start: dict[int, float] = {}
+        self._cpu_last: dict[int, tuple[str, float]] = {}
+
+    @property
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds (user + system) spent during the run, by process role, largest first."""
+        totals: dict[str, float] = {}
+        for pid, (role, seconds) in self._cpu_last.items():
+            totals[role] = totals.get(role, 0.0) + seconds - self._cpu_start.get(pid, 0.0)
+        return {role: round(value, 1) for role, value in sorted(totals.items(), key=lambda item: -item[1])}
+
+    def _sample_cpu(self, first: bool = False) -> None:
+        for process in [self._root, *self._root.children(recursive=True)]:
+            try:
+                times = process.cpu_times()
+                seconds = times.user + times.system
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            if first:
+                self._cpu_start[process.pid] = seconds
+            known = self._cpu_last.get(process.pid)
+            self._cpu_last[process.pid] = (known[0] if known else process_role(process), seconds)
 
     @property
     def source(self) -> str:
@@ -59,10 +100,12 @@ class PeakMemory:
     def _run(self) -> None:
         while not self._stop.is_set():
             self.peak_bytes = max(self.peak_bytes, self.sample())
+            self._sample_cpu()
             self._stop.wait(self.interval_s)
 
     def __enter__(self) -> PeakMemory:
         self.peak_bytes = self.sample()
+        self._sample_cpu(first=True)
         self._thread.start()
         return self
 
@@ -72,3 +115,4 @@ class PeakMemory:
         self._stop.set()
         self._thread.join()
         self.peak_bytes = max(self.peak_bytes, self.sample())
+        self._sample_cpu()

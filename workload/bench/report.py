@@ -57,6 +57,12 @@ def markdown(scorecard: dict[str, Any]) -> str:
     ]
     for run in scorecard["runs"]:
         lines.append("| " + " | ".join(_cell(run.get(key), fmt) for key, _, fmt in _COLUMNS) + " |")
+    breakdown = [run for run in scorecard["runs"] if run["point"] == "bimodal" and run.get("cpu_seconds_by_process")]
+    if breakdown:
+        lines += ["", "CPU seconds by process during the bimodal point (where the time goes):", ""]
+        for run in breakdown:
+            top = list(run["cpu_seconds_by_process"].items())[:6]
+            lines.append(f"- {run['mode']}: " + ", ".join(f"{role} {seconds:.1f}" for role, seconds in top))
     if scorecard["errors"]:
         lines += ["", "Errors:", ""] + [f"- {group}: {error}" for group, error in scorecard["errors"].items()]
     lines += [

@@ -128,5 +128,7 @@ DEFINITIONS = {
     "overall": "ready -> last finished request (includes the ramp, excludes start-up)",
     "occupancy": "mean requests in decode during the window / max_num_seqs",
     "peak_memory": "CPU: summed RSS of the worker's process tree; GPU: NVML device memory used",
+    "cpu_seconds_by_process": "CPU seconds each process role of the worker's tree spent during the run "
+    "(start-up included for the job, whose actors start inside the run)",
     "failures": "requests with an error or an output length other than the requested one (ignore_eos)",
 }
