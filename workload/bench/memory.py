@@ -24,8 +24,8 @@ def process_role(process: psutil.Process) -> str:
         title = " ".join(process.cmdline()) or process.name()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return "gone"
-    if "EngineCore" in title:
-        return "vllm engine core"
+    if title.startswith("VLLM::"):  # vLLM's engine core and its model-runner worker
+        return "vllm " + title.removeprefix("VLLM::").split(" ")[0]
     if title.startswith("ray::"):
         return "ray " + title.removeprefix("ray::").split("(")[0].split(" ")[0].split(".")[0]
     for known in ("raylet", "gcs_server", "dashboard", "log_monitor", "runtime_env"):
@@ -87,8 +87,12 @@ class PeakMemory:
                 continue
             if first:
                 self._cpu_start[process.pid] = seconds
+            # Re-read every time: a spawned process sets its title (e.g. VLLM::EngineCore) after it starts.
+            role = process_role(process)
             known = self._cpu_last.get(process.pid)
-            self._cpu_last[process.pid] = (known[0] if known else process_role(process), seconds)
+            if role == "gone" and known:
+                role = known[0]
+            self._cpu_last[process.pid] = (role, seconds)
 
     @property
     def source(self) -> str:
