@@ -9,9 +9,9 @@ from collections import Counter
 from typing import Any
 
 from workload.config import ConfigError, JobConfig, load_config
+from workload.entrypoint import ENTRYPOINT
 
-# The image's entrypoint and the end-to-end tests both run the job through this module.
-ENTRYPOINT = ["python", "-m", "workload"]
+__all__ = ["ENTRYPOINT", "main"]
 
 EXIT_BAD_CONFIG = 2
 EXIT_OUTPUT_MISMATCH = 3
@@ -60,14 +60,35 @@ def _validate(config: JobConfig) -> int:
     return 0
 
 
+def _record_failure(config: JobConfig, error: BaseException) -> None:
+    """Leave `_failed.json` beside the output, so a scheduler waiting for summary.json learns why at once."""
+    from workload.output import OutputStore
+
+    try:
+        OutputStore(config.output.uri).write_failure(type(error).__name__, str(error))
+    except Exception as write_error:  # the original failure matters more than this note about it
+        print(f"llm-batch: could not record the failure: {write_error}", file=sys.stderr)
+
+
 def _run(config: JobConfig) -> int:
     from workload.job import OutputMismatchError, run_job
+    from workload.model_source import ModelSourceError
+    from workload.rows import InputError
+    from workload.storage import StorageError
 
     try:
         outcome = run_job(config)
     except OutputMismatchError as error:
+        _record_failure(config, error)
         print(f"llm-batch: {error}", file=sys.stderr)
         return EXIT_OUTPUT_MISMATCH
+    except (InputError, ModelSourceError, StorageError) as error:
+        _record_failure(config, error)
+        raise
+    except Exception as error:
+        _record_failure(config, error)
+        print(f"llm-batch: the run failed: {type(error).__name__}: {error}", file=sys.stderr)
+        raise
     return outcome.exit_code
 
 

@@ -14,6 +14,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from workload.metric_names import ALARM_PERIOD_S
+
 DEFAULT_METRICS_NAMESPACE = "RayDataLLM/BatchInference"
 
 
@@ -76,7 +78,7 @@ class EngineConfig(_Strict):
     enable_prefix_caching: bool = Field(True, description="Reuse KV cache across prompts sharing a prefix.")
     enable_chunked_prefill: bool = Field(True, description="Split long prefills across steps.")
     enforce_eager: bool = Field(False, description="Skip graph capture/compile: faster start, on CPU about equal.")
-    dtype: Literal["auto", "float16", "bfloat16", "float32"] = "auto"
+    dtype: Literal["auto", "float16", "bfloat16", "float32"] = Field("auto", description="Weights and activations.")
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs per engine replica.")
     seed: int = Field(0, description="Engine seed; sampling with a per-row seed is reproducible.")
     cpu_kvcache_space_gib: int = Field(2, ge=1, description="KV cache size on the CPU (VLLM_CPU_KVCACHE_SPACE).")
@@ -99,17 +101,17 @@ class StagesConfig(_Strict):
 class SamplingParams(_Strict):
     """Default sampling; a row's own `sampling_params` override these field by field."""
 
-    max_tokens: int = Field(64, ge=1)
-    min_tokens: int = Field(0, ge=0)
-    temperature: float = Field(0.0, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=-1, description="0 or -1: off")
-    repetition_penalty: float = Field(1.0, gt=0.0)
-    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    stop: list[str] = Field(default_factory=list)
-    seed: int | None = None
-    ignore_eos: bool = False
+    max_tokens: int = Field(64, ge=1, description="Most tokens to generate per row.")
+    min_tokens: int = Field(0, ge=0, description="Fewest tokens before EOS may end a row.")
+    temperature: float = Field(0.0, ge=0.0, description="0: greedy.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    top_k: int = Field(0, ge=-1, description="0 or -1: off.")
+    repetition_penalty: float = Field(1.0, gt=0.0, description="1: off.")
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="0: off.")
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="0: off.")
+    stop: list[str] = Field(default_factory=list, description="Strings that end a row's output.")
+    seed: int | None = Field(None, description="Per-row sampling seed, for reproducible sampling.")
+    ignore_eos: bool = Field(False, description="Generate max_tokens even past EOS (benchmarks).")
 
     @model_validator(mode="after")
     def _min_le_max(self) -> SamplingParams:
@@ -134,6 +136,15 @@ class MetricsConfig(_Strict):
     region: str | None = Field(None, description="AWS region; None: the environment's.")
     price_per_hour_usd: float = Field(
         0.0, ge=0.0, description="What the run's compute costs an hour, for cost per million tokens."
+    )
+    publish_interval_s: float = Field(
+        60.0,
+        gt=0.0,
+        le=ALARM_PERIOD_S,
+        description="Seconds between metric publications; at most the alarm period: no gap in a live run.",
+    )
+    gpu_sample_interval_s: float = Field(
+        10.0, gt=0.0, description="Seconds between NVML utilisation samples (only where a GPU exists)."
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from workload import failpoints
 from workload.config import JobConfig
 from workload.metrics import BatchReport, RunMetrics, open_metrics
 from workload.model_source import resolve_model
@@ -29,6 +30,7 @@ from workload.results import (
     passthrough_types,
 )
 from workload.rows import ValidatedInput, ValidRow, input_files, read_input
+from workload.storage import size_of
 from workload.summary import build_summary, print_summary
 
 
@@ -53,7 +55,7 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _input_fingerprint(config: JobConfig) -> str:
-    listing = [(f.uri, f.fs.get_file_info(f.path).size) for f in input_files(config.input)]
+    listing = [(f.uri, size_of(f)) for f in input_files(config.input)]
     return hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
 
 
@@ -145,6 +147,7 @@ class _ShardCommitter:
             row = self.rows_by_pos[item["_pos"]]
             buffer = self.buffers[row.position // shard_rows]
             buffer.received += 1
+            engine_batches[item.get("batch_uuid") or ""].append(item)
             message = item.get("__inference_error__") or ""
             if message:
                 buffer.errors.append(row.failed(classify_inference_error(message), message))
@@ -163,19 +166,22 @@ class _ShardCommitter:
             )
             ok += 1
             out_tokens += num_out
-            engine_batches[item.get("batch_uuid") or ""].append(item)
         for items in engine_batches.values():
-            self.metrics.batch_complete(
-                BatchReport(
-                    duration_s=max(float(i.get("time_taken_llm") or 0.0) for i in items),
-                    rows_ok=len(items),
-                    rows_failed=0,
-                    input_tokens=sum(int(i["num_input_tokens"]) for i in items),
-                    output_tokens=sum(int(i["num_generated_tokens"]) for i in items),
-                )
-            )
+            self.metrics.batch_complete(_batch_report(items))
         self.commit_ready()
         return ok, failed, out_tokens
+
+
+def _batch_report(items: list[dict[str, Any]]) -> BatchReport:
+    """One engine batch as received: its latency is its slowest row's time in the engine."""
+    succeeded = [i for i in items if not i.get("__inference_error__")]
+    return BatchReport(
+        duration_s=max((float(i.get("time_taken_llm") or 0.0) for i in succeeded), default=0.0),
+        rows_ok=len(succeeded),
+        rows_failed=len(items) - len(succeeded),
+        input_tokens=sum(int(i["num_input_tokens"] or 0) for i in succeeded),
+        output_tokens=sum(int(i["num_generated_tokens"] or 0) for i in succeeded),
+    )
 
 
 def _run_engine(committer: _ShardCommitter, config: JobConfig, progress: Progress, stop: Any) -> bool:
@@ -193,6 +199,9 @@ def _run_engine(committer: _ShardCommitter, config: JobConfig, progress: Progres
     block_rows = max(config.batch_size, 1) * 4
     blocks = [table.slice(start, block_rows) for start in range(0, table.num_rows, block_rows)]
     dataset = build_pipeline(ray.data.from_arrow(blocks), config, model_path)
+    # Every ray.init (ours, and the one build_processor makes) installs a SIGTERM handler that exits at once,
+    # without committing: take the signal back just before the work starts.
+    stop.install()
     for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
         ok, failed, out_tokens = committer.take(batch)
         progress.advance(ok, failed, out_tokens)
@@ -207,8 +216,10 @@ def run_job(config: JobConfig) -> RunOutcome:
 
     started = time.monotonic()
     store = OutputStore(config.output.uri)
+    store.clear_notes()
     validated = read_input(config.input, config.sampling)
     manifest, attempt = _start_attempt(store, config, validated.rows_in)
+    failpoints.reached(failpoints.ATTEMPT_STARTED)
     committed = store.recover()
     shard_count = -(-validated.rows_in // config.output.shard_rows)
     pending = set(range(shard_count)) - set(committed)
@@ -224,7 +235,9 @@ def run_job(config: JobConfig) -> RunOutcome:
     completed = True
     with StopSignal(config.resume.grace_period_s) as stop:
         committer = _ShardCommitter(store, config, validated, pending, attempt, metrics)
-        progress.advance(0, sum(len(b.errors) for b in committer.buffers.values()), 0)
+        rejected = sum(len(b.errors) for b in committer.buffers.values())
+        progress.advance(0, rejected, 0)
+        metrics.rows_rejected(rejected)
         committer.commit_ready()  # shards with no valid rows (only bad ones) commit at once
         if committer.buffers and not stop.stopped:
             with ray_session(config.device):
@@ -237,9 +250,16 @@ def run_job(config: JobConfig) -> RunOutcome:
     store.write_manifest(manifest)
     if not completed:
         metrics.close()
-        print(f"[llm-batch] stopped: {len(committer.buffers)} shards left for the next attempt", file=sys.stderr)
-        return RunOutcome(None, interrupted=True, exit_code=StopSignal.EXIT_CODE if interrupted else 1)
+        left = len(committer.buffers)
+        print(f"[llm-batch] stopped: {left} shards left for the next attempt", file=sys.stderr)
+        if interrupted:
+            store.write_interrupted(stop.signal_name or "a signal", left)
+            return RunOutcome(None, interrupted=True, exit_code=StopSignal.EXIT_CODE)
+        # Not a signal and not complete: rows went missing between the engine and the driver (a bug).
+        store.write_failure("IncompleteRun", f"{left} shard(s) never received all their rows")
+        return RunOutcome(None, interrupted=False, exit_code=1)
     summary = build_summary(config, manifest, store.committed())
+    failpoints.reached(failpoints.SUMMARY_WRITING)
     store.write_summary(summary)
     metrics.run_complete(summary)
     metrics.close()

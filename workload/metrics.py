@@ -26,6 +26,10 @@ class BatchReport:
 class RunMetrics(Protocol):
     def batch_complete(self, batch: BatchReport) -> None: ...
 
+    def rows_rejected(self, count: int) -> None:
+        """Rows that failed validation before any engine saw them: failed rows, but no batch latency."""
+
+
     def run_complete(self, summary: dict[str, Any]) -> None: ...
 
     def close(self) -> None: ...
@@ -35,6 +39,9 @@ class NullMetrics:
     """Publishes nothing: the local demo and tests without a metrics sink."""
 
     def batch_complete(self, batch: BatchReport) -> None:
+        pass
+
+    def rows_rejected(self, count: int) -> None:
         pass
 
     def run_complete(self, summary: dict[str, Any]) -> None:

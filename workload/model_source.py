@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from workload.config import ModelConfig
-from workload.storage import StorageError, list_files, locate, read_bytes, write_bytes_atomic
+from workload.storage import StorageError, list_files, locate, read_bytes, size_of, write_bytes_atomic
 from workload.tiny_model import ensure_tiny_model
 
 
@@ -32,7 +32,7 @@ def _from_s3(uri: str, cache: Path) -> Path:
     for file in files:
         relative = file.path[len(root) + 1 :]
         local = target / relative
-        size = file.fs.get_file_info(file.path).size
+        size = size_of(file)
         if local.is_file() and local.stat().st_size == size:
             continue
         write_bytes_atomic(locate(str(local)), read_bytes(file))

@@ -5,6 +5,8 @@ Layout under the output URI:
     errors/part-<shard>.jsonl        committed error records of one shard (only when it has any)
     _commits/shard-<shard>.json      the commit marker: a shard exists for readers once its marker does
     _pending/...                     parts written before their marker; never read as results
+    _failed.json                     the last attempt failed (why); removed when an attempt starts
+    _interrupted.json                the last attempt was stopped by SIGTERM; a rerun resumes
     _manifest.json                   what the output was made with (config hash, input fingerprint, attempts)
     summary.json                     written last, once every shard is committed
 
@@ -25,6 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from workload import failpoints
 from workload.storage import (
     Location,
     delete_file,
@@ -32,6 +35,7 @@ from workload.storage import (
     exists,
     list_files,
     locate,
+    move,
     read_bytes,
     write_bytes_atomic,
 )
@@ -42,6 +46,9 @@ COMMITS = "_commits"
 PENDING = "_pending"
 MANIFEST = "_manifest.json"
 SUMMARY = "summary.json"
+# What the nightly state machine watches for beside summary.json: the file's name says whether to retry.
+FAILURE = "_failed.json"  # the attempt failed; retrying the same config will not help by itself
+INTERRUPTED = "_interrupted.json"  # stopped by SIGTERM after committing what was finished: retry to resume
 
 
 def utc_now() -> str:
@@ -104,7 +111,7 @@ class OutputStore:
         """Delete everything the job writes here (an explicit restart); nothing else below the URI."""
         for folder in (RESULTS, ERRORS, COMMITS, PENDING):
             delete_tree(self._at(folder))
-        for name in (MANIFEST, SUMMARY):
+        for name in (MANIFEST, SUMMARY, FAILURE, INTERRUPTED):
             delete_file(self._at(name))
 
     # --- shards -------------------------------------------------------------------------------------------
@@ -124,7 +131,8 @@ class OutputStore:
         for folder in (PENDING, RESULTS, ERRORS):
             for part in list_files(self._at(folder)):
                 shard = _shard_of(part.path)
-                if shard is None or shard not in commits:
+                stale_temporary = part.path.rsplit("/", 1)[-1].startswith(".")
+                if shard is None or shard not in commits or stale_temporary:
                     delete_file(part)
         return commits
 
@@ -132,9 +140,8 @@ class OutputStore:
         for relative in commit.files:
             pending = self._at(f"{PENDING}/{relative}")
             if exists(pending):
-                # A copy then delete is idempotent: a kill between the two is finished by the next recover().
-                write_bytes_atomic(self._at(relative), read_bytes(pending))
-                delete_file(pending)
+                # On S3 a move is copy + delete; a kill between the two is finished by the next recover().
+                move(pending, self._at(relative))
 
     def commit_shard(
         self,
@@ -156,6 +163,7 @@ class OutputStore:
             lines = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in errors)
             write_bytes_atomic(self._at(f"{PENDING}/{name}"), lines.encode())
             files.append(name)
+        failpoints.reached(failpoints.SHARD_PARTS_WRITTEN)
         commit = ShardCommit(
             shard=shard,
             rows_ok=stats["rows_ok"],
@@ -168,10 +176,38 @@ class OutputStore:
             error_types=dict(stats["error_types"]),
         )
         self._write_json(_marker_name(shard), asdict(commit))
+        failpoints.reached(failpoints.SHARD_COMMITTED)
         self._publish(commit)
         return commit
 
     # --- the end ------------------------------------------------------------------------------------------
+    def _write_note(self, name: str, reason: str, extra: dict[str, Any]) -> None:
+        # The reason also travels as S3 metadata (ASCII, short), which a Step Functions state can read without
+        # fetching the object's body.
+        short = reason.encode("ascii", "replace").decode()[:900]
+        body = {"reason": reason, **extra, "at": utc_now()}
+        data = json.dumps(body, indent=2, sort_keys=True).encode()
+        write_bytes_atomic(self._at(name), data, metadata={"reason": short})
+
+    def write_failure(self, error_type: str, message: str) -> None:
+        reason = f"{error_type}: {message}"
+        self._write_note(FAILURE, reason, {"error_type": error_type, "error_message": message})
+
+    def write_interrupted(self, signal_name: str, shards_left: int) -> None:
+        reason = f"stopped by {signal_name} with {shards_left} shard(s) left; a rerun resumes"
+        self._write_note(INTERRUPTED, reason, {"signal": signal_name, "shards_left": shards_left})
+
+    def clear_notes(self) -> None:
+        """A new attempt starts: the last one's failure or interruption note no longer describes the output."""
+        delete_file(self._at(FAILURE))
+        delete_file(self._at(INTERRUPTED))
+
+    def read_interrupted(self) -> dict[str, Any] | None:
+        return self._read_json(INTERRUPTED)
+
+    def read_failure(self) -> dict[str, Any] | None:
+        return self._read_json(FAILURE)
+
     def read_summary(self) -> dict[str, Any] | None:
         return self._read_json(SUMMARY)
 

@@ -140,7 +140,7 @@ def build_pipeline(
         fn_constructor_kwargs={"model_path": model_path},
         batch_size=stages.batch_size,
         num_cpus=stages.num_cpus,
-        concurrency=stages.concurrency,
+        compute=ray.data.ActorPoolStrategy(size=stages.concurrency),
         batch_format="pyarrow",
     )
     columns = RESULT_COLUMNS + (("metrics",) if keep_metrics else ())

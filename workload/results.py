@@ -47,7 +47,8 @@ def finish_reason(num_input: int, num_output: int, max_tokens: int, max_model_le
 
 
 def classify_inference_error(message: str) -> str:
-    if "maximum model length" in message or "longer than the maximum" in message:
+    # vLLM's wording has changed between releases; both forms name the context limit.
+    if "maximum context length" in message or "maximum model length" in message:
         return "prompt_too_long"
     return "inference_error"
 

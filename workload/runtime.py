@@ -88,10 +88,16 @@ class StopSignal:
     def stopped(self) -> bool:
         return self.event.is_set()
 
+    def install(self) -> None:
+        """Take SIGTERM/SIGINT; call again after `ray.init`, which installs a handler that just exits."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for number in (signal.SIGTERM, signal.SIGINT):
+            previous = signal.signal(number, self._handle)
+            self._previous.setdefault(number, previous)
+
     def __enter__(self) -> StopSignal:
-        if threading.current_thread() is threading.main_thread():
-            for number in (signal.SIGTERM, signal.SIGINT):
-                self._previous[number] = signal.signal(number, self._handle)
+        self.install()
         return self
 
     def __exit__(self, *exc: object) -> None:

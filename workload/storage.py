@@ -1,16 +1,21 @@
-"""One file API over local paths and s3:// URIs, with the atomic write the commit protocol relies on.
+"""One file API over local paths and s3:// URIs, with the atomic write and move the commit protocol relies on.
 
-pyarrow's filesystems do the work (the same layer Ray Data reads with); an S3-compatible endpoint such as a test
-server is taken from AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, as boto3 does.
+Local files go through the OS (temp file + rename). S3 goes through boto3, object by object: a PUT is atomic, a
+server-side copy moves data without downloading it, and nothing creates the "directory marker" objects that
+filesystem layers over S3 leave behind. An S3-compatible endpoint (a test server) comes from AWS_ENDPOINT_URL or
+AWS_ENDPOINT_URL_S3, which boto3 reads itself. Parquet input is read with pyarrow, through `Location.fs`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import uuid
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pyarrow.fs as pafs
 
@@ -19,22 +24,11 @@ class StorageError(OSError):
     """A storage operation failed; the message names the URI."""
 
 
-@dataclass(frozen=True)
-class Location:
-    """A folder or file on a filesystem: `fs` plus a path in that filesystem's own form."""
+@cache
+def _s3_client() -> Any:
+    import boto3
 
-    fs: pafs.FileSystem
-    path: str
-    uri: str
-
-    @property
-    def is_s3(self) -> bool:
-        return self.uri.startswith("s3://")
-
-    def child(self, *parts: str) -> Location:
-        path = "/".join([self.path.rstrip("/"), *parts])
-        uri = "/".join([self.uri.rstrip("/"), *parts])
-        return Location(self.fs, path, uri)
+    return boto3.client("s3")
 
 
 def _s3_filesystem() -> pafs.S3FileSystem:
@@ -49,57 +43,112 @@ def _s3_filesystem() -> pafs.S3FileSystem:
     return pafs.S3FileSystem(**kwargs)
 
 
+@dataclass(frozen=True)
+class Location:
+    """A file or folder: a local path, or a bucket and key. `path` is the form pyarrow filesystems take."""
+
+    uri: str
+
+    @property
+    def is_s3(self) -> bool:
+        return self.uri.startswith("s3://")
+
+    @property
+    def path(self) -> str:
+        return self.uri[len("s3://") :] if self.is_s3 else self.uri
+
+    @property
+    def bucket(self) -> str:
+        return self.path.split("/", 1)[0]
+
+    @property
+    def key(self) -> str:
+        return self.path.split("/", 1)[1] if "/" in self.path else ""
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        return _s3_filesystem() if self.is_s3 else pafs.LocalFileSystem()
+
+    def child(self, *parts: str) -> Location:
+        return Location("/".join([self.uri.rstrip("/"), *parts]))
+
+
 def locate(uri: str) -> Location:
     if uri.startswith("s3://"):
-        path = uri[len("s3://") :].rstrip("/")
-        if not path:
+        if not uri[len("s3://") :].strip("/"):
             raise StorageError(f"{uri}: an s3:// URI needs a bucket")
-        return Location(_s3_filesystem(), path, uri.rstrip("/"))
+        return Location(uri.rstrip("/"))
     if "://" in uri:
         raise StorageError(f"{uri}: only local paths and s3:// URIs are supported")
-    local = str(Path(uri).expanduser().resolve())
-    return Location(pafs.LocalFileSystem(), local, local)
+    return Location(str(Path(uri).expanduser().resolve()))
+
+
+def _s3_error(action: str, location: Location, error: Exception) -> StorageError:
+    return StorageError(f"cannot {action} {location.uri}: {error}")
 
 
 def exists(location: Location) -> bool:
-    return location.fs.get_file_info(location.path).type != pafs.FileType.NotFound
+    if not location.is_s3:
+        return Path(location.path).is_file()
+    from botocore.exceptions import ClientError
 
-
-def is_file(location: Location) -> bool:
-    return location.fs.get_file_info(location.path).type == pafs.FileType.File
+    try:
+        _s3_client().head_object(Bucket=location.bucket, Key=location.key)
+        return True
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
+            return False
+        raise _s3_error("check", location, error) from error
 
 
 def list_files(location: Location) -> list[Location]:
-    """Every file below a folder (recursively), sorted by path; a file lists as itself."""
-    info = location.fs.get_file_info(location.path)
-    if info.type == pafs.FileType.File:
+    """Every file below a folder or prefix (recursively), sorted; a file lists as itself."""
+    if not location.is_s3:
+        root = Path(location.path)
+        if root.is_file():
+            return [location]
+        if not root.is_dir():
+            return []
+        return [Location(str(p)) for p in sorted(root.rglob("*")) if p.is_file()]
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    prefix = location.key
+    try:
+        pages = _s3_client().get_paginator("list_objects_v2").paginate(Bucket=location.bucket, Prefix=prefix)
+        keys = [obj["Key"] for page in pages for obj in page.get("Contents", [])]
+    except (BotoCoreError, ClientError) as error:
+        raise _s3_error("list", location, error) from error
+    if prefix in keys:
         return [location]
-    if info.type == pafs.FileType.NotFound:
-        return []
-    selector = pafs.FileSelector(location.path, recursive=True, allow_not_found=True)
-    found = [i for i in location.fs.get_file_info(selector) if i.type == pafs.FileType.File]
-    root = location.path.rstrip("/")
-    return [location.child(i.path[len(root) + 1 :]) for i in sorted(found, key=lambda i: i.path)]
+    # "in/" and "in" name the same folder; "input2/x" is not below "input".
+    folder = prefix.rstrip("/") + "/" if prefix else ""
+    return [Location(f"s3://{location.bucket}/{k}") for k in sorted(keys) if k.startswith(folder) and k[-1] != "/"]
+
+
+def size_of(location: Location) -> int:
+    if not location.is_s3:
+        return Path(location.path).stat().st_size
+    return int(_s3_client().head_object(Bucket=location.bucket, Key=location.key)["ContentLength"])
 
 
 def read_bytes(location: Location) -> bytes:
     try:
-        with location.fs.open_input_stream(location.path) as stream:
-            return bytes(stream.read())
-    except (OSError, FileNotFoundError) as error:
-        raise StorageError(f"cannot read {location.uri}: {error}") from error
+        if not location.is_s3:
+            return Path(location.path).read_bytes()
+        return bytes(_s3_client().get_object(Bucket=location.bucket, Key=location.key)["Body"].read())
+    except Exception as error:
+        raise _s3_error("read", location, error) from error
 
 
-def write_bytes_atomic(location: Location, data: bytes) -> None:
+def write_bytes_atomic(location: Location, data: bytes, metadata: dict[str, str] | None = None) -> None:
     """Write so that a reader sees the whole file or none of it, even if the process dies mid-write.
 
-    Local: write a temporary sibling, fsync, rename (atomic on POSIX). S3: one PUT, which S3 makes visible only
-    when complete; a killed upload leaves nothing behind.
+    Local: a temporary sibling, fsync, rename (atomic on POSIX). S3: one PUT, which S3 shows only when complete;
+    `metadata` becomes the object's user metadata there (readers that cannot fetch bodies can still see it).
     """
     try:
         if location.is_s3:
-            with location.fs.open_output_stream(location.path) as stream:
-                stream.write(data)
+            _s3_client().put_object(Bucket=location.bucket, Key=location.key, Body=data, Metadata=metadata or {})
             return
         target = Path(location.path)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -109,17 +158,37 @@ def write_bytes_atomic(location: Location, data: bytes) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, target)
-    except OSError as error:
-        raise StorageError(f"cannot write {location.uri}: {error}") from error
+    except Exception as error:
+        raise _s3_error("write", location, error) from error
+
+
+def move(source: Location, target: Location) -> None:
+    """Move one file; the target appears whole. Local: rename. S3: server-side copy, then delete the source."""
+    try:
+        if source.is_s3:
+            copy_source = {"Bucket": source.bucket, "Key": source.key}
+            _s3_client().copy_object(Bucket=target.bucket, Key=target.key, CopySource=copy_source)
+            delete_file(source)
+            return
+        Path(target.path).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(source.path, target.path)
+    except StorageError:
+        raise
+    except Exception as error:
+        raise _s3_error("move", source, error) from error
 
 
 def delete_file(location: Location) -> None:
+    if location.is_s3:
+        _s3_client().delete_object(Bucket=location.bucket, Key=location.key)  # no error when absent
+        return
     with contextlib.suppress(FileNotFoundError):
-        location.fs.delete_file(location.path)
+        Path(location.path).unlink()
 
 
 def delete_tree(location: Location) -> None:
-    if location.fs.get_file_info(location.path).type == pafs.FileType.Directory:
-        location.fs.delete_dir_contents(location.path, missing_dir_ok=True)
-    for leftover in list_files(location):
-        delete_file(leftover)
+    if not location.is_s3:
+        shutil.rmtree(location.path, ignore_errors=True)
+        return
+    for file in list_files(location):
+        delete_file(file)

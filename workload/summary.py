@@ -34,6 +34,8 @@ def build_summary(config: JobConfig, manifest: dict[str, Any], commits: dict[int
         "model": config.model.source or f"embedded:{TINY_MODEL_VERSION}",
         "device": config.device,
         "config_hash": manifest["config_hash"],
+        # What the compute cost at the configured hourly price (0 where none is configured, as locally).
+        "cost_usd": round(config.metrics.price_per_hour_usd * wall_s / 3600, 4),
     }
 
 

@@ -1,0 +1,300 @@
+"""The Pulumi program: load the stack's config, build one component per concern, export what operators need.
+
+Pulumi runs `main: infra/` with infra/ as the working directory and on sys.path, so the repository root is
+put on sys.path to import the `infra` and `workload` packages by their full names.
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pulumi
+
+from infra import aws_context, naming
+from infra.components import storage
+from infra.components.alerts import Alerts, AlertsArgs
+from infra.components.cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
+from infra.components.cost_controls import CostControls, CostControlsArgs
+from infra.components.device_plugin import NvidiaDevicePlugin
+from infra.components.eks_cluster import EksCluster, EksClusterArgs
+from infra.components.image import WorkloadImage, WorkloadImageArgs
+from infra.components.job_access import JobAccess, JobAccessArgs, static_prefix
+from infra.components.job_identity import JobIdentity, JobIdentityArgs
+from infra.components.karpenter import Karpenter, KarpenterArgs
+from infra.components.kms import EncryptionKey, EncryptionKeyArgs
+from infra.components.kuberay import KubeRayOperator
+from infra.components.network import Network, NetworkArgs
+from infra.components.nightly import RUN_REQUEST_KEY, EksTarget, Nightly, ca_of, nightly_args
+from infra.components.node_groups import NodeGroups, NodeGroupsArgs
+from infra.components.observability import Observability, ObservabilityArgs
+from infra.components.providers import Providers, ProvidersArgs
+from infra.components.secrets import JobSecrets, JobSecretsArgs
+from infra.components.spot_node import SpotNode, SpotNodeArgs
+from infra.config import from_pulumi
+from infra.eks_job import base_rayjob_args
+from infra.nightly_template import night_template_json
+from workload.config import render_config
+
+stack = pulumi.get_stack()
+config = from_pulumi()
+tags = naming.cost_tags(stack, config)
+
+providers = Providers("providers", ProvidersArgs(region=config.region, tags=tags))
+aws_opts = pulumi.ResourceOptions(provider=providers.aws)
+context = aws_context.lookup(providers.aws)
+
+key = EncryptionKey("kms", EncryptionKeyArgs(stack=stack, context=context), aws_opts)
+data = storage.DataBucket(
+    "storage",
+    storage.DataBucketArgs(
+        stack=stack,
+        context=context,
+        key_arn=key.key_arn,
+        glacier_after_days=config.storage.glacier_after_days,
+        noncurrent_expire_days=config.storage.noncurrent_expire_days,
+        archive_prefixes=config.storage.archive_prefixes,
+        force_destroy=config.storage.force_destroy,
+    ),
+    aws_opts,
+)
+image = WorkloadImage(
+    "image",
+    WorkloadImageArgs(
+        stack=stack,
+        key_arn=key.key_arn,
+        keep_last_images=config.image.keep_last_images,
+        repository_name=config.image.repository_name,
+    ),
+    aws_opts,
+)
+alerts = Alerts(
+    "alerts",
+    AlertsArgs(stack=stack, context=context, key_arn=key.key_arn, email=config.alert_email),
+    aws_opts,
+)
+CostControls(
+    "cost", CostControlsArgs.from_config(stack, config, context, alerts.topic_arn, key.key_arn), aws_opts
+)
+network = Network(
+    "network",
+    NetworkArgs(
+        stack=stack,
+        context=context,
+        vpc_cidr=config.network.vpc_cidr,
+        az_count=config.network.az_count,
+        single_nat_gateway=config.network.single_nat_gateway,
+        interface_endpoints=config.network.interface_endpoints,
+        existing_vpc_id=config.network.existing_vpc_id,
+        existing_private_subnet_ids=config.network.existing_private_subnet_ids,
+    ),
+    aws_opts,
+)
+job_settings = data.bucket_name.apply(
+    lambda bucket: render_config(
+        config.job_config(
+            f"s3://{bucket}/{config.job.input_prefix}",
+            f"s3://{bucket}/{config.job.output_prefix}",
+            stack=stack,
+        )
+    )
+)
+secrets = JobSecrets(
+    "secrets",
+    JobSecretsArgs(
+        stack=stack,
+        key_arn=key.key_arn,
+        job_settings=job_settings,
+        hub_token=pulumi.Config().get_secret("hub_token"),
+    ),
+    aws_opts,
+)
+job_access = JobAccess(
+    "job-access",
+    JobAccessArgs(
+        stack=stack,
+        context=context,
+        bucket_arn=data.bucket_arn,
+        key_arn=key.key_arn,
+        secret_arns=[secrets.job_settings_arn, secrets.hub_token_arn],
+        read_prefixes=[
+            static_prefix(config.job.input_prefix),
+            storage.MODEL_PREFIX,
+            static_prefix(RUN_REQUEST_KEY),  # the small node reads the night's date there
+        ],
+        write_prefixes=[static_prefix(config.job.output_prefix), storage.CHECKPOINT_PREFIX],
+        image_repository_arn=image.repository_arn,
+        metrics_namespace=config.monitoring.metrics_namespace,
+        log_retention_days=config.monitoring.log_retention_days,
+    ),
+    aws_opts,
+)
+observability = Observability(
+    "observability",
+    ObservabilityArgs(
+        stack=stack,
+        context=context,
+        topic_arn=alerts.topic_arn,
+        log_group_name=job_access.log_group_name,
+        monitoring=config.monitoring,
+        billing_limit_usd=config.monitoring.billing_alarm_usd or config.cost.monthly_budget_usd,
+        alert_email=config.alert_email,
+        billing_provider=providers.billing,
+    ),
+    aws_opts,
+)
+
+nightly_target = None  # the small tier's nightly run drives its Auto Scaling group directly
+if config.tier == "small":
+    node = SpotNode(
+        "gpu-node",
+        SpotNodeArgs(
+            stack=stack,
+            context=context,
+            tags=tags,
+            instance_type=config.small.instance_type,
+            root_volume_gib=config.small.root_volume_gib,
+            ami_ssm_parameter=config.small.gpu_ami_ssm_parameter,
+            max_spot_price=config.small.max_spot_price,
+            vpc_id=network.vpc_id,
+            subnet_ids=network.private_subnet_ids,
+            key_arn=key.key_arn,
+            job_policy_arn=job_access.policy_arn,
+            image=image.image_ref,
+            job_settings_secret_arn=secrets.job_settings_arn,
+            hub_token_secret_arn=secrets.hub_token_arn,
+            log_group_name=job_access.log_group_name,
+            run_request_uri=data.bucket_name.apply(lambda bucket: f"s3://{bucket}/{RUN_REQUEST_KEY}"),
+        ),
+        aws_opts,
+    )
+    pulumi.export("gpu_group_name", node.group_name)
+
+if config.tier in ("medium", "large"):
+    eks = config.eks
+    cluster_name = naming.prefix(stack)
+    cluster = EksCluster(
+        "eks",
+        EksClusterArgs(
+            cluster_name=cluster_name,
+            version=eks.version,
+            vpc_id=network.vpc_id,
+            private_subnet_ids=network.private_subnet_ids,
+            key_arn=key.key_arn,
+            partition=context.partition,
+            public_access_cidrs=eks.endpoint_public_access_cidrs,
+            job_namespace=eks.namespace,
+            tags=tags,
+        ),
+        aws_opts,
+    )
+    oidc = {"oidc_provider_arn": cluster.oidc_provider_arn, "oidc_provider_url": cluster.oidc_provider_url}
+    nodes = NodeGroups(
+        "nodes",
+        NodeGroupsArgs(
+            cluster=cluster.cluster,
+            cluster_name=cluster_name,
+            private_subnet_ids=network.private_subnet_ids,
+            partition=context.partition,
+            head_instance_type=eks.head_instance_type,
+            head_nodes=eks.head_nodes,
+            volume_gib=eks.node_volume_gib,
+            gpu_instance_type=None if eks.karpenter_enabled else eks.gpu_instance_type,
+            gpu_max_nodes=eks.gpu_max_nodes,
+            tags=tags,
+        ),
+        aws_opts,
+    )
+    # Charts wait for their pods, which need the head nodes.
+    k8s_opts = pulumi.ResourceOptions(provider=providers.aws, depends_on=[nodes])
+    identity = JobIdentity(
+        "job-identity",
+        JobIdentityArgs(eks.namespace, eks.service_account, job_access.policy_arn, **oidc),
+        cluster.provider,
+        k8s_opts,
+    )
+    KubeRayOperator("kuberay", cluster.provider, k8s_opts)
+    NvidiaDevicePlugin("nvidia-device-plugin", cluster.provider, k8s_opts)
+    if eks.karpenter_enabled:
+        Karpenter(
+            "karpenter",
+            KarpenterArgs(
+                cluster_name=cluster_name,
+                context=context,
+                cluster_security_group_id=cluster.cluster_security_group_id,
+                private_subnet_ids=network.private_subnet_ids,
+                subnet_count=config.network.subnet_count,
+                ami_alias=eks.ami_alias,
+                volume_gib=eks.node_volume_gib,
+                node_pool=eks.node_pool,
+                tags=tags,
+                **oidc,
+            ),
+            cluster.provider,
+            k8s_opts,
+        )
+    else:
+        ClusterAutoscaler(
+            "cluster-autoscaler",
+            ClusterAutoscalerArgs(
+                cluster_name=cluster_name,
+                context=context,
+                oidc_provider_arn=cluster.oidc_provider_arn,
+                oidc_provider_url=cluster.oidc_provider_url,
+            ),
+            cluster.provider,
+            k8s_opts,
+        )
+    pulumi.export("cluster_name", cluster.cluster_name)
+    pulumi.export("cluster_endpoint", cluster.endpoint)
+    pulumi.export("oidc_provider_arn", cluster.oidc_provider_arn)
+    pulumi.export("oidc_provider_url", cluster.oidc_provider_url)
+    pulumi.export("submitter_security_group_id", cluster.submitter_security_group_id)
+    pulumi.export("job_role_arn", identity.role_arn)
+    pulumi.export("job_namespace", eks.namespace)
+    # What each night's RayJob is rendered from, with the night's date filled in (infra.eks_job).
+    rayjob_args = pulumi.Output.all(data.bucket_name, image.image_ref, secrets.hub_token_arn).apply(
+        lambda values: base_rayjob_args(config, stack, values[1], values[0], values[2])
+    )
+    nightly_target = EksTarget(
+        cluster_name=cluster_name,
+        endpoint=cluster.endpoint,
+        # The CA is public; only the kubeconfig around it is secret.
+        certificate_authority=pulumi.Output.unsecret(cluster.kubeconfig.apply(ca_of)),
+        namespace=eks.namespace,
+        provider=cluster.provider,
+        private_subnet_ids=network.private_subnet_ids,
+        submitter_security_group_id=cluster.submitter_security_group_id,
+        night_template_json=rayjob_args.apply(night_template_json),
+        nodegroup_name=None if eks.karpenter_enabled else nodes.gpu_group_name,
+        gpu_nodes=eks.gpu_max_nodes,
+        karpenter_nodepool=eks.node_pool.name if eks.karpenter_enabled else None,
+    )
+    pulumi.export("rayjob_args", rayjob_args.apply(lambda args: args.model_dump_json()))
+
+nightly = Nightly(
+    "nightly",
+    nightly_args(
+        config,
+        stack,
+        context,
+        bucket_name=data.bucket_name,
+        key_arn=key.key_arn,
+        alerts_topic_arn=alerts.topic_arn,
+        eks=nightly_target,
+    ),
+    aws_opts,
+)
+pulumi.export("nightly_state_machine_arn", nightly.state_machine_arn)
+pulumi.export("nightly_schedule", nightly.schedule_name)
+pulumi.export("tier", config.tier)
+pulumi.export("region", config.region)
+pulumi.export("kms_key_arn", key.key_arn)
+pulumi.export("data_bucket", data.bucket_name)
+pulumi.export("alerts_topic_arn", alerts.topic_arn)
+pulumi.export("image_ref", image.image_ref)
+pulumi.export("vpc_id", network.vpc_id)
+pulumi.export("private_subnet_ids", network.private_subnet_ids)
+pulumi.export("job_policy_arn", job_access.policy_arn)
+pulumi.export("job_log_group", job_access.log_group_name)
+pulumi.export("dashboard", observability.dashboard_name)

@@ -1,0 +1,46 @@
+"""Who and where the program deploys: looked up from the caller identity, never written as literals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+
+@dataclass(frozen=True)
+class AwsContext:
+    account_id: str
+    partition: str
+    region: str
+    dns_suffix: str
+
+    def arn(self, service: str, resource: str, *, region: bool = True, account: bool = True) -> str:
+        """An ARN in this account and region, e.g. arn("logs", "log-group:/x")."""
+        return (
+            f"arn:{self.partition}:{service}:{self.region if region else ''}:"
+            f"{self.account_id if account else ''}:{resource}"
+        )
+
+    @property
+    def ecr_registry(self) -> str:
+        """This account's private ECR registry host in the region."""
+        return f"{self.account_id}.dkr.ecr.{self.region}.{self.dns_suffix}"
+
+    @property
+    def root_principal(self) -> str:
+        return f"arn:{self.partition}:iam::{self.account_id}:root"
+
+
+def lookup(provider: aws.Provider) -> AwsContext:
+    """The caller's account and partition and the provider's region (data sources, read at deploy time)."""
+    opts = pulumi.InvokeOptions(provider=provider)
+    identity = aws.get_caller_identity(opts=opts)
+    partition = aws.get_partition(opts=opts)
+    region = aws.get_region(opts=opts)
+    return AwsContext(
+        account_id=identity.account_id,
+        partition=partition.partition,
+        region=region.region,
+        dns_suffix=partition.dns_suffix,
+    )

@@ -1,0 +1,299 @@
+"""Cost controls of one stack: a monthly budget, anomaly detection, the CostCenter cost-allocation tag and the
+daily cost-report Lambda with its schedule. Everything alerts the stack's (KMS-encrypted) alerts topic.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+
+from infra import naming, versions
+from infra.aws_context import AwsContext
+from infra.config import StackConfig
+
+COST_TAG_KEY = "CostCenter"
+REPORT_SOURCE = Path(__file__).resolve().parents[2] / "monitoring" / "cost_report" / "handler.py"
+# 07:00 UTC: Cost Explorer has most of the previous UTC day by then, and the team reads it in the morning.
+REPORT_SCHEDULE = "cron(0 7 * * ? *)"
+# Cost Explorer's read actions have no resource-level permissions: "*" is the only resource AWS accepts.
+CE_WILDCARD_REASON = (
+    "ce:GetCostAndUsage supports no resource-level permissions (AWS service authorization reference)"
+)
+
+
+@dataclass(frozen=True)
+class CostControlsArgs:
+    stack: str
+    context: AwsContext
+    cost_center: str
+    monthly_budget_usd: float
+    daily_report_threshold_usd: float
+    topic_arn: pulumi.Input[str]
+    key_arn: pulumi.Input[str]
+    log_retention_days: int = 30
+
+    @classmethod
+    def from_config(
+        cls,
+        stack: str,
+        config: StackConfig,
+        context: AwsContext,
+        topic_arn: pulumi.Input[str],
+        key_arn: pulumi.Input[str],
+    ) -> CostControlsArgs:
+        return cls(
+            stack=stack,
+            context=context,
+            cost_center=config.cost_center,
+            monthly_budget_usd=config.cost.monthly_budget_usd,
+            daily_report_threshold_usd=config.cost.daily_report_threshold_usd,
+            topic_arn=topic_arn,
+            key_arn=key_arn,
+            log_retention_days=config.monitoring.log_retention_days,
+        )
+
+
+def budget_filter(cost_center: str) -> list[dict[str, Any]]:
+    """Budgets' tag filter syntax: `user:<key>$<value>` under TagKeyValue."""
+    return [{"name": "TagKeyValue", "values": [f"user:{COST_TAG_KEY}${cost_center}"]}]
+
+
+def anomaly_specification(cost_center: str) -> dict[str, Any]:
+    """A CUSTOM monitor over the stack's tag: an account may hold only one service-wide monitor."""
+    return {"Tags": {"Key": COST_TAG_KEY, "Values": [cost_center], "MatchOptions": ["EQUALS"]}}
+
+
+def report_policy(context: AwsContext, topic_arn: str, key_arn: str, log_group_arn: str) -> dict[str, Any]:
+    """Least privilege for the report: read costs, publish to this topic only, write its own log group."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            # Cost Explorer has no resource-level permissions (see infra/iam_allowlist.py).
+            {"Sid": "ReadCosts", "Effect": "Allow", "Action": "ce:GetCostAndUsage", "Resource": "*"},
+            {"Sid": "PublishReport", "Effect": "Allow", "Action": "sns:Publish", "Resource": topic_arn},
+            {
+                # The topic is KMS-encrypted: publishing makes a data key, and only through SNS.
+                "Sid": "EncryptForTopic",
+                "Effect": "Allow",
+                "Action": ["kms:GenerateDataKey*", "kms:Decrypt"],
+                "Resource": key_arn,
+                "Condition": {
+                    "StringEquals": {"kms:ViaService": f"sns.{context.region}.{context.dns_suffix}"}
+                },
+            },
+            {
+                "Sid": "WriteOwnLogs",
+                "Effect": "Allow",
+                "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+                "Resource": f"{log_group_arn}:*",
+            },
+        ],
+    }
+
+
+def _assume(service: str, context: AwsContext) -> str:
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Service": service},
+                    "Action": "sts:AssumeRole",
+                    "Condition": {"StringEquals": {"aws:SourceAccount": context.account_id}},
+                }
+            ],
+        }
+    )
+
+
+class CostControls(pulumi.ComponentResource):
+    """`function_name`, `budget_name`: what operators look up; every alert goes to `args.topic_arn`."""
+
+    function_name: pulumi.Output[str]
+    budget_name: pulumi.Output[str]
+
+    def __init__(self, name: str, args: CostControlsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("llmbatch:cost_controls:CostControls", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        # Account-wide: keep it active when one of several stacks is destroyed.
+        aws.costexplorer.CostAllocationTag(
+            f"{name}-cost-center-tag",
+            tag_key=COST_TAG_KEY,
+            status="Active",
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+        )
+        budget = self._budget(name, args, child)
+        self._anomaly_detection(name, args, child)
+        function = self._report(name, args, child)
+
+        self.function_name = function.name
+        self.budget_name = budget.name
+        self.register_outputs({"function_name": self.function_name, "budget_name": self.budget_name})
+
+    def _budget(self, name: str, args: CostControlsArgs, child: pulumi.ResourceOptions) -> aws.budgets.Budget:
+        def notification(threshold: float, kind: str) -> aws.budgets.BudgetNotificationArgs:
+            return aws.budgets.BudgetNotificationArgs(
+                comparison_operator="GREATER_THAN",
+                notification_type=kind,
+                threshold=threshold,
+                threshold_type="PERCENTAGE",
+                subscriber_sns_topic_arns=[args.topic_arn],
+            )
+
+        return aws.budgets.Budget(
+            f"{name}-budget",
+            name=naming.child(args.stack, "monthly"),
+            budget_type="COST",
+            time_unit="MONTHLY",
+            limit_amount=f"{args.monthly_budget_usd:.2f}",
+            limit_unit="USD",
+            cost_filters=[
+                aws.budgets.BudgetCostFilterArgs(**item) for item in budget_filter(args.cost_center)
+            ],
+            notifications=[notification(80, "ACTUAL"), notification(100, "FORECASTED")],
+            opts=child,
+        )
+
+    def _anomaly_detection(self, name: str, args: CostControlsArgs, child: pulumi.ResourceOptions) -> None:
+        monitor = aws.costexplorer.AnomalyMonitor(
+            f"{name}-anomaly-monitor",
+            name=naming.child(args.stack, "spend"),
+            monitor_type="CUSTOM",
+            monitor_specification=json.dumps(anomaly_specification(args.cost_center)),
+            opts=child,
+        )
+        aws.costexplorer.AnomalySubscription(
+            f"{name}-anomaly-subscription",
+            name=naming.child(args.stack, "anomalies"),
+            # SNS subscribers only take IMMEDIATE alerts.
+            frequency="IMMEDIATE",
+            monitor_arn_lists=[monitor.arn],
+            subscribers=[
+                aws.costexplorer.AnomalySubscriptionSubscriberArgs(type="SNS", address=args.topic_arn)
+            ],
+            # An anomaly worth a day's threshold is worth a message; smaller ones are noise.
+            threshold_expression=aws.costexplorer.AnomalySubscriptionThresholdExpressionArgs(
+                dimension=aws.costexplorer.AnomalySubscriptionThresholdExpressionDimensionArgs(
+                    key="ANOMALY_TOTAL_IMPACT_ABSOLUTE",
+                    match_options=["GREATER_THAN_OR_EQUAL"],
+                    values=[f"{args.daily_report_threshold_usd:g}"],
+                )
+            ),
+            opts=child,
+        )
+
+    def _report(
+        self, name: str, args: CostControlsArgs, child: pulumi.ResourceOptions
+    ) -> aws.lambda_.Function:
+        function_name = naming.child(args.stack, "cost-report")
+        log_group = aws.cloudwatch.LogGroup(
+            f"{name}-report-logs",
+            # Under /llm-batch/ so the stack's key policy lets CloudWatch Logs encrypt it.
+            name=f"/{naming.PROJECT}/{args.stack}/cost-report",
+            retention_in_days=args.log_retention_days,
+            kms_key_id=args.key_arn,
+            opts=child,
+        )
+        role = aws.iam.Role(
+            f"{name}-report-role",
+            name=naming.child(args.stack, "cost-report"),
+            assume_role_policy=_assume("lambda.amazonaws.com", args.context),
+            opts=child,
+        )
+        aws.iam.RolePolicy(
+            f"{name}-report-policy",
+            role=role.id,
+            policy=pulumi.Output.all(args.topic_arn, args.key_arn, log_group.arn).apply(
+                lambda values: json.dumps(report_policy(args.context, values[0], values[1], values[2]))
+            ),
+            opts=child,
+        )
+        function = aws.lambda_.Function(
+            f"{name}-report",
+            name=function_name,
+            description="Yesterday's cost of this stack by service; alerts the topic above the threshold",
+            runtime=versions.LAMBDA_PYTHON_RUNTIME,
+            architectures=["arm64"],
+            handler="handler.handler",
+            # Only the handler ships: it imports boto3 (in the runtime) and the standard library.
+            code=pulumi.AssetArchive({"handler.py": pulumi.FileAsset(str(REPORT_SOURCE))}),
+            role=role.arn,
+            timeout=60,
+            memory_size=256,
+            environment=aws.lambda_.FunctionEnvironmentArgs(
+                variables={
+                    "COST_CENTER": args.cost_center,
+                    "ALERT_TOPIC_ARN": args.topic_arn,
+                    "THRESHOLD_USD": f"{args.daily_report_threshold_usd:g}",
+                }
+            ),
+            logging_config=aws.lambda_.FunctionLoggingConfigArgs(log_format="JSON", log_group=log_group.name),
+            opts=child,
+        )
+        # A report that fails (Cost Explorer or SNS down, a bad setting) must not fail silently.
+        aws.cloudwatch.MetricAlarm(
+            f"{name}-report-errors",
+            name=naming.child(args.stack, "cost-report-errors"),
+            alarm_description="The daily cost report failed; see its log group",
+            namespace="AWS/Lambda",
+            metric_name="Errors",
+            dimensions={"FunctionName": function.name},
+            statistic="Sum",
+            period=86400,
+            evaluation_periods=1,
+            threshold=1,
+            comparison_operator="GreaterThanOrEqualToThreshold",
+            treat_missing_data="notBreaching",
+            alarm_actions=[args.topic_arn],
+            opts=child,
+        )
+        self._schedule(name, args, function, child)
+        return function
+
+    def _schedule(
+        self, name: str, args: CostControlsArgs, function: aws.lambda_.Function, child: pulumi.ResourceOptions
+    ) -> None:
+        scheduler_role = aws.iam.Role(
+            f"{name}-report-scheduler-role",
+            name=naming.child(args.stack, "cost-report-scheduler"),
+            assume_role_policy=_assume("scheduler.amazonaws.com", args.context),
+            opts=child,
+        )
+        aws.iam.RolePolicy(
+            f"{name}-report-scheduler-policy",
+            role=scheduler_role.id,
+            policy=function.arn.apply(
+                lambda arn: json.dumps(
+                    {
+                        "Version": "2012-10-17",
+                        "Statement": [
+                            {"Effect": "Allow", "Action": "lambda:InvokeFunction", "Resource": arn}
+                        ],
+                    }
+                )
+            ),
+            opts=child,
+        )
+        aws.scheduler.Schedule(
+            f"{name}-report-schedule",
+            name=naming.child(args.stack, "cost-report"),
+            description="Daily cost report of yesterday (UTC)",
+            schedule_expression=REPORT_SCHEDULE,
+            schedule_expression_timezone="UTC",
+            flexible_time_window=aws.scheduler.ScheduleFlexibleTimeWindowArgs(mode="OFF"),
+            target=aws.scheduler.ScheduleTargetArgs(
+                arn=function.arn,
+                role_arn=scheduler_role.arn,
+                retry_policy=aws.scheduler.ScheduleTargetRetryPolicyArgs(
+                    maximum_retry_attempts=2, maximum_event_age_in_seconds=3600
+                ),
+            ),
+            opts=child,
+        )

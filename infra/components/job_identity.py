@@ -1,0 +1,65 @@
+"""The job's identity in the cluster: its namespace, its service account and the IAM role behind it (IRSA).
+
+The role carries the one job policy every tier uses (`JobAccess`: its bucket prefixes, key, secrets, log
+group, image and metrics namespace), and only the job's service account in the job's namespace can assume it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.components import irsa
+from infra.k8s.common import base_labels
+
+
+@dataclass(frozen=True)
+class JobIdentityArgs:
+    namespace: str
+    service_account: str
+    job_policy_arn: pulumi.Input[str]
+    oidc_provider_arn: pulumi.Input[str]
+    oidc_provider_url: pulumi.Input[str]
+
+
+class JobIdentity(pulumi.ComponentResource):
+    """Namespace, service account annotated with its role, and the role."""
+
+    role_arn: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        args: JobIdentityArgs,
+        provider: pulumi.ProviderResource,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("llmbatch:job_identity:JobIdentity", name, None, opts)
+        role = irsa.service_account_role(
+            f"{name}-job",
+            oidc_provider_arn=args.oidc_provider_arn,
+            oidc_provider_url=args.oidc_provider_url,
+            namespace=args.namespace,
+            service_account=args.service_account,
+            policy_arns=[args.job_policy_arn],
+            parent=self,
+        )
+        namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=args.namespace, labels=base_labels("namespace")),
+            opts=pulumi.ResourceOptions(parent=self, provider=provider),
+        )
+        k8s.core.v1.ServiceAccount(
+            f"{name}-service-account",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=args.service_account,
+                namespace=args.namespace,
+                labels=base_labels("job"),
+                annotations={"eks.amazonaws.com/role-arn": role.arn},
+            ),
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[namespace]),
+        )
+        self.role_arn = role.arn
+        self.register_outputs({"role_arn": self.role_arn})

@@ -1,0 +1,126 @@
+"""The stack's customer-managed KMS key: S3, SNS, Secrets Manager and CloudWatch Logs all encrypt with it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+
+from infra import naming
+from infra.aws_context import AwsContext
+
+# AWS's documented key-administrator actions: a key policy without an admin path can never be changed again.
+_ADMIN_ACTIONS = [
+    "kms:Create*",
+    "kms:Describe*",
+    "kms:Enable*",
+    "kms:List*",
+    "kms:Put*",
+    "kms:Update*",
+    "kms:Revoke*",
+    "kms:Disable*",
+    "kms:Get*",
+    "kms:Delete*",
+    "kms:TagResource",
+    "kms:UntagResource",
+    "kms:ScheduleKeyDeletion",
+    "kms:CancelKeyDeletion",
+    "kms:RotateKeyOnDemand",
+]
+# Lets this account's IAM policies grant use of the key (the job's policy names the key's ARN).
+_USE_ACTIONS = ["kms:Encrypt", "kms:Decrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:DescribeKey"]
+# Services that publish to the encrypted alerts topic need to make data keys with it.
+_PUBLISHER_SERVICES = [
+    "cloudwatch.amazonaws.com",
+    "budgets.amazonaws.com",
+    "events.amazonaws.com",
+    "costalerts.amazonaws.com",
+]
+
+
+@dataclass(frozen=True)
+class EncryptionKeyArgs:
+    stack: str
+    context: AwsContext
+
+
+def key_policy(context: AwsContext) -> dict[str, Any]:
+    """The key policy; in a key policy `Resource: "*"` means this key."""
+    logs_principal = f"logs.{context.region}.{context.dns_suffix}"
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "KeyAdministration",
+                "Effect": "Allow",
+                "Principal": {"AWS": context.root_principal},
+                "Action": _ADMIN_ACTIONS,
+                "Resource": "*",
+            },
+            {
+                "Sid": "KeyUseThroughIam",
+                "Effect": "Allow",
+                "Principal": {"AWS": context.root_principal},
+                "Action": _USE_ACTIONS,
+                "Resource": "*",
+            },
+            {
+                "Sid": "AlertPublishers",
+                "Effect": "Allow",
+                "Principal": {"Service": _PUBLISHER_SERVICES},
+                "Action": ["kms:GenerateDataKey*", "kms:Decrypt"],
+                "Resource": "*",
+                "Condition": {"StringEquals": {"aws:SourceAccount": context.account_id}},
+            },
+            {
+                "Sid": "CloudWatchLogs",
+                "Effect": "Allow",
+                "Principal": {"Service": logs_principal},
+                "Action": [
+                    "kms:Encrypt",
+                    "kms:Decrypt",
+                    "kms:ReEncrypt*",
+                    "kms:GenerateDataKey*",
+                    "kms:Describe*",
+                ],
+                "Resource": "*",
+                "Condition": {
+                    "ArnLike": {
+                        "kms:EncryptionContext:aws:logs:arn": context.arn(
+                            "logs", f"log-group:/{naming.PROJECT}/*"
+                        )
+                    }
+                },
+            },
+        ],
+    }
+
+
+class EncryptionKey(pulumi.ComponentResource):
+    """A symmetric key with yearly rotation and an alias `alias/llm-batch-<stack>`."""
+
+    key_arn: pulumi.Output[str]
+    key_id: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: EncryptionKeyArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("llmbatch:kms:EncryptionKey", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        key = aws.kms.Key(
+            f"{name}-key",
+            description=f"{naming.prefix(args.stack)}: job data, alerts, secrets and logs",
+            enable_key_rotation=True,
+            deletion_window_in_days=30,
+            policy=json.dumps(key_policy(args.context)),
+            opts=child,
+        )
+        aws.kms.Alias(
+            f"{name}-alias", name=f"alias/{naming.prefix(args.stack)}", target_key_id=key.key_id, opts=child
+        )
+        self.key_arn = key.arn
+        self.key_id = key.key_id
+        self.register_outputs({"key_arn": self.key_arn, "key_id": self.key_id})

@@ -1,0 +1,247 @@
+"""The network: a VPC with private subnets in two or more zones behind NAT, or an existing VPC from config.
+
+Either way the private route tables get an S3 gateway endpoint, so model downloads and job data (the bulk of
+the traffic) never pay NAT's per-GB charge; interface endpoints (ECR, STS, logs, ...) come from config.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+
+from infra import naming
+from infra.aws_context import AwsContext
+
+HTTPS = 443
+
+
+@dataclass(frozen=True)
+class NetworkArgs:
+    stack: str
+    context: AwsContext
+    vpc_cidr: str
+    az_count: int
+    single_nat_gateway: bool
+    interface_endpoints: Sequence[str]
+    existing_vpc_id: str | None = None
+    existing_private_subnet_ids: Sequence[str] = ()
+    # Extra tags on the private subnets, e.g. a Karpenter discovery tag from the EKS component.
+    private_subnet_tags: Mapping[str, str] = field(default_factory=dict)
+
+
+def subnet_cidrs(vpc_cidr: str, az_count: int) -> tuple[list[str], list[str]]:
+    """Private and public CIDRs: the VPC split in 16; privates from the bottom, publics from the middle up."""
+    blocks = list(ipaddress.ip_network(vpc_cidr).subnets(prefixlen_diff=4))
+    if az_count > len(blocks) // 2:
+        raise ValueError(f"network.az_count {az_count} does not fit in {vpc_cidr}")
+    half = len(blocks) // 2
+    return [str(block) for block in blocks[:az_count]], [
+        str(block) for block in blocks[half : half + az_count]
+    ]
+
+
+class Network(pulumi.ComponentResource):
+    """`vpc_id`, `vpc_cidr`, `private_subnet_ids`, `private_route_table_ids`, `endpoint_security_group_id`."""
+
+    vpc_id: pulumi.Output[str]
+    vpc_cidr: pulumi.Output[str]
+    private_subnet_ids: pulumi.Output[list[str]]
+    private_route_table_ids: pulumi.Output[list[str]]
+    endpoint_security_group_id: pulumi.Output[str] | None
+
+    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("llmbatch:network:Network", name, None, opts)
+        self._name = name
+        self._args = args
+        if args.existing_vpc_id:
+            self._use_existing(args.existing_vpc_id, list(args.existing_private_subnet_ids))
+        else:
+            self._create_vpc()
+        self._s3_gateway_endpoint()
+        self.endpoint_security_group_id = self._interface_endpoints() if args.interface_endpoints else None
+        self.register_outputs(
+            {
+                "vpc_id": self.vpc_id,
+                "private_subnet_ids": self.private_subnet_ids,
+                "private_route_table_ids": self.private_route_table_ids,
+            }
+        )
+
+    def _child(self, depends_on: Sequence[pulumi.Resource] = ()) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(parent=self, depends_on=list(depends_on))
+
+    def _zones(self) -> list[str]:
+        # Only the region's own zones: Local and Wavelength zones lack most GPU instance types.
+        zones = aws.get_availability_zones(
+            state="available",
+            filters=[
+                aws.GetAvailabilityZonesFilterArgs(name="opt-in-status", values=["opt-in-not-required"])
+            ],
+            opts=pulumi.InvokeOptions(parent=self),
+        ).names
+        if len(zones) < self._args.az_count:
+            raise ValueError(
+                f"network.az_count is {self._args.az_count} but {self._args.context.region} has "
+                f"only {len(zones)} zones"
+            )
+        return sorted(zones)[: self._args.az_count]
+
+    def _create_vpc(self) -> None:
+        args, name = self._args, self._name
+        prefix = naming.prefix(args.stack)
+        zones = self._zones()
+        private_cidrs, public_cidrs = subnet_cidrs(args.vpc_cidr, args.az_count)
+        vpc = aws.ec2.Vpc(
+            f"{name}-vpc",
+            cidr_block=args.vpc_cidr,
+            enable_dns_hostnames=True,  # interface endpoints' private DNS needs both
+            enable_dns_support=True,
+            tags={"Name": prefix},
+            opts=self._child(),
+        )
+        # The default security group allows all traffic between its members; leave it with no rules at all.
+        aws.ec2.DefaultSecurityGroup(f"{name}-default-sg", vpc_id=vpc.id, opts=self._child())
+        gateway = aws.ec2.InternetGateway(
+            f"{name}-igw", vpc_id=vpc.id, tags={"Name": prefix}, opts=self._child()
+        )
+        public_table = aws.ec2.RouteTable(
+            f"{name}-public",
+            vpc_id=vpc.id,
+            routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", gateway_id=gateway.id)],
+            tags={"Name": f"{prefix}-public"},
+            opts=self._child(),
+        )
+        public_subnets = []
+        for index, (zone, cidr) in enumerate(zip(zones, public_cidrs, strict=True)):
+            subnet = aws.ec2.Subnet(
+                f"{name}-public-{index}",
+                vpc_id=vpc.id,
+                cidr_block=cidr,
+                availability_zone=zone,
+                map_public_ip_on_launch=False,  # only the NAT gateways live here, with their own EIPs
+                tags={"Name": f"{prefix}-public-{zone}", "kubernetes.io/role/elb": "1"},
+                opts=self._child(),
+            )
+            aws.ec2.RouteTableAssociation(
+                f"{name}-public-{index}",
+                subnet_id=subnet.id,
+                route_table_id=public_table.id,
+                opts=self._child(),
+            )
+            public_subnets.append(subnet)
+        nat_count = 1 if args.single_nat_gateway else len(zones)
+        nats = []
+        for index in range(nat_count):
+            address = aws.ec2.Eip(
+                f"{name}-nat-{index}",
+                domain="vpc",
+                tags={"Name": f"{prefix}-nat-{index}"},
+                opts=self._child(),
+            )
+            nats.append(
+                aws.ec2.NatGateway(
+                    f"{name}-nat-{index}",
+                    allocation_id=address.allocation_id,
+                    subnet_id=public_subnets[index].id,
+                    tags={"Name": f"{prefix}-nat-{index}"},
+                    opts=self._child(depends_on=[gateway]),
+                )
+            )
+        private_subnets, private_tables = [], []
+        for index, (zone, cidr) in enumerate(zip(zones, private_cidrs, strict=True)):
+            subnet = aws.ec2.Subnet(
+                f"{name}-private-{index}",
+                vpc_id=vpc.id,
+                cidr_block=cidr,
+                availability_zone=zone,
+                map_public_ip_on_launch=False,
+                tags={
+                    "Name": f"{prefix}-private-{zone}",
+                    "kubernetes.io/role/internal-elb": "1",
+                    **args.private_subnet_tags,
+                },
+                opts=self._child(),
+            )
+            table = aws.ec2.RouteTable(
+                f"{name}-private-{index}",
+                vpc_id=vpc.id,
+                # With one NAT every zone routes through it; with one per zone a zone outage stays local.
+                routes=[
+                    aws.ec2.RouteTableRouteArgs(
+                        cidr_block="0.0.0.0/0", nat_gateway_id=nats[index % nat_count].id
+                    )
+                ],
+                tags={"Name": f"{prefix}-private-{zone}"},
+                opts=self._child(),
+            )
+            aws.ec2.RouteTableAssociation(
+                f"{name}-private-{index}", subnet_id=subnet.id, route_table_id=table.id, opts=self._child()
+            )
+            private_subnets.append(subnet)
+            private_tables.append(table)
+        self.vpc_id = vpc.id
+        self.vpc_cidr = vpc.cidr_block
+        self.private_subnet_ids = pulumi.Output.all(*[subnet.id for subnet in private_subnets])
+        self.private_route_table_ids = pulumi.Output.all(*[table.id for table in private_tables])
+
+    def _use_existing(self, vpc_id: str, subnet_ids: list[str]) -> None:
+        invoke = pulumi.InvokeOptions(parent=self)
+        vpc = aws.ec2.get_vpc(id=vpc_id, opts=invoke)
+        tables: list[str] = []
+        for subnet_id in subnet_ids:
+            # A subnet without its own association uses the VPC's main table, which this lookup also returns.
+            table = aws.ec2.get_route_table(subnet_id=subnet_id, opts=invoke).route_table_id
+            if table not in tables:
+                tables.append(table)
+        self.vpc_id = pulumi.Output.from_input(vpc_id)
+        self.vpc_cidr = pulumi.Output.from_input(vpc.cidr_block)
+        self.private_subnet_ids = pulumi.Output.from_input(subnet_ids)
+        self.private_route_table_ids = pulumi.Output.from_input(tables)
+
+    def _s3_gateway_endpoint(self) -> None:
+        context = self._args.context
+        aws.ec2.VpcEndpoint(
+            f"{self._name}-s3",
+            vpc_id=self.vpc_id,
+            service_name=f"com.amazonaws.{context.region}.s3",
+            vpc_endpoint_type="Gateway",
+            route_table_ids=self.private_route_table_ids,
+            tags={"Name": naming.child(self._args.stack, "s3")},
+            opts=self._child(),
+        )
+
+    def _interface_endpoints(self) -> pulumi.Output[str]:
+        args, name = self._args, self._name
+        group = aws.ec2.SecurityGroup(
+            f"{name}-endpoints",
+            description="HTTPS from inside the VPC to its interface endpoints",
+            vpc_id=self.vpc_id,
+            ingress=[
+                aws.ec2.SecurityGroupIngressArgs(
+                    description="HTTPS from the VPC",
+                    protocol="tcp",
+                    from_port=HTTPS,
+                    to_port=HTTPS,
+                    cidr_blocks=[self.vpc_cidr],
+                )
+            ],
+            tags={"Name": naming.child(args.stack, "endpoints")},
+            opts=self._child(),
+        )
+        for service in args.interface_endpoints:
+            aws.ec2.VpcEndpoint(
+                f"{name}-{service.replace('.', '-')}",
+                vpc_id=self.vpc_id,
+                service_name=f"com.amazonaws.{args.context.region}.{service}",
+                vpc_endpoint_type="Interface",
+                private_dns_enabled=True,
+                subnet_ids=self.private_subnet_ids,
+                security_group_ids=[group.id],
+                tags={"Name": naming.child(args.stack, service.replace(".", "-"))},
+                opts=self._child(),
+            )
+        return group.id

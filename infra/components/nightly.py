@@ -1,0 +1,594 @@
+"""The nightly run: an EventBridge Scheduler schedule starts a Step Functions state machine that brings up
+GPU capacity, runs the job on the night's input and always releases the capacity; a second schedule sweeps
+idle capacity away when no run is going (a guard for a run that died without releasing).
+
+small: the state machine scales the tier's Auto Scaling group (1, then 0) and watches the job's markers in S3.
+medium/large: it drives a function inside the VPC that submits the RayJob through the (private) API server,
+follows it and releases the GPU nodes. The definitions are data: infra/statemachines/*.asl.json.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from infra import naming, statemachines
+from infra.aws_context import AwsContext
+from infra.config import StackConfig
+
+FUNCTION_DIR = Path(__file__).resolve().parent.parent / "functions" / "submit_rayjob"
+#: Where the small tier's state machine writes the night's date, input and output for the instance.
+RUN_REQUEST_KEY = "control/run.json"
+#: Kubernetes group the submit function's access entry maps to (bound below to what it needs).
+SUBMITTER_GROUP = "llm-batch-nightly"
+MIN_POLL_SECONDS = 60
+# A standard execution's history holds at most 25,000 events and one poll of the markers writes about 40:
+# a long deadline polls less often rather than run out of history.
+MAX_POLLS = 300
+MAX_ATTEMPTS = 3  # a run interrupted more often than this is reported, not retried forever
+SWEEP_EVERY = "rate(30 minutes)"
+LAMBDA_RUNTIME = "python3.12"
+
+
+@dataclass(frozen=True)
+class EksTarget:
+    """Where the medium and large tiers' nightly RayJob goes."""
+
+    cluster_name: str
+    endpoint: pulumi.Input[str]
+    certificate_authority: pulumi.Input[str]  # base64 PEM, as EKS reports it
+    namespace: str
+    provider: k8s.Provider
+    private_subnet_ids: pulumi.Input[Sequence[str]]
+    submitter_security_group_id: pulumi.Input[str]
+    night_template_json: pulumi.Input[str]  # infra.nightly_template.night_template_json
+    nodegroup_name: str | None = None  # managed GPU group (medium); None: Karpenter (large)
+    gpu_nodes: int = 0
+    karpenter_nodepool: str | None = None
+
+
+@dataclass(frozen=True)
+class NightlyArgs:
+    stack: str
+    context: AwsContext
+    cron: str
+    timezone: str
+    enabled: bool
+    run_deadline_minutes: int
+    input_prefix: str  # with {date}
+    output_prefix: str
+    bucket_name: pulumi.Input[str]
+    key_arn: pulumi.Input[str]
+    alerts_topic_arn: pulumi.Input[str]
+    log_retention_days: int = 30
+    group_name: str | None = None  # small tier: the GPU Auto Scaling group
+    eks: EksTarget | None = None
+
+    def __post_init__(self) -> None:
+        if (self.group_name is None) == (self.eks is None):
+            raise ValueError("NightlyArgs needs exactly one of group_name (small) or eks (medium, large)")
+
+
+def nightly_args(
+    config: StackConfig,
+    stack: str,
+    context: AwsContext,
+    *,
+    bucket_name: pulumi.Input[str],
+    key_arn: pulumi.Input[str],
+    alerts_topic_arn: pulumi.Input[str],
+    eks: EksTarget | None = None,
+) -> NightlyArgs:
+    """The component's arguments from the stack's config: the small tier's group, or the EKS target."""
+    return NightlyArgs(
+        stack=stack,
+        context=context,
+        cron=config.schedule.cron,
+        timezone=config.schedule.timezone,
+        enabled=config.schedule.enabled,
+        run_deadline_minutes=config.schedule.run_deadline_minutes,
+        input_prefix=config.job.input_prefix,
+        output_prefix=config.job.output_prefix,
+        bucket_name=bucket_name,
+        key_arn=key_arn,
+        alerts_topic_arn=alerts_topic_arn,
+        log_retention_days=config.monitoring.log_retention_days,
+        group_name=naming.gpu_group_name(stack) if config.tier == "small" else None,
+        eks=eks,
+    )
+
+
+def ca_of(kubeconfig_json: str) -> str:
+    """The cluster CA (base64 PEM) written in a kubeconfig (pulumi-eks's, one cluster)."""
+    document = json.loads(kubeconfig_json)
+    return str(document["clusters"][0]["cluster"]["certificate-authority-data"])
+
+
+def trust(service: str, account_id: str) -> str:
+    """A service may assume the role only on this account's behalf (no confused deputy)."""
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Service": service},
+                    "Action": "sts:AssumeRole",
+                    "Condition": {"StringEquals": {"aws:SourceAccount": account_id}},
+                }
+            ],
+        }
+    )
+
+
+def _static(prefix: str) -> str:
+    """`output/{date}/` -> `output/`: the part IAM can pin."""
+    return prefix.split("{", 1)[0]
+
+
+def run_statements(
+    *,
+    bucket_arn: str,
+    key_arn: str,
+    topic_arn: str,
+    output_prefix: str,
+    group_arn: str | None,
+    function_arn: str | None,
+) -> list[dict[str, Any]]:
+    """What the nightly state machine does: watch the output's markers, alert, and drive the capacity."""
+    out = _static(output_prefix)
+    statements: list[dict[str, Any]] = [
+        {
+            "Sid": "FindOutputMarkers",
+            "Effect": "Allow",
+            "Action": "s3:ListBucket",
+            "Resource": bucket_arn,
+            "Condition": {"StringLike": {"s3:prefix": [f"{out}*"]}},
+        },
+        {
+            # Read the failure reason, clear a previous run's markers, consume an interruption's.
+            "Sid": "ReadAndClearMarkers",
+            "Effect": "Allow",
+            "Action": ["s3:GetObject", "s3:DeleteObject"],
+            "Resource": [f"{bucket_arn}/{out}*/_failed.json", f"{bucket_arn}/{out}*/_interrupted.json"],
+        },
+        {"Sid": "Alert", "Effect": "Allow", "Action": "sns:Publish", "Resource": topic_arn},
+        {
+            # The topic and the bucket are encrypted with the stack's key.
+            "Sid": "UseStackKey",
+            "Effect": "Allow",
+            "Action": ["kms:GenerateDataKey", "kms:Decrypt"],
+            "Resource": key_arn,
+        },
+    ]
+    if group_arn is not None:
+        statements += [
+            {
+                "Sid": "WriteRunRequest",
+                "Effect": "Allow",
+                "Action": "s3:PutObject",
+                "Resource": f"{bucket_arn}/{RUN_REQUEST_KEY}",
+            },
+            {
+                "Sid": "ScaleGpuGroup",
+                "Effect": "Allow",
+                "Action": "autoscaling:SetDesiredCapacity",
+                "Resource": group_arn,
+            },
+        ]
+    if function_arn is not None:
+        statements.append(
+            {
+                "Sid": "DriveRayJob",
+                "Effect": "Allow",
+                "Action": "lambda:InvokeFunction",
+                "Resource": function_arn,
+            }
+        )
+    return statements
+
+
+def sweep_statements(
+    *, nightly_arn: str, key_arn: str, topic_arn: str, group_arn: str | None, function_arn: str | None
+) -> list[dict[str, Any]]:
+    statements: list[dict[str, Any]] = [
+        {
+            "Sid": "SeeRunningRuns",
+            "Effect": "Allow",
+            "Action": "states:ListExecutions",
+            "Resource": nightly_arn,
+        },
+        {"Sid": "Alert", "Effect": "Allow", "Action": "sns:Publish", "Resource": topic_arn},
+        {
+            "Sid": "UseStackKey",
+            "Effect": "Allow",
+            "Action": ["kms:GenerateDataKey", "kms:Decrypt"],
+            "Resource": key_arn,
+        },
+    ]
+    if group_arn is not None:
+        statements.append(
+            {
+                "Sid": "ScaleGpuGroupToZero",
+                "Effect": "Allow",
+                "Action": "autoscaling:SetDesiredCapacity",
+                "Resource": group_arn,
+            }
+        )
+    if function_arn is not None:
+        statements.append(
+            {
+                "Sid": "ReleaseRayJob",
+                "Effect": "Allow",
+                "Action": "lambda:InvokeFunction",
+                "Resource": function_arn,
+            }
+        )
+    return statements
+
+
+def submitter_statements(
+    *, context: AwsContext, log_group_arn: str, cluster_name: str, nodegroup_name: str | None
+) -> list[dict[str, Any]]:
+    """The VPC function: its logs, its network interfaces, and (medium) the GPU node group's size."""
+    eni = context.arn("ec2", "network-interface/*")
+    statements: list[dict[str, Any]] = [
+        {
+            "Sid": "Logs",
+            "Effect": "Allow",
+            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+            "Resource": f"{log_group_arn}:*",
+        },
+        {
+            "Sid": "VpcNetworkInterfaces",
+            "Effect": "Allow",
+            "Action": [
+                "ec2:CreateNetworkInterface",
+                "ec2:DeleteNetworkInterface",
+                "ec2:AssignPrivateIpAddresses",
+                "ec2:UnassignPrivateIpAddresses",
+            ],
+            "Resource": [eni, context.arn("ec2", "subnet/*"), context.arn("ec2", "security-group/*")],
+        },
+        {
+            "Sid": "DescribeNetworkInterfaces",
+            "Effect": "Allow",
+            "Action": "ec2:DescribeNetworkInterfaces",
+            "Resource": "*",
+        },
+    ]
+    if nodegroup_name is not None:
+        statements.append(
+            {
+                "Sid": "ScaleGpuNodeGroup",
+                "Effect": "Allow",
+                "Action": "eks:UpdateNodegroupConfig",
+                "Resource": context.arn("eks", f"nodegroup/{cluster_name}/{nodegroup_name}/*"),
+            }
+        )
+    return statements
+
+
+def _document(statements: list[dict[str, Any]]) -> str:
+    return json.dumps({"Version": "2012-10-17", "Statement": statements})
+
+
+class Nightly(pulumi.ComponentResource):
+    """Outputs: the nightly state machine's ARN and the schedule's name."""
+
+    state_machine_arn: pulumi.Output[str]
+    schedule_name: pulumi.Output[str]
+
+    def __init__(self, name: str, args: NightlyArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("llmbatch:nightly:Nightly", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        context, stack = args.context, args.stack
+        bucket_arn = pulumi.Output.from_input(args.bucket_name).apply(
+            lambda b: f"arn:{context.partition}:s3:::{b}"
+        )
+        group_arn = (
+            context.arn("autoscaling", f"autoScalingGroup:*:autoScalingGroupName/{args.group_name}")
+            if args.group_name
+            else None
+        )
+        function_arn: pulumi.Output[str] | None = None
+        if args.eks is not None:
+            function_arn = self._submit_function(name, args, args.eks)
+
+        # The run's deadline is enforced inside the definition (so the release runs); the machine's own
+        # timeout is only a backstop after it, and the sweep releases what such a timeout leaves.
+        deadline_s = args.run_deadline_minutes * 60
+        poll_seconds = max(MIN_POLL_SECONDS, -(-deadline_s // MAX_POLLS))
+        base: dict[str, statemachines.Substitution] = {
+            "Stack": stack,
+            "InputPrefix": statemachines.format_template(args.input_prefix, "job.input_prefix"),
+            "OutputPrefix": statemachines.format_template(args.output_prefix, "job.output_prefix"),
+            "PollSeconds": poll_seconds,
+            "MaxPolls": -(-deadline_s // poll_seconds),
+            "MaxAttempts": MAX_ATTEMPTS,
+            "RunDeadlineMinutes": args.run_deadline_minutes,
+            "StateMachineTimeoutSeconds": deadline_s + 1800,
+        }
+        kind = "asg" if args.group_name else "eks"
+        target = pulumi.Output.all(args.bucket_name, args.alerts_topic_arn, function_arn or "")
+
+        def nightly_definition(values: list[str]) -> str:
+            bucket, topic, function = values
+            subs: dict[str, statemachines.Substitution] = {**base, "DataBucket": bucket, "AlertsTopic": topic}
+            if kind == "asg":
+                subs.update(AutoScalingGroup=str(args.group_name), RunRequestKey=RUN_REQUEST_KEY)
+            else:
+                subs["SubmitFunction"] = function
+            return statemachines.render_json(statemachines.NIGHTLY[kind], subs)
+
+        run_role = aws.iam.Role(
+            f"{name}-run-role",
+            name=naming.child(stack, "nightly-run"),
+            assume_role_policy=trust(f"states.{context.dns_suffix}", context.account_id),
+            opts=child,
+        )
+        aws.iam.RolePolicy(
+            f"{name}-run-policy",
+            role=run_role.id,
+            policy=pulumi.Output.all(
+                bucket_arn, args.key_arn, args.alerts_topic_arn, function_arn or ""
+            ).apply(
+                lambda v: _document(
+                    run_statements(
+                        bucket_arn=v[0],
+                        key_arn=v[1],
+                        topic_arn=v[2],
+                        output_prefix=args.output_prefix,
+                        group_arn=group_arn,
+                        function_arn=v[3] or None,
+                    )
+                )
+            ),
+            opts=child,
+        )
+        machine = aws.sfn.StateMachine(
+            f"{name}-run",
+            name=naming.child(stack, "nightly"),
+            role_arn=run_role.arn,
+            definition=target.apply(nightly_definition),
+            opts=child,
+        )
+
+        sweep_role = aws.iam.Role(
+            f"{name}-sweep-role",
+            name=naming.child(stack, "gpu-sweep"),
+            assume_role_policy=trust(f"states.{context.dns_suffix}", context.account_id),
+            opts=child,
+        )
+        aws.iam.RolePolicy(
+            f"{name}-sweep-policy",
+            role=sweep_role.id,
+            policy=pulumi.Output.all(
+                machine.arn, args.key_arn, args.alerts_topic_arn, function_arn or ""
+            ).apply(
+                lambda v: _document(
+                    sweep_statements(
+                        nightly_arn=v[0],
+                        key_arn=v[1],
+                        topic_arn=v[2],
+                        group_arn=group_arn,
+                        function_arn=v[3] or None,
+                    )
+                )
+            ),
+            opts=child,
+        )
+
+        def sweep_definition(values: list[str]) -> str:
+            nightly, topic, function = values
+            subs: dict[str, statemachines.Substitution] = {
+                "Stack": stack,
+                "AlertsTopic": topic,
+                "NightlyStateMachine": nightly,
+            }
+            if kind == "asg":
+                subs["AutoScalingGroup"] = str(args.group_name)
+            else:
+                subs["SubmitFunction"] = function
+            return statemachines.render_json(statemachines.SWEEP[kind], subs)
+
+        sweep = aws.sfn.StateMachine(
+            f"{name}-sweep",
+            name=naming.child(stack, "gpu-sweep"),
+            role_arn=sweep_role.arn,
+            definition=pulumi.Output.all(machine.arn, args.alerts_topic_arn, function_arn or "").apply(
+                sweep_definition
+            ),
+            opts=child,
+        )
+
+        scheduler_role = aws.iam.Role(
+            f"{name}-scheduler-role",
+            name=naming.child(stack, "nightly-scheduler"),
+            assume_role_policy=trust(f"scheduler.{context.dns_suffix}", context.account_id),
+            opts=child,
+        )
+        aws.iam.RolePolicy(
+            f"{name}-scheduler-policy",
+            role=scheduler_role.id,
+            policy=pulumi.Output.all(machine.arn, sweep.arn).apply(
+                lambda arns: _document(
+                    [
+                        {
+                            "Sid": "StartRuns",
+                            "Effect": "Allow",
+                            "Action": "states:StartExecution",
+                            "Resource": arns,
+                        }
+                    ]
+                )
+            ),
+            opts=child,
+        )
+        schedule = aws.scheduler.Schedule(
+            f"{name}-schedule",
+            name=naming.child(stack, "nightly"),
+            description=f"llm-batch {stack}: the nightly batch run",
+            schedule_expression=args.cron,
+            schedule_expression_timezone=args.timezone,
+            state="ENABLED" if args.enabled else "DISABLED",
+            flexible_time_window=aws.scheduler.ScheduleFlexibleTimeWindowArgs(mode="OFF"),
+            target=aws.scheduler.ScheduleTargetArgs(
+                arn=machine.arn,
+                role_arn=scheduler_role.arn,
+                # The state machine takes the night's date from this (UTC) time.
+                input=json.dumps({"scheduled_time": "<aws.scheduler.scheduled-time>"}),
+                retry_policy=aws.scheduler.ScheduleTargetRetryPolicyArgs(
+                    maximum_retry_attempts=3, maximum_event_age_in_seconds=3600
+                ),
+            ),
+            opts=child,
+        )
+        aws.scheduler.Schedule(
+            f"{name}-sweep-schedule",
+            name=naming.child(stack, "gpu-sweep"),
+            description=f"llm-batch {stack}: release GPU capacity no nightly run is using",
+            schedule_expression=SWEEP_EVERY,
+            state="ENABLED",
+            flexible_time_window=aws.scheduler.ScheduleFlexibleTimeWindowArgs(mode="OFF"),
+            target=aws.scheduler.ScheduleTargetArgs(
+                arn=sweep.arn,
+                role_arn=scheduler_role.arn,
+                input="{}",
+                retry_policy=aws.scheduler.ScheduleTargetRetryPolicyArgs(maximum_retry_attempts=0),
+            ),
+            opts=child,
+        )
+        self.state_machine_arn = machine.arn
+        self.schedule_name = schedule.name
+        self.register_outputs({"state_machine_arn": machine.arn, "schedule_name": schedule.name})
+
+    def _submit_function(self, name: str, args: NightlyArgs, eks: EksTarget) -> pulumi.Output[str]:
+        """The RayJob submitter inside the VPC, its role, its access to the cluster and its RBAC."""
+        child = pulumi.ResourceOptions(parent=self)
+        context, stack = args.context, args.stack
+        function_name = naming.child(stack, "submit-rayjob")
+        logs = aws.cloudwatch.LogGroup(
+            f"{name}-submit-logs",
+            # Under /llm-batch/: the stack key lets CloudWatch Logs encrypt only that namespace.
+            name=f"/{naming.PROJECT}/{stack}/submit-rayjob",
+            retention_in_days=args.log_retention_days,
+            kms_key_id=args.key_arn,
+            opts=child,
+        )
+        role = aws.iam.Role(
+            f"{name}-submit-role",
+            name=naming.child(stack, "submit-rayjob"),
+            assume_role_policy=trust(f"lambda.{context.dns_suffix}", context.account_id),
+            opts=child,
+        )
+        aws.iam.RolePolicy(
+            f"{name}-submit-policy",
+            role=role.id,
+            policy=logs.arn.apply(
+                lambda log_arn: _document(
+                    submitter_statements(
+                        context=context,
+                        log_group_arn=log_arn,
+                        cluster_name=eks.cluster_name,
+                        nodegroup_name=eks.nodegroup_name,
+                    )
+                )
+            ),
+            opts=child,
+        )
+        # The API server maps the role to a group; RBAC below gives that group exactly what the function does.
+        entry = aws.eks.AccessEntry(
+            f"{name}-submit-access",
+            cluster_name=eks.cluster_name,
+            principal_arn=role.arn,
+            kubernetes_groups=[SUBMITTER_GROUP],
+            type="STANDARD",
+            opts=child,
+        )
+        k8s_child = pulumi.ResourceOptions(parent=self, provider=eks.provider)
+        k8s.rbac.v1.Role(
+            f"{name}-submit-rbac",
+            metadata={"name": SUBMITTER_GROUP, "namespace": eks.namespace},
+            rules=[
+                {
+                    "apiGroups": ["ray.io"],
+                    "resources": ["rayjobs"],
+                    "verbs": ["create", "get", "list", "delete"],
+                },
+                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "list", "delete"]},
+            ],
+            opts=k8s_child,
+        )
+        k8s.rbac.v1.RoleBinding(
+            f"{name}-submit-rbac-binding",
+            metadata={"name": SUBMITTER_GROUP, "namespace": eks.namespace},
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SUBMITTER_GROUP},
+            subjects=[{"kind": "Group", "name": SUBMITTER_GROUP, "apiGroup": "rbac.authorization.k8s.io"}],
+            opts=k8s_child,
+        )
+        if eks.karpenter_nodepool is not None:
+            k8s.rbac.v1.ClusterRole(
+                f"{name}-submit-nodeclaims",
+                metadata={"name": f"{SUBMITTER_GROUP}-nodeclaims"},
+                rules=[
+                    {"apiGroups": ["karpenter.sh"], "resources": ["nodeclaims"], "verbs": ["list", "delete"]}
+                ],
+                opts=k8s_child,
+            )
+            k8s.rbac.v1.ClusterRoleBinding(
+                f"{name}-submit-nodeclaims-binding",
+                metadata={"name": f"{SUBMITTER_GROUP}-nodeclaims"},
+                role_ref={
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": f"{SUBMITTER_GROUP}-nodeclaims",
+                },
+                subjects=[
+                    {"kind": "Group", "name": SUBMITTER_GROUP, "apiGroup": "rbac.authorization.k8s.io"}
+                ],
+                opts=k8s_child,
+            )
+        code = pulumi.Output.from_input(eks.night_template_json).apply(
+            lambda template: pulumi.AssetArchive(
+                {
+                    "handler.py": pulumi.FileAsset(str(FUNCTION_DIR / "handler.py")),
+                    "night_template.json": pulumi.StringAsset(template),
+                }
+            )
+        )
+        environment = {
+            "CLUSTER_NAME": eks.cluster_name,
+            "API_SERVER": eks.endpoint,
+            "CLUSTER_CA": eks.certificate_authority,
+            "NAMESPACE": eks.namespace,
+            "CAPACITY_MODE": "nodegroup" if eks.nodegroup_name else "karpenter",
+            "NODEGROUP": eks.nodegroup_name or "",
+            "GPU_NODES": str(eks.gpu_nodes),
+            "KARPENTER_NODEPOOL": eks.karpenter_nodepool or "",
+        }
+        function = aws.lambda_.Function(
+            f"{name}-submit",
+            name=function_name,
+            role=role.arn,
+            runtime=LAMBDA_RUNTIME,
+            handler="handler.handler",
+            code=code,
+            timeout=60,
+            memory_size=256,
+            kms_key_arn=args.key_arn,
+            environment=aws.lambda_.FunctionEnvironmentArgs(variables=environment),
+            vpc_config=aws.lambda_.FunctionVpcConfigArgs(
+                subnet_ids=eks.private_subnet_ids, security_group_ids=[eks.submitter_security_group_id]
+            ),
+            logging_config=aws.lambda_.FunctionLoggingConfigArgs(log_format="Text", log_group=logs.name),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[entry, logs]),
+        )
+        return function.arn

@@ -1,0 +1,167 @@
+"""Managed node groups of the EKS tiers, built from launch templates this program declares.
+
+The launch templates are plain `aws.ec2.LaunchTemplate` resources (not hidden inside pulumi-eks), so the
+plan's checks see IMDSv2, the encrypted volumes and the instance tags. Head group: on-demand, always one node,
+for the Ray head and the operators. GPU group (medium): Spot, tainted for GPU pods, 0 nodes until the cluster
+autoscaler scales it up for a run and back to 0 after.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_eks as eks
+
+from infra import versions
+from infra.k8s.common import GPU_POOL, GPU_TAINT_KEY, GPU_TAINT_VALUE, HEAD_POOL, POOL_LABEL
+
+# AWS-managed policies every EKS node needs (join the cluster, pull images, run the VPC CNI).
+NODE_POLICIES = (
+    "AmazonEKSWorkerNodePolicy",
+    "AmazonEC2ContainerRegistryReadOnly",
+    "AmazonEKS_CNI_Policy",
+)
+
+
+@dataclass(frozen=True)
+class NodeGroupsArgs:
+    cluster: eks.Cluster
+    cluster_name: str
+    private_subnet_ids: pulumi.Input[Sequence[str]]
+    partition: str
+    head_instance_type: str
+    head_nodes: int
+    volume_gib: int
+    # None: no managed GPU group (Karpenter makes GPU nodes instead).
+    gpu_instance_type: str | None
+    gpu_max_nodes: int
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def node_role(
+    name: str, partition: str, parent: pulumi.Resource, role_name: str | None = None
+) -> aws.iam.Role:
+    """An EC2 role with the three node policies (managed groups' nodes and Karpenter's alike)."""
+    role = aws.iam.Role(
+        f"{name}-role",
+        name=role_name,
+        assume_role_policy=json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Principal": {"Service": "ec2.amazonaws.com"},
+                        "Action": "sts:AssumeRole",
+                    }
+                ],
+            }
+        ),
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+    for policy in NODE_POLICIES:
+        aws.iam.RolePolicyAttachment(
+            f"{name}-{policy}",
+            role=role.name,
+            policy_arn=f"arn:{partition}:iam::aws:policy/{policy}",
+            opts=pulumi.ResourceOptions(parent=parent),
+        )
+    return role
+
+
+def launch_template(
+    name: str, volume_gib: int, tags: dict[str, str], parent: pulumi.Resource
+) -> aws.ec2.LaunchTemplate:
+    """IMDSv2 only (hop limit 1: pods get credentials through IRSA, never the node's), encrypted gp3 root,
+    no SSH key, cost tags on the instances and volumes (default tags do not reach what an ASG launches)."""
+    return aws.ec2.LaunchTemplate(
+        f"{name}-lt",
+        description=f"{name}: EKS managed node group",
+        update_default_version=True,
+        metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+            http_endpoint="enabled",
+            http_tokens="required",
+            http_put_response_hop_limit=1,
+            instance_metadata_tags="disabled",
+        ),
+        block_device_mappings=[
+            aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                device_name="/dev/xvda",
+                ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                    volume_size=volume_gib, volume_type="gp3", encrypted="true", delete_on_termination="true"
+                ),
+            )
+        ],
+        tag_specifications=[
+            aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=tags)
+            for kind in ("instance", "volume", "network-interface")
+        ],
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+
+
+class NodeGroups(pulumi.ComponentResource):
+    """The node role, the head group and (medium) the Spot GPU group."""
+
+    node_role: aws.iam.Role
+    gpu_group_name: str | None
+
+    def __init__(self, name: str, args: NodeGroupsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("llmbatch:node_groups:NodeGroups", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.node_role = node_role(f"{name}-node", args.partition, self)
+
+        head_lt = launch_template(f"{name}-head", args.volume_gib, args.tags, self)
+        eks.ManagedNodeGroup(
+            f"{name}-head",
+            cluster=args.cluster,
+            node_group_name=f"{args.cluster_name}-head",
+            node_role=self.node_role,
+            subnet_ids=args.private_subnet_ids,
+            ami_type=versions.EKS_HEAD_AMI_TYPE,
+            capacity_type="ON_DEMAND",
+            instance_types=[args.head_instance_type],
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                min_size=args.head_nodes, desired_size=args.head_nodes, max_size=args.head_nodes + 1
+            ),
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
+                id=head_lt.id, version=head_lt.latest_version.apply(str)
+            ),
+            labels={POOL_LABEL: HEAD_POOL},
+            tags=args.tags,
+            opts=child,
+        )
+
+        self.gpu_group_name = None
+        if args.gpu_instance_type is not None:
+            gpu_lt = launch_template(f"{name}-gpu", args.volume_gib, args.tags, self)
+            self.gpu_group_name = f"{args.cluster_name}-gpu"
+            eks.ManagedNodeGroup(
+                f"{name}-gpu",
+                cluster=args.cluster,
+                node_group_name=self.gpu_group_name,
+                node_role=self.node_role,
+                subnet_ids=args.private_subnet_ids,
+                ami_type=versions.EKS_GPU_AMI_TYPE,
+                capacity_type="SPOT",
+                instance_types=[args.gpu_instance_type],
+                # 0 when no job runs; the cluster autoscaler sets the size for a run, so Pulumi leaves it be.
+                scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                    min_size=0, desired_size=0, max_size=args.gpu_max_nodes
+                ),
+                ignore_scaling_changes=True,
+                launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
+                    id=gpu_lt.id, version=gpu_lt.latest_version.apply(str)
+                ),
+                labels={POOL_LABEL: GPU_POOL},
+                taints=[
+                    aws.eks.NodeGroupTaintArgs(key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE, effect="NO_SCHEDULE")
+                ],
+                tags=args.tags,
+                opts=child,
+            )
+        self.register_outputs({"node_role_arn": self.node_role.arn})

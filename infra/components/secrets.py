@@ -1,0 +1,71 @@
+"""Secrets Manager, encrypted with the stack's key: the job's settings (model, engine) and the hub token.
+
+Values only ever travel as Pulumi secrets: the state file encrypts them and `infra.plan` masks them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from infra import naming
+
+# A destroyed stack's secret names stay reserved this long; short, so a stack can be recreated soon after.
+RECOVERY_WINDOW_DAYS = 7
+
+
+@dataclass(frozen=True)
+class JobSecretsArgs:
+    stack: str
+    key_arn: pulumi.Input[str]
+    # The YAML the job reads (workload.config.render_config): model source, engine and sampling settings.
+    job_settings: pulumi.Input[str]
+    # The Hugging Face hub token from `pulumi config set --secret llm-batch:hub_token`; None: set it by hand.
+    hub_token: pulumi.Input[str] | None = None
+
+
+class JobSecrets(pulumi.ComponentResource):
+    """`job_settings_arn` and `hub_token_arn`: what the job's role may read, nothing else."""
+
+    job_settings_arn: pulumi.Output[str]
+    hub_token_arn: pulumi.Output[str]
+
+    def __init__(self, name: str, args: JobSecretsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("llmbatch:secrets:JobSecrets", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        settings = aws.secretsmanager.Secret(
+            f"{name}-job-settings",
+            name=f"{naming.prefix(args.stack)}/job-settings",
+            description="The batch job's config (model, engine, sampling), rendered from stack config",
+            kms_key_id=args.key_arn,
+            recovery_window_in_days=RECOVERY_WINDOW_DAYS,
+            opts=child,
+        )
+        aws.secretsmanager.SecretVersion(
+            f"{name}-job-settings",
+            secret_id=settings.id,
+            secret_string=pulumi.Output.secret(args.job_settings),
+            opts=child,
+        )
+        token = aws.secretsmanager.Secret(
+            f"{name}-hub-token",
+            name=f"{naming.prefix(args.stack)}/hub-token",
+            description="Model hub (Hugging Face) token for gated models; empty when none is needed",
+            kms_key_id=args.key_arn,
+            recovery_window_in_days=RECOVERY_WINDOW_DAYS,
+            opts=child,
+        )
+        if args.hub_token is not None:
+            aws.secretsmanager.SecretVersion(
+                f"{name}-hub-token",
+                secret_id=token.id,
+                secret_string=pulumi.Output.secret(args.hub_token),
+                opts=child,
+            )
+        self.job_settings_arn = settings.arn
+        self.hub_token_arn = token.arn
+        self.register_outputs(
+            {"job_settings_arn": self.job_settings_arn, "hub_token_arn": self.hub_token_arn}
+        )

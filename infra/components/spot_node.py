@@ -1,0 +1,228 @@
+"""The small tier's compute: one Spot GPU node from a launch template, in an Auto Scaling group of 0 to 1.
+
+The group sits at 0 while idle; the nightly run sets it to 1, the node runs the job from its user data and
+sets it back to 0. Spot can take the node back; capacity rebalancing starts a replacement early and the job
+resumes where the last one stopped. No SSH key and no inbound rule: operators use SSM Session Manager.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from infra import naming
+from infra.aws_context import AwsContext
+from infra.components.user_data import BootSettings, render_user_data
+
+HTTPS = 443
+ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 AMIs boot from xvda
+
+
+@dataclass(frozen=True)
+class SpotNodeArgs:
+    stack: str
+    context: AwsContext
+    tags: Mapping[str, str]  # cost tags: the group and launched instances do not get the provider's defaults
+    instance_type: str
+    root_volume_gib: int
+    ami_ssm_parameter: str
+    max_spot_price: float | None
+    vpc_id: pulumi.Input[str]
+    subnet_ids: pulumi.Input[list[str]]
+    key_arn: pulumi.Input[str]
+    job_policy_arn: pulumi.Input[str]
+    image: pulumi.Input[str]
+    job_settings_secret_arn: pulumi.Input[str]
+    hub_token_secret_arn: pulumi.Input[str]
+    log_group_name: pulumi.Input[str]
+    # The nightly run's request (nightly.RUN_REQUEST_KEY in the data bucket), holding the night's date.
+    run_request_uri: pulumi.Input[str] = ""
+
+
+def trust_policy(service: str) -> str:
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}],
+        }
+    )
+
+
+class SpotNode(pulumi.ComponentResource):
+    """`group_name`, `group_arn`, `launch_template_id`, `security_group_id`, `role_name`, `role_arn`."""
+
+    group_name: pulumi.Output[str]
+    group_arn: pulumi.Output[str]
+    launch_template_id: pulumi.Output[str]
+    security_group_id: pulumi.Output[str]
+    role_name: pulumi.Output[str]
+    role_arn: pulumi.Output[str]
+
+    def __init__(self, name: str, args: SpotNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("llmbatch:spot_node:SpotNode", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        group_name = naming.gpu_group_name(args.stack)
+        context = args.context
+
+        role = aws.iam.Role(
+            f"{name}-role",
+            name=naming.child(args.stack, "gpu-node"),
+            assume_role_policy=trust_policy(f"ec2.{context.dns_suffix}"),
+            opts=child,
+        )
+        aws.iam.RolePolicyAttachment(
+            f"{name}-job", role=role.name, policy_arn=args.job_policy_arn, opts=child
+        )
+        aws.iam.RolePolicyAttachment(
+            f"{name}-ssm",
+            role=role.name,
+            policy_arn=f"arn:{context.partition}:iam::aws:policy/AmazonSSMManagedInstanceCore",
+            opts=child,
+        )
+        group_arn_pattern = context.arn(
+            "autoscaling", f"autoScalingGroup:*:autoScalingGroupName/{group_name}"
+        )
+        aws.iam.RolePolicy(
+            f"{name}-stand-down",
+            role=role.name,
+            policy=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Sid": "ScaleOwnGroupToZero",
+                            "Effect": "Allow",
+                            "Action": ["autoscaling:SetDesiredCapacity"],
+                            "Resource": group_arn_pattern,
+                        }
+                    ],
+                }
+            ),
+            opts=child,
+        )
+        profile = aws.iam.InstanceProfile(
+            f"{name}-profile", name=naming.child(args.stack, "gpu-node"), role=role.name, opts=child
+        )
+        security_group = aws.ec2.SecurityGroup(
+            f"{name}-sg",
+            description="GPU node: no inbound; HTTPS out (ECR, model hub, AWS APIs)",
+            vpc_id=args.vpc_id,
+            ingress=[],
+            egress=[
+                aws.ec2.SecurityGroupEgressArgs(
+                    description="HTTPS to AWS APIs, ECR and the model hub",
+                    protocol="tcp",
+                    from_port=HTTPS,
+                    to_port=HTTPS,
+                    cidr_blocks=["0.0.0.0/0"],
+                )
+            ],
+            tags={"Name": naming.child(args.stack, "gpu-node")},
+            opts=child,
+        )
+        ami = aws.ssm.get_parameter(name=args.ami_ssm_parameter, opts=pulumi.InvokeOptions(parent=self))
+        user_data = pulumi.Output.all(
+            args.image,
+            args.job_settings_secret_arn,
+            args.hub_token_secret_arn,
+            args.log_group_name,
+            args.run_request_uri,
+        ).apply(
+            lambda values: base64.b64encode(
+                render_user_data(
+                    BootSettings(
+                        region=context.region,
+                        image=values[0],
+                        job_settings_secret_arn=values[1],
+                        hub_token_secret_arn=values[2],
+                        log_group=values[3],
+                        group_name=group_name,
+                        run_request_uri=values[4],
+                    )
+                ).encode()
+            ).decode()
+        )
+        instance_tags = {**args.tags, "Name": naming.child(args.stack, "gpu-node")}
+        template = aws.ec2.LaunchTemplate(
+            f"{name}-template",
+            name=naming.child(args.stack, "gpu-node"),
+            description="llm-batch small tier GPU node",
+            image_id=ami.value,
+            instance_type=args.instance_type,
+            iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=profile.arn),
+            vpc_security_group_ids=[security_group.id],
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled",
+                http_tokens="required",  # IMDSv2 only
+                # 2 hops: the job's container reaches the instance role through Docker's bridge.
+                http_put_response_hop_limit=2,
+                instance_metadata_tags="disabled",
+            ),
+            block_device_mappings=[
+                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                    device_name=ROOT_DEVICE,
+                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                        volume_size=args.root_volume_gib,
+                        volume_type="gp3",
+                        encrypted="true",
+                        kms_key_id=args.key_arn,
+                        delete_on_termination="true",
+                    ),
+                )
+            ],
+            user_data=user_data,
+            update_default_version=True,
+            # Instances and volumes an Auto Scaling group launches do not get the provider's default tags.
+            tag_specifications=[
+                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=instance_tags)
+                for kind in ("instance", "volume", "network-interface", "spot-instances-request")
+            ],
+            opts=child,
+        )
+        group = aws.autoscaling.Group(
+            f"{name}-group",
+            name=group_name,
+            min_size=0,
+            max_size=1,
+            desired_capacity=0,
+            vpc_zone_identifiers=args.subnet_ids,
+            capacity_rebalance=True,
+            health_check_type="EC2",
+            mixed_instances_policy=aws.autoscaling.GroupMixedInstancesPolicyArgs(
+                instances_distribution=aws.autoscaling.GroupMixedInstancesPolicyInstancesDistributionArgs(
+                    on_demand_base_capacity=0,
+                    on_demand_percentage_above_base_capacity=0,
+                    # Price and capacity together: the pool least likely to be interrupted at a low price.
+                    spot_allocation_strategy="price-capacity-optimized",
+                    spot_max_price=None if args.max_spot_price is None else str(args.max_spot_price),
+                ),
+                launch_template=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateArgs(
+                    launch_template_specification=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateLaunchTemplateSpecificationArgs(
+                        launch_template_id=template.id, version="$Latest"
+                    ),
+                    overrides=[
+                        aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateOverrideArgs(
+                            instance_type=args.instance_type
+                        )
+                    ],
+                ),
+            ),
+            tags=[
+                aws.autoscaling.GroupTagArgs(key=key, value=value, propagate_at_launch=True)
+                for key, value in sorted(instance_tags.items())
+            ],
+            # The nightly run owns the desired capacity; `pulumi up` must not reset a running job to 0.
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["desiredCapacity"]),
+        )
+        self.group_name = group.name
+        self.group_arn = group.arn
+        self.launch_template_id = template.id
+        self.security_group_id = security_group.id
+        self.role_name = role.name
+        self.role_arn = role.arn
+        self.register_outputs({"group_name": self.group_name, "launch_template_id": self.launch_template_id})

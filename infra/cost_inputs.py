@@ -1,0 +1,177 @@
+"""What a stack runs, as the estimate and the preflight see it: derived from the stack config alone.
+
+Node counts, instance types and nightly hours come from the config (`small.*`, `eks.*`, `cost.nightly_hours`);
+the monthly volumes (storage, traffic, logs) are assumptions per tier, listed in `TIER_USAGE` and printed with
+every estimate. Counts of alarms and dashboards are read from the plan when one is at hand.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from infra.config import _NODE_MEMORY_SHARE as NODE_MEMORY_SHARE
+from infra.config import _NODE_RESERVED_CPU as NODE_RESERVED_CPU
+from infra.config import StackConfig
+from infra.estimate import (
+    HOURS_PER_MONTH,
+    Capacity,
+    Estimate,
+    EstimateInputs,
+    FixedParts,
+    NodePool,
+    Usage,
+    estimate,
+    nightly_hours_per_month,
+)
+from infra.k8s.common import quantity_value
+from infra.k8s.instance_types import shape_of
+from infra.pricing.table import PriceTable, load_prices
+
+# Assumed monthly volumes per tier: a tier's batch size sets its data, traffic and logs. Not measured.
+TIER_USAGE: dict[str, Usage] = {
+    "small": Usage(s3_standard_gb=50, s3_glacier_gb=200, nat_gb=20, endpoint_gb=0, log_gb=2, ecr_gb=15),
+    "medium": Usage(s3_standard_gb=300, s3_glacier_gb=1500, nat_gb=50, endpoint_gb=50, log_gb=10, ecr_gb=30),
+    "large": Usage(
+        s3_standard_gb=2000, s3_glacier_gb=10000, nat_gb=200, endpoint_gb=300, log_gb=50, ecr_gb=60
+    ),
+}
+
+
+def karpenter_choice(config: StackConfig, prices: PriceTable) -> tuple[str, int]:
+    """(instance type, nodes) for `eks.gpu_max_nodes` Ray workers, the cheapest at Spot prices.
+
+    Karpenter launches the cheapest type of its NodePool that fits the pending pods (Spot's
+    price-capacity-optimized strategy may pick a slightly dearer pool with more capacity). Kubelet's
+    reserve is the one the config model checks fits with (infra/config.py).
+    """
+    worker = config.eks.worker_size
+    cpus = quantity_value(worker.cpu)
+    memory_gib = quantity_value(worker.memory) / 2**30
+    gpus = max(worker.gpus, 1)
+    choices = []
+    for instance_type in config.eks.node_pool.instance_types:
+        price = prices.instance(config.region, instance_type)
+        shape = shape_of(instance_type)
+        per_node = min(
+            shape.gpus // gpus,
+            int((shape.vcpus - NODE_RESERVED_CPU) // cpus),
+            int(shape.memory_gib * NODE_MEMORY_SHARE // memory_gib),
+        )
+        if per_node < 1:
+            continue
+        nodes = math.ceil(config.eks.gpu_max_nodes / per_node)
+        choices.append((nodes * price.spot_hourly, instance_type, nodes))
+    if not choices:
+        raise ValueError(
+            f"no type in eks.node_pool.instance_types {config.eks.node_pool.instance_types} fits a worker "
+            f"of eks.worker_size {worker.cpu} CPU / {worker.memory} / {gpus} GPU"
+        )
+    _, instance_type, nodes = min(choices)
+    return instance_type, nodes
+
+
+def node_pools(config: StackConfig, prices: PriceTable) -> tuple[tuple[NodePool, ...], tuple[NodePool, ...]]:
+    """(nightly pools, always-on pools) at their largest: every GPU node for the whole nightly window."""
+    nightly_hours = nightly_hours_per_month(config.cost.nightly_hours)
+    if config.tier == "small":
+        gpu = NodePool(
+            name="gpu node",
+            instance_type=config.small.instance_type,
+            count=1,
+            hours_per_month=nightly_hours,
+            capacity="spot",
+            root_volume_gb=config.small.root_volume_gib,
+        )
+        return (gpu,), ()
+    eks = config.eks
+    if eks.karpenter_enabled:
+        worker_type, worker_nodes = karpenter_choice(config, prices)
+    else:
+        worker_type, worker_nodes = eks.gpu_instance_type, eks.gpu_max_nodes
+    workers = NodePool(
+        name="gpu workers",
+        instance_type=worker_type,
+        count=worker_nodes,
+        hours_per_month=nightly_hours,
+        capacity="spot",
+        root_volume_gb=eks.node_volume_gib,
+    )
+    # The on-demand head group also hosts the operators (KubeRay, Karpenter): it runs all month.
+    head = NodePool(
+        name="head nodes",
+        instance_type=eks.head_instance_type,
+        count=eks.head_nodes,
+        hours_per_month=HOURS_PER_MONTH,
+        capacity="on-demand",
+        root_volume_gb=eks.node_volume_gib,
+    )
+    return (workers,), (head,)
+
+
+def _count(plan: Iterable[dict[str, Any]] | None, typ: str) -> int:
+    return 0 if plan is None else sum(1 for item in plan if item.get("type") == typ)
+
+
+def estimate_inputs(
+    stack: str, config: StackConfig, prices: PriceTable, plan: Iterable[dict[str, Any]] | None = None
+) -> EstimateInputs:
+    plan = list(plan) if plan is not None else None
+    network = config.network
+    nightly, always_on = node_pools(config, prices)
+    nat_gateways = 0
+    if network.create_vpc:
+        nat_gateways = 1 if network.single_nat_gateway else network.az_count
+    fixed = FixedParts(
+        eks_clusters=0 if config.tier == "small" else 1,
+        nat_gateways=nat_gateways,
+        interface_endpoints=len(network.interface_endpoints),
+        endpoint_azs=network.subnet_count,
+        always_on_nodes=always_on,
+        kms_keys=max(1, _count(plan, "aws:kms/key:Key")),
+        alarms=_count(plan, "aws:cloudwatch/metricAlarm:MetricAlarm"),
+        dashboards=_count(plan, "aws:cloudwatch/dashboard:Dashboard"),
+    )
+    return EstimateInputs(
+        stack=stack, region=config.region, nightly_pools=nightly, fixed=fixed, usage=TIER_USAGE[config.tier]
+    )
+
+
+def capacity_pools(
+    config: StackConfig, prices: PriceTable
+) -> tuple[tuple[NodePool, ...], tuple[NodePool, ...]]:
+    """(pools the stack runs at once, other pools it may fall back to) for the quota check.
+
+    Karpenter may launch any type of its NodePool (and on demand, with the fallback on) when the cheapest
+    Spot type runs short: one node of each is the least its quota must allow for that to work.
+    """
+    nightly, always_on = node_pools(config, prices)
+    required = nightly + always_on
+    if config.tier == "small" or not config.eks.karpenter_enabled:
+        return required, ()
+    pool = config.eks.node_pool
+    capacities: tuple[Capacity, ...] = ("spot", "on-demand") if pool.on_demand_fallback else ("spot",)
+    chosen = {(p.instance_type, p.capacity) for p in nightly}
+    fallback = tuple(
+        NodePool(name="karpenter fallback", instance_type=t, count=1, hours_per_month=0, capacity=c)
+        for t in pool.instance_types
+        for c in capacities
+        if (t, c) not in chosen
+    )
+    return required, fallback
+
+
+def offline_config(stack: str) -> StackConfig:
+    """The stack's validated config read from stacks/Pulumi.<stack>.yaml, as the program would see it."""
+    from infra.config import decode_pulumi_values, load_stack_config
+    from infra.plan import read_stack_config
+
+    values, _ = read_stack_config(stack)
+    return load_stack_config(stack, decode_pulumi_values(values))
+
+
+def stack_estimate(stack: str, plan: Iterable[dict[str, Any]] | None = None) -> Estimate:
+    """The stack's monthly estimate at the repo's prices."""
+    prices = load_prices()
+    return estimate(estimate_inputs(stack, offline_config(stack), prices, plan), prices)

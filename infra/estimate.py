@@ -1,0 +1,262 @@
+"""A stack's monthly cost before anything is deployed: pure arithmetic from stack inputs and the price table.
+
+Every figure is a line item (what, how many, unit price, dollars a month): a reader can check the sum by hand.
+AWS bills by the hour; a month here is 730 hours (8,760 / 12), and a nightly pool runs `hours_per_night` on
+730 / 24 nights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from infra.pricing.table import PriceTable
+
+HOURS_PER_MONTH = 730.0
+NIGHTS_PER_MONTH = HOURS_PER_MONTH / 24
+
+Capacity = Literal["spot", "on-demand"]
+
+
+class NodePool(BaseModel):
+    """Instances of one type that run together: the small tier's node, an EKS head group, GPU workers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    instance_type: str
+    count: float = Field(
+        ge=0, description="Instances running while the pool runs (an average for autoscaling)"
+    )
+    hours_per_month: float = Field(ge=0, le=HOURS_PER_MONTH, description="Hours a month the pool runs")
+    capacity: Capacity
+    root_volume_gb: int = Field(default=100, ge=0, description="gp3 root volume per instance while it exists")
+
+
+class FixedParts(BaseModel):
+    """What runs all month whatever the job does."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    eks_clusters: int = Field(default=0, ge=0)
+    nat_gateways: int = Field(default=0, ge=0)
+    interface_endpoints: int = Field(
+        default=0, ge=0, description="Interface VPC endpoints (ECR, STS, logs...)"
+    )
+    endpoint_azs: int = Field(
+        default=0, ge=0, description="AZs each interface endpoint has a network interface in"
+    )
+    always_on_nodes: tuple[NodePool, ...] = ()
+    kms_keys: int = Field(default=1, ge=0)
+    alarms: int = Field(default=0, ge=0)
+    dashboards: int = Field(default=0, ge=0)
+
+
+class Usage(BaseModel):
+    """Assumed monthly volumes; printed with the estimate so nobody mistakes them for measurements."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    s3_standard_gb: float = Field(default=100, ge=0, description="Inputs and fresh results in S3 Standard")
+    s3_glacier_gb: float = Field(default=500, ge=0, description="Older results moved to Glacier by lifecycle")
+    nat_gb: float = Field(default=50, ge=0, description="Traffic through NAT (what no endpoint covers)")
+    endpoint_gb: float = Field(
+        default=200, ge=0, description="Traffic through interface endpoints (image pulls)"
+    )
+    log_gb: float = Field(default=5, ge=0, description="CloudWatch Logs ingested")
+    ecr_gb: float = Field(default=15, ge=0, description="Job images kept in ECR")
+
+
+class EstimateInputs(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stack: str
+    region: str
+    nightly_pools: tuple[NodePool, ...] = ()
+    fixed: FixedParts = FixedParts()
+    usage: Usage = Usage()
+
+
+class LineItem(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    group: Literal["compute", "fixed", "storage", "monitoring"]
+    item: str
+    quantity: float
+    unit: str
+    unit_price: float
+    monthly_usd: float
+
+
+class Estimate(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    stack: str
+    region: str
+    prices_as_of: str
+    prices_source: str
+    items: tuple[LineItem, ...]
+    usage: Usage
+
+    @property
+    def total(self) -> float:
+        return sum(item.monthly_usd for item in self.items)
+
+    def subtotal(self, group: str) -> float:
+        return sum(item.monthly_usd for item in self.items if item.group == group)
+
+
+def nightly_hours_per_month(hours_per_night: float) -> float:
+    """Hours a month of a pool that runs `hours_per_night` every night."""
+    if not 0 <= hours_per_night <= 24:
+        raise ValueError(f"hours_per_night must be between 0 and 24, got {hours_per_night}")
+    return hours_per_night * NIGHTS_PER_MONTH
+
+
+def _item(group: str, item: str, quantity: float, unit: str, unit_price: float) -> LineItem:
+    return LineItem.model_validate(
+        {
+            "group": group,
+            "item": item,
+            "quantity": quantity,
+            "unit": unit,
+            "unit_price": unit_price,
+            "monthly_usd": quantity * unit_price,
+        }
+    )
+
+
+def compute_items(
+    pools: Iterable[NodePool], region: str, prices: PriceTable, group: str = "compute"
+) -> list[LineItem]:
+    """Instance-hours at the pool's capacity price, plus the gp3 root volumes while the instances exist."""
+    gp3 = prices.region(region).services.ebs_gp3_gb_month
+    items: list[LineItem] = []
+    for pool in pools:
+        price = prices.instance(region, pool.instance_type)
+        hourly = price.spot_hourly if pool.capacity == "spot" else price.on_demand_hourly
+        instance_hours = pool.count * pool.hours_per_month
+        hours = f"{pool.hours_per_month:.0f} h"
+        label = f"{pool.name}: {pool.count:g} x {pool.instance_type} {pool.capacity}, {hours}"
+        items.append(_item(group, label, instance_hours, "instance-hour", hourly))
+        if pool.root_volume_gb:
+            # A volume lives as long as its instance: GB-months scale with the share of the month it runs.
+            gb_months = pool.count * pool.root_volume_gb * pool.hours_per_month / HOURS_PER_MONTH
+            items.append(_item(group, f"{pool.name}: gp3 root volumes", gb_months, "GB-month", gp3))
+    return items
+
+
+def fixed_items(fixed: FixedParts, usage: Usage, region: str, prices: PriceTable) -> list[LineItem]:
+    svc = prices.region(region).services
+    items: list[LineItem] = []
+    if fixed.eks_clusters:
+        hours = fixed.eks_clusters * HOURS_PER_MONTH
+        items.append(_item("fixed", "EKS control plane", hours, "cluster-hour", svc.eks_control_plane_hourly))
+    if fixed.nat_gateways:
+        hours = fixed.nat_gateways * HOURS_PER_MONTH
+        items.append(_item("fixed", "NAT gateway", hours, "gateway-hour", svc.nat_gateway_hourly))
+        items.append(_item("fixed", "NAT gateway public IPv4", hours, "address-hour", svc.public_ipv4_hourly))
+        items.append(_item("fixed", "NAT data processed", usage.nat_gb, "GB", svc.nat_gateway_per_gb))
+    if fixed.interface_endpoints:
+        az_hours = fixed.interface_endpoints * max(fixed.endpoint_azs, 1) * HOURS_PER_MONTH
+        items.append(
+            _item(
+                "fixed",
+                "interface VPC endpoints",
+                az_hours,
+                "endpoint-AZ-hour",
+                svc.interface_endpoint_hourly_per_az,
+            )
+        )
+        items.append(
+            _item("fixed", "endpoint data processed", usage.endpoint_gb, "GB", svc.interface_endpoint_per_gb)
+        )
+    # Always-on nodes (the EKS head group) bill all month whatever the job does: a fixed cost.
+    items.extend(compute_items(fixed.always_on_nodes, region, prices, group="fixed"))
+    if fixed.kms_keys:
+        items.append(_item("fixed", "KMS keys", fixed.kms_keys, "key-month", svc.kms_key_month))
+    return items
+
+
+def storage_items(usage: Usage, region: str, prices: PriceTable) -> list[LineItem]:
+    svc = prices.region(region).services
+    return [
+        _item("storage", "S3 Standard", usage.s3_standard_gb, "GB-month", svc.s3_standard_gb_month),
+        _item(
+            "storage",
+            "S3 Glacier Flexible Retrieval",
+            usage.s3_glacier_gb,
+            "GB-month",
+            svc.s3_glacier_flexible_gb_month,
+        ),
+        _item("storage", "ECR images", usage.ecr_gb, "GB-month", svc.ecr_storage_gb_month),
+    ]
+
+
+def monitoring_items(fixed: FixedParts, usage: Usage, region: str, prices: PriceTable) -> list[LineItem]:
+    svc = prices.region(region).services
+    items = [
+        _item(
+            "monitoring", "CloudWatch Logs ingestion", usage.log_gb, "GB", svc.cloudwatch_logs_ingest_per_gb
+        )
+    ]
+    if fixed.alarms:
+        items.append(
+            _item("monitoring", "CloudWatch alarms", fixed.alarms, "alarm-month", svc.cloudwatch_alarm_month)
+        )
+    if fixed.dashboards:
+        items.append(
+            _item(
+                "monitoring",
+                "CloudWatch dashboards",
+                fixed.dashboards,
+                "dashboard-month",
+                svc.cloudwatch_dashboard_month,
+            )
+        )
+    return items
+
+
+def estimate(inputs: EstimateInputs, prices: PriceTable) -> Estimate:
+    """Every line item of the stack's month.
+
+    Lambda, Scheduler, Step Functions and SNS stay in their free tiers at one run a day: left out, not zeros.
+    """
+    items = [
+        *compute_items(inputs.nightly_pools, inputs.region, prices),
+        *fixed_items(inputs.fixed, inputs.usage, inputs.region, prices),
+        *storage_items(inputs.usage, inputs.region, prices),
+        *monitoring_items(inputs.fixed, inputs.usage, inputs.region, prices),
+    ]
+    as_of, source = prices.dated_source(inputs.region)
+    return Estimate(
+        stack=inputs.stack,
+        region=inputs.region,
+        prices_as_of=as_of,
+        prices_source=source,
+        items=tuple(items),
+        usage=inputs.usage,
+    )
+
+
+def format_estimate(result: Estimate) -> str:
+    """The human summary `python -m infra.plan` prints: one line per item, subtotals, the total."""
+    width = 64
+    lines = [
+        f"Monthly cost estimate for stack {result.stack} ({result.region}), prices of {result.prices_as_of}:"
+    ]
+    for group in ("compute", "fixed", "storage", "monitoring"):
+        group_items = [item for item in result.items if item.group == group]
+        if not group_items:
+            continue
+        lines.append(f"  {group}: {result.subtotal(group):,.2f} USD")
+        for item in group_items:
+            detail = f"{item.quantity:,.1f} {item.unit} x {item.unit_price:g}"
+            lines.append(f"    {item.item[:width]:<{width}} {detail:>32} = {item.monthly_usd:>10,.2f}")
+    lines.append(f"  total: {result.total:,.2f} USD a month")
+    usage = ", ".join(f"{key}={value:g}" for key, value in result.usage.model_dump().items())
+    lines.append(f"  assumed volumes: {usage}")
+    lines.append("  prices: infra/pricing/prices.json (refresh: python -m infra.pricing.refresh)")
+    return "\n".join(lines)

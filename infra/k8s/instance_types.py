@@ -1,0 +1,39 @@
+"""The few EC2 instance types the EKS tiers use, with the sizes scheduling decisions depend on.
+
+Only shapes live here (fixed by AWS per type); prices change and are looked up, never written down.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class InstanceShape:
+    vcpus: int
+    memory_gib: int
+    gpus: int
+
+
+SHAPES: dict[str, InstanceShape] = {
+    "m5.large": InstanceShape(vcpus=2, memory_gib=8, gpus=0),
+    "m5.xlarge": InstanceShape(vcpus=4, memory_gib=16, gpus=0),
+    "m5.2xlarge": InstanceShape(vcpus=8, memory_gib=32, gpus=0),
+    "g5.xlarge": InstanceShape(vcpus=4, memory_gib=16, gpus=1),
+    "g5.2xlarge": InstanceShape(vcpus=8, memory_gib=32, gpus=1),
+    "g5.4xlarge": InstanceShape(vcpus=16, memory_gib=64, gpus=1),
+    "g5.12xlarge": InstanceShape(vcpus=48, memory_gib=192, gpus=4),
+    "g5.48xlarge": InstanceShape(vcpus=192, memory_gib=768, gpus=8),
+    "g6.xlarge": InstanceShape(vcpus=4, memory_gib=16, gpus=1),
+    "g6.2xlarge": InstanceShape(vcpus=8, memory_gib=32, gpus=1),
+    "p4d.24xlarge": InstanceShape(vcpus=96, memory_gib=1152, gpus=8),
+}
+
+
+def shape_of(instance_type: str) -> InstanceShape:
+    """The shape of a known instance type; a ValueError listing the known ones otherwise."""
+    try:
+        return SHAPES[instance_type]
+    except KeyError:
+        known = ", ".join(sorted(SHAPES))
+        raise ValueError(f"unknown instance type {instance_type!r}; known: {known}") from None

@@ -1,0 +1,417 @@
+"""The RayJob the nightly run submits, the RayCluster it brings up and the ConfigMap holding the job config.
+
+The job runs on the Ray head: KubeRay's submitter runs `ray job submit` with the entrypoint below, the head
+reads the job config from a mounted ConfigMap, and the GPU workers join the cluster and run the engines. When
+the job ends, KubeRay deletes the cluster (`shutdownAfterJobFinishes`), so no GPU node stays behind.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from infra.k8s import hub_token
+from infra.k8s.common import (
+    DO_NOT_DISRUPT,
+    GPU_POOL,
+    GPU_RESOURCE,
+    HEAD_POOL,
+    POOL_LABEL,
+    Manifest,
+    base_labels,
+    check_dns_label,
+    check_labels,
+    check_quantity,
+    gpu_toleration,
+)
+from workload.config import JobConfig, build_config, render_config
+
+RAY_API_VERSION = "ray.io/v1"
+CONFIG_DIR = "/etc/llm-batch"
+CONFIG_FILE = "job.yaml"
+ENTRYPOINT = f"python -m workload run --config {CONFIG_DIR}/{CONFIG_FILE}"
+
+# KubeRay names the RayCluster `<rayjob>-<5 chars>` and its head Service `<cluster>-head-svc`; a Service name
+# is a 63-character DNS label, which leaves 47 for the RayJob (KubeRay's own validation limit).
+MAX_RAYJOB_NAME = 47
+# Seconds between SIGTERM and SIGKILL beyond the job's own grace period: time for Ray to stop after the job's
+# shards are committed.
+GRACE_MARGIN_S = 30
+_RUN_ID = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PodSize(_Strict):
+    """Requests (equal to limits, so the pod is Guaranteed and Ray sees exactly what it may use)."""
+
+    cpu: str = Field(description="CPU quantity, e.g. '2' or '3500m'.")
+    memory: str = Field(description="Memory quantity, e.g. '8Gi'.")
+    gpus: int = Field(0, ge=0, description="nvidia.com/gpu per pod.")
+
+    @field_validator("cpu", "memory")
+    @classmethod
+    def _quantity(cls, value: str, info: Any) -> str:
+        return check_quantity(value, info.field_name)
+
+    def resources(self) -> dict[str, dict[str, Any]]:
+        amounts: dict[str, Any] = {"cpu": self.cpu, "memory": self.memory}
+        if self.gpus:
+            amounts[GPU_RESOURCE] = self.gpus
+        return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+class HeadSpec(_Strict):
+    size: PodSize = Field(
+        PodSize(cpu="2", memory="8Gi"),
+        description="The head runs the driver and the GCS only (no Ray tasks: num-cpus 0); fits an m5.xlarge "
+        "next to the operators.",
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=lambda: {POOL_LABEL: HEAD_POOL}, description="Where the head runs: on-demand nodes."
+    )
+
+
+class WorkerSpec(_Strict):
+    size: PodSize = Field(
+        PodSize(cpu="6", memory="24Gi", gpus=1),
+        description="One worker per GPU node; sized to fit a g5.2xlarge after the node's daemons.",
+    )
+    min_replicas: int = Field(1, ge=0, description="Workers kept while the cluster lives.")
+    max_replicas: int = Field(
+        2, ge=1, description="Workers the job may use; the job's engines fill them all."
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=lambda: {POOL_LABEL: GPU_POOL}, description="Where workers run: the Spot GPU pool."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WorkerSpec:
+        if self.size.gpus < 1:
+            raise ValueError("workers.size.gpus must be at least 1: the workers run the GPU engines")
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"workers.min_replicas ({self.min_replicas}) is more than workers.max_replicas "
+                f"({self.max_replicas})"
+            )
+        return self
+
+
+class RayJobArgs(_Strict):
+    """Everything one RayJob is rendered from; the nightly submitter changes only name, input and output."""
+
+    name: str = Field(description="RayJob name; the ConfigMap is `<name>-config`.")
+    namespace: str
+    image: str = Field(description="The job image, pinned by tag or digest (never 'latest').")
+    service_account: str = Field(description="Service account with the job's S3 and KMS access (IRSA).")
+    ray_version: str = Field(
+        description="Ray version inside the image; KubeRay uses it to configure the cluster."
+    )
+    job: JobConfig = Field(description="The job config; mounted into the head as YAML.")
+    head: HeadSpec = HeadSpec()
+    workers: WorkerSpec = WorkerSpec()
+    autoscaling: bool = Field(
+        False, description="Ray's autoscaler adds workers from min to max as the job asks for GPUs."
+    )
+    idle_timeout_s: int = Field(
+        60, ge=0, description="An idle worker is removed after this (autoscaling only)."
+    )
+    active_deadline_s: int = Field(
+        6 * 3600,
+        ge=60,
+        description="The whole run (cluster start included) is failed after this many seconds.",
+    )
+    backoff_limit: int = Field(
+        2,
+        ge=0,
+        le=10,
+        description="Retries, each on a fresh cluster; the job resumes what the last one left.",
+    )
+    ttl_after_finished_s: int = Field(
+        60,
+        ge=0,
+        le=3600,
+        description="Seconds the finished cluster is kept (for logs) before KubeRay deletes it.",
+    )
+    protect_from_consolidation: bool = Field(
+        False, description="Annotate Ray pods so Karpenter never consolidates a node out from under a run."
+    )
+    labels: dict[str, str] = Field(default_factory=dict, description="Extra labels on every object (run id).")
+    hub_token_secret_arn: str | None = Field(
+        None, description="Secrets Manager ARN of the Hugging Face token; None: public models only."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_dns_label(value, "RayJob name", MAX_RAYJOB_NAME)
+
+    @field_validator("namespace", "service_account")
+    @classmethod
+    def _label(cls, value: str, info: Any) -> str:
+        return check_dns_label(value, info.field_name)
+
+    @field_validator("image")
+    @classmethod
+    def _pinned_image(cls, value: str) -> str:
+        if not value or any(char.isspace() for char in value):
+            raise ValueError(f"image {value!r} is empty or contains whitespace")
+        if "@sha256:" in value:
+            return value
+        last = value.rsplit("/", 1)[-1]
+        if ":" not in last:
+            raise ValueError(f"image {value!r} has no tag or digest: pin it")
+        if last.endswith(":latest"):
+            raise ValueError(f"image {value!r} uses 'latest': pin a version or digest")
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        return check_labels(value, "labels")
+
+    @model_validator(mode="after")
+    def _job_fits_cluster(self) -> RayJobArgs:
+        job, workers = self.job, self.workers
+        if job.device != "gpu":
+            raise ValueError("job.device must be 'gpu' on a Ray cluster: its workers are GPU nodes")
+        tp = job.engine.tensor_parallel_size
+        if tp > workers.size.gpus:
+            raise ValueError(
+                f"job.engine.tensor_parallel_size ({tp}) is more than the GPUs of one worker "
+                f"({workers.size.gpus}); an engine must fit on one worker"
+            )
+        engines = engines_for(workers, tp)
+        if job.replicas != engines:
+            raise ValueError(
+                f"job.replicas ({job.replicas}) must be {engines}: {workers.max_replicas} workers x "
+                f"{workers.size.gpus} GPUs / tensor_parallel_size {tp}, so every GPU the cluster can get is "
+                "used and no engine waits for one it can never get"
+            )
+        if not self.autoscaling and workers.min_replicas != workers.max_replicas:
+            raise ValueError("workers.min_replicas must equal workers.max_replicas when autoscaling is off")
+        return self
+
+    @property
+    def config_map_name(self) -> str:
+        return f"{self.name}-config"
+
+    @property
+    def termination_grace_s(self) -> int:
+        """Above the job's own SIGTERM grace period, so it can commit its finished shards before SIGKILL."""
+        return math.ceil(self.job.resume.grace_period_s) + GRACE_MARGIN_S
+
+
+def engines_for(workers: WorkerSpec, tensor_parallel_size: int) -> int:
+    """Engine replicas that use every GPU the workers can have."""
+    if workers.size.gpus % tensor_parallel_size:
+        raise ValueError(
+            f"workers.size.gpus ({workers.size.gpus}) is not a multiple of tensor_parallel_size "
+            f"({tensor_parallel_size})"
+        )
+    return workers.max_replicas * workers.size.gpus // tensor_parallel_size
+
+
+def fit_job_to_workers(job: JobConfig, workers: WorkerSpec) -> JobConfig:
+    """The job config for this cluster: engines on GPUs, one replica per engine the workers hold."""
+    replicas = engines_for(workers, job.engine.tensor_parallel_size)
+    return build_config(job.model_dump(mode="json"), {"device": "gpu", "replicas": replicas})
+
+
+def for_night(base: RayJobArgs, *, run_id: str, input_uri: str, output_uri: str) -> RayJobArgs:
+    """One night's run: its own RayJob name, input, output and metrics run id; all else as in `base`."""
+    run = run_id.lower()
+    room = MAX_RAYJOB_NAME - len(base.name) - 1
+    if not _RUN_ID.match(run) or len(run) > room:
+        raise ValueError(
+            f"run_id {run_id!r} must be at most {room} letters, digits and '-' (it becomes part of the "
+            f"RayJob name {base.name}-<run_id>), e.g. '20261129t0200'"
+        )
+    overrides = {"input.uri": input_uri, "output.uri": output_uri, "metrics.run_id": run_id}
+    job = build_config(base.job.model_dump(mode="json"), overrides)
+    data = base.model_dump()
+    data.update(
+        name=f"{base.name}-{run}",
+        job=job,
+        labels={**base.labels, "llm-batch.io/run-id": run},
+    )
+    return RayJobArgs.model_validate(data)
+
+
+def _pod_metadata(args: RayJobArgs, component: str) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"labels": {**base_labels(component), **args.labels}}
+    if args.protect_from_consolidation:
+        metadata["annotations"] = {DO_NOT_DISRUPT: "true"}
+    return metadata
+
+
+def _container_security() -> dict[str, Any]:
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def _shm_volume() -> dict[str, Any]:
+    # Ray's object store and vLLM's workers use /dev/shm; the container default (64 MiB) is far too small.
+    return {"name": "dshm", "emptyDir": {"medium": "Memory"}}
+
+
+def _with_hub_token(args: RayJobArgs, pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod, fetching the hub token before Ray starts when there is one (every pod may load the model)."""
+    if args.hub_token_secret_arn is None:
+        return pod
+    (container,) = pod["containers"]
+    container["env"] = [*container.get("env", []), *hub_token.container_env()]
+    container["volumeMounts"] = [*container["volumeMounts"], hub_token.container_mount()]
+    pod["initContainers"] = [
+        hub_token.init_container(args.image, args.hub_token_secret_arn, _container_security())
+    ]
+    pod["volumes"] = [*pod["volumes"], hub_token.volume()]
+    return pod
+
+
+def _head_template(args: RayJobArgs) -> dict[str, Any]:
+    container = {
+        "name": "ray-head",
+        "image": args.image,
+        "imagePullPolicy": "IfNotPresent",
+        "ports": [
+            {"name": "gcs-server", "containerPort": 6379},
+            {"name": "dashboard", "containerPort": 8265},
+            {"name": "client", "containerPort": 10001},
+        ],
+        "resources": args.head.size.resources(),
+        "securityContext": _container_security(),
+        "volumeMounts": [
+            {"name": "job-config", "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+        ],
+    }
+    return {
+        "metadata": _pod_metadata(args, "ray-head"),
+        "spec": _with_hub_token(
+            args,
+            {
+                "serviceAccountName": args.service_account,
+                "nodeSelector": dict(args.head.node_selector),
+                "terminationGracePeriodSeconds": args.termination_grace_s,
+                "containers": [container],
+                "volumes": [
+                    {
+                        "name": "job-config",
+                        "configMap": {
+                            "name": args.config_map_name,
+                            "items": [{"key": CONFIG_FILE, "path": CONFIG_FILE}],
+                        },
+                    },
+                    _shm_volume(),
+                ],
+            },
+        ),
+    }
+
+
+def _worker_template(args: RayJobArgs) -> dict[str, Any]:
+    container = {
+        "name": "ray-worker",
+        "image": args.image,
+        "imagePullPolicy": "IfNotPresent",
+        "resources": args.workers.size.resources(),
+        "securityContext": _container_security(),
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+    return {
+        "metadata": _pod_metadata(args, "ray-worker"),
+        "spec": _with_hub_token(
+            args,
+            {
+                # Workers read input and write output shards themselves: they need the same S3/KMS identity.
+                "serviceAccountName": args.service_account,
+                "nodeSelector": dict(args.workers.node_selector),
+                "tolerations": [gpu_toleration()],
+                "terminationGracePeriodSeconds": args.termination_grace_s,
+                "containers": [container],
+                "volumes": [_shm_volume()],
+            },
+        ),
+    }
+
+
+def render_ray_cluster_spec(args: RayJobArgs) -> Manifest:
+    """The RayCluster spec the RayJob brings up: head on on-demand nodes, GPU workers on Spot."""
+    workers = args.workers
+    replicas = workers.min_replicas if args.autoscaling else workers.max_replicas
+    spec: Manifest = {
+        "rayVersion": args.ray_version,
+        "enableInTreeAutoscaling": args.autoscaling,
+        "headGroupSpec": {
+            # num-cpus 0: no Ray task lands on the head, so losing a worker never stalls the driver.
+            "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0"},
+            "template": _head_template(args),
+        },
+        "workerGroupSpecs": [
+            {
+                "groupName": "gpu",
+                "replicas": replicas,
+                "minReplicas": workers.min_replicas,
+                "maxReplicas": workers.max_replicas,
+                "rayStartParams": {},
+                "template": _worker_template(args),
+            }
+        ],
+    }
+    if args.autoscaling:
+        spec["autoscalerOptions"] = {
+            "upscalingMode": "Default",
+            "idleTimeoutSeconds": args.idle_timeout_s,
+            "resources": {
+                "requests": {"cpu": "500m", "memory": "512Mi"},
+                "limits": {"cpu": "500m", "memory": "512Mi"},
+            },
+            "securityContext": _container_security(),
+        }
+    return spec
+
+
+def render_config_map(args: RayJobArgs) -> Manifest:
+    """The job config as the file the entrypoint reads (`render_config`, read back by `load_config`)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": args.config_map_name,
+            "namespace": args.namespace,
+            "labels": {**base_labels("job-config"), **args.labels},
+        },
+        "data": {CONFIG_FILE: render_config(args.job)},
+    }
+
+
+def render_rayjob(args: RayJobArgs) -> Manifest:
+    """The RayJob: runs the job on a fresh cluster, retries on a new one, and deletes the cluster after."""
+    return {
+        "apiVersion": RAY_API_VERSION,
+        "kind": "RayJob",
+        "metadata": {
+            "name": args.name,
+            "namespace": args.namespace,
+            "labels": {**base_labels("ray-job"), **args.labels},
+        },
+        "spec": {
+            "entrypoint": ENTRYPOINT,
+            "submissionMode": "K8sJobMode",
+            "shutdownAfterJobFinishes": True,
+            "ttlSecondsAfterFinished": args.ttl_after_finished_s,
+            "backoffLimit": args.backoff_limit,
+            "activeDeadlineSeconds": args.active_deadline_s,
+            "rayClusterSpec": render_ray_cluster_spec(args),
+        },
+    }
+
+
+def render_job(args: RayJobArgs) -> list[Manifest]:
+    """The objects one run needs, in creation order (the ConfigMap before the pods that mount it)."""
+    return [render_config_map(args), render_rayjob(args)]

@@ -1,0 +1,49 @@
+"""Names and cost-allocation tags, derived in one place from the project, the stack and its config."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from infra.config import StackConfig
+
+PROJECT = "llm-batch"
+# The cost-allocation tags every taggable resource carries; activate them in the Billing console once.
+COST_TAG_KEYS = ("CostCenter", "Project", "Stack", "Tier", "Owner", "Environment", "ManagedBy")
+
+
+def prefix(stack: str) -> str:
+    """`llm-batch-<stack>`: the prefix of every physical name."""
+    return f"{PROJECT}-{stack}"
+
+
+def child(stack: str, suffix: str) -> str:
+    """A child resource's name, `llm-batch-<stack>-<suffix>`."""
+    return f"{prefix(stack)}-{suffix}"
+
+
+def cost_tags(stack: str, config: StackConfig) -> dict[str, str]:
+    """The provider's default tags: the required cost-allocation keys, then the stack's extra tags.
+
+    Extra tags may add keys but never replace a required one (the config model rejects that).
+    """
+    tags = {
+        "CostCenter": config.cost_center,
+        "Project": PROJECT,
+        "Stack": stack,
+        "Tier": config.tier,
+        "Owner": config.owner,
+        "Environment": config.environment,
+        "ManagedBy": "pulumi",
+    }
+    return {**config.extra_tags, **tags}
+
+
+def job_log_group(stack: str) -> str:
+    """The CloudWatch Logs group the job writes to (the node's Docker log driver and the EKS pods)."""
+    return f"/{PROJECT}/{stack}/job"
+
+
+def gpu_group_name(stack: str) -> str:
+    """The small tier's Auto Scaling group: a fixed name the node's user data and the schedule can find."""
+    return child(stack, "gpu")

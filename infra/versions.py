@@ -1,0 +1,44 @@
+"""Every version the infrastructure pins, in one place.
+
+Bump here and nowhere else; tests read these constants instead of repeating literals.
+"""
+
+from __future__ import annotations
+
+# Kubernetes control plane (EKS tiers).
+KUBERNETES_VERSION = "1.33"
+
+# Helm charts (EKS tiers): name -> (repository, version).
+HELM_CHARTS: dict[str, tuple[str, str]] = {
+    "kuberay-operator": ("https://ray-project.github.io/kuberay-helm/", "1.4.2"),
+    "karpenter": ("oci://public.ecr.aws/karpenter/karpenter", "1.14.1"),
+    "nvidia-device-plugin": ("https://nvidia.github.io/k8s-device-plugin", "0.18.0"),
+    "cluster-autoscaler": ("https://kubernetes.github.io/autoscaler", "9.46.0"),
+}
+# The cluster autoscaler's minor version must match the control plane's (KUBERNETES_VERSION).
+CLUSTER_AUTOSCALER_IMAGE_TAG = "v1.33.0"
+# Ray inside the job image (pyproject's ray pin); KubeRay configures the cluster for it.
+RAY_VERSION = "2.60.0"
+
+# GPU AMIs are looked up at deploy time through AWS's public SSM parameters, never pinned by id.
+# The Deep Learning Base OSS Nvidia Driver AMI (Amazon Linux 2023) ships the NVIDIA driver, Docker and the
+# NVIDIA container toolkit, which is all the small tier's node needs to run the job image.
+GPU_AMI_SSM_PARAMETER = (
+    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id"
+)
+# EKS-optimised accelerated AMI family (managed node groups / Karpenter EC2NodeClass alias).
+EKS_GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
+# Pinned, so a new AMI release never replaces nodes mid-run (drift); bump it deliberately.
+EKS_AMI_ALIAS = "al2023@v20251110"
+EKS_HEAD_AMI_TYPE = "AL2023_x86_64_STANDARD"
+
+# The job image's base (workload/Dockerfile's BASE_IMAGE default must equal it; a test checks). An exact
+# Python patch and Debian release: the GPU libraries come as pip wheels with torch (see the Dockerfile).
+# The image's own tag is not a version written here: it is the content hash of its build context
+# (infra/build_context.py), so it changes exactly when what the image copies changes.
+WORKLOAD_BASE_IMAGE = "python:3.11.14-slim-bookworm"
+# g5 and p4d are x86_64.
+WORKLOAD_IMAGE_PLATFORM = "linux/amd64"
+
+# Lambda runtimes (cost report and any other function).
+LAMBDA_PYTHON_RUNTIME = "python3.12"

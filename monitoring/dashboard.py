@@ -1,0 +1,135 @@
+"""The stack's CloudWatch dashboard body: throughput, latency, errors, GPU utilisation, cost, alarms, logs.
+
+It charts the `Stack`-only series, so each night's run appears on one continuous graph; thresholds are drawn
+as the alarms use them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from monitoring.alarms import AlarmThresholds
+from monitoring.queries import SavedQuery, strip_comments
+from workload import metric_names as mn
+
+_WIDTH = 12
+_HEIGHT = 6
+_DAY_S = 86400
+
+
+def _metric(namespace: str, stack: str, metric: mn.MetricName, stat: str, period: int, **options: Any) -> list[Any]:
+    if (mn.DIM_STACK,) not in metric.dimension_sets():
+        raise ValueError(f"{metric.name} is not published with the Stack dimension alone")
+    return [namespace, metric.name, mn.DIM_STACK, stack, {"stat": stat, "period": period, **options}]
+
+
+def _graph(title: str, region: str, metrics: list[list[Any]], **properties: Any) -> dict[str, Any]:
+    return {
+        "type": "metric",
+        "width": _WIDTH,
+        "height": _HEIGHT,
+        "properties": {
+            "title": title,
+            "region": region,
+            "view": "timeSeries",
+            "stacked": False,
+            "metrics": metrics,
+            **properties,
+        },
+    }
+
+
+def dashboard_body(
+    stack: str,
+    namespace: str,
+    region: str,
+    thresholds: AlarmThresholds,
+    log_group: str,
+    slow_batches: SavedQuery,
+    alarm_arns: list[str],
+) -> dict[str, Any]:
+    """The dashboard as CloudWatch's PutDashboard takes it (serialise with `json.dumps`)."""
+    period = mn.ALARM_PERIOD_S
+    widgets = [
+        _graph(
+            "Throughput",
+            region,
+            [
+                _metric(namespace, stack, mn.ROWS_PROCESSED, "Sum", period, label="rows per 5 min"),
+                _metric(
+                    namespace,
+                    stack,
+                    mn.OUTPUT_TOKENS_PER_SECOND,
+                    "Maximum",
+                    _DAY_S,
+                    label="output tokens/s (each run)",
+                    yAxis="right",
+                ),
+            ],
+        ),
+        _graph(
+            "Batch latency (s)",
+            region,
+            [
+                _metric(namespace, stack, mn.BATCH_LATENCY_P50, "Maximum", period, label="p50"),
+                _metric(namespace, stack, mn.BATCH_LATENCY_P95, "Maximum", period, label="p95"),
+            ],
+            annotations={"horizontal": [{"label": "p95 alarm", "value": thresholds.batch_latency_p95_max_s}]},
+        ),
+        _graph(
+            "Errors",
+            region,
+            [
+                _metric(namespace, stack, mn.ROWS_FAILED, "Sum", period, id="failed", label="failed rows"),
+                _metric(namespace, stack, mn.ROWS_OK, "Sum", period, id="ok", visible=False),
+                [
+                    {
+                        "expression": "IF((ok + failed) > 0, failed / (ok + failed))",
+                        "id": "ratio",
+                        "label": "error ratio",
+                        "yAxis": "right",
+                    }
+                ],
+            ],
+            annotations={
+                "horizontal": [{"label": "error ratio alarm", "value": thresholds.error_ratio_max, "yAxis": "right"}]
+            },
+        ),
+        _graph(
+            "GPU utilisation (%)",
+            region,
+            [_metric(namespace, stack, mn.GPU_UTILIZATION, "Average", period, label="mean over GPUs")],
+            yAxis={"left": {"min": 0, "max": 100}},
+            annotations={"horizontal": [{"label": "low-utilisation alarm", "value": thresholds.gpu_util_min_percent}]},
+        ),
+        _graph(
+            "Cost per million output tokens (USD, each run)",
+            region,
+            [
+                _metric(namespace, stack, mn.COST_PER_MILLION_OUTPUT_TOKENS, "Maximum", _DAY_S, label="USD/M"),
+                _metric(namespace, stack, mn.RUN_DURATION, "Maximum", _DAY_S, label="run (s)", yAxis="right"),
+            ],
+        ),
+        {
+            "type": "alarm",
+            "width": _WIDTH,
+            "height": _HEIGHT,
+            "properties": {"title": "Alarms", "alarms": sorted(alarm_arns)},
+        },
+        {
+            "type": "log",
+            "width": 2 * _WIDTH,
+            "height": _HEIGHT,
+            "properties": {
+                "title": "Slow batches",
+                "region": region,
+                "view": "table",
+                "query": f"SOURCE '{log_group}' | " + " ".join(strip_comments(slow_batches.text).split()),
+            },
+        },
+    ]
+    # Two widgets a row, in the order above.
+    for index, widget in enumerate(widgets):
+        widget["x"] = (index % 2) * _WIDTH
+        widget["y"] = (index // 2) * _HEIGHT
+    return {"start": "-P7D", "periodOverride": "inherit", "widgets": widgets}

@@ -1,0 +1,132 @@
+"""Karpenter NodePool and EC2NodeClass: checked against the real CRDs, and the rules the schema cannot see."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from infra.k8s.common import GPU_RESOURCE, GPU_TAINT_KEY
+from infra.k8s.karpenter import (
+    DISCOVERY_TAG,
+    NodeClassArgs,
+    NodePoolArgs,
+    render_node_class,
+    render_node_pool,
+)
+from infra.k8s.rayjob import render_rayjob
+from tests.infra.crd_schema import assert_valid, crd_errors
+from tests.infra.k8s_fixtures import large_args, node_class_args
+
+
+def test_node_pool_and_node_class_match_the_karpenter_crds(crds_dir: Path) -> None:
+    assert_valid(render_node_pool(NodePoolArgs()), crds_dir)
+    assert_valid(render_node_class(node_class_args()), crds_dir)
+    spot_only = NodePoolArgs(on_demand_fallback=False, instance_types=["g5.xlarge"], consolidate_after="5m")
+    assert_valid(render_node_pool(spot_only), crds_dir)
+    with_key = node_class_args().model_copy(update={"volume_kms_key_id": "alias/llm-batch"})
+    assert_valid(render_node_class(with_key), crds_dir)
+
+
+def test_schema_check_catches_a_bad_budget_and_a_typo(crds_dir: Path) -> None:
+    pool = render_node_pool(NodePoolArgs())
+    pool["spec"]["disruption"]["budgets"].append({"nodes": "ten"})
+    pool["spec"]["disruption"]["consolidateAfter"] = "5 minutes"
+    node_class = render_node_class(node_class_args())
+    node_class["spec"]["metadataOptions"]["httpToken"] = "required"
+    errors = "\n".join(crd_errors(pool, crds_dir) + crd_errors(node_class, crds_dir))
+    assert "budgets.2.nodes" in errors
+    assert "consolidateAfter" in errors
+    assert "'httpToken' was unexpected" in errors
+
+
+def test_node_pool_is_spot_first_bounded_and_consolidates_after_five_minutes() -> None:
+    spec = render_node_pool(NodePoolArgs())["spec"]
+    requirements = {item["key"]: item["values"] for item in spec["template"]["spec"]["requirements"]}
+    assert requirements["node.kubernetes.io/instance-type"] == ["g5.xlarge", "g5.2xlarge", "p4d.24xlarge"]
+    assert requirements["karpenter.sh/capacity-type"] == ["spot", "on-demand"]
+    assert spec["limits"] == {"cpu": "256", "memory": "1280Gi", GPU_RESOURCE: "16"}
+    assert spec["disruption"]["consolidationPolicy"] == "WhenEmptyOrUnderutilized"
+    assert spec["disruption"]["consolidateAfter"] == "300s"
+    assert {"nodes": "1", "reasons": ["Underutilized"]} in spec["disruption"]["budgets"]
+    assert spec["template"]["spec"]["taints"] == [
+        {"key": GPU_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
+    ]
+    assert spec["template"]["spec"]["nodeClassRef"]["name"] == "gpu"
+
+
+def test_node_class_pins_the_ami_and_locks_the_node_down() -> None:
+    args = node_class_args()
+    spec = render_node_class(args)["spec"]
+    assert spec["amiSelectorTerms"] == [{"alias": "al2023@v20251117"}]
+    assert spec["metadataOptions"]["httpTokens"] == "required"
+    assert spec["metadataOptions"]["httpPutResponseHopLimit"] == 1
+    (device,) = spec["blockDeviceMappings"]
+    assert device["ebs"]["encrypted"] is True
+    assert (
+        spec["subnetSelectorTerms"]
+        == spec["securityGroupSelectorTerms"]
+        == [{"tags": {DISCOVERY_TAG: "llm-batch-large"}}]
+    )
+    assert spec["associatePublicIPAddress"] is False
+    assert spec["tags"] == args.tags and spec["role"] == args.node_role
+
+
+def _tolerates(tolerations: list[dict[str, Any]], taint: dict[str, str]) -> bool:
+    for toleration in tolerations:
+        if toleration["key"] != taint["key"] or toleration.get("effect", taint["effect"]) != taint["effect"]:
+            continue
+        if toleration["operator"] == "Exists" or toleration.get("value") == taint["value"]:
+            return True
+    return False
+
+
+def test_ray_workers_land_on_the_pool_and_the_head_stays_off_it() -> None:
+    """What Karpenter matches: the worker's selector against the pool's labels, tolerations against taints."""
+    template = render_node_pool(NodePoolArgs())["spec"]["template"]
+    rayjob = render_rayjob(large_args())
+    worker = rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    head = rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    taints = template["spec"]["taints"]
+    assert worker["nodeSelector"].items() <= template["metadata"]["labels"].items()
+    assert all(_tolerates(worker["tolerations"], taint) for taint in taints)
+    assert not all(_tolerates(head.get("tolerations", []), taint) for taint in taints)
+    assert not head["nodeSelector"].items() <= template["metadata"]["labels"].items()
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"instance_types": ["g5.mega"]}, "unknown instance type 'g5.mega'"),
+        ({"instance_types": ["m5.xlarge"]}, "has no GPU"),
+        ({"instance_types": []}, "instance_types is empty"),
+        ({"memory_limit": "1024Gi"}, r"p4d.24xlarge .* larger than the pool's limits"),
+        ({"gpu_limit": 4}, r"p4d.24xlarge .* larger than the pool's limits"),
+        ({"cpu_limit": "lots"}, "cpu_limit 'lots' is not a Kubernetes quantity"),
+        ({"consolidate_after": "5 minutes"}, "consolidate_after"),
+        ({"budgets": [{"nodes": "ten"}]}, "disruption budget nodes"),
+        ({"name": "GPU"}, "name"),
+    ],
+)
+def test_bad_node_pool_args_are_refused(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        NodePoolArgs.model_validate(changes)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"ami_alias": "al2023@latest"}, "pinned alias"),
+        ({"ami_alias": "ami-0123456789abcdef0"}, "pinned alias"),
+        ({"tags": {"kubernetes.io/cluster/x": "owned"}}, "set by Karpenter itself"),
+        ({"tags": {"karpenter.sh/nodepool": "x"}}, "set by Karpenter itself"),
+        ({"volume_size_gib": 5}, "volume_size_gib"),
+    ],
+)
+def test_bad_node_class_args_are_refused(changes: dict[str, Any], message: str) -> None:
+    data = node_class_args().model_dump()
+    data.update(changes)
+    with pytest.raises(ValidationError, match=message):
+        NodeClassArgs.model_validate(data)

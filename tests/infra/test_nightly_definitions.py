@@ -1,0 +1,243 @@
+"""The nightly state machines as data: valid Amazon States Language and a graph that always releases GPUs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra import statemachines
+from infra.statemachines import graph
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ASL_VALIDATOR = REPO_ROOT / "node_modules" / ".bin" / "asl-validator"
+
+SMALL_SUBS: dict[str, statemachines.Substitution] = {
+    "Stack": "small",
+    "DataBucket": "llm-batch-small-data",
+    "InputPrefix": statemachines.format_template("input/{date}/"),
+    "OutputPrefix": statemachines.format_template("output/{date}/"),
+    "RunRequestKey": "control/run.json",
+    "AutoScalingGroup": "llm-batch-small-gpu",
+    "AlertsTopic": "arn:aws:sns:us-east-1:123456789012:llm-batch-small-alerts",
+    "PollSeconds": 60,
+    "MaxPolls": 240,
+    "MaxAttempts": 3,
+    "RunDeadlineMinutes": 240,
+    "StateMachineTimeoutSeconds": 15600,
+}
+EKS_SUBS: dict[str, statemachines.Substitution] = {
+    **{key: value for key, value in SMALL_SUBS.items() if key not in ("RunRequestKey", "AutoScalingGroup")},
+    "Stack": "large",
+    "SubmitFunction": "arn:aws:lambda:us-east-1:123456789012:function:llm-batch-large-submit-rayjob",
+}
+SWEEP_SUBS: dict[str, dict[str, statemachines.Substitution]] = {
+    "sweep_small.asl.json": {
+        "Stack": "small",
+        "AutoScalingGroup": "llm-batch-small-gpu",
+        "AlertsTopic": SMALL_SUBS["AlertsTopic"],
+        "NightlyStateMachine": "arn:aws:states:us-east-1:123456789012:stateMachine:llm-batch-small-nightly",
+    },
+    "sweep_eks.asl.json": {
+        "Stack": "large",
+        "SubmitFunction": EKS_SUBS["SubmitFunction"],
+        "AlertsTopic": SMALL_SUBS["AlertsTopic"],
+        "NightlyStateMachine": "arn:aws:states:us-east-1:123456789012:stateMachine:llm-batch-large-nightly",
+    },
+}
+RENDERED: dict[str, dict[str, Any]] = {
+    "small.asl.json": statemachines.render("small.asl.json", SMALL_SUBS),
+    "eks.asl.json": statemachines.render("eks.asl.json", EKS_SUBS),
+    **{name: statemachines.render(name, subs) for name, subs in SWEEP_SUBS.items()},
+}
+NIGHTLY_FILES = sorted(statemachines.NIGHTLY.values())
+ALL_FILES = sorted([*statemachines.NIGHTLY.values(), *statemachines.SWEEP.values()])
+
+
+def _validate(definition: dict[str, Any], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed: asl-validator (npm) needs it; `make setup` installs the npm part")
+    if not ASL_VALIDATOR.exists():
+        pytest.skip(f"{ASL_VALIDATOR} missing: run `make setup` (npm ci) to install asl-validator")
+    path = tmp_path / "definition.json"
+    path.write_text(json.dumps(definition))
+    return subprocess.run(
+        [str(ASL_VALIDATOR), "--json-path", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_every_definition_file_is_listed() -> None:
+    on_disk = sorted(path.name for path in statemachines.DEFINITIONS_DIR.glob("*.asl.json"))
+    assert on_disk == ALL_FILES
+
+
+@pytest.mark.parametrize("file_name", ALL_FILES)
+def test_rendered_definition_is_valid_asl(file_name: str, tmp_path: Path) -> None:
+    result = _validate(RENDERED[file_name], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_validator_rejects_a_broken_definition(tmp_path: Path) -> None:
+    """The validator really checks: a state pointing at a missing state is refused."""
+    broken = json.loads(json.dumps(RENDERED["small.asl.json"]))
+    broken["States"]["WaitForJob"]["Next"] = "NoSuchState"
+    result = _validate(broken, tmp_path)
+    assert result.returncode != 0
+    assert "NoSuchState" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("file_name", ALL_FILES)
+def test_every_task_catches_every_error(file_name: str) -> None:
+    definition = RENDERED[file_name]
+    tasks = graph.matching(definition, lambda state: state["Type"] == "Task")
+    assert tasks
+    uncaught = sorted(name for name in tasks if not graph.catches_everything(graph.states(definition)[name]))
+    assert not uncaught, f"tasks without a States.ALL catch: {uncaught}"
+
+
+@pytest.mark.parametrize("file_name", ALL_FILES)
+def test_every_state_is_reachable_and_every_target_exists(file_name: str) -> None:
+    definition = RENDERED[file_name]
+    names = set(graph.states(definition))
+    for name, state in graph.states(definition).items():
+        missing = set(graph.successors(state)) - names
+        assert not missing, f"{name} goes to missing state(s) {missing}"
+    assert graph.reachable(definition, definition["StartAt"]) == names
+
+
+@pytest.mark.parametrize("file_name", NIGHTLY_FILES)
+def test_every_path_to_an_end_passes_through_a_release(file_name: str) -> None:
+    definition = RENDERED[file_name]
+    releases = graph.matching(definition, graph.is_release)
+    starts = graph.matching(definition, graph.is_capacity_start)
+    assert releases and starts
+    # With the release states taken out, no ending can be reached at all.
+    unreleased = graph.reachable(definition, definition["StartAt"], blocked=releases)
+    endings = {name for name in unreleased if graph.is_terminal(graph.states(definition)[name])}
+    assert not endings, f"{file_name}: {endings} can be reached without releasing the GPU capacity"
+    # ...and every state that can bring capacity up is among those that must still pass a release.
+    assert starts <= unreleased
+
+
+@pytest.mark.parametrize("file_name", NIGHTLY_FILES)
+def test_a_failed_release_still_notifies_and_fails(file_name: str) -> None:
+    definition = RENDERED[file_name]
+    for name in graph.matching(definition, graph.is_release):
+        catch_targets = [catcher["Next"] for catcher in graph.states(definition)[name]["Catch"]]
+        for target in catch_targets:
+            after = graph.reachable(definition, target)
+            assert any(
+                graph.states(definition)[s]["Resource"] == "arn:aws:states:::sns:publish"
+                for s in after
+                if graph.states(definition)[s]["Type"] == "Task"
+            ), f"{name}'s catch never reaches the alerts topic"
+
+
+@pytest.mark.parametrize("file_name", NIGHTLY_FILES)
+def test_an_interruption_leads_to_a_retry_that_resumes(file_name: str) -> None:
+    definition = RENDERED[file_name]
+    interruption_choices = graph.matching(
+        definition,
+        lambda state: any(
+            rule.get("Variable") == "$.interruption_check.count" for rule in state.get("Choices", [])
+        ),
+    )
+    assert len(interruption_choices) == 1
+    (choice,) = interruption_choices
+    rule = next(
+        rule
+        for rule in graph.states(definition)[choice]["Choices"]
+        if rule["Variable"] == "$.interruption_check.count"
+    )
+    releases = graph.matching(definition, graph.is_release)
+    # From the interruption, the work starts again without first releasing (and ending) the run...
+    after = graph.reachable(definition, rule["Next"], blocked=releases)
+    assert graph.matching(definition, graph.is_capacity_start) & after
+    # ...on the same output: nothing on the retry path recomputes the run's date or URIs.
+    assert "PlanRun" not in after and "ResolveDate" not in after
+
+
+def test_eks_retries_a_rayjob_that_failed_without_a_marker() -> None:
+    definition = RENDERED["eks.asl.json"]
+    ended = graph.states(definition)["RayJobEnded"]
+    retry_rule = ended["Choices"][0]
+    assert {"Variable": "$.rayjob_status.value.retryable", "BooleanEquals": True} in retry_rule["And"]
+    releases = graph.matching(definition, graph.is_release)
+    after = graph.reachable(definition, retry_rule["Next"], blocked=releases)
+    assert "SubmitRayJob" in after
+
+
+@pytest.mark.parametrize("file_name", NIGHTLY_FILES)
+def test_every_loop_waits_and_is_bounded(file_name: str) -> None:
+    definition = RENDERED[file_name]
+    waits = graph.matching(definition, lambda state: state["Type"] == "Wait")
+    assert waits and not graph.has_cycle(definition, removed=waits), "a loop that never waits"
+    bounds = {"DeadlinePassed", "AttemptsLeft"}
+    assert not graph.has_cycle(definition, removed=bounds), "a loop that no deadline or attempt limit ends"
+    deadline = graph.states(definition)["DeadlinePassed"]["Choices"][0]
+    assert deadline["NumericGreaterThanEquals"] == SMALL_SUBS["MaxPolls"]
+
+
+@pytest.mark.parametrize("file_name", NIGHTLY_FILES)
+def test_the_state_machine_timeout_outlasts_the_run_deadline(file_name: str) -> None:
+    """The whole-machine timeout is a backstop only: reaching it skips the release (the sweep then acts)."""
+    definition = RENDERED[file_name]
+    deadline_s = int(SMALL_SUBS["RunDeadlineMinutes"]) * 60
+    assert definition["TimeoutSeconds"] > deadline_s
+
+
+@pytest.mark.parametrize("file_name", sorted(statemachines.SWEEP.values()))
+def test_sweep_releases_only_when_no_run_is_going(file_name: str) -> None:
+    definition = RENDERED[file_name]
+    choice = graph.states(definition)["RunGoing"]
+    assert choice["Choices"][0]["Variable"] == "$.running.executions[0]"
+    releases = graph.matching(definition, graph.is_release)
+    assert not releases & graph.reachable(definition, choice["Choices"][0]["Next"])
+    assert releases & graph.reachable(definition, choice["Default"])
+
+
+def test_render_refuses_missing_and_unused_substitutions() -> None:
+    partial = {key: value for key, value in SMALL_SUBS.items() if key != "AutoScalingGroup"}
+    with pytest.raises(ValueError, match=r"no value for placeholder.*AutoScalingGroup"):
+        statemachines.render("small.asl.json", partial)
+    with pytest.raises(ValueError, match="SubmitFunction are not used"):
+        statemachines.render("small.asl.json", {**SMALL_SUBS, "SubmitFunction": "x"})
+    with pytest.raises(ValueError, match="single quote"):
+        statemachines.render("small.asl.json", {**SMALL_SUBS, "Stack": "it's"})
+
+
+def test_render_keeps_types_and_fills_inside_strings() -> None:
+    rendered = RENDERED["small.asl.json"]
+    assert rendered["States"]["WaitForJob"]["Seconds"] == 60
+    assert rendered["TimeoutSeconds"] == 15600
+    plan = rendered["States"]["PlanRun"]["Parameters"]
+    assert plan["output_uri.$"] == "States.Format('s3://llm-batch-small-data/output/{}/', $.date)"
+    assert not statemachines.placeholders(rendered)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "message"),
+    [
+        ("output/", "exactly once"),
+        ("output/{date}/{date}/", "exactly once"),
+        ("output/{date}", "ending in '/'"),
+        ("/output/{date}/", "relative"),
+        ("out{x}/{date}/", "braces"),
+    ],
+)
+def test_format_template_refuses_bad_prefixes(prefix: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        statemachines.format_template(prefix, key="job.output_prefix")
+
+
+def test_unknown_definition_file_is_named() -> None:
+    with pytest.raises(FileNotFoundError, match=r"nope\.asl\.json"):
+        statemachines.load("nope.asl.json")

@@ -1,0 +1,210 @@
+"""The EKS tiers' nightly state machine executed on moto, driving the real submit function.
+
+moto would run a Lambda function in Docker (absent here); instead its Lambda API is switched to moto's
+Docker-free backend and that backend's invoke is pointed at the real handler, run in-process against the
+moto server (S3, EKS node groups) and a TLS Kubernetes API stand-in (tests/infra/fake_kube.py). What stands
+in for the cluster is the test's own thread, which plays KubeRay and the job: it sees the RayJob the function
+created and writes the job's markers, or a RayJob status.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import threading
+import urllib.request
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from infra import statemachines
+from infra.functions.submit_rayjob import handler as submit
+from tests.infra.fake_kube import FakeKube
+from tests.infra.nightly_aws import (
+    SmallStack,
+    create_small_stack,
+    create_state_machine,
+    executing_state_machines,
+    summary,
+    wait_for,
+    wait_for_end,
+)
+from tests.infra.test_submit_rayjob import CLUSTER, NAMESPACE, NODEGROUP, RAYJOBS, template_for
+
+
+def _set_lambda_docker(endpoint: str, enabled: bool) -> None:
+    body = json.dumps({"lambda": {"use_docker": enabled}}).encode()
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/config", data=body, method="POST"))
+
+
+@pytest.fixture
+def eks_stack(
+    moto_reset: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[SmallStack, FakeKube, str]]:
+    """Bucket, alerts, an EKS GPU group at 0, the submit function behind moto's Lambda API, a cluster API."""
+    from moto.awslambda_simple.models import LambdaSimpleBackend
+
+    kube = FakeKube(tmp_path)
+    with executing_state_machines(moto_reset):
+        _set_lambda_docker(moto_reset, False)
+        try:
+            stack = create_small_stack()
+            template = tmp_path / "night_template.json"
+            template.write_text(json.dumps(template_for("medium", stack.bucket)))
+            for key, value in {
+                "CLUSTER_NAME": CLUSTER,
+                "API_SERVER": kube.url,
+                "CLUSTER_CA": base64.b64encode(kube.ca_pem.encode()).decode(),
+                "NAMESPACE": NAMESPACE,
+                "CAPACITY_MODE": "nodegroup",
+                "NODEGROUP": NODEGROUP,
+                "GPU_NODES": "2",
+                "RAYJOB_TEMPLATE": str(template),
+            }.items():
+                monkeypatch.setenv(key, value)
+
+            def invoke(self: Any, function_name: str, qualifier: Any, body: Any, *args: Any) -> bytes:
+                return json.dumps(submit.handler(json.loads(body))).encode()
+
+            monkeypatch.setattr(LambdaSimpleBackend, "invoke", invoke)
+            eks = boto3.client("eks")
+            eks.create_cluster(
+                name=CLUSTER,
+                roleArn="arn:aws:iam::123456789012:role/eks",
+                resourcesVpcConfig={"subnetIds": []},
+            )
+            eks.create_nodegroup(
+                clusterName=CLUSTER,
+                nodegroupName=NODEGROUP,
+                nodeRole="arn:aws:iam::123456789012:role/nodes",
+                subnets=["subnet-1"],
+                scalingConfig={"minSize": 0, "maxSize": 2, "desiredSize": 0},
+            )
+            role = boto3.client("iam").create_role(
+                RoleName="submit-rayjob",
+                AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []}),
+            )["Role"]["Arn"]
+            archive = io.BytesIO()
+            with zipfile.ZipFile(archive, "w") as zipped:
+                zipped.write(submit.__file__, "handler.py")
+            function_arn = boto3.client("lambda").create_function(
+                FunctionName="llm-batch-medium-submit-rayjob",
+                Runtime="python3.12",
+                Role=role,
+                Handler="handler.handler",
+                Code={"ZipFile": archive.getvalue()},
+            )["FunctionArn"]
+            yield stack, kube, function_arn
+        finally:
+            _set_lambda_docker(moto_reset, True)
+            kube.stop()
+
+
+def _start(stack: SmallStack, function_arn: str, **overrides: int) -> str:
+    subs = {
+        key: value
+        for key, value in stack.substitutions(**overrides).items()
+        if key not in ("AutoScalingGroup", "RunRequestKey")
+    }
+    definition = statemachines.render(
+        "eks.asl.json", {**subs, "Stack": "medium", "SubmitFunction": function_arn}
+    )
+    stack.state_machine_arn = create_state_machine("llm-batch-medium-nightly", definition)
+    return str(
+        boto3.client("stepfunctions").start_execution(
+            stateMachineArn=stack.state_machine_arn, input=json.dumps({"date": "2026-11-28"})
+        )["executionArn"]
+    )
+
+
+def _desired() -> int:
+    described = boto3.client("eks").describe_nodegroup(clusterName=CLUSTER, nodegroupName=NODEGROUP)
+    return int(described["nodegroup"]["scalingConfig"]["desiredSize"])
+
+
+class Cluster(threading.Thread):
+    """Plays KubeRay and the job for each RayJob the function creates, in turn: `outcomes` says what each does
+    (a marker file the job writes, or a RayJob status KubeRay reports)."""
+
+    def __init__(self, stack: SmallStack, kube: FakeKube, outcomes: list[tuple[str, Any]]) -> None:
+        super().__init__(daemon=True)
+        self.stack, self.kube, self.outcomes = stack, kube, outcomes
+        self.seen: list[str] = []
+        self.desired_while_running: list[int] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for kind, outcome in self.outcomes:
+                wait_for(
+                    lambda: (
+                        len(self.kube.names(RAYJOBS)) == 1 and self.kube.names(RAYJOBS)[0] not in self.seen
+                    )
+                )
+                (name,) = self.kube.names(RAYJOBS)
+                self.seen.append(name)
+                self.desired_while_running.append(_desired())
+                if kind == "status":
+                    self.kube.objects[f"{RAYJOBS}/{name}"]["status"] = outcome
+                else:
+                    boto3.client("s3").put_object(
+                        Bucket=self.stack.bucket,
+                        Key=f"output/2026-11-28/{kind}",
+                        Body=json.dumps(outcome).encode(),
+                    )
+        except BaseException as error:  # surfaced by the test through .error
+            self.error = error
+
+
+def test_a_night_on_eks_submits_follows_and_releases(eks_stack: tuple[SmallStack, FakeKube, str]) -> None:
+    stack, kube, function_arn = eks_stack
+    cluster = Cluster(stack, kube, [("summary.json", summary())])
+    cluster.start()
+    result = wait_for_end(_start(stack, function_arn))
+    cluster.join(timeout=5)
+    assert cluster.error is None
+    assert result["status"] == "SUCCEEDED", result
+    assert cluster.seen == ["llm-batch-20261128-a1"]
+    assert cluster.desired_while_running == [2], "capacity_up set the GPU group to its run size"
+    assert kube.names(RAYJOBS) == [] and _desired() == 0, "released: RayJob deleted, GPU group at 0"
+    assert json.loads(result["output"])["attempts"] == 1
+
+
+def test_a_rayjob_lost_to_the_platform_is_resubmitted_on_the_same_output(
+    eks_stack: tuple[SmallStack, FakeKube, str],
+) -> None:
+    stack, kube, function_arn = eks_stack
+    lost = {"jobDeploymentStatus": "Failed", "reason": "SubmissionFailed", "message": "head pod evicted"}
+    cluster = Cluster(stack, kube, [("status", lost), ("summary.json", summary())])
+    cluster.start()
+    result = wait_for_end(_start(stack, function_arn))
+    cluster.join(timeout=5)
+    assert cluster.error is None
+    assert result["status"] == "SUCCEEDED", result
+    assert cluster.seen == ["llm-batch-20261128-a1", "llm-batch-20261128-a2"]
+    assert json.loads(result["output"])["attempts"] == 2
+    assert kube.names(RAYJOBS) == [] and _desired() == 0
+
+
+def test_a_failed_job_on_eks_releases_and_alerts(eks_stack: tuple[SmallStack, FakeKube, str]) -> None:
+    stack, kube, function_arn = eks_stack
+    failed = {
+        "jobDeploymentStatus": "Failed",
+        "jobStatus": "FAILED",
+        "reason": "AppFailed",
+        "message": "exit 1",
+    }
+    cluster = Cluster(stack, kube, [("status", failed)])
+    cluster.start()
+    result = wait_for_end(_start(stack, function_arn))
+    assert result["status"] == "FAILED"
+    cause = json.loads(result["cause"])
+    assert cause["Error"] == "RayJobFailed" and "AppFailed" in cause["Cause"]
+    assert kube.names(RAYJOBS) == [] and _desired() == 0
+    (alert,) = stack.alerts()
+    assert "RayJobFailed" in alert and "released" in alert

@@ -1,0 +1,159 @@
+"""The small tier's nightly state machine and sweep, executed by a real moto server.
+
+moto runs the definitions and calls S3, Auto Scaling, SNS and Step Functions over HTTP. The EKS definition
+runs in tests/infra/test_nightly_eks_execution.py (its function in-process behind moto's Lambda API). The
+sweeps call `aws-sdk:sfn:listExecutions` with AWS's PascalCase parameters, which moto forwards unconverted
+to its camelCase Step Functions API (a KeyError there), so the sweeps are covered by the graph tests only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import boto3
+import pytest
+
+from infra import statemachines
+from tests.infra.nightly_aws import (
+    FakeInstance,
+    SmallStack,
+    create_small_stack,
+    create_state_machine,
+    executing_state_machines,
+    summary,
+    wait_for,
+    wait_for_end,
+)
+
+
+@pytest.fixture
+def small_stack(moto_reset: str) -> Iterator[SmallStack]:
+    with executing_state_machines(moto_reset):
+        yield create_small_stack()
+
+
+def _start(stack: SmallStack, run_input: dict[str, str] | None = None, **overrides: int) -> str:
+    definition = statemachines.render("small.asl.json", stack.substitutions(**overrides))
+    stack.state_machine_arn = create_state_machine("llm-batch-small-nightly", definition)
+    return str(
+        boto3.client("stepfunctions").start_execution(
+            stateMachineArn=stack.state_machine_arn, input=json.dumps(run_input or {})
+        )["executionArn"]
+    )
+
+
+def test_a_run_scales_up_waits_for_the_summary_and_scales_down(small_stack: SmallStack) -> None:
+    instance = FakeInstance(small_stack, [("summary.json", summary(rows=100))])
+    instance.start()
+    execution = _start(small_stack, {"date": "2026-11-28"})
+    result = wait_for_end(execution)
+    instance.join(timeout=5)
+    assert instance.error is None
+    assert result["status"] == "SUCCEEDED", result
+    assert small_stack.desired_capacity() == 0
+    (request,) = instance.requests
+    assert request["input_uri"] == "s3://llm-batch-small-data/input/2026-11-28/"
+    assert request["output_uri"] == "s3://llm-batch-small-data/output/2026-11-28/"
+    output = json.loads(result["output"])
+    assert output["summary_uri"] == "s3://llm-batch-small-data/output/2026-11-28/summary.json"
+    assert output["attempts"] == 1
+    assert small_stack.alerts() == []
+
+
+def test_a_scheduled_run_takes_the_date_of_its_scheduled_time(small_stack: SmallStack) -> None:
+    """EventBridge Scheduler passes `{"scheduled_time": "<aws.scheduler.scheduled-time>"}`.
+
+    (A bare start falls back to `$$.Execution.StartTime`; moto hands that to intrinsics as a datetime, not
+    AWS's string, so that branch is checked by the validator and graph tests only.)
+    """
+    instance = FakeInstance(small_stack, [("summary.json", summary())])
+    instance.start()
+    result = wait_for_end(_start(small_stack, {"scheduled_time": "2026-11-29T01:00:00Z"}))
+    assert result["status"] == "SUCCEEDED", result
+    assert json.loads(result["output"])["date"] == "2026-11-29"
+    assert instance.requests[0]["output_uri"] == "s3://llm-batch-small-data/output/2026-11-29/"
+
+
+def test_an_interruption_is_retried_on_the_same_output_and_resumes(small_stack: SmallStack) -> None:
+    instance = FakeInstance(
+        small_stack,
+        [("_interrupted.json", {"reason": "spot interruption notice"}), ("summary.json", summary())],
+    )
+    instance.start()
+    result = wait_for_end(_start(small_stack, {"date": "2026-11-28"}))
+    instance.join(timeout=5)
+    assert instance.error is None
+    assert result["status"] == "SUCCEEDED", result
+    assert json.loads(result["output"])["attempts"] == 2
+    first, second = instance.requests
+    assert first["output_uri"] == second["output_uri"], "a retry must reuse the output so the job resumes"
+    assert small_stack.desired_capacity() == 0
+
+
+def test_too_many_interruptions_fail_release_and_notify(small_stack: SmallStack) -> None:
+    instance = FakeInstance(small_stack, [("_interrupted.json", {"reason": "spot"})])
+    instance.start()
+    result = wait_for_end(_start(small_stack, {"date": "2026-11-28"}, MaxAttempts=1))
+    assert result["status"] == "FAILED"
+    assert json.loads(result["cause"])["Error"] == "RetriesExhausted"
+    assert small_stack.desired_capacity() == 0
+    (alert,) = small_stack.alerts()
+    assert "RetriesExhausted" in alert
+
+
+def test_a_failed_job_releases_and_notifies_with_the_reason(small_stack: SmallStack) -> None:
+    s3 = boto3.client("s3")
+    execution = _start(small_stack, {"date": "2026-11-28"})
+    wait_for(lambda: small_stack.desired_capacity() == 1, what="the group to scale to 1")
+    # What the job writes on a failure it cannot recover from: the reason in the body and in metadata.
+    s3.put_object(
+        Bucket=small_stack.bucket,
+        Key="output/2026-11-28/_failed.json",
+        Body=json.dumps({"reason": "input prefix is empty"}).encode(),
+        Metadata={"reason": "input prefix is empty"},
+    )
+    result = wait_for_end(execution)
+    assert result["status"] == "FAILED"
+    assert result["error"] == "NightlyRunFailed"
+    cause = json.loads(result["cause"])
+    assert cause["Error"] == "JobFailed" and "input prefix is empty" in cause["Cause"]
+    assert small_stack.desired_capacity() == 0
+    (alert,) = small_stack.alerts()
+    assert "input prefix is empty" in alert and "2026-11-28" in alert and "released" in alert
+
+
+def test_a_rerun_of_a_failed_night_ignores_the_last_runs_markers(small_stack: SmallStack) -> None:
+    """Markers of the previous run are cleared at the start; committed shards are not (the job resumes)."""
+    s3 = boto3.client("s3")
+    for key in ("_failed.json", "_interrupted.json", "results/shard-00000.parquet"):
+        s3.put_object(Bucket=small_stack.bucket, Key=f"output/2026-11-28/{key}", Body=b"{}")
+    instance = FakeInstance(small_stack, [("summary.json", summary())])
+    instance.start()
+    result = wait_for_end(_start(small_stack, {"date": "2026-11-28"}))
+    assert result["status"] == "SUCCEEDED", result
+    assert json.loads(result["output"])["attempts"] == 1
+    left = s3.list_objects_v2(Bucket=small_stack.bucket, Prefix="output/2026-11-28/")["Contents"]
+    assert sorted(item["Key"] for item in left) == [
+        "output/2026-11-28/results/shard-00000.parquet",
+        "output/2026-11-28/summary.json",
+    ]
+
+
+def test_the_deadline_ends_a_run_that_never_reports(small_stack: SmallStack) -> None:
+    result = wait_for_end(_start(small_stack, {"date": "2026-11-28"}, MaxPolls=3))
+    assert result["status"] == "FAILED"
+    assert json.loads(result["cause"])["Error"] == "DeadlineExceeded"
+    assert small_stack.desired_capacity() == 0
+    (alert,) = small_stack.alerts()
+    assert "DeadlineExceeded" in alert
+
+
+def test_a_failing_task_is_caught_and_the_capacity_still_released(small_stack: SmallStack) -> None:
+    """The data bucket is gone: the first task fails, its catch releases, notifies and fails the run."""
+    small_stack.bucket = "llm-batch-no-such-bucket"
+    result = wait_for_end(_start(small_stack, {"date": "2026-11-28"}))
+    assert result["status"] == "FAILED"
+    assert "NoSuchBucket" in json.loads(result["cause"])["Error"]
+    assert small_stack.desired_capacity() == 0
+    assert len(small_stack.alerts()) == 1

@@ -1,0 +1,173 @@
+"""The offline plan: the program runs under mocks for every stack and reports what it would create."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infra import plan as plan_module
+from infra.config import StackConfigError
+from infra.plan import ROOT, PlanError, capture_plan, render_tree, run_program
+from infra.plan_mocks import PlanMocks
+from infra.policy import main as policy_main
+from tests.infra.conftest import STACKS
+
+SHARED_COMPONENTS = {
+    "llmbatch:providers:Providers",
+    "llmbatch:kms:EncryptionKey",
+    "llmbatch:storage:DataBucket",
+    "llmbatch:alerts:Alerts",
+}
+
+
+def test_every_tier_has_a_stack_file() -> None:
+    assert set(STACKS) >= {"small", "medium", "large"}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_plan_lists_the_shared_components(plan_for, stack: str) -> None:
+    plan = plan_for(stack)
+    types = {item["type"] for item in plan}
+    assert types >= SHARED_COMPONENTS
+    for item in plan:
+        assert {"type", "name", "parent", "inputs"} <= set(item)
+    # Every AWS resource is a child of one of the program's components, not loose in the stack.
+    components = {item["urn"] for item in plan if not item["custom"]}
+    loose = [item["name"] for item in plan if item["custom"] and item["parent"] not in components]
+    assert loose == []
+
+
+def test_unknown_stack_names_the_known_ones() -> None:
+    with pytest.raises(PlanError, match=r"no stack file stacks/Pulumi\.nope\.yaml; stacks: .*small"):
+        capture_plan("nope")
+
+
+def test_cli_prints_a_tree_and_json(plan_for) -> None:
+    tree = subprocess.run(
+        [sys.executable, "-m", "infra.plan", "small"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    # The tree, then the cost estimate (tests/infra/test_cost_inputs.py checks that part).
+    assert tree.startswith(render_tree(plan_for("small")) + "\n\nMonthly cost estimate for stack small")
+    assert "aws:s3/bucket:Bucket  storage-bucket" in tree
+    listed = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "infra.plan", "small", "--json"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    assert listed == plan_for("small")
+
+
+def test_tree_shows_kubernetes_manifests_in_full() -> None:
+    stack_urn = "urn:pulumi:s::llm-batch::pulumi:pulumi:Stack::llm-batch-s"
+    component = {
+        "urn": "urn:c",
+        "type": "llmbatch:eks:Workload",
+        "name": "w",
+        "parent": stack_urn,
+        "custom": False,
+    }
+    manifest = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": "nightly", "namespace": "llm-batch"},
+        "spec": {"entrypoint": "python -m workload run --config /etc/llm-batch/job.yaml"},
+    }
+    job = {
+        "urn": "urn:j",
+        "type": "kubernetes:ray.io/v1:RayJob",
+        "name": "nightly",
+        "parent": "urn:c",
+        "custom": True,
+        "inputs": manifest,
+    }
+    tree = render_tree([component, job])
+    assert (
+        "* llmbatch:eks:Workload  w\n  + kubernetes:ray.io/v1:RayJob  nightly\n      apiVersion: ray.io/v1"
+        in tree
+    )
+    assert "        entrypoint: python -m workload run --config /etc/llm-batch/job.yaml" in tree
+
+
+def test_program_with_secret_token_and_existing_vpc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole program in this process, from a stack file with an encrypted value and an existing VPC."""
+    (tmp_path / "Pulumi.edge.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "config": {
+                    "llm-batch:tier": "small",
+                    "llm-batch:cost_center": "cc-9",
+                    "llm-batch:region": "eu-west-1",
+                    "llm-batch:hub_token": {"secure": "AAABAJ0x...encrypted"},
+                    "llm-batch:network": {
+                        "existing_vpc_id": "vpc-0abc",
+                        "existing_private_subnet_ids": ["subnet-01", "subnet-02"],
+                    },
+                    "llm-batch:small": {"instance_type": "g6.xlarge", "root_volume_gib": 300},
+                }
+            }
+        )
+    )
+    monkeypatch.setattr(plan_module, "STACKS_DIR", tmp_path)
+    plan = run_program("edge")
+    types = [item["type"] for item in plan]
+    assert "aws:ec2/vpc:Vpc" not in types and "aws:ec2/natGateway:NatGateway" not in types
+    versions = [item for item in plan if item["type"] == "aws:secretsmanager/secretVersion:SecretVersion"]
+    assert {item["name"] for item in versions} == {"secrets-job-settings", "secrets-hub-token"}
+    assert all(item["inputs"]["secretString"] == "[secret]" for item in versions)
+    template = next(item for item in plan if item["type"] == "aws:ec2/launchTemplate:LaunchTemplate")[
+        "inputs"
+    ]
+    assert template["instanceType"] == "g6.xlarge"
+    assert template["blockDeviceMappings"][0]["ebs"]["volumeSize"] == 300
+    group = next(item for item in plan if item["type"] == "aws:autoscaling/group:Group")["inputs"]
+    assert group["vpcZoneIdentifiers"] == ["subnet-01", "subnet-02"]
+    provider = next(item for item in plan if item["name"] == "providers-aws")["inputs"]
+    assert provider["region"] == "eu-west-1"
+    assert json.loads(provider["defaultTags"])["tags"]["CostCenter"] == "cc-9"
+    bucket = next(item for item in plan if item["type"] == "aws:s3/bucket:Bucket")["inputs"]
+    assert bucket["bucket"] == "llm-batch-edge-data-123456789012-eu-west-1"
+
+
+def test_bad_stack_config_stops_the_plan_naming_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "Pulumi.bad.yaml").write_text(
+        "config:\n  llm-batch:tier: small\n  llm-batch:network:\n    az_count: 1\n"
+    )
+    monkeypatch.setattr(plan_module, "STACKS_DIR", tmp_path)
+    with pytest.raises(StackConfigError) as caught:
+        run_program("bad")
+    assert "llm-batch:cost_center: Field required" in str(caught.value)
+    assert "llm-batch:network.az_count: Input should be greater than or equal to 2" in str(caught.value)
+
+
+def test_every_lookup_goes_through_the_stack_provider() -> None:
+    """Data sources (caller identity, zones, the AMI) use the tagged, regional provider, not a default."""
+    mocks = PlanMocks(region="us-east-1")
+    plan = run_program("small", mocks=mocks)
+    provider = next(item for item in plan if item["name"] == "providers-aws")
+    tokens = {token for token, _ in mocks.calls}
+    assert {
+        "aws:index/getCallerIdentity:getCallerIdentity",
+        "aws:index/getAvailabilityZones:getAvailabilityZones",
+        "aws:ssm/getParameter:getParameter",
+    } <= tokens
+    assert all(reference.startswith(provider["urn"] + "::") for _, reference in mocks.calls), mocks.calls
+
+
+def test_policy_cli_reports_each_check(capsys: pytest.CaptureFixture[str]) -> None:
+    assert policy_main(["small"]) == 0
+    out = capsys.readouterr().out
+    # Named, not counted from CHECKS: a check that silently drops out of the CLI must fail here.
+    assert [line.split() for line in out.splitlines()] == [
+        ["ok", check] for check in ("cost-tags", "buckets", "iam", "launch-templates", "security-groups", "images")
+    ]

@@ -1,0 +1,136 @@
+"""`python -m infra.run` and `python -m infra.status` against the small state machine running on moto."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+
+from infra import run, statemachines, status
+from infra.stack_outputs import OutputsError, load_outputs
+from tests.infra.nightly_aws import (
+    FakeInstance,
+    SmallStack,
+    create_small_stack,
+    create_state_machine,
+    executing_state_machines,
+    summary,
+    wait_for_end,
+)
+
+
+@pytest.fixture
+def deployed(moto_reset: str, tmp_path: Path) -> Iterator[tuple[SmallStack, Path]]:
+    """A small stack with its nightly state machine, and its outputs saved as `pulumi stack output --json`."""
+    with executing_state_machines(moto_reset):
+        stack = create_small_stack()
+        definition = statemachines.render("small.asl.json", stack.substitutions(MaxPolls=5))
+        stack.state_machine_arn = create_state_machine("llm-batch-small-nightly", definition)
+        outputs = tmp_path / "outputs.json"
+        outputs.write_text(
+            json.dumps(
+                {
+                    "nightly_state_machine_arn": stack.state_machine_arn,
+                    "data_bucket": stack.bucket,
+                    "region": "us-east-1",
+                }
+            )
+        )
+        yield stack, outputs
+
+
+def test_run_now_then_status_shows_state_rows_and_cost(
+    deployed: tuple[SmallStack, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    stack, outputs = deployed
+    instance = FakeInstance(stack, [("summary.json", summary(rows=250))])
+    instance.start()
+    assert run.main(["small", "--outputs", str(outputs), "--date", "2026-11-27"]) == 0
+    started = capsys.readouterr().out
+    assert "for 2026-11-27" in started
+    execution_arn = started.split(": ", 1)[1].split()[0]
+    assert wait_for_end(execution_arn)["status"] == "SUCCEEDED"
+
+    # A second night that fails: the deadline passes with no summary.
+    assert run.main(["small", "--outputs", str(outputs), "--date", "2026-11-28"]) == 0
+    second = capsys.readouterr().out.split(": ", 1)[1].split()[0]
+    assert wait_for_end(second)["status"] == "FAILED"
+
+    assert status.main(["small", "--outputs", str(outputs), "--price-per-hour", "1.006", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    by_date = {row["date"]: row for row in rows}
+    ok, failed = by_date["2026-11-27"], by_date["2026-11-28"]
+    assert ok["state"] == "SUCCEEDED" and (ok["rows_in"], ok["rows_ok"], ok["rows_failed"]) == (250, 249, 1)
+    assert ok["cost_usd"] == round(ok["duration_s"] / 3600 * 1.006, 2)
+    assert failed["state"] == "FAILED" and failed["rows_in"] is None
+    assert failed["reason"].startswith(
+        "DeadlineExceeded: no summary.json under s3://llm-batch-small-data/output/"
+    )
+
+    assert status.main(["small", "--outputs", str(outputs)]) == 0
+    table = capsys.readouterr().out
+    assert "SUCCEEDED" in table and "249/250" in table and "DeadlineExceeded" in table
+
+
+def test_status_prefers_the_jobs_own_cost(deployed: tuple[SmallStack, Path]) -> None:
+    stack, outputs = deployed
+    instance = FakeInstance(stack, [("summary.json", {**summary(), "cost_usd": 0.4242})])
+    instance.start()
+    execution_arn = run.start_run(load_outputs("small", str(outputs)), "2026-11-26")
+    assert wait_for_end(execution_arn)["status"] == "SUCCEEDED"
+    (row,) = status.last_runs(load_outputs("small", str(outputs)), price_per_hour=99.0)
+    assert (row.cost_usd, row.cost_basis) == (0.42, "job")
+
+
+def test_run_refuses_while_a_run_is_going(
+    deployed: tuple[SmallStack, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, outputs = deployed
+    first = run.start_run(load_outputs("small", str(outputs)), "2026-11-28")
+    try:
+        assert run.main(["small", "--outputs", str(outputs)]) == 2
+        assert "already going" in capsys.readouterr().err
+    finally:
+        boto3.client("stepfunctions").stop_execution(executionArn=first)
+
+
+def test_status_with_no_runs_says_so(
+    deployed: tuple[SmallStack, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, outputs = deployed
+    assert status.main(["small", "--outputs", str(outputs)]) == 0
+    assert "(no runs yet)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "does not exist"),
+        ("not json", "is not JSON"),
+        ("{}", "lack nightly_state_machine_arn"),
+    ],
+)
+def test_bad_outputs_are_named(
+    content: str | None, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "outputs.json"
+    if content is not None:
+        path.write_text(content)
+    assert run.main(["small", "--outputs", str(path)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_bad_date_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "outputs.json"
+    path.write_text(json.dumps({"nightly_state_machine_arn": "arn:aws:states:us-east-1:1:stateMachine:x"}))
+    assert run.main(["small", "--outputs", str(path), "--date", "28.11.2026"]) == 2
+    assert "--date must be YYYY-MM-DD" in capsys.readouterr().err
+
+
+def test_without_pulumi_or_a_file_the_error_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(OutputsError, match="pass --outputs FILE"):
+        load_outputs("small")

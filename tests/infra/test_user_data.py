@@ -1,0 +1,147 @@
+"""The small node's boot script, run for real by bash against stand-in `aws`, `docker`, `curl` and `chown`.
+
+Stand-ins because no AWS account, Docker engine or instance metadata service exists here; each records its
+arguments and answers as the real command would, so the script's own logic (date substitution, the token
+file, the container's arguments, scaling back to 0) is what is tested.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infra.components.user_data import BootSettings, job_config_path, render_user_data
+from infra.config import load_stack_config
+from workload.config import load_config, render_config
+
+TOKEN = "hf_dont_print_me_123"
+SETTINGS_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:llm-batch-small/job-settings-AbCdEf"
+TOKEN_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:llm-batch-small/hub-token-GhIjKl"
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/llm-batch/workload:0.1.0"
+
+STUB = """#!/bin/bash
+printf '%s\\n' "$(basename "$0") $*" >> "$CALLS"
+case "$(basename "$0") $*" in
+  "aws secretsmanager get-secret-value --secret-id {settings}"*) cat "$JOB_SETTINGS" ;;
+  "aws secretsmanager get-secret-value --secret-id {token}"*)
+    if [ -n "${{HUB_TOKEN:-}}" ]; then printf '%s' "$HUB_TOKEN"
+    else echo "ResourceNotFoundException" >&2; exit 254; fi ;;
+  "aws ecr get-login-password"*) echo "ecr-password" ;;
+  "curl -sf -X PUT"*) echo "imds-token" ;;
+  "curl -sf -H"*) echo "i-0123456789abcdef0" ;;
+  "docker login"*) cat > /dev/null ;;
+  "docker run"*) exit "${{JOB_EXIT:-0}}" ;;
+esac
+"""
+
+
+def _settings(config_dir: Path) -> BootSettings:
+    return BootSettings(
+        region="us-east-1",
+        image=IMAGE,
+        job_settings_secret_arn=SETTINGS_ARN,
+        hub_token_secret_arn=TOKEN_ARN,
+        log_group="/llm-batch/small/job",
+        group_name="llm-batch-small-gpu",
+        config_dir=str(config_dir),
+    )
+
+
+def _boot(
+    tmp_path: Path, *, token: str | None, job_exit: int = 0
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for command in ("aws", "docker", "curl", "chown"):
+        path = bin_dir / command
+        path.write_text(STUB.format(settings=SETTINGS_ARN, token=TOKEN_ARN))
+        path.chmod(0o755)
+    config = load_stack_config("small", {"cost_center": "cc", "job": {"model_source": "Qwen/Qwen2.5-0.5B"}})
+    job = config.job_config("s3://data/input/{date}/", "s3://data/output/{date}/", stack="small")
+    settings_file = tmp_path / "job-settings.yaml"
+    settings_file.write_text(render_config(job))
+    script = tmp_path / "user-data.sh"
+    script.write_text(render_user_data(_settings(tmp_path / "etc")))
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "CALLS": str(tmp_path / "calls.log"),
+        "JOB_SETTINGS": str(settings_file),
+        "HUB_TOKEN": token or "",
+        "JOB_EXIT": str(job_exit),
+    }
+    result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    return result, tmp_path
+
+
+def _calls(tmp_path: Path) -> list[str]:
+    return (tmp_path / "calls.log").read_text().splitlines()
+
+
+def test_script_is_valid_bash(tmp_path: Path) -> None:
+    script = tmp_path / "user-data.sh"
+    script.write_text(render_user_data(_settings(Path("/etc/llm-batch"))))
+    subprocess.run(["bash", "-n", str(script)], check=True)
+
+
+def test_boot_runs_the_job_with_todays_config_and_stands_down(tmp_path: Path) -> None:
+    result, root = _boot(tmp_path, token=TOKEN)
+    assert result.returncode == 0, result.stderr
+    today = dt.datetime.now(dt.UTC).date().isoformat()
+    job = load_config(job_config_path(str(root / "etc")))
+    assert job.input.uri == f"s3://data/input/{today}/" and job.output.uri == f"s3://data/output/{today}/"
+    assert job.model.source == "Qwen/Qwen2.5-0.5B" and job.device == "gpu"
+    token_file = root / "etc" / "secrets" / "hub_token"
+    assert token_file.read_text() == TOKEN
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    calls = _calls(root)
+    run = next(call for call in calls if call.startswith("docker run"))
+    assert "--gpus all" in run and f"{IMAGE} run --config {root}/etc/job.yaml" in run
+    assert f"HF_TOKEN_PATH={root}/etc/secrets/hub_token" in run
+    assert "--log-opt awslogs-group=/llm-batch/small/job" in run
+    assert f"awslogs-stream={today}/i-0123456789abcdef0" in run
+    assert f"chown -R 1000:1000 {root}/etc" in calls
+    assert (
+        calls[-1] == "aws autoscaling set-desired-capacity --auto-scaling-group-name llm-batch-small-gpu "
+        "--desired-capacity 0"
+    )
+    # The token is only ever in its file: not in a command line, not in the script's output.
+    assert all(TOKEN not in call for call in calls)
+    assert TOKEN not in result.stdout + result.stderr
+
+
+def test_boot_without_a_token_and_a_failing_job_still_stands_down(tmp_path: Path) -> None:
+    result, root = _boot(tmp_path, token=None, job_exit=3)
+    assert result.returncode == 0, result.stderr
+    assert not (root / "etc" / "secrets" / "hub_token").exists()
+    assert not (root / "etc" / "secrets" / "hub_token.tmp").exists()
+    assert "llm-batch job exited with status 3" in result.stdout
+    assert _calls(root)[-1].startswith("aws autoscaling set-desired-capacity")
+
+
+def test_job_settings_render_round_trips() -> None:
+    config = load_stack_config("small", {"cost_center": "cc"})
+    job = config.job_config("s3://b/input/{date}/", "s3://b/output/{date}/", stack="small")
+    assert yaml.safe_load(render_config(job))["input"]["uri"] == "s3://b/input/{date}/"
+
+
+@pytest.mark.parametrize("hostile", ["x'; rm -rf / #", "$(reboot)"])
+def test_values_are_quoted(tmp_path: Path, hostile: str) -> None:
+    settings = BootSettings(
+        region="us-east-1",
+        image=IMAGE,
+        job_settings_secret_arn=hostile,
+        hub_token_secret_arn=TOKEN_ARN,
+        log_group="/llm-batch/small/job",
+        group_name="g",
+    )
+    script = render_user_data(settings)
+    assert f"--secret-id {hostile} " not in script
+    path = tmp_path / "s.sh"
+    path.write_text(script)
+    subprocess.run(["bash", "-n", str(path)], check=True)

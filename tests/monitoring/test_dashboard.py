@@ -1,0 +1,76 @@
+"""The dashboard body: charts only what the job publishes, draws the configured thresholds, and CloudWatch
+(moto) stores it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import boto3
+
+from monitoring.alarms import AlarmThresholds
+from monitoring.dashboard import dashboard_body
+from monitoring.queries import load_queries
+from tests.monitoring.conftest import GROUP, STACK, PublishedRun
+from workload import metric_names as mn
+
+THRESHOLDS = AlarmThresholds(batch_latency_p95_max_s=90, gpu_util_min_percent=40, error_ratio_max=0.1)
+
+
+def _body(alarm_arns: list[str] | None = None) -> dict[str, Any]:
+    slow = next(query for query in load_queries() if query.name == "slow_batches")
+    return dashboard_body(STACK, "RayDataLLM/BatchInference", "eu-west-1", THRESHOLDS, GROUP, slow, alarm_arns or [])
+
+
+def _by_title(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {widget["properties"]["title"]: widget for widget in body["widgets"]}
+
+
+def test_dashboard_charts_what_the_job_published(published_run: PublishedRun) -> None:
+    published = {
+        (m["MetricName"], tuple((d["Name"], d["Value"]) for d in m["Dimensions"])) for m in published_run.metrics
+    }
+    charted = set()
+    for widget in _body()["widgets"]:
+        for line in widget["properties"].get("metrics", []):
+            if isinstance(line[0], dict):
+                continue  # a math expression over the lines beside it
+            namespace, name, dim_name, dim_value = line[:4]
+            assert namespace == published_run.config.namespace
+            assert (name, ((dim_name, dim_value),)) in published, f"{widget['properties']['title']}: {name}"
+            charted.add(name)
+    # Throughput, latency, errors, GPU utilisation and cost all appear.
+    assert {
+        mn.ROWS_PROCESSED.name, mn.OUTPUT_TOKENS_PER_SECOND.name, mn.BATCH_LATENCY_P95.name,
+        mn.ROWS_FAILED.name, mn.GPU_UTILIZATION.name, mn.COST_PER_MILLION_OUTPUT_TOKENS.name,
+    } <= charted  # fmt: skip
+
+
+def test_dashboard_draws_thresholds_alarms_and_slow_batches() -> None:
+    arns = [
+        "arn:aws:cloudwatch:eu-west-1:123456789012:alarm:b",
+        "arn:aws:cloudwatch:eu-west-1:123456789012:alarm:a",
+    ]
+    widgets = _by_title(_body(arns))
+    assert widgets["Batch latency (s)"]["properties"]["annotations"]["horizontal"][0]["value"] == 90
+    assert widgets["GPU utilisation (%)"]["properties"]["annotations"]["horizontal"][0]["value"] == 40
+    assert widgets["Errors"]["properties"]["annotations"]["horizontal"][0]["value"] == 0.1
+    assert widgets["Alarms"]["properties"]["alarms"] == sorted(arns)
+    query = widgets["Slow batches"]["properties"]["query"]
+    assert query.startswith(f"SOURCE '{GROUP}' | fields") and "#" not in query and "\n" not in query
+    assert all(widget["properties"].get("region", "eu-west-1") == "eu-west-1" for widget in widgets.values())
+    # Widgets never overlap on the 24-column grid.
+    cells = set()
+    for widget in widgets.values():
+        assert widget["x"] + widget["width"] <= 24
+        for x in range(widget["x"], widget["x"] + widget["width"]):
+            for y in range(widget["y"], widget["y"] + widget["height"]):
+                assert (x, y) not in cells
+                cells.add((x, y))
+
+
+def test_cloudwatch_stores_the_dashboard(moto_reset: str) -> None:
+    client = boto3.client("cloudwatch", region_name="eu-west-1")
+    body = json.dumps(_body())
+    client.put_dashboard(DashboardName=f"{STACK}-batch", DashboardBody=body)
+    assert json.loads(client.get_dashboard(DashboardName=f"{STACK}-batch")["DashboardBody"]) == json.loads(body)

@@ -1,0 +1,70 @@
+"""Running the job exactly as the image does (`python -m workload ...`), in its own process group."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from workload.entrypoint import ENTRYPOINT
+
+# Small enough for 2 cores, big enough for several shards to commit one after another.
+ENGINE = {"max_model_len": 512, "max_num_seqs": 16, "enforce_eager": True, "cpu_kvcache_space_gib": 1}
+
+
+def job_command(*args: str) -> list[str]:
+    # The image runs ENTRYPOINT; here the same module runs under this interpreter.
+    return [sys.executable, *ENTRYPOINT[1:], *args]
+
+
+def write_config(path: Path, input_uri: str, output_uri: str, cache_dir: Path, **extra: Any) -> Path:
+    config = {
+        "input": {"uri": input_uri},
+        "output": {"uri": output_uri, "shard_rows": 8},
+        "model": {"cache_dir": str(cache_dir)},
+        "engine": ENGINE,
+        "sampling": {"max_tokens": 8, "temperature": 0.0},
+        "batch_size": 4,
+        "max_concurrent_batches": 2,
+        "stages": {"batch_size": 4},
+        **extra,
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def start_job(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        job_command(*args),
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group: what a failpoint or a test kills, and nothing else
+    )
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 600) -> tuple[int, str]:
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    finally:
+        # Ray and the engine share the driver's process group; leave none of them holding memory.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    return process.returncode, output
+
+
+def run_job(args: list[str], env: dict[str, str] | None = None, timeout: float = 600) -> tuple[int, str]:
+    return finish(start_job(args, env), timeout)
+
+
+def write_jsonl(path: Path, rows: list[Any]) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path

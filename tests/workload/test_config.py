@@ -1,0 +1,89 @@
+"""The job config: defaults, overrides, and errors that name the field, all without Ray or vLLM."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from workload.config import ConfigError, JobConfig, build_config, load_config, render_config
+
+BASE = {"input": {"uri": "in.jsonl"}, "output": {"uri": "out"}}
+
+
+def test_minimal_config_gets_documented_defaults() -> None:
+    config = build_config(BASE)
+    assert config.device == "cpu"
+    assert config.model.source is None
+    assert config.sampling.max_tokens == 64
+    assert config.metrics.sink == "none"  # the demo never calls AWS
+    assert config.resume.mode == "resume"
+
+
+def test_importing_the_config_loads_neither_ray_nor_vllm() -> None:
+    # infra renders this model inside a Pulumi run, where the job's heavy dependencies must not load.
+    assert "workload.config" in sys.modules
+    assert "vllm" not in sys.modules or "workload.pipeline" in sys.modules
+
+
+@pytest.mark.parametrize(
+    ("data", "named"),
+    [
+        ({**BASE, "engine": {"max_num_seqs": 0}}, "engine.max_num_seqs"),
+        ({**BASE, "engine": {"max_num_seqs": "many"}}, "engine.max_num_seqs"),
+        ({**BASE, "sampling": {"temperature": -1}}, "sampling.temperature"),
+        ({**BASE, "sampling": {"max_tokens": 4, "min_tokens": 8}}, "sampling"),
+        ({**BASE, "engien": {}}, "engien"),
+        ({"output": {"uri": "out"}}, "input"),
+        ({**BASE, "device": "tpu"}, "device"),
+        ({**BASE, "replicas": 4, "max_replicas": 2}, "max_replicas"),
+        ({**BASE, "engine": {"tensor_parallel_size": 2}}, "tensor_parallel_size"),
+        ({**BASE, "input": {"uri": "  "}}, "input.uri"),
+    ],
+)
+def test_bad_config_names_the_field(data: dict, named: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        build_config(data)
+    assert named in str(caught.value)
+
+
+def test_overrides_win_and_never_touch_the_callers_dict() -> None:
+    data = {**BASE, "model": {"source": "from-file"}}
+    config = build_config(data, {"model.source": "/models/x", "output.uri": "s3://b/p", "input.format": None})
+    assert config.model.source == "/models/x"
+    assert config.output.uri == "s3://b/p"
+    assert data["model"]["source"] == "from-file"
+
+
+def test_rendered_config_loads_back_equal(tmp_path) -> None:
+    config = build_config({**BASE, "engine": {"extra": {"kv_cache_dtype": "fp8"}}, "device": "gpu"})
+    path = tmp_path / "job.yaml"
+    path.write_text(render_config(config))
+    assert load_config(path) == config
+
+
+def test_output_hash_tracks_what_changes_results_only() -> None:
+    base = build_config(BASE)
+    assert build_config({**BASE, "replicas": 3}).output_hash() == base.output_hash()
+    assert build_config({**BASE, "batch_size": 7}).output_hash() == base.output_hash()
+    assert build_config({**BASE, "sampling": {"max_tokens": 9}}).output_hash() != base.output_hash()
+    assert build_config({**BASE, "model": {"source": "/m"}}).output_hash() != base.output_hash()
+
+
+def test_config_file_problems_are_named(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("input: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(listing)
+
+
+def test_models_are_frozen() -> None:
+    config = JobConfig.model_validate(BASE)
+    with pytest.raises(ValueError):
+        config.device = "gpu"  # type: ignore[misc]

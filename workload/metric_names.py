@@ -1,0 +1,134 @@
+"""Every metric, dimension and log field name the job publishes, in one place.
+
+The publisher (`workload.cloudwatch`) and the alarms, dashboard and saved queries (`monitoring/`) both import
+these names, so an alarm can never watch a metric the job stopped publishing. Pure data: no AWS, no Ray.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+DIM_STACK = "Stack"
+DIM_RUN = "Run"
+
+# CloudWatch evaluates the job's alarms over periods of this length. The job publishes at least once per
+# period while it runs (the config caps its publish interval here), so a running job never leaves a gap
+# that an alarm would read as "no run".
+ALARM_PERIOD_S = 300
+
+
+class Scope(Enum):
+    """Which dimension sets a metric carries."""
+
+    STACK = "stack"  # alarm-facing: `Stack` only, so one alarm covers every night's run
+    RUN = "run"  # per-run detail: `Stack` and `Run`
+    BOTH = "both"
+
+
+@dataclass(frozen=True)
+class MetricName:
+    name: str
+    unit: str
+    scope: Scope
+    meaning: str
+
+    def dimension_sets(self) -> list[tuple[str, ...]]:
+        sets: list[tuple[str, ...]] = []
+        if self.scope in (Scope.STACK, Scope.BOTH):
+            sets.append((DIM_STACK,))
+        if self.scope in (Scope.RUN, Scope.BOTH):
+            sets.append((DIM_STACK, DIM_RUN))
+        return sets
+
+
+# Published every interval while the run works (over the batches finished in that interval).
+BATCH_LATENCY_P50 = MetricName(
+    "BatchLatencyP50", "Seconds", Scope.BOTH, "median engine time of the batches finished in the interval"
+)
+BATCH_LATENCY_P95 = MetricName(
+    "BatchLatencyP95", "Seconds", Scope.BOTH, "95th percentile engine time of the interval's batches"
+)
+ROWS_OK = MetricName("RowsOk", "Count", Scope.BOTH, "rows answered in the interval")
+ROWS_FAILED = MetricName("RowsFailed", "Count", Scope.BOTH, "rows that failed in the interval")
+# Published every interval, 0 included, from the run's start to its end: present = a run is alive,
+# 0 = it made no progress. An idle night publishes nothing, which the no-progress alarm treats as fine.
+ROWS_PROCESSED = MetricName(
+    "RowsProcessed", "Count", Scope.STACK, "rows finished (ok + failed) in the interval; 0 while stuck"
+)
+GPU_UTILIZATION = MetricName(
+    "GPUUtilization", "Percent", Scope.BOTH, "mean NVML utilisation over the node's GPUs in the interval"
+)
+
+# Published once, when the run ends.
+OUTPUT_TOKENS_PER_SECOND = MetricName(
+    "OutputTokensPerSecond", "Count/Second", Scope.BOTH, "the run's output tokens over its wall time"
+)
+RUN_DURATION = MetricName("RunDuration", "Seconds", Scope.BOTH, "the run's wall time")
+COST_PER_MILLION_OUTPUT_TOKENS = MetricName(
+    "CostPerMillionOutputTokens", "None", Scope.BOTH, "estimated USD per million output tokens of the run"
+)
+
+ALL_METRICS = (
+    BATCH_LATENCY_P50,
+    BATCH_LATENCY_P95,
+    ROWS_OK,
+    ROWS_FAILED,
+    ROWS_PROCESSED,
+    GPU_UTILIZATION,
+    OUTPUT_TOKENS_PER_SECOND,
+    RUN_DURATION,
+    COST_PER_MILLION_OUTPUT_TOKENS,
+)
+
+# The account-wide billing metric (AWS publishes it, in us-east-1 only).
+BILLING_NAMESPACE = "AWS/Billing"
+BILLING_METRIC = "EstimatedCharges"
+BILLING_DIMENSIONS = {"Currency": "USD"}
+
+
+class LogEvent:
+    """Values of the `event` field of the job's structured log lines."""
+
+    BATCH_COMPLETE = "batch_complete"
+    GPU_SAMPLE = "gpu_sample"
+    RUN_COMPLETE = "run_complete"
+
+
+# Fields of the JSON log lines, by event. Saved queries may reference only these (a test checks).
+COMMON_LOG_FIELDS = ("event", "stack", "run", "instance_id")
+LOG_FIELDS: dict[str, tuple[str, ...]] = {
+    LogEvent.BATCH_COMPLETE: (
+        *COMMON_LOG_FIELDS,
+        "duration_ms",
+        "rows",
+        "rows_ok",
+        "rows_failed",
+        "input_tokens",
+        "output_tokens",
+        "total_tokens",
+    ),
+    LogEvent.GPU_SAMPLE: (*COMMON_LOG_FIELDS, "gpu_count", "gpu_util_pct", "gpu_mem_used_pct"),
+    LogEvent.RUN_COMPLETE: (
+        *COMMON_LOG_FIELDS,
+        "rows_in",
+        "rows_ok",
+        "rows_failed",
+        "input_tokens",
+        "output_tokens",
+        "wall_s",
+        "output_tok_per_s",
+        "started_at",
+        "finished_at",
+        "model",
+        "config_hash",
+        "attempts",
+        "shards",
+        "device",
+        "errors_by_type",
+        "batches",
+        "batch_latency_p50_s",
+        "batch_latency_p95_s",
+        "cost_per_million_output_tokens_usd",
+    ),
+}
