@@ -27,7 +27,9 @@ def process_role(process: psutil.Process) -> str:
     if title.startswith("VLLM::"):  # vLLM's engine core and its model-runner worker
         return "vllm " + title.removeprefix("VLLM::").split(" ")[0]
     if title.startswith("ray::"):
-        return "ray " + title.removeprefix("ray::").split("(")[0].split(" ")[0].split(".")[0]
+        # e.g. "ray::MapWorker(MapBatches(vLLMEngineStageUDF))": the stage is the innermost name.
+        name = title.removeprefix("ray::").split(" ")[0]
+        return "ray " + name.rstrip(")").split("(")[-1].split(".")[0]
     for known in ("raylet", "gcs_server", "dashboard", "log_monitor", "runtime_env"):
         if known in title:
             return f"ray {known}"
