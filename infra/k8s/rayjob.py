@@ -104,9 +104,7 @@ class WorkerSpec(_Strict):
         "compile cache; must fit the node's root volume beside the image.",
     )
     min_replicas: int = Field(1, ge=0, description="Workers kept while the cluster lives.")
-    max_replicas: int = Field(
-        2, ge=1, description="Workers the job may use; the job's engines fill them all."
-    )
+    max_replicas: int = Field(2, ge=1, description="Workers the job may use; the job's engines fill them all.")
     node_selector: dict[str, str] = Field(
         default_factory=lambda: {POOL_LABEL: GPU_POOL}, description="Where workers run: the Spot GPU pool."
     )
@@ -122,8 +120,7 @@ class WorkerSpec(_Strict):
             raise ValueError("workers.size.gpus must be at least 1: the workers run the GPU engines")
         if self.min_replicas > self.max_replicas:
             raise ValueError(
-                f"workers.min_replicas ({self.min_replicas}) is more than workers.max_replicas "
-                f"({self.max_replicas})"
+                f"workers.min_replicas ({self.min_replicas}) is more than workers.max_replicas ({self.max_replicas})"
             )
         return self
 
@@ -135,18 +132,14 @@ class RayJobArgs(_Strict):
     namespace: str
     image: str = Field(description="The job image, pinned by tag or digest (never 'latest').")
     service_account: str = Field(description="Service account with the job's S3 and KMS access (IRSA).")
-    ray_version: str = Field(
-        description="Ray version inside the image; KubeRay uses it to configure the cluster."
-    )
+    ray_version: str = Field(description="Ray version inside the image; KubeRay uses it to configure the cluster.")
     job: JobConfig = Field(description="The job config; mounted into the head as YAML.")
     head: HeadSpec = HeadSpec()
     workers: WorkerSpec = WorkerSpec()
     autoscaling: bool = Field(
         False, description="Ray's autoscaler adds workers from min to max as the job asks for GPUs."
     )
-    idle_timeout_s: int = Field(
-        60, ge=0, description="An idle worker is removed after this (autoscaling only)."
-    )
+    idle_timeout_s: int = Field(60, ge=0, description="An idle worker is removed after this (autoscaling only).")
     active_deadline_s: int = Field(
         6 * 3600,
         ge=60,
@@ -326,11 +319,13 @@ def _gpu_reporter(args: RayJobArgs) -> dict[str, Any]:
     `NVIDIA_VISIBLE_DEVICES=all`, which the NVIDIA container runtime (containerd's default runtime on the EKS
     AL2023 NVIDIA AMI that both the managed group and Karpenter's nodes run) reads to mount the node's GPU
     devices and the driver's NVML library, as GPU monitoring agents do. The reporter only reads utilisation
-    through NVML; it allocates nothing on the GPU, so the engine keeps all of its memory. A separate container rather than a background process in the Ray container:
-    KubeRay owns that container's command (`ray start ... --block`), and a sidecar keeps its own small
-    resources and logs. Were the toolkit set to ignore the variable for unprivileged containers
-    (`accept-nvidia-visible-devices-envvar-when-unprivileged = false`), the reporter finds no GPU, says so in
-    its log and exits 0: the run is unaffected, only GPUUtilization is missing.
+    through NVML and allocates nothing on the GPU, so the engine keeps all of its memory.
+
+    A separate container rather than a background process in the Ray container: KubeRay owns that
+    container's command (`ray start ... --block`), and a sidecar keeps its own small resources and logs.
+    Were the toolkit set to ignore the variable for unprivileged containers
+    (`accept-nvidia-visible-devices-envvar-when-unprivileged = false`), the reporter would find no GPU, say
+    so in its log and exit 0: the run is unaffected, only GPUUtilization is missing.
     """
     amounts = dict(GPU_REPORTER_SIZE)
     return {
@@ -354,9 +349,7 @@ def _with_hub_token(args: RayJobArgs, pod: dict[str, Any]) -> dict[str, Any]:
     container = pod["containers"][0]
     container["env"] = [*container.get("env", []), *hub_token.container_env()]
     container["volumeMounts"] = [*container["volumeMounts"], hub_token.container_mount()]
-    pod["initContainers"] = [
-        hub_token.init_container(args.image, args.hub_token_secret_arn, _container_security())
-    ]
+    pod["initContainers"] = [hub_token.init_container(args.image, args.hub_token_secret_arn, _container_security())]
     pod["volumes"] = [*pod["volumes"], hub_token.volume()]
     return pod
 

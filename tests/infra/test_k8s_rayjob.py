@@ -222,9 +222,7 @@ def test_a_cpu_job_or_a_wrong_engine_count_is_refused() -> None:
     wide = fit_job_to_workers(job_config(), args.workers).model_copy(
         update={"engine": args.job.engine.model_copy(update={"tensor_parallel_size": 2})}
     )
-    with pytest.raises(
-        ValidationError, match=r"tensor_parallel_size .2. is more than the GPUs of one worker"
-    ):
+    with pytest.raises(ValidationError, match=r"tensor_parallel_size .2. is more than the GPUs of one worker"):
         _with(args, job=wide)
 
 
