@@ -165,6 +165,7 @@ if config.tier == "small":
             hub_token_secret_arn=secrets.hub_token_arn,
             log_group_name=job_access.log_group_name,
             run_request_uri=data.bucket_name.apply(lambda bucket: f"s3://{bucket}/{RUN_REQUEST_KEY}"),
+            job_grace_period_s=config.job_grace_period_s,
         ),
         aws_opts,
     )

@@ -30,7 +30,7 @@ from infra.k8s.karpenter import NodePoolArgs
 from infra.k8s.rayjob import PodSize
 from monitoring.alarms import AlarmThresholds
 from workload import entrypoint
-from workload.config import DEFAULT_METRICS_NAMESPACE, JobConfig, build_config
+from workload.config import DEFAULT_METRICS_NAMESPACE, JobConfig, ResumeConfig, build_config
 
 Tier = Literal["small", "medium", "large"]
 InterfaceEndpoint = Literal["ecr.api", "ecr.dkr", "sts", "logs", "ssm", "ssmmessages", "ec2messages", "monitoring"]
@@ -394,6 +394,11 @@ class StackConfig(_Section):
             metrics.setdefault("stack", stack)
             metrics.setdefault("log_group", naming.job_log_group(stack))
         return build_config(data)
+
+    @property
+    def job_grace_period_s(self) -> float:
+        """The job's `resume.grace_period_s` (its override, else the job's default): SIGTERM to exit."""
+        return ResumeConfig.model_validate(self.job.job_overrides.get("resume", {})).grace_period_s
 
     def _run_hourly_usd(self) -> float:
         """The run's GPU nodes at the repo's Spot prices (infra/pricing), for the job's cost per token."""
