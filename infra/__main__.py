@@ -39,6 +39,8 @@ from workload.config import render_config
 stack = pulumi.get_stack()
 config = from_pulumi()
 tags = naming.cost_tags(stack, config)
+if (price_warning := config.price_warning()) is not None:
+    pulumi.log.warn(price_warning)
 
 providers = Providers("providers", ProvidersArgs(region=config.region, tags=tags))
 aws_opts = pulumi.ResourceOptions(provider=providers.aws)

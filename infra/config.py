@@ -388,8 +388,8 @@ class StackConfig(_Section):
         metrics.setdefault("sink", "cloudwatch")
         metrics.setdefault("namespace", self.monitoring.metrics_namespace)
         metrics.setdefault("region", self.region)
-        if "price_per_hour_usd" not in metrics:
-            metrics["price_per_hour_usd"] = self._run_hourly_usd()
+        if "price_per_hour_usd" not in metrics and (price := self.run_price_per_hour_usd()) is not None:
+            metrics["price_per_hour_usd"] = price
         if stack is not None:
             metrics.setdefault("stack", stack)
             metrics.setdefault("log_group", naming.job_log_group(stack))
@@ -400,16 +400,34 @@ class StackConfig(_Section):
         """The job's `resume.grace_period_s` (its override, else the job's default): SIGTERM to exit."""
         return ResumeConfig.model_validate(self.job.job_overrides.get("resume", {})).grace_period_s
 
-    def _run_hourly_usd(self) -> float:
-        """The run's GPU nodes at the repo's Spot prices (infra/pricing), for the job's cost per token."""
+    def run_price_per_hour_usd(self) -> float | None:
+        """The run's GPU nodes at the repo's Spot prices (infra/pricing), for the job's cost per token.
+
+        None where the table has no price for the region or an instance type: the job then reports no cost
+        (and the program warns) rather than a deploy failing over a metric; `python -m infra.pricing.refresh`
+        or `job.job_overrides.metrics.price_per_hour_usd` fills the gap.
+        """
         # Imported here: cost_inputs reads this module's node reserve, and prices are needed only for a job.
         from infra.cost_inputs import run_hourly_usd
         from infra.pricing.table import PriceTableError, load_prices
 
         try:
             return run_hourly_usd(self, load_prices())
-        except PriceTableError as error:
-            raise ValueError(f"{error}; or set job.job_overrides.metrics.price_per_hour_usd for this stack") from None
+        except PriceTableError:
+            return None
+
+    def price_warning(self) -> str | None:
+        """Why the deployed job will report no cost, or None when it will (its own price or the table's)."""
+        if "price_per_hour_usd" in self.job.job_overrides.get("metrics", {}):
+            return None
+        if self.run_price_per_hour_usd() is not None:
+            return None
+        return (
+            f"the price table (infra/pricing/prices.json) has no Spot price for this stack's GPU instance type(s) "
+            f"in {self.region}: the job will publish no CostPerMillionOutputTokens and no cost_usd. Run "
+            f"`python -m infra.pricing.refresh --region {self.region}` or set "
+            "llm-batch:job.job_overrides.metrics.price_per_hour_usd"
+        )
 
 
 # Only what differs between tiers; other fields take the model's default. Never mutated: copied per load.
