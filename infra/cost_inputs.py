@@ -113,9 +113,9 @@ def run_hourly_usd(config: StackConfig, prices: PriceTable) -> float:
 
     Small: its one node. Medium: every node of the fixed GPU group (the cluster holds them all for the run).
     Large: the cheapest NodePool type that fits the workers, times the nodes `eks.gpu_max_nodes` workers need:
-    an upper bound, since Ray autoscales from `eks.gpu_min_workers` and a short run never reaches the maximum
-    (and Karpenter may pick a dearer type when the cheapest is short). The on-demand head is left out: it
-    runs all month whether a job runs or not.
+    an upper bound as a rule, since Ray autoscales from `eks.gpu_min_workers` and a short run may never reach
+    the maximum (though Karpenter may launch a dearer type when the cheapest is short of Spot capacity). The
+    on-demand head is left out: it runs all month whether a job runs or not.
     """
     nightly, _ = node_pools(config, prices)
     return round(

@@ -111,7 +111,8 @@ INSTANCE_ID=$(curl -sf -H "X-aws-ec2-metadata-token: ${{IMDS_TOKEN}}" \\
   http://169.254.169.254/latest/meta-data/instance-id)
 
 # Spot's interruption notice comes two minutes before the instance goes: stop the job now, with time to
-# commit its finished shards (its grace period plus a margin), rather than at shutdown with Docker's 10 s.
+# commit its finished shards (its grace period plus a margin), rather than only when the OS shuts down at the
+# end of the notice, too late for that.
 spot_watch() {{
   local nap=""
   trap 'kill "${{nap}}" 2>/dev/null; exit 0' TERM
