@@ -1,4 +1,4 @@
-"""`python -m workload run|validate`: flags override the config file, and both map onto one JobConfig."""
+"""`python -m workload run|validate|bench`: flags override the config file, and both map onto one JobConfig."""
 
 from __future__ import annotations
 

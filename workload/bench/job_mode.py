@@ -23,10 +23,10 @@ from workload.config import JobConfig
 _PROGRESS_EVERY = 0.1  # report every tenth of the rows
 
 
-def input_blocks(requests: list[BenchRequest], detokenize: bool, batch_size: int) -> list[pa.Table]:
-    """The engine input exactly as the job builds it (`workload.job._run_engine`): the same columns, in blocks
-    of four batches. (A Dataset from a list of dicts would cut it into one-row blocks, and the scheduling of
-    hundreds of tiny tasks would be measured instead of the job.)"""
+def engine_blocks(requests: list[BenchRequest], detokenize: bool, batch_size: int) -> list[pa.Table]:
+    """The engine input exactly as the job builds it: the same columns, cut by the job's own `input_blocks`."""
+    from workload.pipeline import input_blocks
+
     table = pa.table(
         {
             "_pos": pa.array([request.bench_id for request in requests], pa.int64()),
@@ -35,8 +35,7 @@ def input_blocks(requests: list[BenchRequest], detokenize: bool, batch_size: int
             "sampling_params": pa.array([request.sampling_params(detokenize) for request in requests]),
         }
     )
-    block_rows = batch_size * 4
-    return [table.slice(start, block_rows) for start in range(0, table.num_rows, block_rows)]
+    return input_blocks(table, batch_size)
 
 
 def record_from_row(row: dict[str, Any], request: BenchRequest, offset: float) -> RequestRecord:
@@ -60,8 +59,9 @@ def _run_point(config: JobConfig, model_path: str, point: str, spec: WorkloadSpe
 
     requests = generate(spec)
     by_id = {request.bench_id: request for request in requests}
-    blocks = input_blocks(requests, spec.detokenize, config.batch_size)
-    pipeline = build_pipeline(ray.data.from_arrow(blocks), config, model_path, keep_metrics=True)
+    blocks = engine_blocks(requests, spec.detokenize, config.batch_size)
+    # Plain prompts only, as the job runs them: no chat-template stage.
+    pipeline = build_pipeline(ray.data.from_arrow(blocks), config, model_path, keep_metrics=True, chat_template=False)
     records: list[RequestRecord] = []
     step = max(1, int(len(requests) * _PROGRESS_EVERY))
     with PeakMemory("gpu" if device == "gpu" else "cpu") as memory:
