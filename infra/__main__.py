@@ -39,6 +39,8 @@ from workload.config import render_config
 stack = pulumi.get_stack()
 config = from_pulumi()
 tags = naming.cost_tags(stack, config)
+if (price_warning := config.price_warning()) is not None:
+    pulumi.log.warn(price_warning)
 
 providers = Providers("providers", ProvidersArgs(region=config.region, tags=tags))
 aws_opts = pulumi.ResourceOptions(provider=providers.aws)
@@ -165,6 +167,7 @@ if config.tier == "small":
             hub_token_secret_arn=secrets.hub_token_arn,
             log_group_name=job_access.log_group_name,
             run_request_uri=data.bucket_name.apply(lambda bucket: f"s3://{bucket}/{RUN_REQUEST_KEY}"),
+            job_grace_period_s=config.job_grace_period_s,
         ),
         aws_opts,
     )

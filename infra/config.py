@@ -30,12 +30,10 @@ from infra.k8s.karpenter import NodePoolArgs
 from infra.k8s.rayjob import PodSize
 from monitoring.alarms import AlarmThresholds
 from workload import entrypoint
-from workload.config import DEFAULT_METRICS_NAMESPACE, JobConfig, build_config
+from workload.config import DEFAULT_METRICS_NAMESPACE, JobConfig, ResumeConfig, build_config
 
 Tier = Literal["small", "medium", "large"]
-InterfaceEndpoint = Literal[
-    "ecr.api", "ecr.dkr", "sts", "logs", "ssm", "ssmmessages", "ec2messages", "monitoring"
-]
+InterfaceEndpoint = Literal["ecr.api", "ecr.dkr", "sts", "logs", "ssm", "ssmmessages", "ec2messages", "monitoring"]
 
 NAMESPACE = "llm-batch"
 # Config keys read as Pulumi secrets by the component that needs them, never part of the (printable) model.
@@ -90,9 +88,7 @@ class NetworkConfig(_Section):
     @model_validator(mode="after")
     def _existing_both_or_neither(self) -> NetworkConfig:
         if bool(self.existing_vpc_id) != bool(self.existing_private_subnet_ids):
-            raise ValueError(
-                "existing_vpc_id and existing_private_subnet_ids go together: set both or neither"
-            )
+            raise ValueError("existing_vpc_id and existing_private_subnet_ids go together: set both or neither")
         if self.existing_private_subnet_ids and len(self.existing_private_subnet_ids) < 2:
             raise ValueError("existing_private_subnet_ids needs subnets in at least two zones")
         return self
@@ -146,9 +142,7 @@ class EksConfig(_Section):
         1, ge=0, description="Ray workers a run starts with when Ray autoscales (Karpenter tier)."
     )
     node_volume_gib: int = Field(200, ge=50, le=16384, description="Encrypted gp3 root volume of every node.")
-    head_size: PodSize = Field(
-        PodSize(cpu="2", memory="8Gi"), description="Ray head pod requests (= limits)."
-    )
+    head_size: PodSize = Field(PodSize(cpu="2", memory="8Gi"), description="Ray head pod requests (= limits).")
     worker_size: PodSize = Field(
         PodSize(cpu="6", memory="24Gi", gpus=1), description="Ray worker pod requests (= limits)."
     )
@@ -186,9 +180,7 @@ class EksConfig(_Section):
     def _pods_fit_nodes(self) -> EksConfig:
         _check_fits(self.head_size, [self.head_instance_type], "head_size", "head_instance_type")
         if self.karpenter_enabled:
-            _check_fits(
-                self.worker_size, self.node_pool.instance_types, "worker_size", "node_pool.instance_types"
-            )
+            _check_fits(self.worker_size, self.node_pool.instance_types, "worker_size", "node_pool.instance_types")
             gpus = self.gpu_max_nodes * self.worker_size.gpus
             if gpus > self.node_pool.gpu_limit:
                 raise ValueError(
@@ -197,8 +189,7 @@ class EksConfig(_Section):
                 )
             if self.gpu_min_workers > self.gpu_max_nodes:
                 raise ValueError(
-                    f"gpu_min_workers ({self.gpu_min_workers}) is more than gpu_max_nodes "
-                    f"({self.gpu_max_nodes})"
+                    f"gpu_min_workers ({self.gpu_min_workers}) is more than gpu_max_nodes ({self.gpu_max_nodes})"
                 )
         else:
             _check_fits(self.worker_size, [self.gpu_instance_type], "worker_size", "gpu_instance_type")
@@ -246,9 +237,7 @@ class JobSection(_Section):
     model_source: str | None = Field(
         None, description="Hugging Face id or s3:// prefix of the model; None: the job's tiny demo model."
     )
-    input_prefix: str = Field(
-        "input/{date}/", description="Key prefix of a run's prompts; {date} is the run's."
-    )
+    input_prefix: str = Field("input/{date}/", description="Key prefix of a run's prompts; {date} is the run's.")
     output_prefix: str = Field("output/{date}/", description="Key prefix of a run's results.")
     job_overrides: dict[str, Any] = Field(
         default_factory=dict, description="Merged into the job's workload.config.JobConfig (nested keys)."
@@ -258,9 +247,7 @@ class JobSection(_Section):
     @classmethod
     def _relative_prefix(cls, value: str) -> str:
         if value.startswith("/") or "://" in value or not value.endswith("/"):
-            raise ValueError(
-                "must be a key prefix inside the data bucket, ending in '/', e.g. 'input/{date}/'"
-            )
+            raise ValueError("must be a key prefix inside the data bucket, ending in '/', e.g. 'input/{date}/'")
         return value
 
     @field_validator("job_overrides")
@@ -281,9 +268,7 @@ _LOG_RETENTION_DAYS = (
 class MonitoringConfig(AlarmThresholds):
     """The job alarms' thresholds (inherited from `monitoring.alarms.AlarmThresholds`) and the rest."""
 
-    metrics_namespace: str = Field(
-        DEFAULT_METRICS_NAMESPACE, description="CloudWatch namespace of job metrics."
-    )
+    metrics_namespace: str = Field(DEFAULT_METRICS_NAMESPACE, description="CloudWatch namespace of job metrics.")
     log_retention_days: int = Field(30, ge=1, description="Retention of the job's log group.")
     billing_alarm_usd: float | None = Field(
         None, gt=0, description="Alarm on the account's estimated charges; None: from the monthly budget."
@@ -298,12 +283,8 @@ class MonitoringConfig(AlarmThresholds):
 
 
 class CostConfig(_Section):
-    monthly_budget_usd: float = Field(
-        400, gt=0, description="AWS Budgets monthly limit for this stack's tags."
-    )
-    daily_report_threshold_usd: float = Field(
-        20, ge=0, description="The daily cost report flags a day above this."
-    )
+    monthly_budget_usd: float = Field(400, gt=0, description="AWS Budgets monthly limit for this stack's tags.")
+    daily_report_threshold_usd: float = Field(20, ge=0, description="The daily cost report flags a day above this.")
     nightly_hours: float = Field(4, gt=0, le=24, description="Expected GPU hours a night, for estimates.")
 
 
@@ -317,9 +298,7 @@ class ImageConfig(_Section):
         description="ECR repository of the job image; None: `llm-batch-<stack>/workload`, so stacks sharing "
         "an account never collide. The image's tag is its content hash, never configured.",
     )
-    keep_last_images: int = Field(
-        10, ge=1, le=1000, description="Images kept by the repository's lifecycle policy."
-    )
+    keep_last_images: int = Field(10, ge=1, le=1000, description="Images kept by the repository's lifecycle policy.")
 
     @field_validator("repository_name")
     @classmethod
@@ -409,10 +388,46 @@ class StackConfig(_Section):
         metrics.setdefault("sink", "cloudwatch")
         metrics.setdefault("namespace", self.monitoring.metrics_namespace)
         metrics.setdefault("region", self.region)
+        if "price_per_hour_usd" not in metrics and (price := self.run_price_per_hour_usd()) is not None:
+            metrics["price_per_hour_usd"] = price
         if stack is not None:
             metrics.setdefault("stack", stack)
             metrics.setdefault("log_group", naming.job_log_group(stack))
         return build_config(data)
+
+    @property
+    def job_grace_period_s(self) -> float:
+        """The job's `resume.grace_period_s` (its override, else the job's default): SIGTERM to exit."""
+        return ResumeConfig.model_validate(self.job.job_overrides.get("resume", {})).grace_period_s
+
+    def run_price_per_hour_usd(self) -> float | None:
+        """The run's GPU nodes at the repo's Spot prices (infra/pricing), for the job's cost per token.
+
+        None where the table has no price for the region or an instance type: the job then reports no cost
+        (and the program warns) rather than a deploy failing over a metric; `python -m infra.pricing.refresh`
+        or `job.job_overrides.metrics.price_per_hour_usd` fills the gap.
+        """
+        # Imported here: cost_inputs reads this module's node reserve, and prices are needed only for a job.
+        from infra.cost_inputs import run_hourly_usd
+        from infra.pricing.table import PriceTableError, load_prices
+
+        try:
+            return run_hourly_usd(self, load_prices())
+        except PriceTableError:
+            return None
+
+    def price_warning(self) -> str | None:
+        """Why the deployed job will report no cost, or None when it will (its own price or the table's)."""
+        if "price_per_hour_usd" in self.job.job_overrides.get("metrics", {}):
+            return None
+        if self.run_price_per_hour_usd() is not None:
+            return None
+        return (
+            f"the price table (infra/pricing/prices.json) has no Spot price for this stack's GPU instance type(s) "
+            f"in {self.region}: the job will publish no CostPerMillionOutputTokens and no cost_usd. Run "
+            f"`python -m infra.pricing.refresh --region {self.region}` or set "
+            "llm-batch:job.job_overrides.metrics.price_per_hour_usd"
+        )
 
 
 # Only what differs between tiers; other fields take the model's default. Never mutated: copied per load.
@@ -515,9 +530,7 @@ def decode_pulumi_values(raw: Mapping[str, str]) -> dict[str, Any]:
             try:
                 values[key] = json.loads(value)
             except json.JSONDecodeError as error:
-                raise StackConfigError(
-                    f"invalid stack config:\n  {NAMESPACE}:{key}: bad JSON: {error}"
-                ) from None
+                raise StackConfigError(f"invalid stack config:\n  {NAMESPACE}:{key}: bad JSON: {error}") from None
         else:
             values[key] = value
     return values

@@ -33,9 +33,7 @@ from infra.pricing.table import PriceTable, load_prices
 TIER_USAGE: dict[str, Usage] = {
     "small": Usage(s3_standard_gb=50, s3_glacier_gb=200, nat_gb=20, endpoint_gb=0, log_gb=2, ecr_gb=15),
     "medium": Usage(s3_standard_gb=300, s3_glacier_gb=1500, nat_gb=50, endpoint_gb=50, log_gb=10, ecr_gb=30),
-    "large": Usage(
-        s3_standard_gb=2000, s3_glacier_gb=10000, nat_gb=200, endpoint_gb=300, log_gb=50, ecr_gb=60
-    ),
+    "large": Usage(s3_standard_gb=2000, s3_glacier_gb=10000, nat_gb=200, endpoint_gb=300, log_gb=50, ecr_gb=60),
 }
 
 
@@ -110,6 +108,21 @@ def node_pools(config: StackConfig, prices: PriceTable) -> tuple[tuple[NodePool,
     return (workers,), (head,)
 
 
+def run_hourly_usd(config: StackConfig, prices: PriceTable) -> float:
+    """USD an hour for the GPU nodes one run uses, at the table's Spot prices: what the job prices its tokens at.
+
+    Small: its one node. Medium: every node of the fixed GPU group (the cluster holds them all for the run).
+    Large: the cheapest NodePool type that fits the workers, times the nodes `eks.gpu_max_nodes` workers need:
+    an upper bound as a rule, since Ray autoscales from `eks.gpu_min_workers` and a short run may never reach
+    the maximum (though Karpenter may launch a dearer type when the cheapest is short of Spot capacity). The
+    on-demand head is left out: it runs all month whether a job runs or not.
+    """
+    nightly, _ = node_pools(config, prices)
+    return round(
+        sum(pool.count * prices.instance(config.region, pool.instance_type).spot_hourly for pool in nightly), 4
+    )
+
+
 def _count(plan: Iterable[dict[str, Any]] | None, typ: str) -> int:
     return 0 if plan is None else sum(1 for item in plan if item.get("type") == typ)
 
@@ -138,9 +151,7 @@ def estimate_inputs(
     )
 
 
-def capacity_pools(
-    config: StackConfig, prices: PriceTable
-) -> tuple[tuple[NodePool, ...], tuple[NodePool, ...]]:
+def capacity_pools(config: StackConfig, prices: PriceTable) -> tuple[tuple[NodePool, ...], tuple[NodePool, ...]]:
     """(pools the stack runs at once, other pools it may fall back to) for the quota check.
 
     Karpenter may launch any type of its NodePool (and on demand, with the fallback on) when the cheapest

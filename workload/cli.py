@@ -1,4 +1,4 @@
-"""`python -m workload run|validate`: flags override the config file, and both map onto one JobConfig."""
+"""`python -m workload run|validate|bench`: flags override the config file, and both map onto one JobConfig."""
 
 from __future__ import annotations
 
@@ -97,7 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     _add_config_flags(commands.add_parser("run", help="run (or resume) the batch job"))
     _add_config_flags(commands.add_parser("validate", help="check the config and the input; start no engine"))
+    from workload.bench import cli as bench_cli
+
+    bench_cli.add_arguments(commands.add_parser("bench", help="benchmark: synchronous vs continuous vs the job"))
     args = parser.parse_args(argv)
+    if args.command == "bench":
+        return bench_cli.run(args)
 
     from workload.model_source import ModelSourceError
     from workload.rows import InputError

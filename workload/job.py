@@ -188,17 +188,15 @@ def _run_engine(committer: _ShardCommitter, config: JobConfig, progress: Progres
     """Stream the pending rows through Ray Data LLM; returns False if stopped by a signal."""
     import ray.data
 
-    from workload.pipeline import build_pipeline
+    from workload.pipeline import build_pipeline, input_blocks
 
     rows = committer.engine_rows()
     if not rows:
         return True
     model_path = resolve_model(config.model)
-    table = _engine_table(rows)
-    # Several blocks, so the CPU stages and the engine overlap instead of waiting for one big block.
-    block_rows = max(config.batch_size, 1) * 4
-    blocks = [table.slice(start, block_rows) for start in range(0, table.num_rows, block_rows)]
-    dataset = build_pipeline(ray.data.from_arrow(blocks), config, model_path)
+    blocks = input_blocks(_engine_table(rows), config.batch_size)
+    has_messages = any(row.messages is not None for row in rows)
+    dataset = build_pipeline(ray.data.from_arrow(blocks), config, model_path, chat_template=has_messages)
     # Every ray.init (ours, and the one build_processor makes) installs a SIGTERM handler that exits at once,
     # without committing: take the signal back just before the work starts.
     stop.install()

@@ -125,24 +125,38 @@ def _keep(columns: tuple[str, ...]) -> Any:
     return postprocess
 
 
+def input_blocks(table: pa.Table, batch_size: int) -> list[pa.Table]:
+    """The engine input cut into blocks of four batches, so the CPU stages and the engine overlap; one big block
+    would serialise them, and one-row blocks would drown the scheduler in tiny tasks."""
+    block_rows = max(batch_size, 1) * 4
+    return [table.slice(start, block_rows) for start in range(0, table.num_rows, block_rows)]
+
+
 def build_pipeline(
-    dataset: ray.data.Dataset, config: JobConfig, model_path: str, keep_metrics: bool = False
+    dataset: ray.data.Dataset,
+    config: JobConfig,
+    model_path: str,
+    keep_metrics: bool = False,
+    chat_template: bool = True,
 ) -> ray.data.Dataset:
     """Lazy: nothing runs until the returned dataset is iterated.
 
     Input rows: `_pos`, `prompt` (or None), `messages_json` (or None), `sampling_params`.
     Output rows: RESULT_COLUMNS plus `__inference_error__` (empty unless the row failed), and `metrics`
-    (vLLM's per-request timings) when keep_metrics is set.
+    (vLLM's per-request timings) when keep_metrics is set. With chat_template False (no row has `messages`)
+    the chat-template stage, its actor and its tokenizer are left out.
     """
     stages = config.stages
-    templated = dataset.map_batches(
-        ApplyChatTemplate,
-        fn_constructor_kwargs={"model_path": model_path},
-        batch_size=stages.batch_size,
-        num_cpus=stages.num_cpus,
-        compute=ray.data.ActorPoolStrategy(size=stages.concurrency),
-        batch_format="pyarrow",
-    )
+    templated = dataset
+    if chat_template:
+        templated = dataset.map_batches(
+            ApplyChatTemplate,
+            fn_constructor_kwargs={"model_path": model_path},
+            batch_size=stages.batch_size,
+            num_cpus=stages.num_cpus,
+            compute=ray.data.ActorPoolStrategy(size=stages.concurrency),
+            batch_format="pyarrow",
+        )
     columns = RESULT_COLUMNS + (("metrics",) if keep_metrics else ())
     processor = build_processor(
         processor_config(config, model_path),

@@ -17,7 +17,7 @@ import pulumi_aws as aws
 from infra import naming
 from infra.aws_context import AwsContext
 from infra.components.iam import policy_document, service_trust
-from infra.components.user_data import BootSettings, render_user_data
+from infra.components.user_data import DEFAULT_GRACE_PERIOD_S, BootSettings, render_user_data, stop_timeout_s
 
 HTTPS = 443
 ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 AMIs boot from xvda
@@ -42,6 +42,8 @@ class SpotNodeArgs:
     log_group_name: pulumi.Input[str]
     # The nightly run's request (nightly.RUN_REQUEST_KEY in the data bucket), holding the night's date.
     run_request_uri: pulumi.Input[str] = ""
+    # The job's `resume.grace_period_s`: Docker waits longer than this between SIGTERM and SIGKILL.
+    job_grace_period_s: float = DEFAULT_GRACE_PERIOD_S
 
 
 class SpotNode(pulumi.ComponentResource):
@@ -56,6 +58,8 @@ class SpotNode(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: SpotNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("llmbatch:spot_node:SpotNode", name, None, opts)
+        # Before any resource: a grace period Spot's notice cannot cover stops the program, naming the key.
+        stop_timeout_s(args.job_grace_period_s)
         child = pulumi.ResourceOptions(parent=self)
         group_name = naming.gpu_group_name(args.stack)
         context = args.context
@@ -66,18 +70,14 @@ class SpotNode(pulumi.ComponentResource):
             assume_role_policy=service_trust(f"ec2.{context.dns_suffix}"),
             opts=child,
         )
-        aws.iam.RolePolicyAttachment(
-            f"{name}-job", role=role.name, policy_arn=args.job_policy_arn, opts=child
-        )
+        aws.iam.RolePolicyAttachment(f"{name}-job", role=role.name, policy_arn=args.job_policy_arn, opts=child)
         aws.iam.RolePolicyAttachment(
             f"{name}-ssm",
             role=role.name,
             policy_arn=f"arn:{context.partition}:iam::aws:policy/AmazonSSMManagedInstanceCore",
             opts=child,
         )
-        group_arn_pattern = context.arn(
-            "autoscaling", f"autoScalingGroup:*:autoScalingGroupName/{group_name}"
-        )
+        group_arn_pattern = context.arn("autoscaling", f"autoScalingGroup:*:autoScalingGroupName/{group_name}")
         aws.iam.RolePolicy(
             f"{name}-stand-down",
             role=role.name,
@@ -131,6 +131,7 @@ class SpotNode(pulumi.ComponentResource):
                         log_group=values[3],
                         group_name=group_name,
                         run_request_uri=values[4],
+                        grace_period_s=args.job_grace_period_s,
                     )
                 ).encode()
             ).decode()

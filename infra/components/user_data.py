@@ -5,14 +5,22 @@ Kept apart from the component so it can be rendered, and run against stand-in co
 
 from __future__ import annotations
 
+import math
 import shlex
 from dataclasses import dataclass
 
+from workload.config import ResumeConfig
+
 CONFIG_DIR = "/etc/llm-batch"
+CONTAINER = "llm-batch-job"
 # The job image runs as this non-root user; the files it reads are given to it, readable by nobody else.
 JOB_UID = 1000
-# Spot gives two minutes' notice; the job's grace period (90 s by default) must fit in Docker's stop timeout.
-STOP_TIMEOUT_S = 110
+# Spot gives two minutes' notice. The boot script polls for it and stops the container at once, giving the job
+# its own grace period (`resume.grace_period_s`) plus this margin for Ray and vLLM to exit, before SIGKILL.
+SPOT_NOTICE_S = 120
+STOP_MARGIN_S = 20
+SPOT_POLL_S = 5
+DEFAULT_GRACE_PERIOD_S = ResumeConfig().grace_period_s
 
 
 @dataclass(frozen=True)
@@ -26,6 +34,30 @@ class BootSettings:
     config_dir: str = CONFIG_DIR
     # s3:// URI of the nightly state machine's run request ({"date": ...}); empty: no nightly run.
     run_request_uri: str = ""
+    # The job's `resume.grace_period_s`: what it needs between SIGTERM and its exit.
+    grace_period_s: float = DEFAULT_GRACE_PERIOD_S
+    # Seconds between looks at the instance metadata for a Spot interruption notice.
+    spot_poll_s: int = SPOT_POLL_S
+
+    def __post_init__(self) -> None:
+        stop_timeout_s(self.grace_period_s, self.spot_poll_s)
+
+    @property
+    def stop_timeout_s(self) -> int:
+        return stop_timeout_s(self.grace_period_s, self.spot_poll_s)
+
+
+def stop_timeout_s(grace_period_s: float, spot_poll_s: int = SPOT_POLL_S) -> int:
+    """Docker's wait between SIGTERM and SIGKILL: above the job's grace period, within Spot's notice."""
+    timeout = math.ceil(grace_period_s) + STOP_MARGIN_S
+    room = SPOT_NOTICE_S - spot_poll_s
+    if timeout > room:
+        raise ValueError(
+            f"resume.grace_period_s ({grace_period_s}) + {STOP_MARGIN_S} s to stop Ray and vLLM is {timeout} s, "
+            f"more than the {room} s left of Spot's {SPOT_NOTICE_S} s notice once it is seen (polled every "
+            f"{spot_poll_s} s); lower the job's resume.grace_period_s"
+        )
+    return timeout
 
 
 def job_config_path(config_dir: str = CONFIG_DIR) -> str:
@@ -34,7 +66,8 @@ def job_config_path(config_dir: str = CONFIG_DIR) -> str:
 
 def render_user_data(settings: BootSettings) -> str:
     """A bash script for cloud-init. It never echoes a secret (no `set -x`; values go to root-only files)."""
-    q = {key: shlex.quote(value) for key, value in vars(settings).items()}
+    q = {key: shlex.quote(str(value)) for key, value in vars(settings).items()}
+    stop = settings.stop_timeout_s
     registry = shlex.quote(settings.image.split("/", 1)[0])
     config_dir = q["config_dir"]
     job_config = shlex.quote(job_config_path(settings.config_dir))
@@ -77,13 +110,40 @@ IMDS_TOKEN=$(curl -sf -X PUT http://169.254.169.254/latest/api/token \\
 INSTANCE_ID=$(curl -sf -H "X-aws-ec2-metadata-token: ${{IMDS_TOKEN}}" \\
   http://169.254.169.254/latest/meta-data/instance-id)
 
+# Spot's interruption notice comes two minutes before the instance goes: stop the job now, with time to
+# commit its finished shards (its grace period plus a margin), rather than only when the OS shuts down at the
+# end of the notice, too late for that.
+spot_watch() {{
+  local nap=""
+  trap 'kill "${{nap}}" 2>/dev/null; exit 0' TERM
+  while :; do
+    sleep {q["spot_poll_s"]} & nap=$!
+    wait "${{nap}}"
+    local imds
+    imds=$(curl -sf -X PUT http://169.254.169.254/latest/api/token \
+      -H "X-aws-ec2-metadata-token-ttl-seconds: 60") || continue
+    if curl -sf -o /dev/null -H "X-aws-ec2-metadata-token: ${{imds}}" \
+      http://169.254.169.254/latest/meta-data/spot/instance-action; then
+      echo "llm-batch: Spot interruption notice; stopping the job ({stop} s to finish)"
+      docker stop --time {stop} {CONTAINER} || true
+      return 0
+    fi
+  done
+}}
+spot_watch &
+WATCHER=$!
+
 status=0
-docker run --name llm-batch-job --gpus all --shm-size 16g --stop-timeout {STOP_TIMEOUT_S} \\
+# --init: a tiny init as PID 1 reaps the processes Ray and vLLM leave behind and passes SIGTERM on to the
+# job; --stop-timeout: the same wait for any other `docker stop` (e.g. the OS shutting Docker down).
+docker run --init --name {CONTAINER} --gpus all --shm-size 16g --stop-timeout {stop} \\
   -v {config_dir}:{config_dir}:ro \\
   -e AWS_REGION -e AWS_DEFAULT_REGION -e HF_TOKEN_PATH={token} -e HF_HUB_DISABLE_TELEMETRY=1 \\
   --log-driver awslogs --log-opt awslogs-region={q["region"]} \\
   --log-opt awslogs-group={q["log_group"]} --log-opt "awslogs-stream=${{RUN_DATE}}/${{INSTANCE_ID}}" \\
   {q["image"]} run --config {job_config} || status=$?
+kill "${{WATCHER}}" 2>/dev/null || true
+wait "${{WATCHER}}" 2>/dev/null || true
 echo "llm-batch job exited with status ${{status}}"
 
 # Done (or failed: the alarms and the nightly run's retry decide what next); stop paying for the GPU.

@@ -28,11 +28,17 @@ from infra.k8s.common import (
     gpu_toleration,
 )
 from workload.config import JobConfig, build_config, render_config
+from workload.entrypoint import MODELS_DIR
 
 RAY_API_VERSION = "ray.io/v1"
 CONFIG_DIR = "/etc/llm-batch"
 CONFIG_FILE = "job.yaml"
 ENTRYPOINT = f"python -m workload run --config {CONFIG_DIR}/{CONFIG_FILE}"
+# The GPU worker's sidecar: publishes the node's GPU utilisation, which the driver on the CPU head cannot see.
+GPU_REPORTER_COMMAND = ["python", "-m", "workload.gpu_reporter", "--config", f"{CONFIG_DIR}/{CONFIG_FILE}"]
+GPU_REPORTER_SIZE = {"cpu": "100m", "memory": "256Mi"}
+# The image's user (workload/Dockerfile: `useradd --uid 1000 --user-group`); runAsNonRoot checks it is not 0.
+JOB_UID = 1000
 
 # KubeRay names the RayCluster `<rayjob>-<5 chars>` and its head Service `<cluster>-head-svc`; a Service name
 # is a 63-character DNS label, which leaves 47 for the RayJob (KubeRay's own validation limit).
@@ -72,9 +78,19 @@ class HeadSpec(_Strict):
         description="The head runs the driver and the GCS only (no Ray tasks: num-cpus 0); fits an m5.xlarge "
         "next to the operators.",
     )
+    models_volume: str = Field(
+        "20Gi",
+        description="Size limit of the head's /models emptyDir (node disk); the driver may fetch a model's "
+        "config and tokenizer, never runs the engine.",
+    )
     node_selector: dict[str, str] = Field(
         default_factory=lambda: {POOL_LABEL: HEAD_POOL}, description="Where the head runs: on-demand nodes."
     )
+
+    @field_validator("models_volume")
+    @classmethod
+    def _models_volume(cls, value: str) -> str:
+        return check_quantity(value, "models_volume")
 
 
 class WorkerSpec(_Strict):
@@ -82,13 +98,21 @@ class WorkerSpec(_Strict):
         PodSize(cpu="6", memory="24Gi", gpus=1),
         description="One worker per GPU node; sized to fit a g5.2xlarge after the node's daemons.",
     )
-    min_replicas: int = Field(1, ge=0, description="Workers kept while the cluster lives.")
-    max_replicas: int = Field(
-        2, ge=1, description="Workers the job may use; the job's engines fill them all."
+    models_volume: str = Field(
+        "100Gi",
+        description="Size limit of each worker's /models emptyDir (node disk): the model's weights and vLLM's "
+        "compile cache; must fit the node's root volume beside the image.",
     )
+    min_replicas: int = Field(1, ge=0, description="Workers kept while the cluster lives.")
+    max_replicas: int = Field(2, ge=1, description="Workers the job may use; the job's engines fill them all.")
     node_selector: dict[str, str] = Field(
         default_factory=lambda: {POOL_LABEL: GPU_POOL}, description="Where workers run: the Spot GPU pool."
     )
+
+    @field_validator("models_volume")
+    @classmethod
+    def _models_volume(cls, value: str) -> str:
+        return check_quantity(value, "models_volume")
 
     @model_validator(mode="after")
     def _consistent(self) -> WorkerSpec:
@@ -96,8 +120,7 @@ class WorkerSpec(_Strict):
             raise ValueError("workers.size.gpus must be at least 1: the workers run the GPU engines")
         if self.min_replicas > self.max_replicas:
             raise ValueError(
-                f"workers.min_replicas ({self.min_replicas}) is more than workers.max_replicas "
-                f"({self.max_replicas})"
+                f"workers.min_replicas ({self.min_replicas}) is more than workers.max_replicas ({self.max_replicas})"
             )
         return self
 
@@ -109,18 +132,14 @@ class RayJobArgs(_Strict):
     namespace: str
     image: str = Field(description="The job image, pinned by tag or digest (never 'latest').")
     service_account: str = Field(description="Service account with the job's S3 and KMS access (IRSA).")
-    ray_version: str = Field(
-        description="Ray version inside the image; KubeRay uses it to configure the cluster."
-    )
+    ray_version: str = Field(description="Ray version inside the image; KubeRay uses it to configure the cluster.")
     job: JobConfig = Field(description="The job config; mounted into the head as YAML.")
     head: HeadSpec = HeadSpec()
     workers: WorkerSpec = WorkerSpec()
     autoscaling: bool = Field(
         False, description="Ray's autoscaler adds workers from min to max as the job asks for GPUs."
     )
-    idle_timeout_s: int = Field(
-        60, ge=0, description="An idle worker is removed after this (autoscaling only)."
-    )
+    idle_timeout_s: int = Field(60, ge=0, description="An idle worker is removed after this (autoscaling only).")
     active_deadline_s: int = Field(
         6 * 3600,
         ge=60,
@@ -254,21 +273,83 @@ def _container_security() -> dict[str, Any]:
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
+def _pod_security() -> dict[str, Any]:
+    # Every container of a Ray pod (Ray, sidecar, init, KubeRay's autoscaler) runs as the image's user, never
+    # root; fsGroup makes the pod's volumes (the /models cache among them) writable to it.
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": JOB_UID,
+        "runAsGroup": JOB_UID,
+        "fsGroup": JOB_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
 def _shm_volume() -> dict[str, Any]:
     # Ray's object store and vLLM's workers use /dev/shm; the container default (64 MiB) is far too small.
     return {"name": "dshm", "emptyDir": {"medium": "Memory"}}
+
+
+def _models_volume(size: str) -> dict[str, Any]:
+    # On the node's disk (no medium), so weights neither fill the container's writable layer nor count against
+    # the pod's memory; sizeLimit has the kubelet evict a pod that outgrows it rather than fill the node.
+    return {"name": "models", "emptyDir": {"sizeLimit": size}}
+
+
+def _config_volume(args: RayJobArgs) -> dict[str, Any]:
+    return {
+        "name": "job-config",
+        "configMap": {"name": args.config_map_name, "items": [{"key": CONFIG_FILE, "path": CONFIG_FILE}]},
+    }
+
+
+def _ray_mounts() -> list[dict[str, Any]]:
+    return [
+        {"name": "job-config", "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "models", "mountPath": MODELS_DIR},
+    ]
+
+
+def _gpu_reporter(args: RayJobArgs) -> dict[str, Any]:
+    """The sidecar publishing the worker node's GPU utilisation (`python -m workload.gpu_reporter`).
+
+    It asks for no GPU: the device plugin hands each `nvidia.com/gpu` to one container only, so a request here
+    would take the GPU away from the engine (or leave the pod unschedulable). Instead it sets
+    `NVIDIA_VISIBLE_DEVICES=all`, which the NVIDIA container runtime (containerd's default runtime on the EKS
+    AL2023 NVIDIA AMI that both the managed group and Karpenter's nodes run) reads to mount the node's GPU
+    devices and the driver's NVML library, as GPU monitoring agents do. The reporter only reads utilisation
+    through NVML and allocates nothing on the GPU, so the engine keeps all of its memory.
+
+    A separate container rather than a background process in the Ray container: KubeRay owns that
+    container's command (`ray start ... --block`), and a sidecar keeps its own small resources and logs.
+    Were the toolkit set to ignore the variable for unprivileged containers
+    (`accept-nvidia-visible-devices-envvar-when-unprivileged = false`), the reporter would find no GPU, say
+    so in its log and exit 0: the run is unaffected, only GPUUtilization is missing.
+    """
+    amounts = dict(GPU_REPORTER_SIZE)
+    return {
+        "name": "gpu-reporter",
+        "image": args.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": list(GPU_REPORTER_COMMAND),
+        "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
+        # Requests equal limits: the worker pod stays Guaranteed.
+        "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+        "securityContext": _container_security(),
+        "volumeMounts": [{"name": "job-config", "mountPath": CONFIG_DIR, "readOnly": True}],
+    }
 
 
 def _with_hub_token(args: RayJobArgs, pod: dict[str, Any]) -> dict[str, Any]:
     """The pod, fetching the hub token before Ray starts when there is one (every pod may load the model)."""
     if args.hub_token_secret_arn is None:
         return pod
-    (container,) = pod["containers"]
+    # The Ray container only (KubeRay's is the first); the GPU reporter never loads a model.
+    container = pod["containers"][0]
     container["env"] = [*container.get("env", []), *hub_token.container_env()]
     container["volumeMounts"] = [*container["volumeMounts"], hub_token.container_mount()]
-    pod["initContainers"] = [
-        hub_token.init_container(args.image, args.hub_token_secret_arn, _container_security())
-    ]
+    pod["initContainers"] = [hub_token.init_container(args.image, args.hub_token_secret_arn, _container_security())]
     pod["volumes"] = [*pod["volumes"], hub_token.volume()]
     return pod
 
@@ -285,10 +366,7 @@ def _head_template(args: RayJobArgs) -> dict[str, Any]:
         ],
         "resources": args.head.size.resources(),
         "securityContext": _container_security(),
-        "volumeMounts": [
-            {"name": "job-config", "mountPath": CONFIG_DIR, "readOnly": True},
-            {"name": "dshm", "mountPath": "/dev/shm"},
-        ],
+        "volumeMounts": _ray_mounts(),
     }
     return {
         "metadata": _pod_metadata(args, "ray-head"),
@@ -298,17 +376,9 @@ def _head_template(args: RayJobArgs) -> dict[str, Any]:
                 "serviceAccountName": args.service_account,
                 "nodeSelector": dict(args.head.node_selector),
                 "terminationGracePeriodSeconds": args.termination_grace_s,
+                "securityContext": _pod_security(),
                 "containers": [container],
-                "volumes": [
-                    {
-                        "name": "job-config",
-                        "configMap": {
-                            "name": args.config_map_name,
-                            "items": [{"key": CONFIG_FILE, "path": CONFIG_FILE}],
-                        },
-                    },
-                    _shm_volume(),
-                ],
+                "volumes": [_config_volume(args), _shm_volume(), _models_volume(args.head.models_volume)],
             },
         ),
     }
@@ -321,7 +391,7 @@ def _worker_template(args: RayJobArgs) -> dict[str, Any]:
         "imagePullPolicy": "IfNotPresent",
         "resources": args.workers.size.resources(),
         "securityContext": _container_security(),
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        "volumeMounts": _ray_mounts(),
     }
     return {
         "metadata": _pod_metadata(args, "ray-worker"),
@@ -333,8 +403,10 @@ def _worker_template(args: RayJobArgs) -> dict[str, Any]:
                 "nodeSelector": dict(args.workers.node_selector),
                 "tolerations": [gpu_toleration()],
                 "terminationGracePeriodSeconds": args.termination_grace_s,
-                "containers": [container],
-                "volumes": [_shm_volume()],
+                "securityContext": _pod_security(),
+                # KubeRay treats the first container as Ray's; the reporter comes after it.
+                "containers": [container, _gpu_reporter(args)],
+                "volumes": [_config_volume(args), _shm_volume(), _models_volume(args.workers.models_volume)],
             },
         ),
     }

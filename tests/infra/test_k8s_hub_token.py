@@ -38,9 +38,13 @@ def test_every_ray_pod_fetches_the_token_first(make: Any, crds_dir: Path) -> Non
         (init,) = pod["initContainers"]
         assert {"name": "HUB_TOKEN_SECRET_ARN", "value": arn} in init["env"]
         assert init["image"] == pod["containers"][0]["image"]
-        (container,) = pod["containers"]
+        container, *sidecars = pod["containers"]
         assert {"name": "HF_TOKEN_PATH", "value": hub_token.TOKEN_FILE} in container["env"]
         assert hub_token.container_mount() in container["volumeMounts"]
+        # The GPU reporter never loads a model: the token stays out of its reach.
+        for sidecar in sidecars:
+            assert hub_token.container_mount() not in sidecar["volumeMounts"]
+            assert all(env["name"] != "HF_TOKEN_PATH" for env in sidecar.get("env", []))
         assert hub_token.volume() in pod["volumes"]
         assert hub_token.volume()["emptyDir"]["medium"] == "Memory"
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from infra.k8s.common import DO_NOT_DISRUPT, GPU_RESOURCE, GPU_TAINT_KEY, POOL_LABEL
+from infra.cost_inputs import offline_config
+from infra.eks_job import base_rayjob_args
+from infra.k8s.common import DO_NOT_DISRUPT, GPU_RESOURCE, GPU_TAINT_KEY, POOL_LABEL, quantity_value
 from infra.k8s.rayjob import (
     ENTRYPOINT,
+    HeadSpec,
     RayJobArgs,
     WorkerSpec,
     fit_job_to_workers,
@@ -22,7 +26,9 @@ from infra.k8s.rayjob import (
 )
 from tests.infra.crd_schema import assert_valid, crd_errors
 from tests.infra.k8s_fixtures import IMAGE, job_config, large_args, medium_args
-from workload.config import load_config
+from workload import gpu_reporter
+from workload.config import build_config, load_config
+from workload.entrypoint import MODEL_CACHE_DIR, MODELS_DIR
 
 TIERS = {"medium": medium_args, "large": large_args}
 
@@ -110,7 +116,8 @@ def test_workers_take_spot_gpus_and_tolerate_their_taint() -> None:
     pod = group["template"]["spec"]
     assert pod["nodeSelector"] == {POOL_LABEL: "gpu"}
     assert {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
-    (container,) = pod["containers"]
+    container = pod["containers"][0]
+    assert container["name"] == "ray-worker"
     assert container["resources"]["limits"][GPU_RESOURCE] == 1
     assert container["resources"]["requests"] == container["resources"]["limits"]
     assert pod["serviceAccountName"] == _head(rayjob)["serviceAccountName"] == "llm-batch-job"
@@ -215,9 +222,7 @@ def test_a_cpu_job_or_a_wrong_engine_count_is_refused() -> None:
     wide = fit_job_to_workers(job_config(), args.workers).model_copy(
         update={"engine": args.job.engine.model_copy(update={"tensor_parallel_size": 2})}
     )
-    with pytest.raises(
-        ValidationError, match=r"tensor_parallel_size .2. is more than the GPUs of one worker"
-    ):
+    with pytest.raises(ValidationError, match=r"tensor_parallel_size .2. is more than the GPUs of one worker"):
         _with(args, job=wide)
 
 
@@ -243,3 +248,111 @@ def test_a_bad_run_id_is_refused(run_id: str) -> None:
 def test_a_blank_night_input_is_refused() -> None:
     with pytest.raises(ValueError, match=r"input\.uri"):
         for_night(medium_args(), run_id="20261129", input_uri=" ", output_uri="s3://b/o")
+
+
+def _pods(rayjob: dict[str, Any]) -> list[dict[str, Any]]:
+    return [_head(rayjob), _worker_group(rayjob)["template"]["spec"]]
+
+
+@pytest.mark.parametrize("tier", sorted(TIERS))
+def test_gpu_workers_run_the_gpu_reporter_beside_ray(tier: str) -> None:
+    rayjob = render_rayjob(TIERS[tier]())
+    worker = _worker_group(rayjob)["template"]["spec"]
+    ray, reporter = worker["containers"]
+    assert ray["name"] == "ray-worker"  # KubeRay configures the first container as Ray's
+    assert reporter["name"] == "gpu-reporter"
+    assert reporter["image"] == ray["image"] == IMAGE
+    assert reporter["command"][:3] == ["python", "-m", "workload.gpu_reporter"]
+    # It reads the config the ConfigMap mounts, at the path the mount gives it.
+    config_path = reporter["command"][reporter["command"].index("--config") + 1]
+    mount = next(m for m in reporter["volumeMounts"] if m["name"] == "job-config")
+    assert config_path.startswith(mount["mountPath"] + "/") and mount["readOnly"] is True
+    assert "job-config" in {v["name"] for v in worker["volumes"]}
+    # No GPU request (that would take the engine's GPU); the runtime exposes the node's GPUs through the env.
+    assert GPU_RESOURCE not in reporter["resources"]["requests"]
+    assert GPU_RESOURCE not in reporter["resources"]["limits"]
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"} in reporter["env"]
+    # Small, and requests equal limits so the worker pod stays Guaranteed.
+    assert reporter["resources"]["requests"] == reporter["resources"]["limits"]
+    assert quantity_value(reporter["resources"]["limits"]["cpu"]) <= 0.25
+    assert quantity_value(reporter["resources"]["limits"]["memory"]) <= 512 * 2**20
+    # The head has no GPU and runs no reporter.
+    assert [c["name"] for c in _head(rayjob)["containers"]] == ["ray-head"]
+
+
+def test_the_sidecars_command_runs_the_reporter(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The sidecar's argv, against the ConfigMap's own file, reaches the reporter's GPU check (none here)."""
+    args = medium_args()
+    job = build_config(args.job.model_dump(mode="json"), {"metrics.sink": "cloudwatch"})
+    config_map = render_config_map(args.model_copy(update={"job": job}))
+    ((name, text),) = config_map["data"].items()
+    (tmp_path / name).write_text(text)
+    command = _worker_group(render_rayjob(args))["template"]["spec"]["containers"][1]["command"]
+    module_args = command[3:]
+    module_args[module_args.index("--config") + 1] = str(tmp_path / name)
+    if gpu_reporter.GpuSampler.open() is not None:
+        pytest.skip("this machine has a GPU: the reporter would publish for real")
+    assert gpu_reporter.main(module_args) == 0
+    assert "no NVIDIA GPU on this node" in capsys.readouterr().err
+
+
+def _dockerfile_user() -> tuple[int, int]:
+    text = (Path(__file__).resolve().parents[2] / "workload" / "Dockerfile").read_text()
+    uid = re.search(r"useradd --uid (\d+) --user-group", text)
+    user = re.search(r"^USER (\d+):(\d+)$", text, re.MULTILINE)
+    assert uid and user, "workload/Dockerfile no longer creates and switches to a numeric user"
+    assert int(uid.group(1)) == int(user.group(1))
+    return int(user.group(1)), int(user.group(2))
+
+
+@pytest.mark.parametrize("tier", sorted(TIERS))
+def test_ray_pods_run_as_the_images_non_root_user(tier: str) -> None:
+    args = TIERS[tier]().model_copy(update={"hub_token_secret_arn": "arn:aws:secretsmanager:us-east-1:1:secret:t"})
+    uid, gid = _dockerfile_user()
+    rayjob = render_rayjob(args)
+    for pod in _pods(rayjob):
+        security = pod["securityContext"]
+        assert security["runAsNonRoot"] is True
+        assert (security["runAsUser"], security["runAsGroup"]) == (uid, gid) != (0, 0)
+        for container in [*pod["containers"], *pod.get("initContainers", [])]:
+            assert container["securityContext"]["allowPrivilegeEscalation"] is False, container["name"]
+            assert container["securityContext"]["capabilities"]["drop"] == ["ALL"], container["name"]
+            assert "privileged" not in container["securityContext"]
+    options = rayjob["spec"]["rayClusterSpec"].get("autoscalerOptions")
+    if options is not None:
+        assert options["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+@pytest.mark.parametrize("tier", sorted(TIERS))
+def test_models_live_on_a_sized_node_disk_volume(tier: str) -> None:
+    args = TIERS[tier]()
+    rayjob = render_rayjob(args)
+    sizes = {"ray-head": args.head.models_volume, "ray-worker": args.workers.models_volume}
+    for pod in _pods(rayjob):
+        ray = pod["containers"][0]
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "models"]
+        assert "medium" not in volume["emptyDir"]  # node disk, not memory
+        assert volume["emptyDir"]["sizeLimit"] == sizes[ray["name"]]
+        mount = next(m for m in ray["volumeMounts"] if m["name"] == "models")
+        assert mount["mountPath"] == MODELS_DIR
+        assert not mount.get("readOnly", False)
+    # What the tiers render into the job config caches under that mount.
+    assert MODEL_CACHE_DIR.startswith(MODELS_DIR + "/")
+
+
+@pytest.mark.parametrize("stack", ["medium", "large"])
+def test_models_volume_fits_the_stacks_node_disk(stack: str) -> None:
+    config = offline_config(stack)
+    args = base_rayjob_args(config, stack, IMAGE, "bucket")
+    assert args.job.model.cache_dir.startswith(MODELS_DIR + "/")
+    node_disk = config.eks.node_volume_gib * 2**30
+    # Room for the image (about 15 GB of CUDA wheels) and the node's own use beside the cache.
+    assert quantity_value(args.workers.models_volume) <= node_disk - 40 * 2**30
+    assert quantity_value(args.head.models_volume) <= node_disk - 40 * 2**30
+
+
+def test_a_bad_models_volume_is_refused() -> None:
+    with pytest.raises(ValidationError, match="models_volume"):
+        WorkerSpec(models_volume="lots")
+    with pytest.raises(ValidationError, match="models_volume"):
+        HeadSpec(models_volume="")

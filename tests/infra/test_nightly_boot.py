@@ -27,6 +27,7 @@ case "$(basename "$0") $*" in
   "aws secretsmanager get-secret-value"*) exit 254 ;;
   "aws ecr get-login-password"*) echo "ecr-password" ;;
   "curl -sf -X PUT"*) echo "imds-token" ;;
+  "curl -sf -o /dev/null -H"*"/spot/instance-action") exit 22 ;;
   "curl -sf -H"*) echo "i-0123456789abcdef0" ;;
   "docker login"*) cat > /dev/null ;;
 esac
@@ -64,9 +65,7 @@ def _boot(tmp_path: Path, request: dict[str, str] | None) -> tuple[subprocess.Co
         "JOB_SETTINGS": str(settings_file),
         "RUN_REQUEST": str(request_file),
     }
-    return subprocess.run(
-        ["bash", str(script)], env=env, capture_output=True, text=True, timeout=60
-    ), tmp_path
+    return subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60), tmp_path
 
 
 def test_the_night_comes_from_the_run_request(tmp_path: Path) -> None:

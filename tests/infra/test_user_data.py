@@ -7,16 +7,24 @@ file, the container's arguments, scaling back to 0) is what is tested.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import os
 import stat
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from infra.components.user_data import BootSettings, job_config_path, render_user_data
+from infra.components.user_data import (
+    SPOT_NOTICE_S,
+    BootSettings,
+    job_config_path,
+    render_user_data,
+    stop_timeout_s,
+)
 from infra.config import load_stack_config
 from workload.config import load_config, render_config
 
@@ -34,14 +42,15 @@ case "$(basename "$0") $*" in
     else echo "ResourceNotFoundException" >&2; exit 254; fi ;;
   "aws ecr get-login-password"*) echo "ecr-password" ;;
   "curl -sf -X PUT"*) echo "imds-token" ;;
+  "curl -sf -o /dev/null -H"*"/spot/instance-action") exit "${{SPOT_NOTICE:-22}}" ;;
   "curl -sf -H"*) echo "i-0123456789abcdef0" ;;
   "docker login"*) cat > /dev/null ;;
-  "docker run"*) exit "${{JOB_EXIT:-0}}" ;;
+  "docker run"*) sleep "${{JOB_RUN_S:-0}}"; exit "${{JOB_EXIT:-0}}" ;;
 esac
 """
 
 
-def _settings(config_dir: Path) -> BootSettings:
+def _settings(config_dir: Path, **changes: Any) -> BootSettings:
     return BootSettings(
         region="us-east-1",
         image=IMAGE,
@@ -50,11 +59,17 @@ def _settings(config_dir: Path) -> BootSettings:
         log_group="/llm-batch/small/job",
         group_name="llm-batch-small-gpu",
         config_dir=str(config_dir),
+        **changes,
     )
 
 
 def _boot(
-    tmp_path: Path, *, token: str | None, job_exit: int = 0
+    tmp_path: Path,
+    *,
+    token: str | None,
+    job_exit: int = 0,
+    env_extra: dict[str, str] | None = None,
+    **changes: Any,
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -67,13 +82,14 @@ def _boot(
     settings_file = tmp_path / "job-settings.yaml"
     settings_file.write_text(render_config(job))
     script = tmp_path / "user-data.sh"
-    script.write_text(render_user_data(_settings(tmp_path / "etc")))
+    script.write_text(render_user_data(_settings(tmp_path / "etc", **changes)))
     env = {
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "CALLS": str(tmp_path / "calls.log"),
         "JOB_SETTINGS": str(settings_file),
         "HUB_TOKEN": token or "",
         "JOB_EXIT": str(job_exit),
+        **(env_extra or {}),
     }
     result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
     return result, tmp_path
@@ -145,3 +161,69 @@ def test_values_are_quoted(tmp_path: Path, hostile: str) -> None:
     path = tmp_path / "s.sh"
     path.write_text(script)
     subprocess.run(["bash", "-n", str(path)], check=True)
+
+
+def _docker_run(root: Path) -> str:
+    return next(call for call in _calls(root) if call.startswith("docker run"))
+
+
+def test_the_container_runs_under_an_init_and_outlasts_the_jobs_grace_period(tmp_path: Path) -> None:
+    result, root = _boot(tmp_path, token=None)
+    assert result.returncode == 0, result.stderr
+    run = _docker_run(root)
+    # An init as PID 1 reaps Ray's and vLLM's children; its argument comes before the image.
+    assert run.startswith("docker run --init ")
+    job = load_config(job_config_path(str(root / "etc")))
+    timeout = int(run.split("--stop-timeout ", 1)[1].split()[0])
+    assert job.resume.grace_period_s < timeout <= SPOT_NOTICE_S
+    # No Spot notice came, so nothing stopped the job early.
+    assert not any(call.startswith("docker stop") for call in _calls(root))
+
+
+def test_a_spot_notice_stops_the_job_with_time_to_finish(tmp_path: Path) -> None:
+    """The watcher sees the notice while the job runs and stops it with the full timeout, not Docker's 10 s."""
+    result, root = _boot(tmp_path, token=None, spot_poll_s=1, env_extra={"SPOT_NOTICE": "0", "JOB_RUN_S": "4"})
+    assert result.returncode == 0, result.stderr
+    calls = _calls(root)
+    stop = f"docker stop --time {stop_timeout_s(90.0, 1)} llm-batch-job"
+    assert stop in calls and stop_timeout_s(90.0, 1) == 110
+    assert any(call.endswith("/latest/meta-data/spot/instance-action") for call in calls)
+    assert "Spot interruption notice" in result.stdout
+    assert calls.index(stop) > calls.index(_docker_run(root))
+    assert calls[-1].startswith("aws autoscaling set-desired-capacity")
+
+
+def test_without_a_notice_the_watcher_polls_and_goes_with_the_job(tmp_path: Path) -> None:
+    started = dt.datetime.now(dt.UTC)
+    result, root = _boot(tmp_path, token=None, spot_poll_s=1, env_extra={"JOB_RUN_S": "3"})
+    elapsed = (dt.datetime.now(dt.UTC) - started).total_seconds()
+    assert result.returncode == 0, result.stderr
+    calls = _calls(root)
+    assert sum(call.endswith("/spot/instance-action") for call in calls) >= 1
+    assert not any(call.startswith("docker stop") for call in calls)
+    # The script does not wait out a poll once the job is done.
+    assert elapsed < 15
+    assert calls[-1].startswith("aws autoscaling set-desired-capacity")
+
+
+def test_the_stop_timeout_follows_the_jobs_grace_period() -> None:
+    config = load_stack_config(
+        "small", {"cost_center": "cc", "job": {"job_overrides": {"resume": {"grace_period_s": 60}}}}
+    )
+    assert config.job_grace_period_s == 60
+    assert config.job_config("s3://b/i/", "s3://b/o/").resume.grace_period_s == 60
+    script = render_user_data(_settings(Path("/etc/llm-batch"), grace_period_s=config.job_grace_period_s))
+    assert "--stop-timeout 80 " in script and "docker stop --time 80 llm-batch-job" in script
+    assert load_stack_config("small", {"cost_center": "cc"}).job_grace_period_s == 90
+
+
+def test_a_grace_period_spots_notice_cannot_cover_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"resume.grace_period_s \(100.0\).*more than the 115 s left"):
+        _settings(Path("/etc/llm-batch"), grace_period_s=100.0)
+
+
+def test_the_small_plans_node_boots_with_init_and_the_timeout(plan_for: Any) -> None:
+    (template,) = [item for item in plan_for("small") if item["type"] == "aws:ec2/launchTemplate:LaunchTemplate"]
+    script = base64.b64decode(template["inputs"]["userData"]).decode()
+    assert "docker run --init " in script
+    assert "--stop-timeout 110 " in script and "docker stop --time 110 llm-batch-job" in script

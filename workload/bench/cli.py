@@ -1,0 +1,102 @@
+"""`python -m workload bench`: the benchmark's command line (also `python -m workload.bench`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from workload.bench.profiles import PROFILES, BenchProfile, get_profile
+from workload.config import ModelConfig
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, type=Path, help="Folder for scorecard.json, scorecard.md, plots.")
+    parser.add_argument(
+        "--profile",
+        default="cpu",
+        choices=sorted(PROFILES),
+        help="Model, engine args and workload (default: cpu).",
+    )
+    parser.add_argument("--requests", type=int, help="Override the number of requests per point.")
+    parser.add_argument("--seed", type=int, help="Override the workload seed.")
+    parser.add_argument(
+        "--sweep",
+        help="Override the sweep's long-decode lengths, comma-separated (empty: the bimodal point only).",
+    )
+    parser.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Override any profile field by dotted key, e.g. engine.max_num_seqs=64, job.batch_size=64, "
+        "workload.long_fraction=0.5 (value parsed as YAML); repeatable. Every mode gets the same engine args.",
+    )
+    parser.add_argument(
+        "--model-cache",
+        type=Path,
+        default=Path(ModelConfig().cache_dir),
+        help="Where models are built/cached.",
+    )
+
+
+def profile_from_args(args: argparse.Namespace) -> BenchProfile:
+    profile = get_profile(args.profile)
+    workload_update: dict[str, int] = {}
+    if args.requests is not None:
+        workload_update["num_requests"] = args.requests
+    if args.seed is not None:
+        workload_update["seed"] = args.seed
+    update: dict[str, object] = {}
+    if workload_update:
+        update["workload"] = profile.workload.model_copy(update=workload_update).model_dump()
+    if args.sweep is not None:
+        try:
+            update["sweep_long_tokens"] = [int(item) for item in args.sweep.split(",") if item.strip()]
+        except ValueError:
+            raise SystemExit(f"--sweep must be comma-separated token counts, got {args.sweep!r}") from None
+    data = {**profile.model_dump(), **update}
+    for setting in args.settings:
+        key, sep, raw = setting.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set takes KEY=VALUE, got {setting!r}")
+        _set_dotted(data, key, yaml.safe_load(raw), setting)
+    if data == profile.model_dump():
+        return profile
+    # Re-validate: an override must pass the same checks (e.g. fitting max_model_len) as a built-in profile.
+    return BenchProfile.model_validate(data)
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any, setting: str) -> None:
+    node = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            raise SystemExit(f"--set {setting!r}: {part!r} is not a section of the profile")
+        node = node[part]
+    if parts[-1] not in node:
+        raise SystemExit(f"--set {setting!r}: the profile has no field {key!r}")
+    node[parts[-1]] = value
+
+
+def run(args: argparse.Namespace) -> int:
+    from workload.bench.runner import run_bench
+
+    outputs = run_bench(profile_from_args(args), args.out, args.model_cache)
+    print(f"scorecard: {outputs.scorecard_json}\ntable: {outputs.table_md}")
+    print("plots: " + ", ".join(str(path) for path in outputs.plots))
+    return 1 if outputs.scorecard["errors"] else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workload bench", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""The scorecard as a markdown table, and the short summary printed at the end of a run."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+_COLUMNS = (
+    ("point", "point", "{}"),
+    ("mode", "mode", "{}"),
+    ("requests_per_s", "req/s", "{:.2f}"),
+    ("output_tokens_per_s", "out tok/s", "{:.0f}"),
+    ("ttft_p50_s", "TTFT p50 s", "{:.2f}"),
+    ("ttft_p95_s", "TTFT p95 s", "{:.2f}"),
+    ("itl_p95_s", "ITL p95 ms", "ms"),
+    ("e2e_p95_s", "E2E p95 s", "{:.2f}"),
+    ("queue_p50_s", "queue p50 s", "{:.2f}"),
+    ("queue_p95_s", "queue p95 s", "{:.2f}"),
+    ("occupancy", "occupancy", "{:.0%}"),
+    ("failures", "failures", "{}"),
+    ("peak_memory_gib", "peak mem GiB", "{:.1f}"),
+    ("startup_s", "start-up s", "{:.1f}"),
+)
+
+
+def _cell(value: Any, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if fmt == "ms":
+        return f"{value * 1000:.1f}"
+    return fmt.format(value)
+
+
+def _ratio_line(name: str, value: float | None, target: float) -> str:
+    shown = "not measured" if value is None else f"**{value:.2f}**"
+    verdict = "" if value is None else (" (target met)" if value >= target else " (below target)")
+    return f"- {name}: {shown}, target >= {target}{verdict}"
+
+
+def markdown(scorecard: dict[str, Any]) -> str:
+    repro = scorecard["reproducibility"]
+    targets = scorecard["targets"]
+    lines = [
+        f"# Benchmark scorecard: profile `{scorecard['profile']}`",
+        "",
+        f"Ratios ({scorecard['ratio_basis']}):",
+        "",
+        _ratio_line(
+            "continuous / synchronous",
+            scorecard["continuous_over_synchronous"],
+            targets["continuous_over_synchronous"],
+        ),
+        _ratio_line("job / continuous", scorecard["job_over_continuous"], targets["job_over_continuous"]),
+        "",
+        "| " + " | ".join(header for _, header, _ in _COLUMNS) + " |",
+        "|" + "|".join("---" for _ in _COLUMNS) + "|",
+    ]
+    for run in scorecard["runs"]:
+        lines.append("| " + " | ".join(_cell(run.get(key), fmt) for key, _, fmt in _COLUMNS) + " |")
+    breakdown = [run for run in scorecard["runs"] if run["point"] == "bimodal" and run.get("cpu_seconds_by_process")]
+    if breakdown:
+        lines += ["", "CPU seconds by process during the bimodal point (where the time goes):", ""]
+        for run in breakdown:
+            top = list(run["cpu_seconds_by_process"].items())[:6]
+            lines.append(f"- {run['mode']}: " + ", ".join(f"{role} {seconds:.1f}" for role, seconds in top))
+    if scorecard["errors"]:
+        lines += ["", "Errors:", ""] + [f"- {group}: {error}" for group, error in scorecard["errors"].items()]
+    lines += [
+        "",
+        f"Command: `{repro.get('command', '')}` (commit {repro.get('commit') or 'unknown'})",
+        f"Model: {repro['model']} on {repro['device']}; hardware: {repro['hardware'].get('cpu')}, "
+        f"{repro['hardware'].get('usable_cores')} cores, {repro['hardware'].get('memory_gib')} GiB"
+        + (f", GPUs {repro['hardware']['gpus']}" if repro["hardware"].get("gpus") else ""),
+        "Versions: " + ", ".join(f"{name} {version}" for name, version in repro["versions"].items()),
+        f"Seed {repro['seed']}; synchronous chunk {repro['synchronous_chunk']}; engine args: `{repro['engine_args']}`",
+        "",
+        "How each figure is measured (identically in every mode):",
+        "",
+        *[f"- {name}: {text}" for name, text in scorecard["measurement"].items()],
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def terminal_summary(scorecard: dict[str, Any]) -> str:
+    lines = []
+    for run in scorecard["runs"]:
+        lines.append(
+            f"{run['point']:>10} {run['mode']:>12}: "
+            f"{_cell(run.get('output_tokens_per_s'), '{:.0f}'):>7} out tok/s, "
+            f"{_cell(run.get('requests_per_s'), '{:.2f}'):>6} req/s, "
+            f"failures {run['failures']}"
+        )
+    for name in ("continuous_over_synchronous", "job_over_continuous"):
+        value = scorecard[name]
+        lines.append(f"{name}: {'not measured' if value is None else f'{value:.2f}'}")
+    return "\n".join(lines)
