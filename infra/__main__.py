@@ -75,9 +75,7 @@ alerts = Alerts(
     AlertsArgs(stack=stack, context=context, key_arn=key.key_arn, email=config.alert_email),
     aws_opts,
 )
-CostControls(
-    "cost", CostControlsArgs.from_config(stack, config, context, alerts.topic_arn, key.key_arn), aws_opts
-)
+CostControls("cost", CostControlsArgs.from_config(stack, config, context, alerts.topic_arn, key.key_arn), aws_opts)
 network = Network(
     "network",
     NetworkArgs(

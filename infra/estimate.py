@@ -27,9 +27,7 @@ class NodePool(BaseModel):
 
     name: str
     instance_type: str
-    count: float = Field(
-        ge=0, description="Instances running while the pool runs (an average for autoscaling)"
-    )
+    count: float = Field(ge=0, description="Instances running while the pool runs (an average for autoscaling)")
     hours_per_month: float = Field(ge=0, le=HOURS_PER_MONTH, description="Hours a month the pool runs")
     capacity: Capacity
     root_volume_gb: int = Field(default=100, ge=0, description="gp3 root volume per instance while it exists")
@@ -42,12 +40,8 @@ class FixedParts(BaseModel):
 
     eks_clusters: int = Field(default=0, ge=0)
     nat_gateways: int = Field(default=0, ge=0)
-    interface_endpoints: int = Field(
-        default=0, ge=0, description="Interface VPC endpoints (ECR, STS, logs...)"
-    )
-    endpoint_azs: int = Field(
-        default=0, ge=0, description="AZs each interface endpoint has a network interface in"
-    )
+    interface_endpoints: int = Field(default=0, ge=0, description="Interface VPC endpoints (ECR, STS, logs...)")
+    endpoint_azs: int = Field(default=0, ge=0, description="AZs each interface endpoint has a network interface in")
     always_on_nodes: tuple[NodePool, ...] = ()
     kms_keys: int = Field(default=1, ge=0)
     alarms: int = Field(default=0, ge=0)
@@ -62,9 +56,7 @@ class Usage(BaseModel):
     s3_standard_gb: float = Field(default=100, ge=0, description="Inputs and fresh results in S3 Standard")
     s3_glacier_gb: float = Field(default=500, ge=0, description="Older results moved to Glacier by lifecycle")
     nat_gb: float = Field(default=50, ge=0, description="Traffic through NAT (what no endpoint covers)")
-    endpoint_gb: float = Field(
-        default=200, ge=0, description="Traffic through interface endpoints (image pulls)"
-    )
+    endpoint_gb: float = Field(default=200, ge=0, description="Traffic through interface endpoints (image pulls)")
     log_gb: float = Field(default=5, ge=0, description="CloudWatch Logs ingested")
     ecr_gb: float = Field(default=15, ge=0, description="Job images kept in ECR")
 
@@ -128,9 +120,7 @@ def _item(group: str, item: str, quantity: float, unit: str, unit_price: float) 
     )
 
 
-def compute_items(
-    pools: Iterable[NodePool], region: str, prices: PriceTable, group: str = "compute"
-) -> list[LineItem]:
+def compute_items(pools: Iterable[NodePool], region: str, prices: PriceTable, group: str = "compute") -> list[LineItem]:
     """Instance-hours at the pool's capacity price, plus the gp3 root volumes while the instances exist."""
     gp3 = prices.region(region).services.ebs_gp3_gb_month
     items: list[LineItem] = []
@@ -170,9 +160,7 @@ def fixed_items(fixed: FixedParts, usage: Usage, region: str, prices: PriceTable
                 svc.interface_endpoint_hourly_per_az,
             )
         )
-        items.append(
-            _item("fixed", "endpoint data processed", usage.endpoint_gb, "GB", svc.interface_endpoint_per_gb)
-        )
+        items.append(_item("fixed", "endpoint data processed", usage.endpoint_gb, "GB", svc.interface_endpoint_per_gb))
     # Always-on nodes (the EKS head group) bill all month whatever the job does: a fixed cost.
     items.extend(compute_items(fixed.always_on_nodes, region, prices, group="fixed"))
     if fixed.kms_keys:
@@ -197,15 +185,9 @@ def storage_items(usage: Usage, region: str, prices: PriceTable) -> list[LineIte
 
 def monitoring_items(fixed: FixedParts, usage: Usage, region: str, prices: PriceTable) -> list[LineItem]:
     svc = prices.region(region).services
-    items = [
-        _item(
-            "monitoring", "CloudWatch Logs ingestion", usage.log_gb, "GB", svc.cloudwatch_logs_ingest_per_gb
-        )
-    ]
+    items = [_item("monitoring", "CloudWatch Logs ingestion", usage.log_gb, "GB", svc.cloudwatch_logs_ingest_per_gb)]
     if fixed.alarms:
-        items.append(
-            _item("monitoring", "CloudWatch alarms", fixed.alarms, "alarm-month", svc.cloudwatch_alarm_month)
-        )
+        items.append(_item("monitoring", "CloudWatch alarms", fixed.alarms, "alarm-month", svc.cloudwatch_alarm_month))
     if fixed.dashboards:
         items.append(
             _item(
@@ -244,9 +226,7 @@ def estimate(inputs: EstimateInputs, prices: PriceTable) -> Estimate:
 def format_estimate(result: Estimate) -> str:
     """The human summary `python -m infra.plan` prints: one line per item, subtotals, the total."""
     width = 64
-    lines = [
-        f"Monthly cost estimate for stack {result.stack} ({result.region}), prices of {result.prices_as_of}:"
-    ]
+    lines = [f"Monthly cost estimate for stack {result.stack} ({result.region}), prices of {result.prices_as_of}:"]
     for group in ("compute", "fixed", "storage", "monitoring"):
         group_items = [item for item in result.items if item.group == group]
         if not group_items:

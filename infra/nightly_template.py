@@ -21,9 +21,7 @@ def night_template(base: RayJobArgs) -> list[dict[str, object]]:
     for key, uri in (("input", base.job.input.uri), ("output", base.job.output.uri)):
         if uri.count("{date}") != 1:
             raise ValueError(f"the nightly RayJob's {key} URI {uri!r} must contain {{date}} exactly once")
-    return night_manifests(
-        base, run_id=RUN_ID_MARKER, input_uri=base.job.input.uri, output_uri=base.job.output.uri
-    )
+    return night_manifests(base, run_id=RUN_ID_MARKER, input_uri=base.job.input.uri, output_uri=base.job.output.uri)
 
 
 def night_template_json(base: RayJobArgs) -> str:

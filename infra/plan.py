@@ -54,9 +54,7 @@ def read_stack_config(stack: str) -> tuple[dict[str, str], list[str]]:
     """
     path = stack_file(stack)
     if not path.is_file():
-        known = sorted(
-            p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in STACKS_DIR.glob("Pulumi.*.yaml")
-        )
+        known = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in STACKS_DIR.glob("Pulumi.*.yaml"))
         raise PlanError(f"no stack file {_shown(path)}; stacks: {', '.join(known) or 'none'}")
     document = yaml.safe_load(path.read_text()) or {}
     raw = document.get("config") or {}
@@ -112,9 +110,7 @@ def run_under_mocks(
 
     _sync_await(run_pulumi_func(program))
     # Registrations arrive in whatever order their inputs resolve; sort so two runs of a plan compare equal.
-    return sorted(
-        (asdict(registration) for registration in monitor.registrations), key=lambda item: item["urn"]
-    )
+    return sorted((asdict(registration) for registration in monitor.registrations), key=lambda item: item["urn"])
 
 
 def run_program(stack: str, mocks: PlanMocks | None = None) -> list[dict[str, Any]]:
@@ -213,9 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.plan", description=__doc__.splitlines()[0])
     parser.add_argument("stack", help="stack name: stacks/Pulumi.<stack>.yaml holds its config")
     parser.add_argument("--json", action="store_true", help="print the plan as a JSON list of resources")
-    parser.add_argument(
-        "--estimate-json", action="store_true", help="print the monthly cost estimate as JSON"
-    )
+    parser.add_argument("--estimate-json", action="store_true", help="print the monthly cost estimate as JSON")
     args = parser.parse_args(argv)
     from infra.config import StackConfigError
 

@@ -57,9 +57,7 @@ class PlanMocks(Mocks):
         self.calls.append((args.token, args.provider or ""))
         answer = _CALLS.get(args.token)
         if answer is None:
-            raise NotImplementedError(
-                f"the plan's mocks do not answer {args.token}; add it to infra/plan_mocks.py"
-            )
+            raise NotImplementedError(f"the plan's mocks do not answer {args.token}; add it to infra/plan_mocks.py")
         return answer(self, dict(args.args))
 
     def arn(self, service: str, resource: str, *, region: bool = True, account: bool = True) -> str:

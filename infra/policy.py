@@ -129,26 +129,19 @@ def check_cost_tags(plan: Plan) -> list[Violation]:
             # The group's tags are a list, and the provider's default tags never reach them.
             found = [tag for tag in _as_list(inputs.get("tags")) if tag.get("key") == REQUIRED_TAG]
             if not found or not found[0].get("value") or not found[0].get("propagateAtLaunch"):
-                violations.append(
-                    Violation(name, _label(item), f"no {REQUIRED_TAG} tag propagated at launch")
-                )
+                violations.append(Violation(name, _label(item), f"no {REQUIRED_TAG} tag propagated at launch"))
             continue
         own = inputs.get("tags") or {}
         effective = {**defaults.get(item.get("provider") or "", {}), **(own if isinstance(own, dict) else {})}
         if not effective.get(REQUIRED_TAG):
-            violations.append(
-                Violation(name, _label(item), f"no {REQUIRED_TAG} tag (own or provider default)")
-            )
+            violations.append(Violation(name, _label(item), f"no {REQUIRED_TAG} tag (own or provider default)"))
         if item["type"] == "aws:ec2/launchTemplate:LaunchTemplate":
             specs = {
-                spec.get("resourceType"): spec.get("tags") or {}
-                for spec in _as_list(inputs.get("tagSpecifications"))
+                spec.get("resourceType"): spec.get("tags") or {} for spec in _as_list(inputs.get("tagSpecifications"))
             }
             for kind in LAUNCHED_KINDS:
                 if not specs.get(kind, {}).get(REQUIRED_TAG):
-                    violations.append(
-                        Violation(name, _label(item), f"launched {kind}s get no {REQUIRED_TAG} tag")
-                    )
+                    violations.append(Violation(name, _label(item), f"launched {kind}s get no {REQUIRED_TAG} tag"))
     _require_matches(name, matched, "taggable AWS resource")
     return violations
 
@@ -161,9 +154,7 @@ def _for_bucket(plan: Plan, type_token: str, bucket_id: Any) -> list[Resource]:
 
 
 def _denies_insecure_transport(document: Any, bucket_arn: str) -> bool:
-    for statement in _as_list(
-        _json(document).get("Statement") if isinstance(_json(document), dict) else None
-    ):
+    for statement in _as_list(_json(document).get("Statement") if isinstance(_json(document), dict) else None):
         condition = statement.get("Condition", {}).get("Bool", {})
         resources = set(_as_list(statement.get("Resource")))
         if (
@@ -195,8 +186,7 @@ def check_buckets(plan: Plan) -> list[Violation]:
             for rule in _as_list(config["inputs"].get("rules"))
         ]
         if not any(
-            (rule.get("applyServerSideEncryptionByDefault") or {}).get("sseAlgorithm")
-            in ("aws:kms", "aws:kms:dsse")
+            (rule.get("applyServerSideEncryptionByDefault") or {}).get("sseAlgorithm") in ("aws:kms", "aws:kms:dsse")
             and (rule.get("applyServerSideEncryptionByDefault") or {}).get("kmsMasterKeyId")
             and rule.get("bucketKeyEnabled") is True
             for rule in rules
@@ -260,10 +250,7 @@ def statement_problems(statement: Mapping[str, Any], document_type: str) -> list
             problems.append(f"action {action!r} grants a whole service")
         elif "*" in action and action not in iam_allowlist.ACTION_WILDCARDS:
             problems.append(f"wildcard action {action!r} is not in iam_allowlist.ACTION_WILDCARDS")
-    if (
-        "*" in _as_list(statement.get("Resource"))
-        and document_type not in iam_allowlist.RESOURCE_STAR_DOCUMENTS
-    ):
+    if "*" in _as_list(statement.get("Resource")) and document_type not in iam_allowlist.RESOURCE_STAR_DOCUMENTS:
         unlisted = [action for action in actions if action not in iam_allowlist.RESOURCE_STAR_ACTIONS]
         if unlisted:
             problems.append(f'Resource "*" for {unlisted} (not in iam_allowlist.RESOURCE_STAR_ACTIONS)')
@@ -290,20 +277,14 @@ def check_iam(plan: Plan) -> list[Violation]:
                 for problem in statement_problems(statement, item["type"]):
                     sid = statement.get("Sid", "(no Sid)")
                     violations.append(Violation(name, _label(item), f"{sid}: {problem}"))
-        arns = (
-            [item["inputs"].get(_ATTACHMENT_INPUTS[item["type"]])]
-            if item["type"] in _ATTACHMENT_INPUTS
-            else []
-        )
+        arns = [item["inputs"].get(_ATTACHMENT_INPUTS[item["type"]])] if item["type"] in _ATTACHMENT_INPUTS else []
         if item["type"] == "aws:iam/role:Role":
             arns += _as_list(item["inputs"].get("managedPolicyArns"))
         for arn in arns:
             matched += 1
             managed = iam_allowlist.managed_policy_name(str(arn))
             if managed is not None and managed not in iam_allowlist.MANAGED_POLICIES:
-                violations.append(
-                    Violation(name, _label(item), f"AWS-managed policy {managed} is not allowlisted")
-                )
+                violations.append(Violation(name, _label(item), f"AWS-managed policy {managed} is not allowlisted"))
     _require_matches(name, matched, "IAM statement or policy attachment")
     return violations
 
@@ -331,23 +312,15 @@ def check_launch_templates(plan: Plan) -> list[Violation]:
         matched += 1
         inputs = item["inputs"]
         if (inputs.get("metadataOptions") or {}).get("httpTokens") != "required":
-            violations.append(
-                Violation(name, _label(item), "IMDSv2 not required (metadataOptions.httpTokens)")
-            )
-        violations += [
-            Violation(name, _label(item), p) for p in _ebs_problems(inputs.get("blockDeviceMappings"))
-        ]
+            violations.append(Violation(name, _label(item), "IMDSv2 not required (metadataOptions.httpTokens)"))
+        violations += [Violation(name, _label(item), p) for p in _ebs_problems(inputs.get("blockDeviceMappings"))]
         if inputs.get("keyName"):
-            violations.append(
-                Violation(name, _label(item), "an SSH key pair is set; use SSM Session Manager")
-            )
+            violations.append(Violation(name, _label(item), "an SSH key pair is set; use SSM Session Manager"))
     for item in _of_type(plan, "aws:ec2/instance:Instance"):
         matched += 1
         inputs = item["inputs"]
         if (inputs.get("metadataOptions") or {}).get("httpTokens") != "required":
-            violations.append(
-                Violation(name, _label(item), "IMDSv2 not required (metadataOptions.httpTokens)")
-            )
+            violations.append(Violation(name, _label(item), "IMDSv2 not required (metadataOptions.httpTokens)"))
         volumes = [inputs.get("rootBlockDevice") or {}, *_as_list(inputs.get("ebsBlockDevices"))]
         if not all(_truthy(volume.get("encrypted")) for volume in volumes):
             violations.append(Violation(name, _label(item), "a volume is not encrypted"))
@@ -357,9 +330,7 @@ def check_launch_templates(plan: Plan) -> list[Violation]:
             spec = item["inputs"].get("spec") or {}
             if (spec.get("metadataOptions") or {}).get("httpTokens") != "required":
                 violations.append(Violation(name, _label(item), "IMDSv2 not required (spec.metadataOptions)"))
-            violations += [
-                Violation(name, _label(item), p) for p in _ebs_problems(spec.get("blockDeviceMappings"))
-            ]
+            violations += [Violation(name, _label(item), p) for p in _ebs_problems(spec.get("blockDeviceMappings"))]
     _require_matches(name, matched, "launch template, instance or EC2NodeClass")
     return violations
 

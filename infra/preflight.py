@@ -39,9 +39,7 @@ QUOTAS: dict[tuple[str, Capacity], QuotaRef] = {
     ("Standard", "on-demand"): QuotaRef(
         "L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"
     ),
-    ("Standard", "spot"): QuotaRef(
-        "L-34B43A08", "All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests"
-    ),
+    ("Standard", "spot"): QuotaRef("L-34B43A08", "All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests"),
 }
 _STANDARD = frozenset("acdhimrtz")
 
@@ -79,9 +77,7 @@ def family(instance_type: str) -> str:
     raise ValueError(f"{instance_type!r}: family {letters!r} has no quota mapping in infra/preflight.py")
 
 
-def needed_vcpus(
-    pools: Iterable[NodePool], region: str, prices: PriceTable
-) -> dict[QuotaRef, tuple[int, set[str]]]:
+def needed_vcpus(pools: Iterable[NodePool], region: str, prices: PriceTable) -> dict[QuotaRef, tuple[int, set[str]]]:
     """vCPUs each quota must allow when every pool runs at its count at once (counts round up)."""
     needs: dict[QuotaRef, tuple[int, set[str]]] = {}
     for pool in pools:
@@ -97,9 +93,7 @@ def needed_vcpus(
 def quota_value(client: Any, quota: QuotaRef) -> float:
     """The account's applied quota; AWS's default where the account never changed it (NoSuchResource)."""
     try:
-        return float(
-            client.get_service_quota(ServiceCode=SERVICE_CODE, QuotaCode=quota.code)["Quota"]["Value"]
-        )
+        return float(client.get_service_quota(ServiceCode=SERVICE_CODE, QuotaCode=quota.code)["Quota"]["Value"])
     except ClientError as err:
         if err.response.get("Error", {}).get("Code") != "NoSuchResourceException":
             raise PreflightError(f"reading quota {quota.code} ({quota.name}) failed: {err}") from err
@@ -108,9 +102,7 @@ def quota_value(client: Any, quota: QuotaRef) -> float:
     try:
         response = client.get_aws_default_service_quota(ServiceCode=SERVICE_CODE, QuotaCode=quota.code)
     except (ClientError, BotoCoreError) as err:
-        raise PreflightError(
-            f"reading the default of quota {quota.code} ({quota.name}) failed: {err}"
-        ) from err
+        raise PreflightError(f"reading the default of quota {quota.code} ({quota.name}) failed: {err}") from err
     return float(response["Quota"]["Value"])
 
 
@@ -140,9 +132,7 @@ def check_quotas(
             checks.append(QuotaCheck(quota, needed, limit, tuple(sorted(types))))
         if quota in extra:
             largest, fallback_types = extra[quota]
-            checks.append(
-                QuotaCheck(quota, needed + largest, limit, tuple(sorted(fallback_types)), fallback=True)
-            )
+            checks.append(QuotaCheck(quota, needed + largest, limit, tuple(sorted(fallback_types)), fallback=True))
     return checks
 
 

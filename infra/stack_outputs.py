@@ -45,9 +45,7 @@ def load_outputs(stack: str, outputs_file: str | None = None) -> dict[str, Any]:
 def require(outputs: dict[str, Any], *keys: str) -> list[Any]:
     missing = [key for key in keys if not outputs.get(key)]
     if missing:
-        raise OutputsError(
-            f"stack outputs lack {', '.join(missing)}; deploy the stack with its nightly run first"
-        )
+        raise OutputsError(f"stack outputs lack {', '.join(missing)}; deploy the stack with its nightly run first")
     return [outputs[key] for key in keys]
 
 

@@ -102,9 +102,7 @@ def _reason(described: dict[str, Any]) -> str | None:
 
 
 def render(rows: list[RunRow]) -> str:
-    header = (
-        f"{'started (UTC)':25} {'date':10} {'state':9} {'duration':>9} {'rows ok/in':>15} {'cost':>9}  reason"
-    )
+    header = f"{'started (UTC)':25} {'date':10} {'state':9} {'duration':>9} {'rows ok/in':>15} {'cost':>9}  reason"
     lines = [header]
     for row in rows:
         minutes = f"{row.duration_s / 60:.1f} min"

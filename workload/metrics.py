@@ -29,7 +29,6 @@ class RunMetrics(Protocol):
     def rows_rejected(self, count: int) -> None:
         """Rows that failed validation before any engine saw them: failed rows, but no batch latency."""
 
-
     def run_complete(self, summary: dict[str, Any]) -> None: ...
 
     def close(self) -> None: ...

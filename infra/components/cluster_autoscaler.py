@@ -45,9 +45,7 @@ def autoscaler_policy(cluster_name: str, context: AwsContext) -> dict[str, Any]:
                     "autoscaling:TerminateInstanceInAutoScalingGroup",
                 ],
                 "Resource": context.arn("autoscaling", "autoScalingGroup:*:autoScalingGroupName/*"),
-                "Condition": {
-                    "StringEquals": {f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": "owned"}
-                },
+                "Condition": {"StringEquals": {f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": "owned"}},
             },
             {
                 "Sid": "Discover",

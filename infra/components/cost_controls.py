@@ -22,9 +22,7 @@ REPORT_SOURCE = Path(__file__).resolve().parents[2] / "monitoring" / "cost_repor
 # 07:00 UTC: Cost Explorer has most of the previous UTC day by then, and the team reads it in the morning.
 REPORT_SCHEDULE = "cron(0 7 * * ? *)"
 # Cost Explorer's read actions have no resource-level permissions: "*" is the only resource AWS accepts.
-CE_WILDCARD_REASON = (
-    "ce:GetCostAndUsage supports no resource-level permissions (AWS service authorization reference)"
-)
+CE_WILDCARD_REASON = "ce:GetCostAndUsage supports no resource-level permissions (AWS service authorization reference)"
 
 
 @dataclass(frozen=True)
@@ -83,9 +81,7 @@ def report_policy(context: AwsContext, topic_arn: str, key_arn: str, log_group_a
                 "Effect": "Allow",
                 "Action": ["kms:GenerateDataKey*", "kms:Decrypt"],
                 "Resource": key_arn,
-                "Condition": {
-                    "StringEquals": {"kms:ViaService": f"sns.{context.region}.{context.dns_suffix}"}
-                },
+                "Condition": {"StringEquals": {"kms:ViaService": f"sns.{context.region}.{context.dns_suffix}"}},
             },
             {
                 "Sid": "WriteOwnLogs",
@@ -139,9 +135,7 @@ class CostControls(pulumi.ComponentResource):
             time_unit="MONTHLY",
             limit_amount=f"{args.monthly_budget_usd:.2f}",
             limit_unit="USD",
-            cost_filters=[
-                aws.budgets.BudgetCostFilterArgs(**item) for item in budget_filter(args.cost_center)
-            ],
+            cost_filters=[aws.budgets.BudgetCostFilterArgs(**item) for item in budget_filter(args.cost_center)],
             notifications=[notification(80, "ACTUAL"), notification(100, "FORECASTED")],
             opts=child,
         )
@@ -160,9 +154,7 @@ class CostControls(pulumi.ComponentResource):
             # SNS subscribers only take IMMEDIATE alerts.
             frequency="IMMEDIATE",
             monitor_arn_lists=[monitor.arn],
-            subscribers=[
-                aws.costexplorer.AnomalySubscriptionSubscriberArgs(type="SNS", address=args.topic_arn)
-            ],
+            subscribers=[aws.costexplorer.AnomalySubscriptionSubscriberArgs(type="SNS", address=args.topic_arn)],
             # An anomaly worth a day's threshold is worth a message; smaller ones are noise.
             threshold_expression=aws.costexplorer.AnomalySubscriptionThresholdExpressionArgs(
                 dimension=aws.costexplorer.AnomalySubscriptionThresholdExpressionDimensionArgs(
@@ -174,9 +166,7 @@ class CostControls(pulumi.ComponentResource):
             opts=child,
         )
 
-    def _report(
-        self, name: str, args: CostControlsArgs, child: pulumi.ResourceOptions
-    ) -> aws.lambda_.Function:
+    def _report(self, name: str, args: CostControlsArgs, child: pulumi.ResourceOptions) -> aws.lambda_.Function:
         function_name = naming.child(args.stack, "cost-report")
         identity = function_identity(
             f"{name}-report",

@@ -28,11 +28,7 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
                     "nodeAffinity": {
                         "requiredDuringSchedulingIgnoredDuringExecution": {
                             "nodeSelectorTerms": [
-                                {
-                                    "matchExpressions": [
-                                        {"key": POOL_LABEL, "operator": "In", "values": [GPU_POOL]}
-                                    ]
-                                }
+                                {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": [GPU_POOL]}]}
                             ]
                         }
                     }

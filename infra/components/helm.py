@@ -19,9 +19,7 @@ def pinned_chart(
     except KeyError:
         raise ValueError(f"chart {chart!r} is not pinned in infra/versions.py HELM_CHARTS") from None
     if repository.startswith("oci://"):
-        return k8s.helm.v4.Chart(
-            name, chart=repository, version=version, namespace=namespace, values=values, opts=opts
-        )
+        return k8s.helm.v4.Chart(name, chart=repository, version=version, namespace=namespace, values=values, opts=opts)
     return k8s.helm.v4.Chart(
         name,
         chart=chart,

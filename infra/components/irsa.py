@@ -58,9 +58,7 @@ def service_account_role(
         opts=pulumi.ResourceOptions(parent=parent),
     )
     if policy is not None:
-        aws.iam.RolePolicy(
-            f"{name}-policy", role=role.name, policy=policy, opts=pulumi.ResourceOptions(parent=parent)
-        )
+        aws.iam.RolePolicy(f"{name}-policy", role=role.name, policy=policy, opts=pulumi.ResourceOptions(parent=parent))
     for index, policy_arn in enumerate(policy_arns or []):
         aws.iam.RolePolicyAttachment(
             f"{name}-attach-{index}",

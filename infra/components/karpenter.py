@@ -79,9 +79,7 @@ def queue_policy(queue_arn: str) -> dict[str, Any]:
     }
 
 
-def controller_policy(
-    cluster_name: str, context: AwsContext, node_role_arn: str, queue_arn: str
-) -> dict[str, Any]:
+def controller_policy(cluster_name: str, context: AwsContext, node_role_arn: str, queue_arn: str) -> dict[str, Any]:
     """Karpenter's controller policy, after its reference CloudFormation: writes only on resources tagged as
     this cluster's, reads where AWS offers no resource scoping."""
     region = context.region
@@ -220,9 +218,7 @@ def controller_policy(
                     "iam:DeleteInstanceProfile",
                 ],
                 "Resource": context.arn("iam", "instance-profile/*", region=False),
-                "Condition": {
-                    "StringEquals": {f"aws:ResourceTag/kubernetes.io/cluster/{cluster_name}": "owned"}
-                },
+                "Condition": {"StringEquals": {f"aws:ResourceTag/kubernetes.io/cluster/{cluster_name}": "owned"}},
             },
             {
                 "Sid": "CreateOwnInstanceProfiles",

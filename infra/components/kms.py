@@ -89,9 +89,7 @@ def key_policy(context: AwsContext) -> dict[str, Any]:
                 "Resource": "*",
                 "Condition": {
                     "ArnLike": {
-                        "kms:EncryptionContext:aws:logs:arn": context.arn(
-                            "logs", f"log-group:/{naming.PROJECT}/*"
-                        )
+                        "kms:EncryptionContext:aws:logs:arn": context.arn("logs", f"log-group:/{naming.PROJECT}/*")
                     }
                 },
             },
@@ -105,9 +103,7 @@ class EncryptionKey(pulumi.ComponentResource):
     key_arn: pulumi.Output[str]
     key_id: pulumi.Output[str]
 
-    def __init__(
-        self, name: str, args: EncryptionKeyArgs, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
+    def __init__(self, name: str, args: EncryptionKeyArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("llmbatch:kms:EncryptionKey", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         key = aws.kms.Key(
@@ -118,9 +114,7 @@ class EncryptionKey(pulumi.ComponentResource):
             policy=json.dumps(key_policy(args.context)),
             opts=child,
         )
-        aws.kms.Alias(
-            f"{name}-alias", name=f"alias/{naming.prefix(args.stack)}", target_key_id=key.key_id, opts=child
-        )
+        aws.kms.Alias(f"{name}-alias", name=f"alias/{naming.prefix(args.stack)}", target_key_id=key.key_id, opts=child)
         self.key_arn = key.arn
         self.key_id = key.key_id
         self.register_outputs({"key_arn": self.key_arn, "key_id": self.key_id})

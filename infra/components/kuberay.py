@@ -17,9 +17,7 @@ class KubeRayOperator(pulumi.ComponentResource):
         self, name: str, provider: pulumi.ProviderResource, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("llmbatch:kuberay:KubeRayOperator", name, None, opts)
-        ns = namespace(
-            f"{name}-namespace", OPERATOR_NAMESPACE, pulumi.ResourceOptions(parent=self, provider=provider)
-        )
+        ns = namespace(f"{name}-namespace", OPERATOR_NAMESPACE, pulumi.ResourceOptions(parent=self, provider=provider))
         self.chart = pinned_chart(
             f"{name}-operator",
             "kuberay-operator",

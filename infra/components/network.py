@@ -39,9 +39,7 @@ def subnet_cidrs(vpc_cidr: str, az_count: int) -> tuple[list[str], list[str]]:
     if az_count > len(blocks) // 2:
         raise ValueError(f"network.az_count {az_count} does not fit in {vpc_cidr}")
     half = len(blocks) // 2
-    return [str(block) for block in blocks[:az_count]], [
-        str(block) for block in blocks[half : half + az_count]
-    ]
+    return [str(block) for block in blocks[:az_count]], [str(block) for block in blocks[half : half + az_count]]
 
 
 class Network(pulumi.ComponentResource):
@@ -78,15 +76,12 @@ class Network(pulumi.ComponentResource):
         # Only the region's own zones: Local and Wavelength zones lack most GPU instance types.
         zones = aws.get_availability_zones(
             state="available",
-            filters=[
-                aws.GetAvailabilityZonesFilterArgs(name="opt-in-status", values=["opt-in-not-required"])
-            ],
+            filters=[aws.GetAvailabilityZonesFilterArgs(name="opt-in-status", values=["opt-in-not-required"])],
             opts=pulumi.InvokeOptions(parent=self),
         ).names
         if len(zones) < self._args.az_count:
             raise ValueError(
-                f"network.az_count is {self._args.az_count} but {self._args.context.region} has "
-                f"only {len(zones)} zones"
+                f"network.az_count is {self._args.az_count} but {self._args.context.region} has only {len(zones)} zones"
             )
         return sorted(zones)[: self._args.az_count]
 
@@ -105,9 +100,7 @@ class Network(pulumi.ComponentResource):
         )
         # The default security group allows all traffic between its members; leave it with no rules at all.
         aws.ec2.DefaultSecurityGroup(f"{name}-default-sg", vpc_id=vpc.id, opts=self._child())
-        gateway = aws.ec2.InternetGateway(
-            f"{name}-igw", vpc_id=vpc.id, tags={"Name": prefix}, opts=self._child()
-        )
+        gateway = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, tags={"Name": prefix}, opts=self._child())
         public_table = aws.ec2.RouteTable(
             f"{name}-public",
             vpc_id=vpc.id,
@@ -170,11 +163,7 @@ class Network(pulumi.ComponentResource):
                 f"{name}-private-{index}",
                 vpc_id=vpc.id,
                 # With one NAT every zone routes through it; with one per zone a zone outage stays local.
-                routes=[
-                    aws.ec2.RouteTableRouteArgs(
-                        cidr_block="0.0.0.0/0", nat_gateway_id=nats[index % nat_count].id
-                    )
-                ],
+                routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", nat_gateway_id=nats[index % nat_count].id)],
                 tags={"Name": f"{prefix}-private-{zone}"},
                 opts=self._child(),
             )

@@ -270,9 +270,7 @@ class Nightly(pulumi.ComponentResource):
         super().__init__("llmbatch:nightly:Nightly", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         context, stack = args.context, args.stack
-        bucket_arn = pulumi.Output.from_input(args.bucket_name).apply(
-            lambda b: f"arn:{context.partition}:s3:::{b}"
-        )
+        bucket_arn = pulumi.Output.from_input(args.bucket_name).apply(lambda b: f"arn:{context.partition}:s3:::{b}")
         group_arn = (
             context.arn("autoscaling", f"autoScalingGroup:*:autoScalingGroupName/{args.group_name}")
             if args.group_name
@@ -313,9 +311,7 @@ class Nightly(pulumi.ComponentResource):
             role_name=naming.child(stack, "nightly-run"),
             service=f"states.{context.dns_suffix}",
             account_id=context.account_id,
-            policy=pulumi.Output.all(
-                bucket_arn, args.key_arn, args.alerts_topic_arn, function_arn or ""
-            ).apply(
+            policy=pulumi.Output.all(bucket_arn, args.key_arn, args.alerts_topic_arn, function_arn or "").apply(
                 lambda v: policy_document(
                     run_statements(
                         bucket_arn=v[0],
@@ -342,9 +338,7 @@ class Nightly(pulumi.ComponentResource):
             role_name=naming.child(stack, "gpu-sweep"),
             service=f"states.{context.dns_suffix}",
             account_id=context.account_id,
-            policy=pulumi.Output.all(
-                machine.arn, args.key_arn, args.alerts_topic_arn, function_arn or ""
-            ).apply(
+            policy=pulumi.Output.all(machine.arn, args.key_arn, args.alerts_topic_arn, function_arn or "").apply(
                 lambda v: policy_document(
                     sweep_statements(
                         nightly_arn=v[0],
@@ -498,9 +492,7 @@ class Nightly(pulumi.ComponentResource):
             k8s.rbac.v1.ClusterRole(
                 f"{name}-submit-nodeclaims",
                 metadata={"name": f"{SUBMITTER_GROUP}-nodeclaims"},
-                rules=[
-                    {"apiGroups": ["karpenter.sh"], "resources": ["nodeclaims"], "verbs": ["list", "delete"]}
-                ],
+                rules=[{"apiGroups": ["karpenter.sh"], "resources": ["nodeclaims"], "verbs": ["list", "delete"]}],
                 opts=k8s_child,
             )
             k8s.rbac.v1.ClusterRoleBinding(
@@ -511,9 +503,7 @@ class Nightly(pulumi.ComponentResource):
                     "kind": "ClusterRole",
                     "name": f"{SUBMITTER_GROUP}-nodeclaims",
                 },
-                subjects=[
-                    {"kind": "Group", "name": SUBMITTER_GROUP, "apiGroup": "rbac.authorization.k8s.io"}
-                ],
+                subjects=[{"kind": "Group", "name": SUBMITTER_GROUP, "apiGroup": "rbac.authorization.k8s.io"}],
                 opts=k8s_child,
             )
         code = pulumi.Output.from_input(eks.night_template_json).apply(

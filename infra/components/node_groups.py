@@ -42,9 +42,7 @@ class NodeGroupsArgs:
     tags: dict[str, str] = field(default_factory=dict)
 
 
-def node_role(
-    name: str, partition: str, parent: pulumi.Resource, role_name: str | None = None
-) -> aws.iam.Role:
+def node_role(name: str, partition: str, parent: pulumi.Resource, role_name: str | None = None) -> aws.iam.Role:
     """An EC2 role with the three node policies (managed groups' nodes and Karpenter's alike)."""
     role = aws.iam.Role(
         f"{name}-role",
@@ -147,9 +145,7 @@ class NodeGroups(pulumi.ComponentResource):
                     id=gpu_lt.id, version=gpu_lt.latest_version.apply(str)
                 ),
                 labels={POOL_LABEL: GPU_POOL},
-                taints=[
-                    aws.eks.NodeGroupTaintArgs(key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE, effect="NO_SCHEDULE")
-                ],
+                taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE, effect="NO_SCHEDULE")],
                 tags=args.tags,
                 opts=child,
             )

@@ -27,7 +27,5 @@ class Providers(pulumi.ComponentResource):
         default_tags = aws.ProviderDefaultTagsArgs(tags=args.tags)
         child = pulumi.ResourceOptions(parent=self)
         self.aws = aws.Provider(f"{name}-aws", region=args.region, default_tags=default_tags, opts=child)
-        self.billing = aws.Provider(
-            f"{name}-aws-billing", region=BILLING_REGION, default_tags=default_tags, opts=child
-        )
+        self.billing = aws.Provider(f"{name}-aws-billing", region=BILLING_REGION, default_tags=default_tags, opts=child)
         self.register_outputs({})

@@ -66,6 +66,4 @@ class JobSecrets(pulumi.ComponentResource):
             )
         self.job_settings_arn = settings.arn
         self.hub_token_arn = token.arn
-        self.register_outputs(
-            {"job_settings_arn": self.job_settings_arn, "hub_token_arn": self.hub_token_arn}
-        )
+        self.register_outputs({"job_settings_arn": self.job_settings_arn, "hub_token_arn": self.hub_token_arn})

@@ -65,12 +65,8 @@ class DataBucket(pulumi.ComponentResource):
         # Account and region in the name: bucket names are global, and this one must be the same on every up.
         physical = f"{naming.child(args.stack, args.purpose)}-{args.context.account_id}-{args.context.region}"
         if len(physical) > 63:
-            raise ValueError(
-                f"bucket name {physical} is longer than S3's 63 characters: use a shorter stack name"
-            )
-        bucket = aws.s3.Bucket(
-            f"{name}-bucket", bucket=physical, force_destroy=args.force_destroy, opts=child
-        )
+            raise ValueError(f"bucket name {physical} is longer than S3's 63 characters: use a shorter stack name")
+        bucket = aws.s3.Bucket(f"{name}-bucket", bucket=physical, force_destroy=args.force_destroy, opts=child)
         deps = pulumi.ResourceOptions(parent=self, depends_on=[bucket])
         aws.s3.BucketOwnershipControls(
             f"{name}-ownership",

@@ -34,9 +34,7 @@ DISCOVERY_TAG = "karpenter.sh/discovery"
 _AMI_ALIAS = re.compile(r"^(al2023|bottlerocket)@v\d+(\.\d+){0,2}$")
 _DURATION = re.compile(r"^([0-9]+(s|m|h))+$")
 # Tag keys Karpenter sets itself and rejects in spec.tags (its CEL rules, which a schema check does not run).
-_RESERVED_TAG = re.compile(
-    r"^(kubernetes\.io/cluster/|karpenter\.sh/(nodepool|nodeclaim)$|karpenter\.k8s\.aws/)"
-)
+_RESERVED_TAG = re.compile(r"^(kubernetes\.io/cluster/|karpenter\.sh/(nodepool|nodeclaim)$|karpenter\.k8s\.aws/)")
 
 
 class _Strict(BaseModel):
@@ -45,9 +43,7 @@ class _Strict(BaseModel):
 
 class NodeClassArgs(_Strict):
     name: str = Field("gpu", description="EC2NodeClass name.")
-    cluster_name: str = Field(
-        description="Value of the discovery tag on the cluster's private subnets and SG."
-    )
+    cluster_name: str = Field(description="Value of the discovery tag on the cluster's private subnets and SG.")
     node_role: str = Field(description="IAM role name of the nodes (Karpenter makes the instance profile).")
     ami_alias: str = Field(
         description="Pinned AMI alias, e.g. 'al2023@v20251117'; Karpenter picks the NVIDIA variant for GPUs."
@@ -65,9 +61,7 @@ class NodeClassArgs(_Strict):
     @classmethod
     def _alias(cls, value: str) -> str:
         if not _AMI_ALIAS.match(value):
-            raise ValueError(
-                f"ami_alias {value!r} must be a pinned alias such as 'al2023@v20251117' (not '@latest')"
-            )
+            raise ValueError(f"ami_alias {value!r} must be a pinned alias such as 'al2023@v20251117' (not '@latest')")
         return value
 
     @field_validator("tags")
@@ -75,9 +69,7 @@ class NodeClassArgs(_Strict):
     def _tags(cls, value: dict[str, str]) -> dict[str, str]:
         for key in value:
             if _RESERVED_TAG.match(key):
-                raise ValueError(
-                    f"tag {key!r} is set by Karpenter itself and may not be in the node class tags"
-                )
+                raise ValueError(f"tag {key!r} is set by Karpenter itself and may not be in the node class tags")
         return value
 
 
@@ -105,9 +97,7 @@ class NodePoolArgs(_Strict):
     # room left under the limits, so with 1024Gi the p4d in the list could never be launched.
     memory_limit: str = "1280Gi"
     gpu_limit: int = Field(16, ge=1)
-    consolidate_after: str = Field(
-        "300s", description="How long a node stays empty or underused before removal."
-    )
+    consolidate_after: str = Field("300s", description="How long a node stays empty or underused before removal.")
     budgets: list[DisruptionBudget] = Field(
         default_factory=lambda: [
             DisruptionBudget(nodes="10%"),

@@ -126,8 +126,7 @@ def service_prices(pricing: Any, region: str) -> dict[str, float]:
         ]
         if not matches:
             raise RefreshError(
-                f"{name}: no {query.service_code} product with usage type "
-                f"*{query.usagetype_suffix} in {region}"
+                f"{name}: no {query.service_code} product with usage type *{query.usagetype_suffix} in {region}"
             )
         prices[name] = on_demand_usd(matches[0]) * _monthly(query.usagetype_suffix)
     return prices
@@ -180,9 +179,7 @@ def refresh_region(
 def main(argv: list[str] | None = None) -> int:
     import boto3
 
-    parser = argparse.ArgumentParser(
-        prog="python -m infra.pricing.refresh", description=__doc__.splitlines()[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m infra.pricing.refresh", description=__doc__.splitlines()[0])
     parser.add_argument("--region", default="us-east-1", help="the region to refresh (default us-east-1)")
     parser.add_argument(
         "--instance-type", action="append", default=[], help="instance types (default: those in the table)"
@@ -192,9 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     table = PriceTable.model_validate_json(args.table.read_text())
-    instance_types = args.instance_type or sorted(
-        table.regions.get(args.region, table.regions["us-east-1"]).ec2
-    )
+    instance_types = args.instance_type or sorted(table.regions.get(args.region, table.regions["us-east-1"]).ec2)
     pricing = boto3.client("pricing", region_name=PRICE_LIST_REGION)
     ec2 = boto3.client("ec2", region_name=args.region)
     try:

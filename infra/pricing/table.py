@@ -28,15 +28,11 @@ class ServicePrices(BaseModel):
     eks_control_plane_hourly: float = Field(gt=0, description="EKS cluster, standard support, per hour")
     nat_gateway_hourly: float = Field(gt=0, description="NAT gateway, per gateway-hour")
     nat_gateway_per_gb: float = Field(gt=0, description="NAT gateway, per GB processed")
-    public_ipv4_hourly: float = Field(
-        gt=0, description="Public IPv4 address (the NAT gateway's EIP), per hour"
-    )
+    public_ipv4_hourly: float = Field(gt=0, description="Public IPv4 address (the NAT gateway's EIP), per hour")
     interface_endpoint_hourly_per_az: float = Field(gt=0, description="Interface VPC endpoint, per AZ-hour")
     interface_endpoint_per_gb: float = Field(gt=0, description="Interface VPC endpoint, per GB processed")
     s3_standard_gb_month: float = Field(gt=0, description="S3 Standard, per GB-month")
-    s3_glacier_flexible_gb_month: float = Field(
-        gt=0, description="S3 Glacier Flexible Retrieval, per GB-month"
-    )
+    s3_glacier_flexible_gb_month: float = Field(gt=0, description="S3 Glacier Flexible Retrieval, per GB-month")
     ebs_gp3_gb_month: float = Field(gt=0, description="EBS gp3, per GB-month")
     cloudwatch_alarm_month: float = Field(gt=0, description="CloudWatch standard-resolution alarm, per month")
     cloudwatch_dashboard_month: float = Field(gt=0, description="CloudWatch dashboard, per month")

@@ -57,9 +57,7 @@ class ReportSettings:
         try:
             threshold = float(raw_threshold)
         except ValueError:
-            raise CostReportError(
-                f"THRESHOLD_USD must be a number of dollars, got {raw_threshold!r}"
-            ) from None
+            raise CostReportError(f"THRESHOLD_USD must be a number of dollars, got {raw_threshold!r}") from None
         if threshold < 0:
             raise CostReportError(f"THRESHOLD_USD must not be negative, got {threshold}")
         topic_arn = env["ALERT_TOPIC_ARN"]
@@ -89,9 +87,7 @@ class DailyCost:
 def yesterday_utc(now: datetime) -> date:
     """The UTC calendar day before ``now``: Cost Explorer days are UTC days whatever the Lambda's zone."""
     if now.tzinfo is None:
-        raise CostReportError(
-            "now must be timezone-aware; a naive time would shift the day by the local offset"
-        )
+        raise CostReportError("now must be timezone-aware; a naive time would shift the day by the local offset")
     return (now.astimezone(UTC) - timedelta(days=1)).date()
 
 
@@ -102,9 +98,7 @@ def _query(day: date, settings: ReportSettings) -> dict[str, Any]:
         "Granularity": "DAILY",
         "Metrics": [METRIC],
         "GroupBy": [{"Type": "DIMENSION", "Key": "SERVICE"}],
-        "Filter": {
-            "Tags": {"Key": settings.tag_key, "Values": [settings.cost_center], "MatchOptions": ["EQUALS"]}
-        },
+        "Filter": {"Tags": {"Key": settings.tag_key, "Values": [settings.cost_center], "MatchOptions": ["EQUALS"]}},
     }
 
 
@@ -148,8 +142,7 @@ def format_message(cost: DailyCost, settings: ReportSettings) -> tuple[str, str]
         f"(threshold {settings.threshold_usd:.2f})"
     )[:_SUBJECT_LIMIT]
     lines = [
-        f"Cost of {settings.tag_key}={settings.cost_center} on {cost.day} (UTC): "
-        f"{cost.total:.2f} {cost.unit}",
+        f"Cost of {settings.tag_key}={settings.cost_center} on {cost.day} (UTC): {cost.total:.2f} {cost.unit}",
         f"Threshold: {settings.threshold_usd:.2f} {cost.unit}",
     ]
     if cost.estimated:

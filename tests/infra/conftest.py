@@ -16,9 +16,7 @@ import pytest
 
 from infra.plan import STACKS_DIR, capture_plan
 
-STACKS = sorted(
-    path.name.removeprefix("Pulumi.").removesuffix(".yaml") for path in STACKS_DIR.glob("Pulumi.*.yaml")
-)
+STACKS = sorted(path.name.removeprefix("Pulumi.").removesuffix(".yaml") for path in STACKS_DIR.glob("Pulumi.*.yaml"))
 
 Plan = list[dict[str, Any]]
 

@@ -67,6 +67,4 @@ def crd_errors(manifest: dict[str, Any], crds_dir: Path) -> list[str]:
 
 def assert_valid(manifest: dict[str, Any], crds_dir: Path) -> None:
     errors = crd_errors(manifest, crds_dir)
-    assert not errors, f"{manifest['kind']} {manifest['metadata'].get('name')} fails its CRD:\n" + "\n".join(
-        errors
-    )
+    assert not errors, f"{manifest['kind']} {manifest['metadata'].get('name')} fails its CRD:\n" + "\n".join(errors)

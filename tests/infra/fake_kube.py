@@ -47,9 +47,7 @@ def self_signed_cert(directory: Path, common_name: str = "kubernetes") -> tuple[
     cert_file, key_file = directory / f"{common_name}.crt", directory / f"{common_name}.key"
     cert_file.write_text(pem)
     key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
     return cert_file, key_file, pem
 

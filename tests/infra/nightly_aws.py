@@ -165,9 +165,7 @@ class FakeInstance(threading.Thread):
             s3 = boto3.client("s3")
             for file_name, document in self.outcomes:
                 wait_for(lambda: self.stack.desired_capacity() == 1, what="the group to scale to 1")
-                request = json.loads(
-                    s3.get_object(Bucket=self.stack.bucket, Key="control/run.json")["Body"].read()
-                )
+                request = json.loads(s3.get_object(Bucket=self.stack.bucket, Key="control/run.json")["Body"].read())
                 self.requests.append(request)
                 key = urlparse(request["output_uri"]).path.lstrip("/") + file_name
                 s3.put_object(Bucket=self.stack.bucket, Key=key, Body=json.dumps(document).encode())

@@ -31,9 +31,7 @@ from infra.plan import run_under_mocks
 from infra.plan_mocks import SECRET_MASK
 
 Plan = list[dict[str, Any]]
-CONTEXT = AwsContext(
-    account_id="123456789012", partition="aws", region="us-east-1", dns_suffix="amazonaws.com"
-)
+CONTEXT = AwsContext(account_id="123456789012", partition="aws", region="us-east-1", dns_suffix="amazonaws.com")
 KEY_ARN = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
 
 
@@ -103,9 +101,9 @@ def test_data_bucket_is_encrypted_private_versioned_and_archived() -> None:
     bucket = one(plan, "aws:s3/bucket:Bucket")
     assert bucket["inputs"]["bucket"] == "llm-batch-test-data-123456789012-us-east-1"
     assert bucket["inputs"]["forceDestroy"] is False
-    rule = one(
-        plan, "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
-    )["inputs"]["rules"][0]
+    rule = one(plan, "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration")[
+        "inputs"
+    ]["rules"][0]
     assert rule["applyServerSideEncryptionByDefault"] == {
         "sseAlgorithm": "aws:kms",
         "kmsMasterKeyId": KEY_ARN,
@@ -118,9 +116,7 @@ def test_data_bucket_is_encrypted_private_versioned_and_archived() -> None:
     assert ownership == {"objectOwnership": "BucketOwnerEnforced"}
     rules = {
         rule["id"]: rule
-        for rule in one(plan, "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")["inputs"][
-            "rules"
-        ]
+        for rule in one(plan, "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")["inputs"]["rules"]
     }
     assert set(rules) == {"archive-input", "archive-output", "abort-incomplete-uploads"}
     assert rules["archive-input"]["filter"] == {"prefix": "input/"}
@@ -159,13 +155,9 @@ def test_network_creates_private_subnets_per_zone_with_nat_and_endpoints() -> No
     assert len(nats) == 3
     private_tables = [t for t in of_type(plan, "aws:ec2/routeTable:RouteTable") if "private" in t["name"]]
     assert {t["inputs"]["routes"][0]["natGatewayId"] for t in private_tables} == {n["id"] for n in nats}
-    endpoints = {
-        e["inputs"]["serviceName"]: e["inputs"] for e in of_type(plan, "aws:ec2/vpcEndpoint:VpcEndpoint")
-    }
+    endpoints = {e["inputs"]["serviceName"]: e["inputs"] for e in of_type(plan, "aws:ec2/vpcEndpoint:VpcEndpoint")}
     assert endpoints["com.amazonaws.us-east-1.s3"]["vpcEndpointType"] == "Gateway"
-    assert sorted(endpoints["com.amazonaws.us-east-1.s3"]["routeTableIds"]) == sorted(
-        t["id"] for t in private_tables
-    )
+    assert sorted(endpoints["com.amazonaws.us-east-1.s3"]["routeTableIds"]) == sorted(t["id"] for t in private_tables)
     for service in ("ecr.api", "sts"):
         interface = endpoints[f"com.amazonaws.us-east-1.{service}"]
         assert interface["privateDnsEnabled"] is True
@@ -187,15 +179,11 @@ def test_network_single_nat_serves_every_zone() -> None:
 
 def test_network_uses_an_existing_vpc_and_its_route_tables() -> None:
     subnets = ["subnet-0a1", "subnet-0a2", "subnet-0b1"]
-    args = _network(
-        existing_vpc_id="vpc-0123", existing_private_subnet_ids=subnets, interface_endpoints=["logs"]
-    )
+    args = _network(existing_vpc_id="vpc-0123", existing_private_subnet_ids=subnets, interface_endpoints=["logs"])
     plan = plan_of(lambda: Network("network", args))
     created = {item["type"] for item in plan}
     assert not created & {"aws:ec2/vpc:Vpc", "aws:ec2/subnet:Subnet", "aws:ec2/natGateway:NatGateway"}
-    endpoints = {
-        e["inputs"]["serviceName"]: e["inputs"] for e in of_type(plan, "aws:ec2/vpcEndpoint:VpcEndpoint")
-    }
+    endpoints = {e["inputs"]["serviceName"]: e["inputs"] for e in of_type(plan, "aws:ec2/vpcEndpoint:VpcEndpoint")}
     s3 = endpoints["com.amazonaws.us-east-1.s3"]
     assert s3["vpcId"] == "vpc-0123"
     # The mocks give subnet-0a1 and subnet-0a2 one shared table: each table is routed once.
@@ -248,9 +236,7 @@ def test_job_access_grants_only_its_prefixes_key_and_secrets() -> None:
     plan = plan_of(lambda: JobAccess("job", args))
     logs = one(plan, "aws:cloudwatch/logGroup:LogGroup")["inputs"]
     assert logs == {"name": "/llm-batch/test/job", "retentionInDays": 14, "kmsKeyId": KEY_ARN}
-    statements = {
-        s["Sid"]: s for s in json.loads(one(plan, "aws:iam/policy:Policy")["inputs"]["policy"])["Statement"]
-    }
+    statements = {s["Sid"]: s for s in json.loads(one(plan, "aws:iam/policy:Policy")["inputs"]["policy"])["Statement"]}
     writes = statements["WriteOutputsAndCheckpoints"]["Resource"]
     assert writes == ["arn:aws:s3:::data/checkpoints/*", "arn:aws:s3:::data/output/*"]
     assert "arn:aws:s3:::data/input/*" in statements["ReadInputsModelsAndOwnOutputs"]["Resource"]
@@ -319,12 +305,8 @@ def test_spot_node_launch_template_is_locked_down() -> None:
     group = one(plan, "aws:ec2/securityGroup:SecurityGroup")["inputs"]
     assert group["ingress"] == [] and group["vpcId"] == "vpc-1"
     role = one(plan, "aws:iam/role:Role")["inputs"]
-    assert json.loads(role["assumeRolePolicy"])["Statement"][0]["Principal"] == {
-        "Service": "ec2.amazonaws.com"
-    }
-    attached = {
-        a["inputs"]["policyArn"] for a in of_type(plan, "aws:iam/rolePolicyAttachment:RolePolicyAttachment")
-    }
+    assert json.loads(role["assumeRolePolicy"])["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
+    attached = {a["inputs"]["policyArn"] for a in of_type(plan, "aws:iam/rolePolicyAttachment:RolePolicyAttachment")}
     assert attached == {
         "arn:aws:iam::123456789012:policy/llm-batch-test-job",
         "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
@@ -342,9 +324,7 @@ def test_spot_node_group_is_spot_zero_to_one_and_left_to_the_schedule() -> None:
     assert inputs["name"] == "llm-batch-test-gpu" and inputs["capacityRebalance"] is True
     assert inputs["vpcZoneIdentifiers"] == ["subnet-a", "subnet-b"]
     distribution = inputs["mixedInstancesPolicy"]["instancesDistribution"]
-    assert (
-        distribution["onDemandBaseCapacity"] == 0 and distribution["onDemandPercentageAboveBaseCapacity"] == 0
-    )
+    assert distribution["onDemandBaseCapacity"] == 0 and distribution["onDemandPercentageAboveBaseCapacity"] == 0
     assert distribution["spotAllocationStrategy"] == "price-capacity-optimized"
     assert distribution["spotMaxPrice"] == "0.5"
     assert group["ignore_changes"] == ["desiredCapacity"]
@@ -375,9 +355,7 @@ def test_mocks_answer_for_an_eks_cluster_and_its_kubeconfig() -> None:
     def build() -> None:
         cluster = eks.Cluster("eks", name="llm-batch-test", vpc_id="vpc-1", private_subnet_ids=["a", "b"])
         provider = k8s.Provider("k8s", kubeconfig=cluster.kubeconfig_json)
-        k8s.core.v1.Namespace(
-            "ns", metadata={"name": "llm-batch"}, opts=pulumi.ResourceOptions(provider=provider)
-        )
+        k8s.core.v1.Namespace("ns", metadata={"name": "llm-batch"}, opts=pulumi.ResourceOptions(provider=provider))
         cluster.get_kubeconfig().apply(lambda config: seen.setdefault("call", config))
 
     plan = plan_of(build)

@@ -57,9 +57,7 @@ def test_tier_from_stack_name_when_not_set() -> None:
 
 def test_overrides_merge_into_sections_without_mutating_defaults() -> None:
     before = copy.deepcopy(TIER_DEFAULTS)
-    config = load_stack_config(
-        "l", {**BASE, "tier": "large", "network": {"az_count": 4}, "eks": {"gpu_max_nodes": 3}}
-    )
+    config = load_stack_config("l", {**BASE, "tier": "large", "network": {"az_count": 4}, "eks": {"gpu_max_nodes": 3}})
     assert config.network.az_count == 4
     assert config.network.interface_endpoints == ["ecr.api", "ecr.dkr", "sts", "logs"]  # kept from the tier
     assert config.eks.gpu_max_nodes == 3 and config.eks.karpenter_enabled
@@ -213,7 +211,5 @@ def test_region_from_aws_region_unless_they_disagree() -> None:
     assert "region" not in decode_pulumi_values({"llm-batch:tier": "small"})
     same = {"aws:region": "eu-west-1", "llm-batch:region": "eu-west-1"}
     assert decode_pulumi_values(same)["region"] == "eu-west-1"
-    with pytest.raises(
-        StackConfigError, match="llm-batch:region: 'us-east-1' differs from aws:region 'eu-west-1'"
-    ):
+    with pytest.raises(StackConfigError, match="llm-batch:region: 'us-east-1' differs from aws:region 'eu-west-1'"):
         decode_pulumi_values({"aws:region": "eu-west-1", "llm-batch:region": "us-east-1"})

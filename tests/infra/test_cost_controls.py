@@ -47,9 +47,7 @@ def test_budget_filters_the_stack_tag_and_warns_the_topic_at_80_actual_and_100_f
     budget = _one(plan, "aws:budgets/budget:Budget")["inputs"]
     assert budget["budgetType"] == "COST" and budget["timeUnit"] == "MONTHLY"
     assert float(budget["limitAmount"]) == config.cost.monthly_budget_usd
-    assert budget["costFilters"] == [
-        {"name": "TagKeyValue", "values": [f"user:CostCenter${config.cost_center}"]}
-    ]
+    assert budget["costFilters"] == [{"name": "TagKeyValue", "values": [f"user:CostCenter${config.cost_center}"]}]
     notifications = {(n["notificationType"], n["threshold"]) for n in budget["notifications"]}
     assert notifications == {("ACTUAL", 80), ("FORECASTED", 100)}
     for notification in budget["notifications"]:
@@ -111,9 +109,7 @@ def test_report_function_pinned_runtime_env_from_the_stack_and_least_privilege_r
     assert publish == [
         {"Sid": "PublishReport", "Effect": "Allow", "Action": "sns:Publish", "Resource": _topic_arn(plan)}
     ]
-    actions = [
-        a for st in statements for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])
-    ]
+    actions = [a for st in statements for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])]
     assert [a for a in actions if "*" in a] == ["kms:GenerateDataKey*"]
     # Its log group is the stack's, encrypted with the stack's key.
     (log_group,) = [
@@ -127,15 +123,11 @@ def test_report_function_pinned_runtime_env_from_the_stack_and_least_privilege_r
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_report_runs_daily_on_a_schedule_that_may_invoke_only_it(
-    plan_for: Callable[[str], Plan], stack: str
-) -> None:
+def test_report_runs_daily_on_a_schedule_that_may_invoke_only_it(plan_for: Callable[[str], Plan], stack: str) -> None:
     plan = plan_for(stack)
     function_arn = _one(plan, "aws:lambda/function:Function")["outputs"]["arn"]
     schedule = _one(plan, "aws:scheduler/schedule:Schedule")["inputs"]
-    assert schedule["scheduleExpression"].startswith("cron(") and schedule["scheduleExpression"].endswith(
-        "* * ? *)"
-    )
+    assert schedule["scheduleExpression"].startswith("cron(") and schedule["scheduleExpression"].endswith("* * ? *)")
     assert schedule["scheduleExpressionTimezone"] == "UTC"
     assert schedule["target"]["arn"] == function_arn
     roles = {item["outputs"]["arn"]: item for item in plan if item["type"] == "aws:iam/role:Role"}
@@ -143,8 +135,7 @@ def test_report_runs_daily_on_a_schedule_that_may_invoke_only_it(
     (policy,) = [
         item
         for item in plan
-        if item["type"] == "aws:iam/rolePolicy:RolePolicy"
-        and item["inputs"]["role"] == scheduler_role["outputs"]["id"]
+        if item["type"] == "aws:iam/rolePolicy:RolePolicy" and item["inputs"]["role"] == scheduler_role["outputs"]["id"]
     ]
     assert json.loads(policy["inputs"]["policy"])["Statement"] == [
         {"Effect": "Allow", "Action": "lambda:InvokeFunction", "Resource": function_arn}
@@ -174,9 +165,7 @@ def test_the_lambda_package_imports_only_boto3_and_the_standard_library() -> Non
 def test_report_policy_scopes_kms_to_sns() -> None:
     from infra.aws_context import AwsContext
 
-    context = AwsContext(
-        account_id="123456789012", partition="aws", region="eu-west-1", dns_suffix="amazonaws.com"
-    )
+    context = AwsContext(account_id="123456789012", partition="aws", region="eu-west-1", dns_suffix="amazonaws.com")
     policy = report_policy(context, "arn:t", "arn:k", "arn:lg")
     (kms,) = [s for s in policy["Statement"] if s["Sid"] == "EncryptForTopic"]
     assert kms["Resource"] == "arn:k"

@@ -115,9 +115,7 @@ def test_zone_resilient_nat_and_endpoints_scale_with_zones() -> None:
             "network": {"existing_vpc_id": "vpc-1", "existing_private_subnet_ids": ["a", "b"]},
         },
     )
-    assert (
-        estimate_inputs("s", existing, PRICES).fixed.nat_gateways == 0
-    )  # someone else's VPC, someone else's NAT
+    assert estimate_inputs("s", existing, PRICES).fixed.nat_gateways == 0  # someone else's VPC, someone else's NAT
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -149,9 +147,7 @@ def _quota(code: str, value: float) -> dict[str, Any]:
 def test_preflight_for_the_large_stack_checks_karpenter_pools_and_its_fallbacks() -> None:
     """Service Quotas answers replayed with botocore's Stubber (moto serves only the vpc service code)."""
     config = offline_config("large")
-    client = boto3.client(
-        "service-quotas", region_name=config.region, aws_access_key_id="x", aws_secret_access_key="x"
-    )
+    client = boto3.client("service-quotas", region_name=config.region, aws_access_key_id="x", aws_secret_access_key="x")
     answers = [
         ("L-1216C47A", 640),
         ("L-3819A6DF", 36),
@@ -161,23 +157,15 @@ def test_preflight_for_the_large_stack_checks_karpenter_pools_and_its_fallbacks(
     ]
     with Stubber(client) as stub:
         for code, value in answers:
-            stub.add_response(
-                "get_service_quota", _quota(code, value), {"ServiceCode": "ec2", "QuotaCode": code}
-            )
+            stub.add_response("get_service_quota", _quota(code, value), {"ServiceCode": "ec2", "QuotaCode": code})
         ok, report = run("large", client)
         stub.assert_no_pending_responses()
     # Required: 8 Spot g5.xlarge = 32 G Spot vCPUs (36 allowed) and the m5.xlarge head: the stack can deploy.
     assert ok
     assert "ok       L-3819A6DF All G and VT Spot Instance Requests: need 32 vCPUs for g5.xlarge" in report
     # Falling back to one more g5.2xlarge needs 40; p4d needs 96 in the P quotas: reported, not failing.
-    assert (
-        "low      L-3819A6DF All G and VT Spot Instance Requests: need 40 vCPUs to fall back to g5.2xlarge"
-        in report
-    )
-    assert (
-        "low      L-7212CCBC All P Spot Instance Requests: need 96 vCPUs to fall back to p4d.24xlarge"
-        in report
-    )
+    assert "low      L-3819A6DF All G and VT Spot Instance Requests: need 40 vCPUs to fall back to g5.2xlarge" in report
+    assert "low      L-7212CCBC All P Spot Instance Requests: need 96 vCPUs to fall back to p4d.24xlarge" in report
     assert "ok       L-DB2E81BA" in report  # one on-demand g5.2xlarge (8 vCPUs) fits
     assert "Karpenter cannot fall back" in report
     assert "request-service-quota-increase" not in report
@@ -190,9 +178,7 @@ def test_preflight_for_the_large_stack_checks_karpenter_pools_and_its_fallbacks(
 
 
 def test_preflight_for_the_small_stack_fails_on_a_default_zero_g_spot_quota() -> None:
-    client = boto3.client(
-        "service-quotas", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
-    )
+    client = boto3.client("service-quotas", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
     with Stubber(client) as stub:
         stub.add_response(
             "get_service_quota", _quota("L-3819A6DF", 0), {"ServiceCode": "ec2", "QuotaCode": "L-3819A6DF"}

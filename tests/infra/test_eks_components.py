@@ -193,9 +193,7 @@ def test_job_identity_role_is_assumable_only_by_the_job_service_account() -> Non
 
 
 def _chart(plan: Registrations, chart: str) -> dict[str, Any]:
-    (found,) = [
-        item for item in of_type(plan, "kubernetes:helm.sh/v4:Chart") if chart in item["inputs"]["chart"]
-    ]
+    (found,) = [item for item in of_type(plan, "kubernetes:helm.sh/v4:Chart") if chart in item["inputs"]["chart"]]
     return dict(found["inputs"])
 
 
@@ -216,9 +214,7 @@ def test_operators_are_pinned_charts_on_the_right_nodes() -> None:
     assert terms["nodeSelectorTerms"] == [
         {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": ["gpu"]}]}
     ]
-    assert {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"} in plugin["values"][
-        "tolerations"
-    ]
+    assert {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"} in plugin["values"]["tolerations"]
 
 
 def test_cluster_autoscaler_resizes_only_this_clusters_groups() -> None:
@@ -318,10 +314,7 @@ def test_karpenter_nodes_have_their_own_role_and_access_entry(karpenter_plan: Re
     controller = json.loads(one(karpenter_plan, "aws:iam/rolePolicy:RolePolicy")["inputs"]["policy"])
     statements = {statement["Sid"]: statement for statement in controller["Statement"]}
     assert statements["PassNodeRole"]["Resource"] == node_role["outputs"]["arn"]
-    assert (
-        statements["InterruptionQueue"]["Resource"]
-        == one(karpenter_plan, "aws:sqs/queue:Queue")["outputs"]["arn"]
-    )
+    assert statements["InterruptionQueue"]["Resource"] == one(karpenter_plan, "aws:sqs/queue:Queue")["outputs"]["arn"]
     for sid in ("CreateOwnResources", "DeleteOwnResources", "TagOnCreate", "LaunchFromOwnTemplates"):
         assert "Condition" in statements[sid], f"{sid} must be scoped to this cluster's tags"
     assert "llm-batch-test" in json.dumps(statements["DeleteOwnResources"]["Condition"])
@@ -332,14 +325,11 @@ def test_discovery_tags_mark_every_private_subnet_and_the_cluster_group(
 ) -> None:
     tags = of_type(karpenter_plan, "aws:ec2/tag:Tag")
     assert {(tag["inputs"]["resourceId"], tag["inputs"]["key"], tag["inputs"]["value"]) for tag in tags} == {
-        (resource, DISCOVERY_TAG, "llm-batch-test")
-        for resource in ("subnet-a", "subnet-b", "subnet-c", "sg-cluster")
+        (resource, DISCOVERY_TAG, "llm-batch-test") for resource in ("subnet-a", "subnet-b", "subnet-c", "sg-cluster")
     }
 
 
-def test_node_class_and_pool_in_the_plan_match_the_crds(
-    karpenter_plan: Registrations, crds_dir: Path
-) -> None:
+def test_node_class_and_pool_in_the_plan_match_the_crds(karpenter_plan: Registrations, crds_dir: Path) -> None:
     node_class = one(karpenter_plan, "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass")["inputs"]
     node_pool = one(karpenter_plan, "kubernetes:karpenter.sh/v1:NodePool")["inputs"]
     assert_valid(node_class, crds_dir)

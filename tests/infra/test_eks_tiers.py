@@ -98,9 +98,7 @@ def _stack_config(stack: str) -> Any:
 
 def _base_args(stack: str) -> RayJobArgs:
     config = _stack_config(stack)
-    context = AwsContext(
-        account_id=ACCOUNT_ID, partition="aws", region=config.region, dns_suffix="amazonaws.com"
-    )
+    context = AwsContext(account_id=ACCOUNT_ID, partition="aws", region=config.region, dns_suffix="amazonaws.com")
     built = WorkloadImageArgs(stack=stack, key_arn="", keep_last_images=1, repository_name=config.image.repository_name)
     image = f"{context.ecr_registry}/{built.repository}:{built.tag}"
     return base_rayjob_args(config, stack, image, "llm-batch-data-bucket")

@@ -55,9 +55,7 @@ def test_spot_and_on_demand_pools_use_their_own_price() -> None:
         PRICES,
     )
     compute = [item for item in result.items if item.group == "compute"]
-    assert [item.monthly_usd for item in compute] == pytest.approx(
-        [300 * g5.spot_hourly, 100 * g5.on_demand_hourly]
-    )
+    assert [item.monthly_usd for item in compute] == pytest.approx([300 * g5.spot_hourly, 100 * g5.on_demand_hourly])
     assert compute[0].quantity == 300  # 3 instances x 100 h
     # Nothing else: no usage, no fixed parts, no monitoring resources (log ingestion is a zero line).
     assert result.total == pytest.approx(300 * g5.spot_hourly + 100 * g5.on_demand_hourly)

@@ -51,9 +51,7 @@ def test_node_pool_is_spot_first_bounded_and_consolidates_after_five_minutes() -
     assert spec["disruption"]["consolidationPolicy"] == "WhenEmptyOrUnderutilized"
     assert spec["disruption"]["consolidateAfter"] == "300s"
     assert {"nodes": "1", "reasons": ["Underutilized"]} in spec["disruption"]["budgets"]
-    assert spec["template"]["spec"]["taints"] == [
-        {"key": GPU_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
-    ]
+    assert spec["template"]["spec"]["taints"] == [{"key": GPU_TAINT_KEY, "value": "true", "effect": "NoSchedule"}]
     assert spec["template"]["spec"]["nodeClassRef"]["name"] == "gpu"
 
 

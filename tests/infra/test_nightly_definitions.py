@@ -146,16 +146,12 @@ def test_an_interruption_leads_to_a_retry_that_resumes(file_name: str) -> None:
     definition = RENDERED[file_name]
     interruption_choices = graph.matching(
         definition,
-        lambda state: any(
-            rule.get("Variable") == "$.interruption_check.count" for rule in state.get("Choices", [])
-        ),
+        lambda state: any(rule.get("Variable") == "$.interruption_check.count" for rule in state.get("Choices", [])),
     )
     assert len(interruption_choices) == 1
     (choice,) = interruption_choices
     rule = next(
-        rule
-        for rule in graph.states(definition)[choice]["Choices"]
-        if rule["Variable"] == "$.interruption_check.count"
+        rule for rule in graph.states(definition)[choice]["Choices"] if rule["Variable"] == "$.interruption_check.count"
     )
     releases = graph.matching(definition, graph.is_release)
     # From the interruption, the work starts again without first releasing (and ending) the run...

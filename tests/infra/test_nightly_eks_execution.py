@@ -111,9 +111,7 @@ def _start(stack: SmallStack, function_arn: str, **overrides: int) -> str:
         for key, value in stack.substitutions(**overrides).items()
         if key not in ("AutoScalingGroup", "RunRequestKey")
     }
-    definition = statemachines.render(
-        "eks.asl.json", {**subs, "Stack": "medium", "SubmitFunction": function_arn}
-    )
+    definition = statemachines.render("eks.asl.json", {**subs, "Stack": "medium", "SubmitFunction": function_arn})
     stack.state_machine_arn = create_state_machine("llm-batch-medium-nightly", definition)
     return str(
         boto3.client("stepfunctions").start_execution(
@@ -141,11 +139,7 @@ class Cluster(threading.Thread):
     def run(self) -> None:
         try:
             for kind, outcome in self.outcomes:
-                wait_for(
-                    lambda: (
-                        len(self.kube.names(RAYJOBS)) == 1 and self.kube.names(RAYJOBS)[0] not in self.seen
-                    )
-                )
+                wait_for(lambda: len(self.kube.names(RAYJOBS)) == 1 and self.kube.names(RAYJOBS)[0] not in self.seen)
                 (name,) = self.kube.names(RAYJOBS)
                 self.seen.append(name)
                 self.desired_while_running.append(_desired())

@@ -47,9 +47,7 @@ def test_every_stack_is_planned() -> None:
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_the_schedule_starts_the_state_machine_on_the_stacks_cron(
-    stack: str, plan_for: Callable[[str], Plan]
-) -> None:
+def test_the_schedule_starts_the_state_machine_on_the_stacks_cron(stack: str, plan_for: Callable[[str], Plan]) -> None:
     plan, config = plan_for(stack), _config(stack)
     machine = _one(plan, "aws:sfn/stateMachine:StateMachine", "nightly-run")
     schedule = _one(plan, "aws:scheduler/schedule:Schedule", "nightly-schedule")["inputs"]
@@ -74,9 +72,7 @@ def test_the_planned_definitions_are_valid_and_always_release(
         assert not placeholders(definition), f"{name}: placeholders left unfilled"
         result = _validate(definition, tmp_path)
         assert result.returncode == 0, result.stdout + result.stderr
-        assert all(
-            graph.catches_everything(s) for s in graph.states(definition).values() if s["Type"] == "Task"
-        )
+        assert all(graph.catches_everything(s) for s in graph.states(definition).values() if s["Type"] == "Task")
     run = json.loads(_one(plan, "aws:sfn/stateMachine:StateMachine", "nightly-run")["inputs"]["definition"])
     releases = graph.matching(run, graph.is_release)
     reachable = graph.reachable(run, run["StartAt"], blocked=releases)
@@ -100,9 +96,7 @@ def test_the_planned_definitions_are_valid_and_always_release(
 @pytest.mark.parametrize("stack", STACKS)
 def test_the_roles_are_least_privilege(stack: str, plan_for: Callable[[str], Plan]) -> None:
     plan = plan_for(stack)
-    roles = {
-        item["name"]: item for item in _of(plan, "aws:iam/role:Role") if item["name"].startswith("nightly-")
-    }
+    roles = {item["name"]: item for item in _of(plan, "aws:iam/role:Role") if item["name"].startswith("nightly-")}
     services = {
         "nightly-run-role": "states.amazonaws.com",
         "nightly-sweep-role": "states.amazonaws.com",
@@ -142,16 +136,12 @@ def test_small_drives_its_own_auto_scaling_group(plan_for: Callable[[str], Plan]
 
 
 @pytest.mark.parametrize("stack", [stack for stack in STACKS if stack != "small"])
-def test_eks_tiers_submit_through_a_function_inside_the_vpc(
-    stack: str, plan_for: Callable[[str], Plan]
-) -> None:
+def test_eks_tiers_submit_through_a_function_inside_the_vpc(stack: str, plan_for: Callable[[str], Plan]) -> None:
     plan, config = plan_for(stack), _config(stack)
     function = _one(plan, "aws:lambda/function:Function", "nightly-submit")
     inputs = function["inputs"]
     (submitter_sg,) = [
-        item
-        for item in _of(plan, "aws:ec2/securityGroup:SecurityGroup")
-        if item["name"].endswith("-submitter")
+        item for item in _of(plan, "aws:ec2/securityGroup:SecurityGroup") if item["name"].endswith("-submitter")
     ]
     assert inputs["vpcConfig"]["securityGroupIds"] == [submitter_sg["id"]]
     private = {item["id"] for item in _of(plan, "aws:ec2/subnet:Subnet") if "private" in item["name"]}
@@ -201,9 +191,7 @@ def test_nightly_args_need_exactly_one_kind_of_capacity() -> None:
     from infra.aws_context import AwsContext
     from infra.components.nightly import NightlyArgs
 
-    context = AwsContext(
-        account_id="123456789012", partition="aws", region="us-east-1", dns_suffix="amazonaws.com"
-    )
+    context = AwsContext(account_id="123456789012", partition="aws", region="us-east-1", dns_suffix="amazonaws.com")
     common: dict[str, Any] = {
         "stack": "small",
         "context": context,

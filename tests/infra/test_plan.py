@@ -90,10 +90,7 @@ def test_tree_shows_kubernetes_manifests_in_full() -> None:
         "inputs": manifest,
     }
     tree = render_tree([component, job])
-    assert (
-        "* llmbatch:eks:Workload  w\n  + kubernetes:ray.io/v1:RayJob  nightly\n      apiVersion: ray.io/v1"
-        in tree
-    )
+    assert "* llmbatch:eks:Workload  w\n  + kubernetes:ray.io/v1:RayJob  nightly\n      apiVersion: ray.io/v1" in tree
     assert "        entrypoint: python -m workload run --config /etc/llm-batch/job.yaml" in tree
 
 
@@ -123,9 +120,7 @@ def test_program_with_secret_token_and_existing_vpc(tmp_path: Path, monkeypatch:
     versions = [item for item in plan if item["type"] == "aws:secretsmanager/secretVersion:SecretVersion"]
     assert {item["name"] for item in versions} == {"secrets-job-settings", "secrets-hub-token"}
     assert all(item["inputs"]["secretString"] == "[secret]" for item in versions)
-    template = next(item for item in plan if item["type"] == "aws:ec2/launchTemplate:LaunchTemplate")[
-        "inputs"
-    ]
+    template = next(item for item in plan if item["type"] == "aws:ec2/launchTemplate:LaunchTemplate")["inputs"]
     assert template["instanceType"] == "g6.xlarge"
     assert template["blockDeviceMappings"][0]["ebs"]["volumeSize"] == 300
     group = next(item for item in plan if item["type"] == "aws:autoscaling/group:Group")["inputs"]
@@ -137,9 +132,7 @@ def test_program_with_secret_token_and_existing_vpc(tmp_path: Path, monkeypatch:
     assert bucket["bucket"] == "llm-batch-edge-data-123456789012-eu-west-1"
 
 
-def test_bad_stack_config_stops_the_plan_naming_the_key(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_bad_stack_config_stops_the_plan_naming_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "Pulumi.bad.yaml").write_text(
         "config:\n  llm-batch:tier: small\n  llm-batch:network:\n    az_count: 1\n"
     )

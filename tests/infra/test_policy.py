@@ -93,27 +93,19 @@ def test_cost_tags_catch_an_untagged_group_and_launches(small: Plan) -> None:
 
 
 def test_buckets_catch_sse_s3(small: Plan) -> None:
-    encryption = _one(
-        small, "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
-    )
+    encryption = _one(small, "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration")
     encryption["inputs"]["rules"][0]["applyServerSideEncryptionByDefault"] = {"sseAlgorithm": "AES256"}
     assert "storage-bucket: not SSE-KMS" in _problems("buckets", small)
 
 
 def test_buckets_catch_a_missing_bucket_key(small: Plan) -> None:
-    encryption = _one(
-        small, "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
-    )
+    encryption = _one(small, "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration")
     encryption["inputs"]["rules"][0]["bucketKeyEnabled"] = False
-    assert "storage-bucket: not SSE-KMS with a customer key and the bucket key on" in _problems(
-        "buckets", small
-    )
+    assert "storage-bucket: not SSE-KMS with a customer key and the bucket key on" in _problems("buckets", small)
 
 
 def test_buckets_catch_a_partial_public_access_block(small: Plan) -> None:
-    _one(small, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")["inputs"][
-        "restrictPublicBuckets"
-    ] = False
+    _one(small, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")["inputs"]["restrictPublicBuckets"] = False
     assert "public access not fully blocked" in _problems("buckets", small)
 
 
@@ -127,9 +119,7 @@ def test_buckets_catch_a_policy_without_tls_rule(small: Plan) -> None:
 
 def test_buckets_catch_a_second_bare_bucket(small: Plan) -> None:
     bare = copy.deepcopy(_one(small, "aws:s3/bucket:Bucket"))
-    bare.update(
-        name="bare", id="bare-bucket", urn=bare["urn"] + "-bare", outputs={"arn": "arn:aws:s3:::bare-bucket"}
-    )
+    bare.update(name="bare", id="bare-bucket", urn=bare["urn"] + "-bare", outputs={"arn": "arn:aws:s3:::bare-bucket"})
     small.append(bare)
     problems = _problems("buckets", small)
     assert problems.count("aws:s3/bucket:Bucket bare:") == 3
@@ -173,18 +163,16 @@ def test_iam_allows_listed_resource_star_actions_and_any_deny(small: Plan) -> No
 
 
 def test_iam_catches_an_unlisted_managed_policy(small: Plan) -> None:
-    _one(small, "aws:iam/rolePolicyAttachment:RolePolicyAttachment", "gpu-node-ssm")["inputs"][
-        "policyArn"
-    ] = "arn:aws:iam::aws:policy/AdministratorAccess"
+    _one(small, "aws:iam/rolePolicyAttachment:RolePolicyAttachment", "gpu-node-ssm")["inputs"]["policyArn"] = (
+        "arn:aws:iam::aws:policy/AdministratorAccess"
+    )
     assert "AWS-managed policy AdministratorAccess is not allowlisted" in _problems("iam", small)
 
 
 def test_iam_catches_a_public_resource_policy(small: Plan) -> None:
     topic_policy = _one(small, "aws:sns/topicPolicy:TopicPolicy")
     document = json.loads(topic_policy["inputs"]["policy"])
-    document["Statement"].append(
-        {"Effect": "Allow", "Principal": "*", "Action": "sns:Publish", "Resource": "x"}
-    )
+    document["Statement"].append({"Effect": "Allow", "Principal": "*", "Action": "sns:Publish", "Resource": "x"})
     topic_policy["inputs"]["policy"] = json.dumps(document)
     assert "Allow to every principal without a condition" in _problems("iam", small)
 
@@ -228,9 +216,7 @@ def test_launch_templates_check_karpenter_node_classes() -> None:
 
 def test_security_groups_catch_internet_ingress(small: Plan) -> None:
     group = _one(small, "aws:ec2/securityGroup:SecurityGroup", "gpu-node-sg")
-    group["inputs"]["ingress"] = [
-        {"protocol": "tcp", "fromPort": 22, "toPort": 22, "cidrBlocks": ["0.0.0.0/0"]}
-    ]
+    group["inputs"]["ingress"] = [{"protocol": "tcp", "fromPort": 22, "toPort": 22, "cidrBlocks": ["0.0.0.0/0"]}]
     small.append(
         {
             "type": "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
@@ -252,9 +238,7 @@ def test_security_groups_allow_egress_to_the_internet(small: Plan) -> None:
 
 
 def test_run_checks_lists_every_violation(small: Plan) -> None:
-    _one(small, "aws:ec2/launchTemplate:LaunchTemplate")["inputs"]["metadataOptions"]["httpTokens"] = (
-        "optional"
-    )
+    _one(small, "aws:ec2/launchTemplate:LaunchTemplate")["inputs"]["metadataOptions"]["httpTokens"] = "optional"
     _one(small, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")["inputs"]["blockPublicAcls"] = False
     assert {violation.check for violation in policy.run_checks(small)} == {"launch-templates", "buckets"}
 

@@ -24,9 +24,7 @@ PRICES = load_prices()
 
 
 def _client() -> Any:
-    return boto3.client(
-        "service-quotas", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
-    )
+    return boto3.client("service-quotas", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
 
 
 def _applied(stub: Stubber, code: str) -> None:
@@ -110,10 +108,6 @@ def test_an_access_error_names_the_quota() -> None:
     client = _client()
     pools = [NodePool(name="gpu", instance_type="g5.xlarge", count=1, hours_per_month=1, capacity="spot")]
     with Stubber(client) as stub:
-        stub.add_client_error(
-            "get_service_quota", service_error_code="AccessDeniedException", http_status_code=403
-        )
-        with pytest.raises(
-            PreflightError, match=r"L-3819A6DF \(All G and VT Spot Instance Requests\) failed"
-        ):
+        stub.add_client_error("get_service_quota", service_error_code="AccessDeniedException", http_status_code=403)
+        with pytest.raises(PreflightError, match=r"L-3819A6DF \(All G and VT Spot Instance Requests\) failed"):
             check_quotas(client, pools, "us-east-1", PRICES)

@@ -75,9 +75,7 @@ def test_refresh_reads_every_price_from_the_recorded_price_list_and_spot_from_mo
         for instance_type in ("g5.xlarge", "p4d.24xlarge", "m5.xlarge"):
             _expect_instance(stub, instance_type)
         _expect_services(stub)
-        new = refresh_region(
-            table, "us-east-1", ["g5.xlarge", "p4d.24xlarge", "m5.xlarge"], pricing, ec2, NOW
-        )
+        new = refresh_region(table, "us-east-1", ["g5.xlarge", "p4d.24xlarge", "m5.xlarge"], pricing, ec2, NOW)
         stub.assert_no_pending_responses()
 
     region = new.regions["us-east-1"]
@@ -91,9 +89,7 @@ def test_refresh_reads_every_price_from_the_recorded_price_list_and_spot_from_mo
 
     services = region.services
     assert services.eks_control_plane_hourly == pytest.approx(0.10)
-    assert services.interface_endpoint_hourly_per_az == pytest.approx(
-        0.01
-    )  # not the Bytes product next to it
+    assert services.interface_endpoint_hourly_per_az == pytest.approx(0.01)  # not the Bytes product next to it
     assert services.interface_endpoint_per_gb == pytest.approx(0.01)  # first tier of three
     assert services.public_ipv4_hourly == pytest.approx(0.005)
     assert services.s3_standard_gb_month == pytest.approx(0.023)
@@ -112,9 +108,7 @@ def test_a_missing_product_is_named() -> None:
     pricing = _pricing()
     with Stubber(pricing) as stub:
         stub.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": []})
-        with pytest.raises(
-            RefreshError, match="eks_control_plane_hourly: no AmazonEKS product with usage type"
-        ):
+        with pytest.raises(RefreshError, match="eks_control_plane_hourly: no AmazonEKS product with usage type"):
             service_prices(pricing, "us-east-1")
 
 

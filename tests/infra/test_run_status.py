@@ -66,9 +66,7 @@ def test_run_now_then_status_shows_state_rows_and_cost(
     assert ok["state"] == "SUCCEEDED" and (ok["rows_in"], ok["rows_ok"], ok["rows_failed"]) == (250, 249, 1)
     assert ok["cost_usd"] == round(ok["duration_s"] / 3600 * 1.006, 2)
     assert failed["state"] == "FAILED" and failed["rows_in"] is None
-    assert failed["reason"].startswith(
-        "DeadlineExceeded: no summary.json under s3://llm-batch-small-data/output/"
-    )
+    assert failed["reason"].startswith("DeadlineExceeded: no summary.json under s3://llm-batch-small-data/output/")
 
     assert status.main(["small", "--outputs", str(outputs)]) == 0
     table = capsys.readouterr().out
@@ -97,9 +95,7 @@ def test_run_refuses_while_a_run_is_going(
         boto3.client("stepfunctions").stop_execution(executionArn=first)
 
 
-def test_status_with_no_runs_says_so(
-    deployed: tuple[SmallStack, Path], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_status_with_no_runs_says_so(deployed: tuple[SmallStack, Path], capsys: pytest.CaptureFixture[str]) -> None:
     _, outputs = deployed
     assert status.main(["small", "--outputs", str(outputs)]) == 0
     assert "(no runs yet)" in capsys.readouterr().out

@@ -79,9 +79,7 @@ def _env(kube: FakeKube, tmp_path: Path, stack: str = "medium", **extra: str) ->
 @pytest.fixture
 def nodegroup(moto_reset: str) -> str:
     eks = boto3.client("eks")
-    eks.create_cluster(
-        name=CLUSTER, roleArn="arn:aws:iam::123456789012:role/eks", resourcesVpcConfig={"subnetIds": []}
-    )
+    eks.create_cluster(name=CLUSTER, roleArn="arn:aws:iam::123456789012:role/eks", resourcesVpcConfig={"subnetIds": []})
     eks.create_nodegroup(
         clusterName=CLUSTER,
         nodegroupName=NODEGROUP,
@@ -154,9 +152,7 @@ def test_a_night_on_a_node_group_tier(
 def test_release_on_a_karpenter_tier_deletes_the_gpu_nodeclaims(
     kube: FakeKube, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moto_endpoint: str
 ) -> None:
-    env = _env(
-        kube, tmp_path, "large", CAPACITY_MODE="karpenter", KARPENTER_NODEPOOL="gpu-spot", NODEGROUP=""
-    )
+    env = _env(kube, tmp_path, "large", CAPACITY_MODE="karpenter", KARPENTER_NODEPOOL="gpu-spot", NODEGROUP="")
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     for name, pool in (("gpu-a", "gpu-spot"), ("gpu-b", "gpu-spot"), ("system-a", "system")):
@@ -246,9 +242,7 @@ def test_night_objects_refuse_a_template_of_the_wrong_shape() -> None:
     with pytest.raises(ValueError, match="ConfigMaps then one RayJob"):
         submit.night_objects(template[:1], "2026-11-28", 1, OUTPUT_URI)
     with pytest.raises(ValueError, match="run id marker"):
-        submit.night_objects(
-            json.loads(json.dumps(template).replace("nightlyrunid", "x")), "2026-11-28", 1, OUTPUT_URI
-        )
+        submit.night_objects(json.loads(json.dumps(template).replace("nightlyrunid", "x")), "2026-11-28", 1, OUTPUT_URI)
 
 
 def test_the_marker_is_the_same_on_both_sides() -> None:

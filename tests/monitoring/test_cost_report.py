@@ -61,18 +61,14 @@ def topic_and_queue(moto_reset: str) -> Iterator[tuple[str, str]]:
     sqs = boto3.client("sqs", region_name="us-east-1")
     topic_arn = sns.create_topic(Name="llm-batch-small-alerts")["TopicArn"]
     queue_url = sqs.create_queue(QueueName="alerts-inbox")["QueueUrl"]
-    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"][
-        "QueueArn"
-    ]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     sns.subscribe(TopicArn=topic_arn, Protocol="sqs", Endpoint=queue_arn)
     yield topic_arn, queue_url
 
 
 def _received(queue_url: str) -> list[dict[str, Any]]:
     sqs = boto3.client("sqs", region_name="us-east-1")
-    messages = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get(
-        "Messages", []
-    )
+    messages = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
     return [json.loads(message["Body"]) for message in messages]
 
 
@@ -167,9 +163,7 @@ def test_request_filters_on_the_cost_center_tag_for_one_utc_day() -> None:
     )
     query = cost_report._query(date(2026, 12, 31), settings)
     assert query["TimePeriod"] == {"Start": "2026-12-31", "End": "2027-01-01"}
-    assert query["Filter"] == {
-        "Tags": {"Key": "CostCenter", "Values": [COST_CENTER], "MatchOptions": ["EQUALS"]}
-    }
+    assert query["Filter"] == {"Tags": {"Key": "CostCenter", "Values": [COST_CENTER], "MatchOptions": ["EQUALS"]}}
     assert query["GroupBy"] == [{"Type": "DIMENSION", "Key": "SERVICE"}]
     assert settings.topic_region == "eu-west-1"
 
@@ -205,9 +199,7 @@ def test_failing_cost_explorer_call_raises_a_clear_error_and_publishes_nothing(
     sns = boto3.client("sns", region_name="us-east-1")
     settings = cost_report.ReportSettings(cost_center=COST_CENTER, topic_arn=topic_arn, threshold_usd=0)
 
-    with pytest.raises(
-        cost_report.CostReportError, match="Cost Explorer GetCostAndUsage failed for 2026-11-28"
-    ):
+    with pytest.raises(cost_report.CostReportError, match="Cost Explorer GetCostAndUsage failed for 2026-11-28"):
         cost_report.run_report(dead_ce, sns, settings, date(2026, 11, 28))
     assert _received(queue_url) == []
 

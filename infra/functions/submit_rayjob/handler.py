@@ -162,9 +162,7 @@ class Kube:
         return items
 
 
-def night_objects(
-    template: list[dict[str, Any]], date: str, attempt: int, output_uri: str
-) -> list[dict[str, Any]]:
+def night_objects(template: list[dict[str, Any]], date: str, attempt: int, output_uri: str) -> list[dict[str, Any]]:
     """One night's objects (the job-config ConfigMap, then the RayJob) from the deploy-time template.
 
     The template was rendered by infra.nightly_template with RUN_ID_MARKER as its run id and `{date}` in its
@@ -185,9 +183,7 @@ def night_objects(
     if output_uri not in json.dumps(objects):
         # The state machine and the job config build the output from the same stack config; if they ever
         # disagree, a resume would look in one place and write to another.
-        raise ValueError(
-            f"the night's job config does not write to {output_uri} (the state machine's output)"
-        )
+        raise ValueError(f"the night's job config does not write to {output_uri} (the state machine's output)")
     for obj in objects:
         obj["metadata"].setdefault("labels", {})["app.kubernetes.io/managed-by"] = MANAGED_BY
     return objects
@@ -221,9 +217,7 @@ class Nightly:
         self.settings = settings
         self.kube = kube
         self.eks = eks
-        self.collections = {
-            kind: path.format(namespace=settings.namespace) for kind, path in COLLECTIONS.items()
-        }
+        self.collections = {kind: path.format(namespace=settings.namespace) for kind, path in COLLECTIONS.items()}
 
     def capacity_up(self, event: dict[str, Any]) -> dict[str, Any]:
         if self.settings.capacity_mode == "nodegroup":
