@@ -242,24 +242,26 @@ def run_job(config: JobConfig) -> RunOutcome:
                 completed = _run_engine(committer, config, progress, stop)
             # Stopped by a signal: every shard complete so far is committed; the rest is redone next time.
             completed = completed and not committer.buffers
+        # The handler stays ours until the summary is written: a SIGTERM after the last commit lets the run
+        # finish its bookkeeping rather than killing it halfway (the default action).
         interrupted = stop.stopped
-    manifest["attempts"][-1]["ended_at"] = utc_now()
-    manifest["attempts"][-1]["wall_s"] = round(time.monotonic() - started, 3)
-    store.write_manifest(manifest)
-    if not completed:
+        manifest["attempts"][-1]["ended_at"] = utc_now()
+        manifest["attempts"][-1]["wall_s"] = round(time.monotonic() - started, 3)
+        store.write_manifest(manifest)
+        if not completed:
+            metrics.close()
+            left = len(committer.buffers)
+            print(f"[llm-batch] stopped: {left} shards left for the next attempt", file=sys.stderr)
+            if interrupted:
+                store.write_interrupted(stop.signal_name or "a signal", left)
+                return RunOutcome(None, interrupted=True, exit_code=StopSignal.EXIT_CODE)
+            # Not a signal and not complete: rows went missing between the engine and the driver (a bug).
+            store.write_failure("IncompleteRun", f"{left} shard(s) never received all their rows")
+            return RunOutcome(None, interrupted=False, exit_code=1)
+        summary = build_summary(config, manifest, store.committed())
+        failpoints.reached(failpoints.SUMMARY_WRITING)
+        store.write_summary(summary)
+        metrics.run_complete(summary)
         metrics.close()
-        left = len(committer.buffers)
-        print(f"[llm-batch] stopped: {left} shards left for the next attempt", file=sys.stderr)
-        if interrupted:
-            store.write_interrupted(stop.signal_name or "a signal", left)
-            return RunOutcome(None, interrupted=True, exit_code=StopSignal.EXIT_CODE)
-        # Not a signal and not complete: rows went missing between the engine and the driver (a bug).
-        store.write_failure("IncompleteRun", f"{left} shard(s) never received all their rows")
-        return RunOutcome(None, interrupted=False, exit_code=1)
-    summary = build_summary(config, manifest, store.committed())
-    failpoints.reached(failpoints.SUMMARY_WRITING)
-    store.write_summary(summary)
-    metrics.run_complete(summary)
-    metrics.close()
-    print_summary(summary, store.root.uri)
-    return RunOutcome(summary, interrupted=False, exit_code=0)
+        print_summary(summary, store.root.uri)
+        return RunOutcome(summary, interrupted=False, exit_code=0)

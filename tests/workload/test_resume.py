@@ -157,6 +157,9 @@ def test_s3_sigterm_then_kills_then_resume(tmp_path: Path, model_cache: Path, mo
         f"s3://{bucket}/out",
         model_cache,
         resume={"grace_period_s": grace},
+        # One batch in flight and longer answers: shards commit one after another, so the SIGTERM lands mid-run.
+        max_concurrent_batches=1,
+        sampling={"max_tokens": 32, "temperature": 0.0},
     )
     output = _s3_output(bucket, "out")
 
