@@ -90,17 +90,6 @@ def _start_attempt(store: OutputStore, config: JobConfig, rows_in: int) -> tuple
     return manifest, attempt
 
 
-def _engine_table(rows: list[ValidRow]) -> pa.Table:
-    return pa.table(
-        {
-            "_pos": pa.array([r.position for r in rows], pa.int64()),
-            "prompt": pa.array([r.prompt for r in rows], pa.string()),
-            "messages_json": pa.array([None if r.messages is None else json.dumps(r.messages) for r in rows]),
-            "sampling_params": pa.array([r.sampling for r in rows]),
-        }
-    )
-
-
 class _ShardCommitter:
     """Routes engine output to shard buffers and commits each shard the moment its last row arrives."""
 
@@ -188,13 +177,16 @@ def _run_engine(committer: _ShardCommitter, config: JobConfig, progress: Progres
     """Stream the pending rows through Ray Data LLM; returns False if stopped by a signal."""
     import ray.data
 
-    from workload.pipeline import build_pipeline, input_blocks
+    from workload.pipeline import build_pipeline, engine_input, input_blocks
 
     rows = committer.engine_rows()
     if not rows:
         return True
     model_path = resolve_model(config.model)
-    blocks = input_blocks(_engine_table(rows), config.batch_size)
+    table = engine_input(
+        [r.position for r in rows], [r.prompt for r in rows], [r.messages for r in rows], [r.sampling for r in rows]
+    )
+    blocks = input_blocks(table, config.batch_size)
     has_messages = any(row.messages is not None for row in rows)
     dataset = build_pipeline(ray.data.from_arrow(blocks), config, model_path, chat_template=has_messages)
     # Every ray.init (ours, and the one build_processor makes) installs a SIGTERM handler that exits at once,

@@ -125,6 +125,23 @@ def _keep(columns: tuple[str, ...]) -> Any:
     return postprocess
 
 
+def engine_input(
+    positions: list[int],
+    prompts: list[str | None],
+    messages: list[list[dict[str, str]] | None],
+    sampling: list[dict[str, Any]],
+) -> pa.Table:
+    """The pipeline's input columns (see `build_pipeline`); the job and the benchmark both build them here."""
+    return pa.table(
+        {
+            "_pos": pa.array(positions, pa.int64()),
+            "prompt": pa.array(prompts, pa.string()),
+            "messages_json": pa.array([None if m is None else json.dumps(m) for m in messages], pa.string()),
+            "sampling_params": pa.array(sampling),
+        }
+    )
+
+
 def input_blocks(table: pa.Table, batch_size: int) -> list[pa.Table]:
     """The engine input cut into blocks of four batches, so the CPU stages and the engine overlap; one big block
     would serialise them, and one-row blocks would drown the scheduler in tiny tasks."""

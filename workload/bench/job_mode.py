@@ -25,15 +25,13 @@ _PROGRESS_EVERY = 0.1  # report every tenth of the rows
 
 def engine_blocks(requests: list[BenchRequest], detokenize: bool, batch_size: int) -> list[pa.Table]:
     """The engine input exactly as the job builds it: the same columns, cut by the job's own `input_blocks`."""
-    from workload.pipeline import input_blocks
+    from workload.pipeline import engine_input, input_blocks
 
-    table = pa.table(
-        {
-            "_pos": pa.array([request.bench_id for request in requests], pa.int64()),
-            "prompt": pa.array([request.prompt for request in requests], pa.string()),
-            "messages_json": pa.array([None] * len(requests), pa.string()),
-            "sampling_params": pa.array([request.sampling_params(detokenize) for request in requests]),
-        }
+    table = engine_input(
+        [request.bench_id for request in requests],
+        [request.prompt for request in requests],
+        [None] * len(requests),
+        [request.sampling_params(detokenize) for request in requests],
     )
     return input_blocks(table, batch_size)
 
