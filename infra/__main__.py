@@ -34,12 +34,13 @@ from infra.components.spot_node import SpotNode, SpotNodeArgs
 from infra.config import from_pulumi
 from infra.eks_job import base_rayjob_args
 from infra.nightly_template import night_template_json
+from infra.pricing import stack_costs
 from workload.config import render_config
 
 stack = pulumi.get_stack()
 config = from_pulumi()
 tags = naming.cost_tags(stack, config)
-if (price_warning := config.price_warning()) is not None:
+if (price_warning := stack_costs.price_warning(config)) is not None:
     pulumi.log.warn(price_warning)
 
 providers = Providers("providers", ProvidersArgs(region=config.region, tags=tags))
@@ -96,6 +97,7 @@ job_settings = data.bucket_name.apply(
             f"s3://{bucket}/{config.job.input_prefix}",
             f"s3://{bucket}/{config.job.output_prefix}",
             stack=stack,
+            price_per_hour_usd=stack_costs.run_price_per_hour_usd(config),
         )
     )
 )

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from infra import naming, versions
 from infra.k8s.common import check_dns_label, quantity_value
-from infra.k8s.instance_types import shape_of
+from infra.k8s.instance_types import NODE_MEMORY_SHARE, NODE_RESERVED_CPU, shape_of
 from infra.k8s.karpenter import NodePoolArgs
 from infra.k8s.rayjob import PodSize
 from monitoring.alarms import AlarmThresholds
@@ -196,26 +196,21 @@ class EksConfig(_Section):
         return self
 
 
-# Room a node keeps for the kubelet, the OS and its daemons (VPC CNI, kube-proxy, device plugin).
-_NODE_RESERVED_CPU = 0.5
-_NODE_MEMORY_SHARE = 0.85
-
-
 def _check_fits(size: PodSize, instance_types: list[str], size_key: str, types_key: str) -> None:
     """A ValueError unless one pod of `size` fits on at least one of `instance_types` beside its daemons."""
     cpu, memory_gib = quantity_value(size.cpu), quantity_value(size.memory) / 2**30
     for instance_type in instance_types:
         shape = shape_of(instance_type)
         if (
-            cpu <= shape.vcpus - _NODE_RESERVED_CPU
-            and memory_gib <= shape.memory_gib * _NODE_MEMORY_SHARE
+            cpu <= shape.vcpus - NODE_RESERVED_CPU
+            and memory_gib <= shape.memory_gib * NODE_MEMORY_SHARE
             and size.gpus <= shape.gpus
         ):
             return
     raise ValueError(
         f"{size_key} ({size.cpu} CPU, {size.memory}, {size.gpus} GPU) fits no node of {types_key} "
-        f"{instance_types} after the node's own reserve ({_NODE_RESERVED_CPU} CPU, "
-        f"{int((1 - _NODE_MEMORY_SHARE) * 100)}% memory)"
+        f"{instance_types} after the node's own reserve ({NODE_RESERVED_CPU} CPU, "
+        f"{int((1 - NODE_MEMORY_SHARE) * 100)}% memory)"
     )
 
 
@@ -369,8 +364,13 @@ class StackConfig(_Section):
             if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
         )
 
-    def job_config(self, input_uri: str, output_uri: str, *, stack: str | None = None) -> JobConfig:
+    def job_config(
+        self, input_uri: str, output_uri: str, *, stack: str | None = None, price_per_hour_usd: float | None = None
+    ) -> JobConfig:
         """The job's config for one run: the stack's model and overrides, reading and writing these URIs.
+
+        `price_per_hour_usd` (from `infra.pricing.stack_costs.run_price_per_hour_usd`) prices the job's tokens
+        unless the stack's own `metrics.price_per_hour_usd` override does.
 
         `stack` becomes the metrics' `Stack` dimension, which every alarm filters on, and names the log
         group the job's structured lines go to.
@@ -388,8 +388,8 @@ class StackConfig(_Section):
         metrics.setdefault("sink", "cloudwatch")
         metrics.setdefault("namespace", self.monitoring.metrics_namespace)
         metrics.setdefault("region", self.region)
-        if "price_per_hour_usd" not in metrics and (price := self.run_price_per_hour_usd()) is not None:
-            metrics["price_per_hour_usd"] = price
+        if "price_per_hour_usd" not in metrics and price_per_hour_usd is not None:
+            metrics["price_per_hour_usd"] = price_per_hour_usd
         if stack is not None:
             metrics.setdefault("stack", stack)
             metrics.setdefault("log_group", naming.job_log_group(stack))
@@ -399,35 +399,6 @@ class StackConfig(_Section):
     def job_grace_period_s(self) -> float:
         """The job's `resume.grace_period_s` (its override, else the job's default): SIGTERM to exit."""
         return ResumeConfig.model_validate(self.job.job_overrides.get("resume", {})).grace_period_s
-
-    def run_price_per_hour_usd(self) -> float | None:
-        """The run's GPU nodes at the repo's Spot prices (infra/pricing), for the job's cost per token.
-
-        None where the table has no price for the region or an instance type: the job then reports no cost
-        (and the program warns) rather than a deploy failing over a metric; `python -m infra.pricing.refresh`
-        or `job.job_overrides.metrics.price_per_hour_usd` fills the gap.
-        """
-        # Imported here: cost_inputs reads this module's node reserve, and prices are needed only for a job.
-        from infra.cost_inputs import run_hourly_usd
-        from infra.pricing.table import PriceTableError, load_prices
-
-        try:
-            return run_hourly_usd(self, load_prices())
-        except PriceTableError:
-            return None
-
-    def price_warning(self) -> str | None:
-        """Why the deployed job will report no cost, or None when it will (its own price or the table's)."""
-        if "price_per_hour_usd" in self.job.job_overrides.get("metrics", {}):
-            return None
-        if self.run_price_per_hour_usd() is not None:
-            return None
-        return (
-            f"the price table (infra/pricing/prices.json) has no Spot price for this stack's GPU instance type(s) "
-            f"in {self.region}: the job will publish no CostPerMillionOutputTokens and no cost_usd. Run "
-            f"`python -m infra.pricing.refresh --region {self.region}` or set "
-            "llm-batch:job.job_overrides.metrics.price_per_hour_usd"
-        )
 
 
 # Only what differs between tiers; other fields take the model's default. Never mutated: copied per load.

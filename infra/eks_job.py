@@ -13,6 +13,7 @@ from infra import naming, versions
 from infra.config import StackConfig
 from infra.k8s.common import Manifest
 from infra.k8s.rayjob import HeadSpec, RayJobArgs, WorkerSpec, fit_job_to_workers, for_night, render_job
+from infra.pricing.stack_costs import run_price_per_hour_usd
 from workload.config import build_config
 
 RAYJOB_NAME = "llm-batch"
@@ -31,7 +32,10 @@ def base_rayjob_args(
         max_replicas=eks.gpu_max_nodes,
     )
     job = config.job_config(
-        f"s3://{bucket}/{config.job.input_prefix}", f"s3://{bucket}/{config.job.output_prefix}", stack=stack
+        f"s3://{bucket}/{config.job.input_prefix}",
+        f"s3://{bucket}/{config.job.output_prefix}",
+        stack=stack,
+        price_per_hour_usd=run_price_per_hour_usd(config),
     )
     if job.metrics.log_group is None:
         # The pods ship their logs to the stack's job log group, as the small tier's node does.

@@ -19,7 +19,8 @@ import pyarrow as pa
 
 from workload import failpoints
 from workload.config import JobConfig
-from workload.metrics import BatchReport, RunMetrics, open_metrics
+from workload.metric_sinks import open_metrics
+from workload.metrics import BatchReport, RunMetrics
 from workload.model_source import resolve_model
 from workload.output import OutputStore, ShardCommit, utc_now
 from workload.progress import Progress

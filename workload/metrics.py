@@ -1,15 +1,13 @@
 """What the job reports while it runs: the interface the job calls, and the no-op sink of the local demo.
 
-The CloudWatch implementation (metrics + logs) lives in `workload.cloudwatch`; `open_metrics` picks by config so
-the demo never calls AWS.
+The CloudWatch implementation (metrics + logs) lives in `workload.cloudwatch`, which builds on this module;
+`workload.metric_sinks.open_metrics` picks one by config so the demo never calls AWS.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Protocol
-
-from workload.config import MetricsConfig
 
 
 @dataclass(frozen=True)
@@ -48,11 +46,3 @@ class NullMetrics:
 
     def close(self) -> None:
         pass
-
-
-def open_metrics(config: MetricsConfig, run_id: str) -> RunMetrics:
-    if config.sink == "none":
-        return NullMetrics()
-    from workload.cloudwatch import CloudWatchMetrics
-
-    return CloudWatchMetrics(config, run_id)

@@ -30,6 +30,11 @@ SHAPES: dict[str, InstanceShape] = {
 }
 
 
+# Room a node keeps for the kubelet, the OS and its daemons (VPC CNI, kube-proxy, device plugin).
+NODE_RESERVED_CPU = 0.5
+NODE_MEMORY_SHARE = 0.85
+
+
 def shape_of(instance_type: str) -> InstanceShape:
     """The shape of a known instance type; a ValueError listing the known ones otherwise."""
     try:

@@ -1,7 +1,7 @@
 """Run one component under the plan's mocks, in this process, and return what it registered.
 
 A mock is the only way to run Pulumi code here (no CLI, no provider plugins, no AWS account); the mocks are
-the plan's own (`infra.plan_mocks`), which answer with AWS-shaped ids and ARNs. Build components inside
+the plan's own (`infra.ops.plan_mocks`), which answer with AWS-shaped ids and ARNs. Build components inside
 `build`: resources created before `set_mocks` would be dropped.
 """
 
@@ -16,7 +16,7 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from infra.aws_context import AwsContext
-from infra.plan_mocks import ACCOUNT_ID, PlanMocks, RecordingMonitor
+from infra.ops.plan_mocks import ACCOUNT_ID, PlanMocks, RecordingMonitor
 
 REGION = "us-east-1"
 CONTEXT = AwsContext(account_id=ACCOUNT_ID, partition="aws", region=REGION, dns_suffix="amazonaws.com")

@@ -1,6 +1,6 @@
 """Fixtures of the infra tests.
 
-`plan_for(stack) -> list[dict]`: the offline plan of a stack (`infra.plan.capture_plan`: the Pulumi
+`plan_for(stack) -> list[dict]`: the offline plan of a stack (`infra.ops.plan.capture_plan`: the Pulumi
 program run under mocks with stacks/Pulumi.<stack>.yaml), made once per stack per test session and
 shared. Each item has `type`, `name`, `urn`, `parent`, `custom`, `provider`, `inputs`, `id` and
 `outputs`; secrets are masked.
@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from infra.plan import STACKS_DIR, capture_plan
+from infra.ops.plan import capture_plan
+from infra.ops.stacks import STACKS_DIR
 
 STACKS = sorted(path.name.removeprefix("Pulumi.").removesuffix(".yaml") for path in STACKS_DIR.glob("Pulumi.*.yaml"))
 

@@ -27,8 +27,8 @@ from infra.components.secrets import JobSecrets, JobSecretsArgs
 from infra.components.spot_node import SpotNode, SpotNodeArgs
 from infra.components.storage import DataBucket, DataBucketArgs
 from infra.config import load_stack_config
-from infra.plan import run_under_mocks
-from infra.plan_mocks import SECRET_MASK
+from infra.ops.plan import run_under_mocks
+from infra.ops.plan_mocks import SECRET_MASK
 
 Plan = list[dict[str, Any]]
 CONTEXT = AwsContext(account_id="123456789012", partition="aws", region="us-east-1", dns_suffix="amazonaws.com")

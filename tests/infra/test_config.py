@@ -18,7 +18,7 @@ from infra.config import (
     decode_pulumi_values,
     load_stack_config,
 )
-from infra.plan import read_stack_config, stack_file
+from infra.ops.stacks import read_stack_config, stack_file
 from tests.infra.conftest import STACKS
 from workload.config import ConfigError, load_config
 

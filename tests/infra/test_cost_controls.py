@@ -13,7 +13,7 @@ import pytest
 from infra import versions
 from infra.components.cost_controls import REPORT_SOURCE, anomaly_specification, report_policy
 from infra.config import load_stack_config
-from infra.plan import read_stack_config
+from infra.ops.stacks import read_stack_config
 from tests.infra.conftest import STACKS
 from tests.infra.plan_select import component, only_child, stack_key
 

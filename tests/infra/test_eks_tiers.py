@@ -15,8 +15,8 @@ from infra.components.image import WorkloadImageArgs
 from infra.config import StackConfigError, decode_pulumi_values, load_stack_config
 from infra.eks_job import base_rayjob_args, manifests_for_date, night_manifests
 from infra.k8s.rayjob import RayJobArgs, render_rayjob
-from infra.plan import ROOT, read_stack_config
-from infra.plan_mocks import ACCOUNT_ID
+from infra.ops.plan_mocks import ACCOUNT_ID
+from infra.ops.stacks import ROOT, read_stack_config
 from tests.infra.crd_schema import assert_valid
 
 EKS_COMPONENTS = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.estimate import (
+from infra.pricing.estimate import (
     HOURS_PER_MONTH,
     EstimateInputs,
     FixedParts,

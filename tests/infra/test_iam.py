@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from infra.components.iam import deny_insecure_transport, service_trust
-from infra.plan_mocks import ACCOUNT_ID
+from infra.ops.plan_mocks import ACCOUNT_ID
 from tests.infra.conftest import STACKS
 
 Plan = list[dict[str, Any]]

@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
-from infra import policy, versions
+from infra import versions
 from infra.build_context import content_tag
 from infra.components.image import DOCKERFILE, REPO_ROOT, WorkloadImageArgs, lifecycle_policy
 from infra.config import StackConfig, StackConfigError, decode_pulumi_values, load_stack_config
-from infra.plan import PROGRAM_DIR, read_stack_config
+from infra.ops import policy
+from infra.ops.stacks import PROGRAM_DIR, read_stack_config
 from tests.infra.conftest import STACKS
 from tests.infra.plan_select import stack_key
 

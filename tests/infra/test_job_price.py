@@ -13,9 +13,10 @@ import pytest
 import yaml
 
 from infra.config import load_stack_config
-from infra.cost_inputs import offline_config, run_hourly_usd
 from infra.eks_job import base_rayjob_args, manifests_for_date
 from infra.k8s.rayjob import CONFIG_FILE, RayJobArgs
+from infra.ops.stacks import offline_config
+from infra.pricing.stack_costs import price_warning, run_hourly_usd, run_price_per_hour_usd
 from infra.pricing.table import DEFAULT_TABLE, load_prices
 from tests.infra.conftest import STACKS
 from workload.cloudwatch import cost_per_million_output_tokens
@@ -38,7 +39,13 @@ def _job(stack: str, **overrides: Any) -> Any:
         data = config.model_dump(mode="json")
         data["job"]["job_overrides"] = overrides
         config = type(config).model_validate(data)
-    return config.job_config("s3://bucket/input/{date}/", "s3://bucket/output/{date}/", stack=stack)
+    # As the program builds it (infra/__main__.py, infra/eks_job.py): priced from the table.
+    return config.job_config(
+        "s3://bucket/input/{date}/",
+        "s3://bucket/output/{date}/",
+        stack=stack,
+        price_per_hour_usd=run_price_per_hour_usd(config),
+    )
 
 
 def test_every_shipped_stack_is_priced() -> None:
@@ -99,15 +106,19 @@ def test_a_stacks_own_price_wins() -> None:
 def test_a_region_without_prices_leaves_the_cost_off_and_says_why() -> None:
     """A deploy never fails over the metric; the program warns with this message (infra/__main__.py)."""
     config = load_stack_config("small", {"cost_center": "x", "region": "ap-south-2"})
-    assert config.run_price_per_hour_usd() is None
-    assert config.job_config("s3://b/i/", "s3://b/o/", stack="small").metrics.price_per_hour_usd == 0
-    warning = config.price_warning()
+    assert run_price_per_hour_usd(config) is None
+    price = run_price_per_hour_usd(config)
+    assert (
+        config.job_config("s3://b/i/", "s3://b/o/", stack="small", price_per_hour_usd=price).metrics.price_per_hour_usd
+        == 0
+    )
+    warning = price_warning(config)
     assert warning is not None and "ap-south-2" in warning and "price_per_hour_usd" in warning
     # The stack's own price needs no table, and silences the warning.
     data = config.model_dump(mode="json")
     data["job"]["job_overrides"] = {"metrics": {"price_per_hour_usd": 0.5}}
     priced = type(config).model_validate(data)
     assert priced.job_config("s3://b/i/", "s3://b/o/").metrics.price_per_hour_usd == 0.5
-    assert priced.price_warning() is None
+    assert price_warning(priced) is None
     for stack in RUN_NODES:
-        assert offline_config(stack).price_warning() is None
+        assert price_warning(offline_config(stack)) is None

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from infra.cost_inputs import offline_config
 from infra.eks_job import base_rayjob_args
 from infra.k8s.common import DO_NOT_DISRUPT, GPU_RESOURCE, GPU_TAINT_KEY, POOL_LABEL, quantity_value
 from infra.k8s.rayjob import (
@@ -24,6 +23,7 @@ from infra.k8s.rayjob import (
     render_ray_cluster_spec,
     render_rayjob,
 )
+from infra.ops.stacks import offline_config
 from tests.infra.crd_schema import assert_valid, crd_errors
 from tests.infra.k8s_fixtures import IMAGE, job_config, large_args, medium_args
 from workload import gpu_reporter

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from infra import policy
 from infra.config import decode_pulumi_values, load_stack_config
-from infra.plan import read_stack_config
+from infra.ops import policy
+from infra.ops.stacks import read_stack_config
 from infra.statemachines import graph, placeholders
 from tests.infra.conftest import STACKS
 from tests.infra.test_nightly_definitions import _validate

@@ -12,7 +12,7 @@ import pytest
 from infra import naming
 from infra.components.providers import BILLING_REGION
 from infra.config import StackConfig, decode_pulumi_values, load_stack_config
-from infra.plan import read_stack_config
+from infra.ops.stacks import read_stack_config
 from monitoring import events
 from monitoring.alarms import billing_alarm, job_alarms
 from monitoring.queries import load_queries

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra import plan as plan_module
 from infra.config import StackConfigError
-from infra.plan import ROOT, PlanError, capture_plan, render_tree, run_program
-from infra.plan_mocks import PlanMocks
-from infra.policy import main as policy_main
+from infra.ops import stacks as stacks_module
+from infra.ops.plan import PlanError, capture_plan, render_tree, run_program
+from infra.ops.plan_mocks import PlanMocks
+from infra.ops.policy import main as policy_main
+from infra.ops.stacks import ROOT
 from tests.infra.conftest import STACKS
 
 SHARED_COMPONENTS = {
@@ -51,7 +52,7 @@ def test_cli_prints_a_tree_and_json(plan_for) -> None:
     tree = subprocess.run(
         [sys.executable, "-m", "infra.plan", "small"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout
-    # The tree, then the cost estimate (tests/infra/test_cost_inputs.py checks that part).
+    # The tree, then the cost estimate (tests/infra/test_stack_costs.py checks that part).
     assert tree.startswith(render_tree(plan_for("small")) + "\n\nMonthly cost estimate for stack small")
     assert "aws:s3/bucket:Bucket  storage-bucket" in tree
     listed = json.loads(
@@ -113,7 +114,7 @@ def test_program_with_secret_token_and_existing_vpc(tmp_path: Path, monkeypatch:
             }
         )
     )
-    monkeypatch.setattr(plan_module, "STACKS_DIR", tmp_path)
+    monkeypatch.setattr(stacks_module, "STACKS_DIR", tmp_path)
     plan = run_program("edge")
     types = [item["type"] for item in plan]
     assert "aws:ec2/vpc:Vpc" not in types and "aws:ec2/natGateway:NatGateway" not in types
@@ -136,7 +137,7 @@ def test_bad_stack_config_stops_the_plan_naming_the_key(tmp_path: Path, monkeypa
     (tmp_path / "Pulumi.bad.yaml").write_text(
         "config:\n  llm-batch:tier: small\n  llm-batch:network:\n    az_count: 1\n"
     )
-    monkeypatch.setattr(plan_module, "STACKS_DIR", tmp_path)
+    monkeypatch.setattr(stacks_module, "STACKS_DIR", tmp_path)
     with pytest.raises(StackConfigError) as caught:
         run_program("bad")
     assert "llm-batch:cost_center: Field required" in str(caught.value)

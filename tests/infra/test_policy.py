@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from infra import policy
-from infra.policy import CHECKS, NothingMatched
+from infra.ops import policy
+from infra.ops.policy import CHECKS, NothingMatched
 from tests.infra.conftest import STACKS
 
 Plan = list[dict[str, Any]]

@@ -15,8 +15,8 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from infra.estimate import NodePool
-from infra.preflight import QUOTAS, PreflightError, check_quotas, family, format_checks, needed_vcpus
+from infra.ops.preflight import QUOTAS, PreflightError, check_quotas, family, format_checks, needed_vcpus
+from infra.pricing.estimate import NodePool
 from infra.pricing.table import load_prices
 
 RECORDED = json.loads((Path(__file__).parent / "data" / "service_quotas_ec2.json").read_text())

@@ -16,7 +16,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from infra.pricing.refresh import SERVICE_QUERIES, RefreshError, on_demand_usd, refresh_region, service_prices
+from infra.ops.refresh_prices import SERVICE_QUERIES, RefreshError, on_demand_usd, refresh_region, service_prices
 from infra.pricing.table import load_prices
 
 RECORDED = json.loads((Path(__file__).parent / "data" / "pricing_get_products.json").read_text())

@@ -9,8 +9,9 @@ from pathlib import Path
 import boto3
 import pytest
 
-from infra import run, statemachines, status
-from infra.stack_outputs import OutputsError, load_outputs
+from infra import statemachines
+from infra.ops import run, status
+from infra.ops.stack_outputs import OutputsError, load_outputs
 from tests.infra.nightly_aws import (
     FakeInstance,
     SmallStack,

@@ -18,7 +18,7 @@ from infra import nightly_template
 from infra.config import StackConfig, decode_pulumi_values, load_stack_config
 from infra.eks_job import base_rayjob_args
 from infra.functions.submit_rayjob import handler as submit
-from infra.plan import read_stack_config
+from infra.ops.stacks import read_stack_config
 from tests.infra.fake_kube import FakeKube, self_signed_cert
 from workload.config import build_config
 

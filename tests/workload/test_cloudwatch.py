@@ -16,7 +16,8 @@ from workload import metric_names as mn
 from workload.cloudwatch import CloudWatchMetrics, cost_per_million_output_tokens, log_stream_name, percentile
 from workload.config import DEFAULT_METRICS_NAMESPACE, MetricsConfig
 from workload.gpu import GpuSampler
-from workload.metrics import BatchReport, open_metrics
+from workload.metric_sinks import open_metrics
+from workload.metrics import BatchReport
 
 STACK = "test-stack"
 RUN = "run-0001"

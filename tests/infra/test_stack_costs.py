@@ -13,17 +13,15 @@ import pytest
 from botocore.stub import Stubber
 
 from infra.config import load_stack_config
-from infra.cost_inputs import (
+from infra.ops.preflight import run
+from infra.ops.stacks import ROOT, offline_config, stack_estimate
+from infra.pricing.estimate import NIGHTS_PER_MONTH, estimate
+from infra.pricing.stack_costs import (
     TIER_USAGE,
     capacity_pools,
     estimate_inputs,
     karpenter_choice,
-    offline_config,
-    stack_estimate,
 )
-from infra.estimate import NIGHTS_PER_MONTH, estimate
-from infra.plan import ROOT
-from infra.preflight import run
 from infra.pricing.table import load_prices
 from tests.infra.conftest import STACKS
 

@@ -9,25 +9,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from infra.config import _NODE_MEMORY_SHARE as NODE_MEMORY_SHARE
-from infra.config import _NODE_RESERVED_CPU as NODE_RESERVED_CPU
-from infra.config import StackConfig
-from infra.estimate import (
+from infra.k8s.common import quantity_value
+from infra.k8s.instance_types import NODE_MEMORY_SHARE, NODE_RESERVED_CPU, shape_of
+from infra.pricing.estimate import (
     HOURS_PER_MONTH,
     Capacity,
-    Estimate,
     EstimateInputs,
     FixedParts,
     NodePool,
     Usage,
-    estimate,
     nightly_hours_per_month,
 )
-from infra.k8s.common import quantity_value
-from infra.k8s.instance_types import shape_of
-from infra.pricing.table import PriceTable, load_prices
+from infra.pricing.table import PriceTable, PriceTableError, load_prices
+
+if TYPE_CHECKING:
+    # Types only: the config model prices nothing, so nothing here is imported by it.
+    from infra.config import StackConfig
 
 # Assumed monthly volumes per tier: a tier's batch size sets its data, traffic and logs. Not measured.
 TIER_USAGE: dict[str, Usage] = {
@@ -173,16 +172,28 @@ def capacity_pools(config: StackConfig, prices: PriceTable) -> tuple[tuple[NodeP
     return required, fallback
 
 
-def offline_config(stack: str) -> StackConfig:
-    """The stack's validated config read from stacks/Pulumi.<stack>.yaml, as the program would see it."""
-    from infra.config import decode_pulumi_values, load_stack_config
-    from infra.plan import read_stack_config
+def run_price_per_hour_usd(config: StackConfig) -> float | None:
+    """The run's GPU nodes at the repo's Spot prices (infra/pricing), for the job's cost per token.
 
-    values, _ = read_stack_config(stack)
-    return load_stack_config(stack, decode_pulumi_values(values))
+    None where the table has no price for the region or an instance type: the job then reports no cost
+    (and the program warns) rather than a deploy failing over a metric; `python -m infra.pricing.refresh`
+    or `job.job_overrides.metrics.price_per_hour_usd` fills the gap.
+    """
+    try:
+        return run_hourly_usd(config, load_prices())
+    except PriceTableError:
+        return None
 
 
-def stack_estimate(stack: str, plan: Iterable[dict[str, Any]] | None = None) -> Estimate:
-    """The stack's monthly estimate at the repo's prices."""
-    prices = load_prices()
-    return estimate(estimate_inputs(stack, offline_config(stack), prices, plan), prices)
+def price_warning(config: StackConfig) -> str | None:
+    """Why the deployed job will report no cost, or None when it will (its own price or the table's)."""
+    if "price_per_hour_usd" in config.job.job_overrides.get("metrics", {}):
+        return None
+    if run_price_per_hour_usd(config) is not None:
+        return None
+    return (
+        f"the price table (infra/pricing/prices.json) has no Spot price for this stack's GPU instance type(s) "
+        f"in {config.region}: the job will publish no CostPerMillionOutputTokens and no cost_usd. Run "
+        f"`python -m infra.pricing.refresh --region {config.region}` or set "
+        "llm-batch:job.job_overrides.metrics.price_per_hour_usd"
+    )

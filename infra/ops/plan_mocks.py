@@ -57,7 +57,7 @@ class PlanMocks(Mocks):
         self.calls.append((args.token, args.provider or ""))
         answer = _CALLS.get(args.token)
         if answer is None:
-            raise NotImplementedError(f"the plan's mocks do not answer {args.token}; add it to infra/plan_mocks.py")
+            raise NotImplementedError(f"the plan's mocks do not answer {args.token}; add it to infra/ops/plan_mocks.py")
         return answer(self, dict(args.args))
 
     def arn(self, service: str, resource: str, *, region: bool = True, account: bool = True) -> str:
@@ -373,7 +373,7 @@ def _plain_asset(value: Any) -> Any:
     """Assets and archives as data (their repr holds a memory address, so plans would never compare equal)."""
     from pulumi import asset
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     if isinstance(value, asset.AssetArchive):
         return {"archive": {name: _plain_asset(item) for name, item in sorted(value.assets.items())}}
     if isinstance(value, asset.FileAsset | asset.FileArchive):

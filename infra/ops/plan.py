@@ -1,0 +1,203 @@
+"""Offline plan: run the Pulumi program under mocks with a stack's config and show what it would create.
+
+    python -m infra.plan small          # a tree on the terminal, then the stack's monthly cost estimate
+    python -m infra.plan large --json   # a list of {type, name, parent, inputs, ...} objects
+    python -m infra.plan large --estimate-json   # the cost estimate's line items as JSON
+
+The program runs exactly as `pulumi up` would run it (infra/__main__.py as `__main__`, from infra/, with the
+stack's `config:` from stacks/Pulumi.<stack>.yaml), but the engine and the AWS provider are the mocks of
+`infra.ops.plan_mocks`, since no Pulumi CLI or AWS account is needed to read a plan. Secret values are masked.
+`capture_plan(stack)` runs this in a subprocess, so each stack gets a fresh Pulumi runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from infra.ops.stacks import (
+    DEFAULT_REGION,
+    PROGRAM_DIR,
+    PROJECT,
+    ROOT,
+    PlanError,
+    read_stack_config,
+    region_of,
+)
+
+if TYPE_CHECKING:
+    from infra.ops.plan_mocks import PlanMocks
+
+
+def run_under_mocks(
+    build: Callable[[], object],
+    *,
+    stack: str,
+    region: str = DEFAULT_REGION,
+    config: Mapping[str, str] | None = None,
+    secret_keys: Sequence[str] = (),
+    mocks: PlanMocks | None = None,
+) -> list[dict[str, Any]]:
+    """Run `build` (a program, or a test's few components) under the plan's mocks; its registrations, sorted.
+
+    Safe to call repeatedly in one process (component tests do): each call sets fresh config and mocks first,
+    since resources registered before `set_mocks` would be dropped.
+    """
+    from pulumi.runtime import set_all_config, set_mocks
+    from pulumi.runtime.stack import run_pulumi_func
+    from pulumi.runtime.sync_await import _sync_await
+
+    from infra.ops.plan_mocks import PlanMocks, RecordingMonitor
+
+    set_all_config(dict(config or {}), list(secret_keys))
+    mocks = mocks or PlanMocks(region=region)
+    monitor = RecordingMonitor(mocks)
+    set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
+
+    def program() -> None:
+        build()  # what it returns (a component, say) is of no interest; its registrations are
+
+    _sync_await(run_pulumi_func(program))
+    # Registrations arrive in whatever order their inputs resolve; sort so two runs of a plan compare equal.
+    return sorted((asdict(registration) for registration in monitor.registrations), key=lambda item: item["urn"])
+
+
+def run_program(stack: str, mocks: PlanMocks | None = None) -> list[dict[str, Any]]:
+    """Run the Pulumi program under mocks with the stack's config, in this process; its registrations.
+
+    Call once per process: a program's module-level state (and Pulumi's) is not meant to run twice.
+    """
+    values, secret_keys = read_stack_config(stack)
+
+    def program() -> None:
+        # As Pulumi's Python host runs `main: infra/`: from that folder, with it first on sys.path.
+        cwd = os.getcwd()
+        os.chdir(PROGRAM_DIR)
+        try:
+            runpy.run_path(str(PROGRAM_DIR), run_name="__main__")
+        finally:
+            os.chdir(cwd)
+
+    registrations = run_under_mocks(
+        program, stack=stack, region=region_of(values), config=values, secret_keys=secret_keys, mocks=mocks
+    )
+    return [*registrations, _stack_exports(stack)]
+
+
+def _stack_exports(stack: str) -> dict[str, Any]:
+    """The program's exports (`pulumi.export`) as one plan item of type pulumi:pulumi:Stack, secrets masked.
+
+    Under mocks the root stack registers its outputs before the program runs, so they are read back from it.
+    """
+    import pulumi
+    from pulumi.runtime.settings import get_root_resource
+    from pulumi.runtime.sync_await import _sync_await
+
+    from infra.ops.plan_mocks import SECRET_MASK
+
+    root = get_root_resource()
+    exports: dict[str, Any] = {}
+    for key, value in sorted(getattr(root, "outputs", {}).items()):
+        output = pulumi.Output.from_input(value)
+        exports[key] = SECRET_MASK if _sync_await(output.is_secret()) else _sync_await(output.future())
+    name = f"{PROJECT}-{stack}"
+    return {
+        "urn": f"urn:pulumi:{stack}::{PROJECT}::pulumi:pulumi:Stack::{name}",
+        "type": "pulumi:pulumi:Stack",
+        "name": name,
+        "parent": None,
+        "custom": False,
+        "provider": None,
+        "inputs": {},
+        "id": None,
+        "outputs": exports,
+    }
+
+
+def capture_plan(stack: str) -> list[dict[str, Any]]:
+    """The stack's plan (see `run_program`), made in a fresh interpreter; raises PlanError when it fails."""
+    result = subprocess.run(
+        [sys.executable, "-m", "infra.plan", stack, "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    if result.returncode != 0:
+        raise PlanError(f"planning stack '{stack}' failed:\n{result.stderr.strip()[-4000:]}")
+    plan: list[dict[str, Any]] = json.loads(result.stdout)
+    return plan
+
+
+def render_tree(plan: list[dict[str, Any]]) -> str:
+    """Each resource under its parent (`type  name`, by URN); Kubernetes objects with their manifests."""
+    children: dict[str | None, list[dict[str, Any]]] = {}
+    urns = {item["urn"] for item in plan}
+    for item in plan:
+        parent = item["parent"] if item["parent"] in urns else None
+        children.setdefault(parent, []).append(item)
+    lines: list[str] = []
+
+    def walk(parent: str | None, depth: int) -> None:
+        for item in children.get(parent, []):
+            lines.append(f"{'  ' * depth}{'+' if item['custom'] else '*'} {item['type']}  {item['name']}")
+            if item["custom"] and item["type"].startswith("kubernetes:") and item["inputs"]:
+                # Kubernetes objects are shown whole: their manifest is what the cluster will be asked to run.
+                manifest = yaml.safe_dump(item["inputs"], sort_keys=False).rstrip().splitlines()
+                lines.extend(f"{'  ' * (depth + 2)}{line}" for line in manifest)
+            walk(item["urn"], depth + 1)
+
+    walk(None, 0)
+    custom = sum(1 for item in plan if item["custom"])
+    lines.append(f"\n{custom} resources in {len(plan) - custom} components (+ resource, * component)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infra.plan", description=__doc__.splitlines()[0])
+    parser.add_argument("stack", help="stack name: stacks/Pulumi.<stack>.yaml holds its config")
+    parser.add_argument("--json", action="store_true", help="print the plan as a JSON list of resources")
+    parser.add_argument("--estimate-json", action="store_true", help="print the monthly cost estimate as JSON")
+    args = parser.parse_args(argv)
+    from infra.config import StackConfigError
+
+    try:
+        plan = run_program(args.stack)
+    except (PlanError, StackConfigError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    from infra.ops.stacks import stack_estimate
+    from infra.pricing.estimate import format_estimate
+    from infra.pricing.table import PriceTableError
+
+    if args.json:
+        json.dump(plan, sys.stdout, indent=1, default=str)
+        sys.stdout.write("\n")
+        return 0
+    try:
+        cost = stack_estimate(args.stack, plan)
+    except PriceTableError as error:
+        print(f"error: cost estimate: {error}", file=sys.stderr)
+        return 2
+    if args.estimate_json:
+        json.dump({**cost.model_dump(mode="json"), "total_usd": round(cost.total, 2)}, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(render_tree(plan))
+        print()
+        print(format_estimate(cost))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

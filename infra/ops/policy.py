@@ -1,0 +1,444 @@
+"""Plan-wide policy checks: plain functions over a captured plan (`infra.ops.plan.capture_plan`).
+
+Each check returns the violations it found and raises `NothingMatched` when the plan held no resource it
+applies to, so a check can never pass by seeing nothing (a renamed type token would otherwise silence it).
+
+    python -m infra.policy small      # run every check over a stack's plan; exit 1 on a violation
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import json
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from infra.ops import iam_allowlist
+
+Resource = Mapping[str, Any]
+Plan = Sequence[Resource]
+
+REQUIRED_TAG = "CostCenter"
+OPEN_CIDRS = frozenset({"0.0.0.0/0", "::/0"})
+# Instances and volumes launched from a template are tagged by the template, not by provider default tags.
+LAUNCHED_KINDS = ("instance", "volume")
+
+
+@dataclass(frozen=True)
+class Violation:
+    check: str
+    resource: str  # "<type token> <logical name>"
+    problem: str
+
+    def __str__(self) -> str:
+        return f"[{self.check}] {self.resource}: {self.problem}"
+
+
+class NothingMatched(AssertionError):
+    """A check found no resource to check: the plan or the check is wrong, never a pass."""
+
+
+def _label(resource: Resource) -> str:
+    return f"{resource['type']} {resource['name']}"
+
+
+def _of_type(plan: Plan, *types: str) -> list[Resource]:
+    return [item for item in plan if item.get("custom") and item["type"] in types]
+
+
+def _require_matches(check: str, matched: int, what: str) -> None:
+    if matched == 0:
+        raise NothingMatched(f"{check}: the plan has no {what}; nothing was checked")
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _truthy(value: Any) -> bool:
+    # Launch template EBS flags are strings ("true") in the AWS provider's schema; others are booleans.
+    return value is True or (isinstance(value, str) and value.lower() == "true")
+
+
+def _is_node_class(type_token: str) -> bool:
+    return type_token.startswith("kubernetes:karpenter.k8s.aws/") and type_token.endswith(":EC2NodeClass")
+
+
+# --- cost-allocation tags ---------------------------------------------------------------------------------
+
+
+@cache
+def is_taggable(type_token: str) -> bool:
+    """Whether the pulumi_aws resource class of a type token takes `tags` (so default tags reach it)."""
+    if not type_token.startswith("aws:"):
+        return False
+    module_path, _, class_name = type_token.split(":", 1)[1].rpartition(":")
+    module = module_path.split("/", 1)[0]
+    try:
+        package = importlib.import_module("pulumi_aws" if module == "index" else f"pulumi_aws.{module}")
+    except ImportError:
+        return False
+    cls = getattr(package, class_name, None)
+    init = getattr(cls, "_internal_init", None)
+    return init is not None and "tags" in inspect.signature(init).parameters
+
+
+def _provider_tags(plan: Plan) -> dict[str, dict[str, str]]:
+    tags: dict[str, dict[str, str]] = {}
+    for provider in _of_type(plan, "pulumi:providers:aws"):
+        default = _json(provider["inputs"].get("defaultTags")) or {}
+        tags[provider["urn"]] = dict(default.get("tags") or {}) if isinstance(default, dict) else {}
+    return tags
+
+
+def check_cost_tags(plan: Plan) -> list[Violation]:
+    """Every taggable AWS resource carries CostCenter (its provider's default tags or its own), and what an
+    Auto Scaling group, launch template or Karpenter EC2NodeClass launches carries it too."""
+    name = "cost-tags"
+    defaults = _provider_tags(plan)
+    violations: list[Violation] = []
+    matched = 0
+    for item in plan:
+        if item.get("custom") and _is_node_class(item["type"]):
+            # Karpenter tags what it launches from the EC2NodeClass only; default tags never reach it.
+            matched += 1
+            if not ((item["inputs"].get("spec") or {}).get("tags") or {}).get(REQUIRED_TAG):
+                violations.append(Violation(name, _label(item), f"launched nodes get no {REQUIRED_TAG} tag"))
+            continue
+        if not item.get("custom") or not is_taggable(item["type"]):
+            continue
+        matched += 1
+        inputs = item["inputs"]
+        if item["type"] == "aws:autoscaling/group:Group":
+            # The group's tags are a list, and the provider's default tags never reach them.
+            found = [tag for tag in _as_list(inputs.get("tags")) if tag.get("key") == REQUIRED_TAG]
+            if not found or not found[0].get("value") or not found[0].get("propagateAtLaunch"):
+                violations.append(Violation(name, _label(item), f"no {REQUIRED_TAG} tag propagated at launch"))
+            continue
+        own = inputs.get("tags") or {}
+        effective = {**defaults.get(item.get("provider") or "", {}), **(own if isinstance(own, dict) else {})}
+        if not effective.get(REQUIRED_TAG):
+            violations.append(Violation(name, _label(item), f"no {REQUIRED_TAG} tag (own or provider default)"))
+        if item["type"] == "aws:ec2/launchTemplate:LaunchTemplate":
+            specs = {
+                spec.get("resourceType"): spec.get("tags") or {} for spec in _as_list(inputs.get("tagSpecifications"))
+            }
+            for kind in LAUNCHED_KINDS:
+                if not specs.get(kind, {}).get(REQUIRED_TAG):
+                    violations.append(Violation(name, _label(item), f"launched {kind}s get no {REQUIRED_TAG} tag"))
+    _require_matches(name, matched, "taggable AWS resource")
+    return violations
+
+
+# --- buckets ----------------------------------------------------------------------------------------------
+
+
+def _for_bucket(plan: Plan, type_token: str, bucket_id: Any) -> list[Resource]:
+    return [item for item in _of_type(plan, type_token) if item["inputs"].get("bucket") == bucket_id]
+
+
+def _denies_insecure_transport(document: Any, bucket_arn: str) -> bool:
+    for statement in _as_list(_json(document).get("Statement") if isinstance(_json(document), dict) else None):
+        condition = statement.get("Condition", {}).get("Bool", {})
+        resources = set(_as_list(statement.get("Resource")))
+        if (
+            statement.get("Effect") == "Deny"
+            and str(condition.get("aws:SecureTransport")).lower() == "false"
+            and statement.get("Principal") in ("*", {"AWS": "*"})
+            and any(action in ("s3:*", "*") for action in _as_list(statement.get("Action")))
+            and {bucket_arn, f"{bucket_arn}/*"} <= resources
+        ):
+            return True
+    return False
+
+
+def check_buckets(plan: Plan) -> list[Violation]:
+    """Every bucket: SSE-KMS with a customer key and bucket key, all four public-access blocks, TLS only."""
+    name = "buckets"
+    violations: list[Violation] = []
+    buckets = _of_type(plan, "aws:s3/bucket:Bucket")
+    for bucket in buckets:
+        label, bucket_id = _label(bucket), bucket["id"]
+        arn = str(bucket.get("outputs", {}).get("arn", ""))
+        rules = [
+            rule
+            for config in _for_bucket(
+                plan,
+                "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
+                bucket_id,
+            )
+            for rule in _as_list(config["inputs"].get("rules"))
+        ]
+        if not any(
+            (rule.get("applyServerSideEncryptionByDefault") or {}).get("sseAlgorithm") in ("aws:kms", "aws:kms:dsse")
+            and (rule.get("applyServerSideEncryptionByDefault") or {}).get("kmsMasterKeyId")
+            and rule.get("bucketKeyEnabled") is True
+            for rule in rules
+        ):
+            violations.append(Violation(name, label, "not SSE-KMS with a customer key and the bucket key on"))
+        blocks = _for_bucket(plan, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", bucket_id)
+        flags = ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets")
+        if not any(all(block["inputs"].get(flag) is True for flag in flags) for block in blocks):
+            violations.append(Violation(name, label, "public access not fully blocked (all four flags)"))
+        policies = _for_bucket(plan, "aws:s3/bucketPolicy:BucketPolicy", bucket_id)
+        if not any(_denies_insecure_transport(policy["inputs"].get("policy"), arn) for policy in policies):
+            violations.append(Violation(name, label, "no bucket policy denying requests without TLS"))
+    _require_matches(name, len(buckets), "S3 bucket")
+    return violations
+
+
+# --- IAM --------------------------------------------------------------------------------------------------
+
+_DOCUMENT_INPUTS: dict[str, tuple[str, ...]] = {
+    "aws:iam/role:Role": ("assumeRolePolicy",),
+    "aws:iam/policy:Policy": ("policy",),
+    "aws:iam/rolePolicy:RolePolicy": ("policy",),
+    "aws:iam/userPolicy:UserPolicy": ("policy",),
+    "aws:iam/groupPolicy:GroupPolicy": ("policy",),
+    "aws:s3/bucketPolicy:BucketPolicy": ("policy",),
+    "aws:sns/topicPolicy:TopicPolicy": ("policy",),
+    "aws:sqs/queuePolicy:QueuePolicy": ("policy",),
+    "aws:kms/key:Key": ("policy",),
+    "aws:secretsmanager/secretPolicy:SecretPolicy": ("policy",),
+    "aws:ecr/repositoryPolicy:RepositoryPolicy": ("policy",),
+    "aws:ec2/vpcEndpoint:VpcEndpoint": ("policy",),
+}
+_ATTACHMENT_INPUTS: dict[str, str] = {
+    "aws:iam/rolePolicyAttachment:RolePolicyAttachment": "policyArn",
+    "aws:iam/policyAttachment:PolicyAttachment": "policyArn",
+    "aws:iam/userPolicyAttachment:UserPolicyAttachment": "policyArn",
+    "aws:iam/groupPolicyAttachment:GroupPolicyAttachment": "policyArn",
+}
+
+
+def _documents(item: Resource) -> Iterator[Any]:
+    for key in _DOCUMENT_INPUTS.get(item["type"], ()):
+        if item["inputs"].get(key):
+            yield _json(item["inputs"][key])
+    if item["type"] == "aws:iam/role:Role":
+        for inline in _as_list(item["inputs"].get("inlinePolicies")):
+            if inline.get("policy"):
+                yield _json(inline["policy"])
+
+
+def statement_problems(statement: Mapping[str, Any], document_type: str) -> list[str]:
+    """What is wrong with one statement under the IAM rules (see infra.ops.iam_allowlist)."""
+    if statement.get("Effect") != "Allow":
+        return []  # Deny statements only take permissions away
+    problems: list[str] = []
+    if "NotAction" in statement or "NotResource" in statement:
+        problems.append("Allow with NotAction/NotResource grants everything else")
+    actions = [str(action) for action in _as_list(statement.get("Action"))]
+    for action in actions:
+        if action == "*" or action.endswith(":*"):
+            problems.append(f"action {action!r} grants a whole service")
+        elif "*" in action and action not in iam_allowlist.ACTION_WILDCARDS:
+            problems.append(f"wildcard action {action!r} is not in iam_allowlist.ACTION_WILDCARDS")
+    if "*" in _as_list(statement.get("Resource")) and document_type not in iam_allowlist.RESOURCE_STAR_DOCUMENTS:
+        unlisted = [action for action in actions if action not in iam_allowlist.RESOURCE_STAR_ACTIONS]
+        if unlisted:
+            problems.append(f'Resource "*" for {unlisted} (not in iam_allowlist.RESOURCE_STAR_ACTIONS)')
+    principal = statement.get("Principal")
+    if principal in ("*", {"AWS": "*"}) and not statement.get("Condition"):
+        problems.append("Allow to every principal without a condition")
+    return problems
+
+
+def check_iam(plan: Plan) -> list[Violation]:
+    """Every Allow statement in every IAM, key, bucket and topic policy, and every managed policy attached."""
+    name = "iam"
+    violations: list[Violation] = []
+    matched = 0
+    for item in plan:
+        if not item.get("custom"):
+            continue
+        for document in _documents(item):
+            if not isinstance(document, dict):
+                violations.append(Violation(name, _label(item), "policy document is not JSON"))
+                continue
+            for statement in _as_list(document.get("Statement")):
+                matched += 1
+                for problem in statement_problems(statement, item["type"]):
+                    sid = statement.get("Sid", "(no Sid)")
+                    violations.append(Violation(name, _label(item), f"{sid}: {problem}"))
+        arns = [item["inputs"].get(_ATTACHMENT_INPUTS[item["type"]])] if item["type"] in _ATTACHMENT_INPUTS else []
+        if item["type"] == "aws:iam/role:Role":
+            arns += _as_list(item["inputs"].get("managedPolicyArns"))
+        for arn in arns:
+            matched += 1
+            managed = iam_allowlist.managed_policy_name(str(arn))
+            if managed is not None and managed not in iam_allowlist.MANAGED_POLICIES:
+                violations.append(Violation(name, _label(item), f"AWS-managed policy {managed} is not allowlisted"))
+    _require_matches(name, matched, "IAM statement or policy attachment")
+    return violations
+
+
+# --- compute ----------------------------------------------------------------------------------------------
+
+
+def _ebs_problems(mappings: Any) -> list[str]:
+    devices = _as_list(mappings)
+    if not devices:
+        return ["no block device mappings: the root volume's encryption is left to the AMI"]
+    return [
+        f"volume {device.get('deviceName')} not encrypted"
+        for device in devices
+        if "ebs" in device and not _truthy((device.get("ebs") or {}).get("encrypted"))
+    ]
+
+
+def check_launch_templates(plan: Plan) -> list[Violation]:
+    """Every launch template, instance and Karpenter EC2NodeClass: IMDSv2 required and encrypted volumes."""
+    name = "launch-templates"
+    violations: list[Violation] = []
+    matched = 0
+    for item in _of_type(plan, "aws:ec2/launchTemplate:LaunchTemplate"):
+        matched += 1
+        inputs = item["inputs"]
+        if (inputs.get("metadataOptions") or {}).get("httpTokens") != "required":
+            violations.append(Violation(name, _label(item), "IMDSv2 not required (metadataOptions.httpTokens)"))
+        violations += [Violation(name, _label(item), p) for p in _ebs_problems(inputs.get("blockDeviceMappings"))]
+        if inputs.get("keyName"):
+            violations.append(Violation(name, _label(item), "an SSH key pair is set; use SSM Session Manager"))
+    for item in _of_type(plan, "aws:ec2/instance:Instance"):
+        matched += 1
+        inputs = item["inputs"]
+        if (inputs.get("metadataOptions") or {}).get("httpTokens") != "required":
+            violations.append(Violation(name, _label(item), "IMDSv2 not required (metadataOptions.httpTokens)"))
+        volumes = [inputs.get("rootBlockDevice") or {}, *_as_list(inputs.get("ebsBlockDevices"))]
+        if not all(_truthy(volume.get("encrypted")) for volume in volumes):
+            violations.append(Violation(name, _label(item), "a volume is not encrypted"))
+    for item in plan:
+        if item.get("custom") and _is_node_class(item["type"]):
+            matched += 1
+            spec = item["inputs"].get("spec") or {}
+            if (spec.get("metadataOptions") or {}).get("httpTokens") != "required":
+                violations.append(Violation(name, _label(item), "IMDSv2 not required (spec.metadataOptions)"))
+            violations += [Violation(name, _label(item), p) for p in _ebs_problems(spec.get("blockDeviceMappings"))]
+    _require_matches(name, matched, "launch template, instance or EC2NodeClass")
+    return violations
+
+
+def _open_cidrs(rule: Mapping[str, Any]) -> set[str]:
+    keys = ("cidrBlocks", "ipv6CidrBlocks", "cidrIpv4", "cidrIpv6")
+    return {str(cidr) for key in keys for cidr in _as_list(rule.get(key))} & OPEN_CIDRS
+
+
+def check_security_groups(plan: Plan) -> list[Violation]:
+    """No security group or rule admits traffic from 0.0.0.0/0 or ::/0."""
+    name = "security-groups"
+    violations: list[Violation] = []
+    matched = 0
+    for item in _of_type(
+        plan, "aws:ec2/securityGroup:SecurityGroup", "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup"
+    ):
+        matched += 1
+        for rule in _as_list(item["inputs"].get("ingress")):
+            if _open_cidrs(rule):
+                violations.append(Violation(name, _label(item), f"ingress from {sorted(_open_cidrs(rule))}"))
+    for item in _of_type(plan, "aws:ec2/securityGroupRule:SecurityGroupRule"):
+        matched += 1
+        if item["inputs"].get("type") == "ingress" and _open_cidrs(item["inputs"]):
+            violations.append(Violation(name, _label(item), "ingress rule from the internet"))
+    for item in _of_type(plan, "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"):
+        matched += 1
+        if _open_cidrs(item["inputs"]):
+            violations.append(Violation(name, _label(item), "ingress rule from the internet"))
+    _require_matches(name, matched, "security group or security group rule")
+    return violations
+
+
+# --- container images -------------------------------------------------------------------------------------
+
+
+def _repository_problems(inputs: Mapping[str, Any]) -> list[str]:
+    problems = []
+    if inputs.get("imageTagMutability") != "IMMUTABLE":
+        problems.append("tags are mutable: a tag could later name a different image")
+    if not (inputs.get("imageScanningConfiguration") or {}).get("scanOnPush"):
+        problems.append("images are not scanned on push")
+    encryption = _as_list(inputs.get("encryptionConfigurations"))
+    if not any(item.get("encryptionType") == "KMS" and item.get("kmsKey") for item in encryption):
+        problems.append("not encrypted with the stack's KMS key")
+    return problems
+
+
+def check_images(plan: Plan) -> list[Violation]:
+    """ECR repositories: immutable tags, scan on push, KMS, a lifecycle policy. Built images: pushed only to a
+    repository of this plan, under a pinned tag (never `latest`)."""
+    name = "images"
+    violations: list[Violation] = []
+    repositories = _of_type(plan, "aws:ecr/repository:Repository")
+    _require_matches(name, len(repositories), "ECR repository")
+    policies = _of_type(plan, "aws:ecr/lifecyclePolicy:LifecyclePolicy")
+    governed = {item["inputs"].get("repository") for item in policies}
+    urls = {str(item["outputs"].get("repositoryUrl")) for item in repositories}
+    for item in repositories:
+        violations += [Violation(name, _label(item), p) for p in _repository_problems(item["inputs"])]
+        if item["inputs"].get("name") not in governed:
+            violations.append(Violation(name, _label(item), "no lifecycle policy: old images pile up"))
+    for item in _of_type(plan, "docker-build:index:Image"):
+        for tag in _as_list(item["inputs"].get("tags")):
+            repository, _, label = str(tag).rpartition(":")
+            if repository not in urls:
+                violations.append(Violation(name, _label(item), f"{tag} is not in a repository of this stack"))
+            if label in ("", "latest"):
+                violations.append(Violation(name, _label(item), f"{tag} is not a pinned tag"))
+    return violations
+
+
+CHECKS: dict[str, Callable[[Plan], list[Violation]]] = {
+    "cost-tags": check_cost_tags,
+    "buckets": check_buckets,
+    "iam": check_iam,
+    "launch-templates": check_launch_templates,
+    "security-groups": check_security_groups,
+    "images": check_images,
+}
+
+
+def run_checks(plan: Plan) -> list[Violation]:
+    """Every check over the plan; raises NothingMatched from the first check that saw nothing."""
+    return [violation for check in CHECKS.values() for violation in check(plan)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infra.policy", description="Policy checks over a plan.")
+    parser.add_argument("stack")
+    args = parser.parse_args(argv)
+    from infra.ops.plan import capture_plan
+
+    plan = capture_plan(args.stack)
+    failed = False
+    for check_name, check in CHECKS.items():
+        try:
+            violations = check(plan)
+        except NothingMatched as error:
+            print(f"FAIL {check_name}: {error}")
+            failed = True
+            continue
+        print(f"{'FAIL' if violations else 'ok  '} {check_name}")
+        for violation in violations:
+            print(f"     {violation}")
+        failed = failed or bool(violations)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

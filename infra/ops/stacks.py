@@ -1,0 +1,89 @@
+"""A stack as its file in stacks/ describes it: the raw config values, and the validated config they make.
+
+The operator tools read stacks offline through here, exactly as Pulumi would pass them to the program.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+if TYPE_CHECKING:
+    from infra.config import StackConfig
+    from infra.pricing.estimate import Estimate
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAM_DIR = ROOT / "infra"
+STACKS_DIR = ROOT / "stacks"
+PROJECT = "llm-batch"
+DEFAULT_REGION = "us-east-1"
+
+
+class PlanError(RuntimeError):
+    """The stack could not be planned: a missing stack file, a config error or the program failing."""
+
+
+def stack_file(stack: str) -> Path:
+    """stacks/Pulumi.<stack>.yaml: where a stack's config lives."""
+    return STACKS_DIR / f"Pulumi.{stack}.yaml"
+
+
+def shown(path: Path) -> str:
+    """A path as a reader finds it: relative to the repo where it lies inside it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def read_stack_config(stack: str) -> tuple[dict[str, str], list[str]]:
+    """The stack file's `config:` as Pulumi passes it to a program: strings, objects as JSON; and secret keys.
+
+    Encrypted (`secure:`) values cannot be decrypted offline; they are passed as a placeholder marked secret.
+    """
+    path = stack_file(stack)
+    if not path.is_file():
+        known = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in STACKS_DIR.glob("Pulumi.*.yaml"))
+        raise PlanError(f"no stack file {shown(path)}; stacks: {', '.join(known) or 'none'}")
+    document = yaml.safe_load(path.read_text()) or {}
+    raw = document.get("config") or {}
+    if not isinstance(raw, dict):
+        raise PlanError(f"{shown(path)}: `config:` must be a mapping")
+    values: dict[str, str] = {}
+    secret_keys: list[str] = []
+    for key, value in raw.items():
+        full_key = key if ":" in key else f"{PROJECT}:{key}"
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            values[full_key] = "offline-plan-placeholder"
+            secret_keys.append(full_key)
+        elif isinstance(value, dict | list):
+            values[full_key] = json.dumps(value)
+        elif isinstance(value, bool):
+            values[full_key] = "true" if value else "false"
+        else:
+            values[full_key] = str(value)
+    return values, secret_keys
+
+
+def region_of(values: dict[str, str]) -> str:
+    """The region a stack deploys to, as the program reads it from the config values."""
+    return values.get(f"{PROJECT}:region") or values.get("aws:region") or DEFAULT_REGION
+
+
+def offline_config(stack: str) -> StackConfig:
+    """The stack's validated config read from stacks/Pulumi.<stack>.yaml, as the program would see it."""
+    from infra.config import decode_pulumi_values, load_stack_config
+
+    values, _ = read_stack_config(stack)
+    return load_stack_config(stack, decode_pulumi_values(values))
+
+
+def stack_estimate(stack: str, plan: Iterable[dict[str, Any]] | None = None) -> Estimate:
+    """The stack's monthly estimate at the repo's prices."""
+    from infra.pricing.estimate import estimate
+    from infra.pricing.stack_costs import estimate_inputs
+    from infra.pricing.table import load_prices
+
+    prices = load_prices()
+    return estimate(estimate_inputs(stack, offline_config(stack), prices, plan), prices)
