@@ -47,7 +47,12 @@ providers = Providers("providers", ProvidersArgs(region=config.region, tags=tags
 aws_opts = pulumi.ResourceOptions(provider=providers.aws)
 context = aws_context.lookup(providers.aws)
 
-key = EncryptionKey("kms", EncryptionKeyArgs(stack=stack, context=context), aws_opts)
+# The small tier's Spot node is launched by EC2 Auto Scaling, whose service-linked role must be let into the
+# key that encrypts its root volume (EKS node volumes use AWS's own EBS key).
+volume_launchers = [aws_context.service_linked_role_arn(providers.aws)] if config.tier == "small" else []
+key = EncryptionKey(
+    "kms", EncryptionKeyArgs(stack=stack, context=context, launcher_role_arns=volume_launchers), aws_opts
+)
 data = storage.DataBucket(
     "storage",
     storage.DataBucketArgs(

@@ -311,6 +311,26 @@ def _ssm_parameter(_: PlanMocks, args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _iam_role(mocks: PlanMocks, args: dict[str, Any]) -> dict[str, Any]:
+    # Service-linked roles live under aws-service-role/<service>/; the plan's only lookup is Auto Scaling's.
+    name = str(args.get("name"))
+    path = "/aws-service-role/autoscaling.amazonaws.com/" if name == "AWSServiceRoleForAutoScaling" else "/"
+    return {
+        "name": name,
+        "id": name,
+        "arn": f"arn:aws:iam::{mocks.account_id}:role{path}{name}",
+        "path": path,
+        "uniqueId": "AROA" + _hex(name, 17).upper(),
+        "assumeRolePolicy": "{}",
+        "createDate": "2026-01-01T00:00:00Z",
+        "description": "",
+        "maxSessionDuration": 3600,
+        "permissionsBoundary": "",
+        "roleLastUsed": [],
+        "tags": {},
+    }
+
+
 def _vpc(_: PlanMocks, args: dict[str, Any]) -> dict[str, Any]:
     vpc_id = str(args.get("id"))
     return {
@@ -353,6 +373,7 @@ _CALLS: dict[str, Callable[[PlanMocks, dict[str, Any]], dict[str, Any]]] = {
     "aws:index/getAvailabilityZones:getAvailabilityZones": _availability_zones,
     "aws:ssm/getParameter:getParameter": _ssm_parameter,
     "aws:ec2/getVpc:getVpc": _vpc,
+    "aws:iam/getRole:getRole": _iam_role,
     "aws:ec2/getRouteTable:getRouteTable": _route_table,
     "aws:ecr/getAuthorizationToken:getAuthorizationToken": _ecr_authorization_token,
 }
