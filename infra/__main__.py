@@ -171,6 +171,7 @@ if config.tier == "small":
             job_settings_secret_arn=secrets.job_settings_arn,
             hub_token_secret_arn=secrets.hub_token_arn,
             log_group_name=job_access.log_group_name,
+            output_prefix_uri=data.bucket_name.apply(lambda bucket: f"s3://{bucket}/{config.job.output_prefix}"),
             run_request_uri=data.bucket_name.apply(lambda bucket: f"s3://{bucket}/{RUN_REQUEST_KEY}"),
             job_grace_period_s=config.job_grace_period_s,
         ),

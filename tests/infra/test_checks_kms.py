@@ -20,7 +20,9 @@ from tests.infra import plan_select
 
 Plan = list[dict[str, Any]]
 CONTEXT = AwsContext(account_id="123456789012", partition="aws", region="us-east-1", dns_suffix="amazonaws.com")
-AUTOSCALING_ROLE = "arn:aws:iam::123456789012:role/aws-service-role/autoscaling.amazonaws.com/AWSServiceRoleForAutoScaling"
+AUTOSCALING_ROLE = (
+    "arn:aws:iam::123456789012:role/aws-service-role/autoscaling.amazonaws.com/AWSServiceRoleForAutoScaling"
+)
 
 
 def _copy(plan_for: Callable[[str], Plan], stack: str) -> Plan:
@@ -61,7 +63,8 @@ def test_a_grant_without_the_aws_resource_condition_fails() -> None:
     """CreateGrant for anything at all is not what AWS documents, nor what the check accepts."""
     policy = key_policy(CONTEXT, [AUTOSCALING_ROLE])
     for statement in policy["Statement"]:
-        statement.pop("Condition", None) if statement.get("Sid") == "VolumeLaunchersGrantToAwsResources" else None
+        if statement.get("Sid") == "VolumeLaunchersGrantToAwsResources":
+            del statement["Condition"]
     (problem,) = autoscaling_problems(policy)
     assert "GrantIsForAWSResource" in problem
     assert autoscaling_problems(key_policy(CONTEXT, [AUTOSCALING_ROLE])) == []
