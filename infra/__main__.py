@@ -147,6 +147,7 @@ observability = Observability(
         billing_limit_usd=config.monitoring.billing_alarm_usd or config.cost.monthly_budget_usd,
         alert_email=config.alert_email,
         billing_provider=providers.billing,
+        account_billing_alarm=config.monitoring.account_billing_alarm,
     ),
     aws_opts,
 )

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cache
 from typing import Any
 
-from infra.ops import checks_kms, iam_allowlist
+from infra.ops import checks_costs, checks_kms, iam_allowlist
 from infra.ops.plan_view import NothingMatched, Violation
 
 Resource = Mapping[str, Any]
@@ -397,6 +397,8 @@ CHECKS: dict[str, Callable[[Plan], list[Violation]]] = {
     "security-groups": check_security_groups,
     "images": check_images,
     "volume-keys": checks_kms.check_volume_keys,
+    "cost-scope": checks_costs.check_cost_scope,
+    "cost-tag-activation": checks_costs.check_cost_tag_activation,
 }
 
 
