@@ -73,6 +73,7 @@ image = WorkloadImage(
         key_arn=key.key_arn,
         keep_last_images=config.image.keep_last_images,
         repository_name=config.image.repository_name,
+        force_delete=config.image.force_delete,
     ),
     aws_opts,
 )

@@ -41,7 +41,7 @@ def service_linked_role_arn(provider: aws.Provider, role_name: str = AUTOSCALING
 
     AWS creates the Auto Scaling role the first time a group is made in an account; on a brand-new account
     create it once first: `aws iam create-service-linked-role --aws-service-name autoscaling.amazonaws.com`
-    (docs/deploy.md). A key policy naming a role that does not exist is refused, so it is looked up, not
+    (docs/small-tier.md). A key policy naming a role that does not exist is refused, so it is looked up, not
     written as a literal.
     """
     return aws.iam.get_role(name=role_name, opts=pulumi.InvokeOptions(provider=provider)).arn

@@ -305,6 +305,12 @@ class ImageConfig(_Section):
         "an account never collide. The image's tag is its content hash, never configured.",
     )
     keep_last_images: int = Field(10, ge=1, le=1000, description="Images kept by the repository's lifecycle policy.")
+    force_delete: bool = Field(
+        True,
+        description="Let `pulumi destroy` delete the repository while it holds images (ECR refuses otherwise). "
+        "Safe by default: images are built from this repository's source and tagged by content, so a new "
+        "deploy rebuilds them; set false to keep them, and delete them yourself before a destroy (docs/destroy.md).",
+    )
 
     @field_validator("repository_name")
     @classmethod

@@ -116,13 +116,13 @@ def check_volume_keys(plan: Plan) -> list[Violation]:
     matched = 0
     launches: list[tuple[Resource, str | None, str]] = []
     for item in of_type(plan, LAUNCH_TEMPLATE):
-        for key in _volume_keys(item["inputs"].get("blockDeviceMappings"), ebs_key="kmsKeyId"):
-            launches.append((item, key, "autoscaling"))
+        for volume_key in _volume_keys(item["inputs"].get("blockDeviceMappings"), ebs_key="kmsKeyId"):
+            launches.append((item, volume_key, "autoscaling"))
     for item in plan:
         if item.get("custom") and is_node_class(item["type"]):
             spec = item["inputs"].get("spec") or {}
-            for key in _volume_keys(spec.get("blockDeviceMappings"), ebs_key="kmsKeyID"):
-                launches.append((item, key, "karpenter"))
+            for volume_key in _volume_keys(spec.get("blockDeviceMappings"), ebs_key="kmsKeyID"):
+                launches.append((item, volume_key, "karpenter"))
     for item, key_arn, launcher in launches:
         matched += 1
         if key_arn is None:

@@ -348,6 +348,13 @@ def _route_table(_: PlanMocks, args: dict[str, Any]) -> dict[str, Any]:
     return {"id": table, "routeTableId": table, "subnetId": subnet_id, "vpcId": args.get("vpcId") or ""}
 
 
+def _route_tables(_: PlanMocks, args: dict[str, Any]) -> dict[str, Any]:
+    # The explicit associations of a subnet; a subnet id with "main" in it has none (it uses the main table).
+    subnets = [value for item in args.get("filters") or [] for value in item.get("values") or []]
+    ids = [f"rtb-{_hex(subnet[:-1])}" for subnet in subnets if "main" not in subnet]
+    return {"ids": ids, "id": args.get("vpcId") or "", "vpcId": args.get("vpcId") or "", "filters": args.get("filters")}
+
+
 def _get_kubeconfig(mocks: PlanMocks, args: dict[str, Any]) -> dict[str, Any]:
     # `Cluster.get_kubeconfig()` is a method call on the remote component; the call carries it as `__self__`.
     return {"result": json.dumps(kubeconfig("cluster", mocks.region))}
@@ -375,6 +382,7 @@ _CALLS: dict[str, Callable[[PlanMocks, dict[str, Any]], dict[str, Any]]] = {
     "aws:ec2/getVpc:getVpc": _vpc,
     "aws:iam/getRole:getRole": _iam_role,
     "aws:ec2/getRouteTable:getRouteTable": _route_table,
+    "aws:ec2/getRouteTables:getRouteTables": _route_tables,
     "aws:ecr/getAuthorizationToken:getAuthorizationToken": _ecr_authorization_token,
 }
 

@@ -51,7 +51,7 @@ class ReportSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ReportSettings:
-        tag_value = env.get("COST_TAG_VALUE") or env.get("COST_CENTER")
+        tag_value = env.get("COST_TAG_VALUE") or env.get("COST_CENTER") or ""
         missing = [key for key in ("ALERT_TOPIC_ARN", "THRESHOLD_USD") if not env.get(key)]
         if not tag_value:
             missing.insert(0, "COST_TAG_VALUE (or COST_CENTER)")
