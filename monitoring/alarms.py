@@ -209,8 +209,7 @@ def billing_alarm(limit_usd: float) -> AlarmSpec:
     if limit_usd <= 0:
         raise ValueError(f"the billing alarm's limit must be positive, not {limit_usd}")
     return AlarmSpec(
-        # The name says what it watches: every stack's (and everything else's) spend in the account.
-        key="account-monthly-charges",
+        key="monthly-charges",
         meaning=(
             f"The whole AWS account's month-to-date estimated charges passed "
             f"${limit_usd:,.0f} (account-wide, not this stack alone)."

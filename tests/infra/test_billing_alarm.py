@@ -1,4 +1,4 @@
-"""The account-wide billing alarm: named as account-wide, and made by one stack per account when asked.
+"""The account-wide billing alarm: described as account-wide, and made by one stack per account when asked.
 
 Built under the plan's mocks (infra.ops.plan.run_under_mocks) from the Observability component alone.
 """
@@ -49,7 +49,9 @@ def test_the_billing_alarm_is_account_wide_and_optional(enabled: bool) -> None:
         assert billing == []
         return
     (alarm,) = billing
-    assert alarm["inputs"]["name"] == "llm-batch-small-account-monthly-charges"
+    assert alarm["inputs"]["name"] == "llm-batch-small-monthly-charges"
+    # AWS/Billing has no per-stack figure: the alarm says plainly whose spend it watches.
+    assert alarm["inputs"]["alarmDescription"].startswith("The whole AWS account's month-to-date estimated charges")
     assert "account-wide, not this stack alone" in alarm["inputs"]["alarmDescription"]
 
 

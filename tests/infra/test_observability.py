@@ -110,7 +110,7 @@ def test_alarms_watch_what_the_stack_job_publishes(stack_plan: tuple[str, Plan])
     job_alarm_items = [
         item
         for item in children(plan, _observability(plan), ALARM)
-        if item["inputs"]["name"] != naming.child(stack, "account-monthly-charges")
+        if item["inputs"]["name"] != naming.child(stack, "monthly-charges")
     ]
     specs = job_alarms(stack, config.monitoring.metrics_namespace, config.monitoring)
     assert sorted(item["inputs"]["name"] for item in job_alarm_items) == sorted(
@@ -128,7 +128,7 @@ def test_alarms_watch_what_the_stack_job_publishes(stack_plan: tuple[str, Plan])
 def test_billing_alarm_is_account_wide_in_us_east_1(stack_plan: tuple[str, Plan]) -> None:
     stack, plan = stack_plan
     config = _config(stack)
-    alarm = _one(plan, ALARM, name=naming.child(stack, "account-monthly-charges"))
+    alarm = _one(plan, ALARM, name=naming.child(stack, "monthly-charges"))
     billing_provider = next(item for item in plan if item["name"] == "providers-aws-billing")
     assert billing_provider["inputs"]["region"] == BILLING_REGION
     assert alarm["provider"] == billing_provider["urn"]
