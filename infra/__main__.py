@@ -47,7 +47,12 @@ providers = Providers("providers", ProvidersArgs(region=config.region, tags=tags
 aws_opts = pulumi.ResourceOptions(provider=providers.aws)
 context = aws_context.lookup(providers.aws)
 
-key = EncryptionKey("kms", EncryptionKeyArgs(stack=stack, context=context), aws_opts)
+# The small tier's Spot node is launched by EC2 Auto Scaling, whose service-linked role must be let into the
+# key that encrypts its root volume (EKS node volumes use AWS's own EBS key).
+volume_launchers = [aws_context.service_linked_role_arn(providers.aws)] if config.tier == "small" else []
+key = EncryptionKey(
+    "kms", EncryptionKeyArgs(stack=stack, context=context, launcher_role_arns=volume_launchers), aws_opts
+)
 data = storage.DataBucket(
     "storage",
     storage.DataBucketArgs(
@@ -68,6 +73,7 @@ image = WorkloadImage(
         key_arn=key.key_arn,
         keep_last_images=config.image.keep_last_images,
         repository_name=config.image.repository_name,
+        force_delete=config.image.force_delete,
     ),
     aws_opts,
 )
@@ -142,6 +148,7 @@ observability = Observability(
         billing_limit_usd=config.monitoring.billing_alarm_usd or config.cost.monthly_budget_usd,
         alert_email=config.alert_email,
         billing_provider=providers.billing,
+        account_billing_alarm=config.monitoring.account_billing_alarm,
     ),
     aws_opts,
 )
@@ -166,6 +173,7 @@ if config.tier == "small":
             job_settings_secret_arn=secrets.job_settings_arn,
             hub_token_secret_arn=secrets.hub_token_arn,
             log_group_name=job_access.log_group_name,
+            output_prefix_uri=data.bucket_name.apply(lambda bucket: f"s3://{bucket}/{config.job.output_prefix}"),
             run_request_uri=data.bucket_name.apply(lambda bucket: f"s3://{bucket}/{RUN_REQUEST_KEY}"),
             job_grace_period_s=config.job_grace_period_s,
         ),

@@ -32,6 +32,21 @@ class AwsContext:
         return f"arn:{self.partition}:iam::{self.account_id}:root"
 
 
+# EC2 Auto Scaling launches instances (and creates their encrypted volumes) as this service-linked role.
+AUTOSCALING_SERVICE_ROLE = "AWSServiceRoleForAutoScaling"
+
+
+def service_linked_role_arn(provider: aws.Provider, role_name: str = AUTOSCALING_SERVICE_ROLE) -> str:
+    """The ARN of a service-linked role, read from the account (its path differs per service).
+
+    AWS creates the Auto Scaling role the first time a group is made in an account; on a brand-new account
+    create it once first: `aws iam create-service-linked-role --aws-service-name autoscaling.amazonaws.com`
+    (docs/small-tier.md). A key policy naming a role that does not exist is refused, so it is looked up, not
+    written as a literal.
+    """
+    return aws.iam.get_role(name=role_name, opts=pulumi.InvokeOptions(provider=provider)).arn
+
+
 def lookup(provider: aws.Provider) -> AwsContext:
     """The caller's account and partition and the provider's region (data sources, read at deploy time)."""
     opts = pulumi.InvokeOptions(provider=provider)

@@ -268,6 +268,11 @@ class MonitoringConfig(AlarmThresholds):
     billing_alarm_usd: float | None = Field(
         None, gt=0, description="Alarm on the account's estimated charges; None: from the monthly budget."
     )
+    account_billing_alarm: bool = Field(
+        True,
+        description="Make the alarm on the whole account's estimated charges (AWS/Billing has no per-stack "
+        "figure) from this stack. Several stacks in one account: keep it on in one of them only (docs/cost.md).",
+    )
 
     @field_validator("log_retention_days")
     @classmethod
@@ -281,6 +286,12 @@ class CostConfig(_Section):
     monthly_budget_usd: float = Field(400, gt=0, description="AWS Budgets monthly limit for this stack's tags.")
     daily_report_threshold_usd: float = Field(20, ge=0, description="The daily cost report flags a day above this.")
     nightly_hours: float = Field(4, gt=0, le=24, description="Expected GPU hours a night, for estimates.")
+    activate_cost_allocation_tags: bool = Field(
+        False,
+        description="Activate the Stack and CostCenter cost-allocation tags from this stack. Off by default: "
+        "Billing knows a tag only about a day after resources carry it, and in an Organizations member account "
+        "only the payer account may activate it, so a first deploy would fail (docs/cost.md says who does it).",
+    )
 
 
 # ECR's rule for repository names: lowercase parts joined by . _ - and namespaced by /.
@@ -294,6 +305,12 @@ class ImageConfig(_Section):
         "an account never collide. The image's tag is its content hash, never configured.",
     )
     keep_last_images: int = Field(10, ge=1, le=1000, description="Images kept by the repository's lifecycle policy.")
+    force_delete: bool = Field(
+        True,
+        description="Let `pulumi destroy` delete the repository while it holds images (ECR refuses otherwise). "
+        "Safe by default: images are built from this repository's source and tagged by content, so a new "
+        "deploy rebuilds them; set false to keep them, and delete them yourself before a destroy (docs/destroy.md).",
+    )
 
     @field_validator("repository_name")
     @classmethod

@@ -10,6 +10,10 @@ if TYPE_CHECKING:
 PROJECT = "llm-batch"
 # The cost-allocation tags every taggable resource carries; activate them in the Billing console once.
 COST_TAG_KEYS = ("CostCenter", "Project", "Stack", "Tier", "Owner", "Environment", "ManagedBy")
+# The tag that tells one stack's spend from another's: the budget, anomaly monitor and cost report filter on
+# it. Its value is the stack's full name (`stack_tag_value`), unique in an account where stacks of several
+# projects may share a short name like "small".
+STACK_TAG_KEY = "Stack"
 
 
 def prefix(stack: str) -> str:
@@ -30,13 +34,18 @@ def cost_tags(stack: str, config: StackConfig) -> dict[str, str]:
     tags = {
         "CostCenter": config.cost_center,
         "Project": PROJECT,
-        "Stack": stack,
+        STACK_TAG_KEY: stack_tag_value(stack),
         "Tier": config.tier,
         "Owner": config.owner,
         "Environment": config.environment,
         "ManagedBy": "pulumi",
     }
     return {**config.extra_tags, **tags}
+
+
+def stack_tag_value(stack: str) -> str:
+    """The value of the Stack tag: `llm-batch-<stack>`, this stack and no other."""
+    return prefix(stack)
 
 
 def job_log_group(stack: str) -> str:

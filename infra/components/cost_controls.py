@@ -1,5 +1,10 @@
-"""Cost controls of one stack: a monthly budget, anomaly detection, the CostCenter cost-allocation tag and the
-daily cost-report Lambda with its schedule. Everything alerts the stack's (KMS-encrypted) alerts topic.
+"""Cost controls of one stack: a monthly budget, anomaly detection and the daily cost-report Lambda with its
+schedule. Everything alerts the stack's (KMS-encrypted) alerts topic.
+
+All three see this stack's spend only: they filter on the Stack tag, whose value is the stack's own name
+(`naming.stack_tag_value`), never on CostCenter, which several stacks share. Cost Explorer and Budgets see a
+tag only once it is activated as a cost-allocation tag, which the payer account does (docs/cost.md); this
+component activates it only when `cost.activate_cost_allocation_tags` says so, and warns while it does not.
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ from infra.aws_context import AwsContext
 from infra.components.iam import function_identity, policy_document, service_role
 from infra.config import StackConfig
 
-COST_TAG_KEY = "CostCenter"
+SCOPE_TAG_KEY = naming.STACK_TAG_KEY
+# Activated together when configured: the scope tag the filters need, and CostCenter for chargeback reports.
+ACTIVATED_TAG_KEYS = (SCOPE_TAG_KEY, "CostCenter")
 REPORT_SOURCE = Path(__file__).resolve().parents[2] / "monitoring" / "cost_report" / "handler.py"
 # 07:00 UTC: Cost Explorer has most of the previous UTC day by then, and the team reads it in the morning.
 REPORT_SCHEDULE = "cron(0 7 * * ? *)"
@@ -29,12 +36,16 @@ CE_WILDCARD_REASON = "ce:GetCostAndUsage supports no resource-level permissions 
 class CostControlsArgs:
     stack: str
     context: AwsContext
-    cost_center: str
     monthly_budget_usd: float
     daily_report_threshold_usd: float
     topic_arn: pulumi.Input[str]
     key_arn: pulumi.Input[str]
     log_retention_days: int = 30
+    activate_cost_allocation_tags: bool = False
+
+    @property
+    def scope_tag_value(self) -> str:
+        return naming.stack_tag_value(self.stack)
 
     @classmethod
     def from_config(
@@ -48,23 +59,36 @@ class CostControlsArgs:
         return cls(
             stack=stack,
             context=context,
-            cost_center=config.cost_center,
             monthly_budget_usd=config.cost.monthly_budget_usd,
             daily_report_threshold_usd=config.cost.daily_report_threshold_usd,
             topic_arn=topic_arn,
             key_arn=key_arn,
             log_retention_days=config.monitoring.log_retention_days,
+            activate_cost_allocation_tags=config.cost.activate_cost_allocation_tags,
         )
 
 
-def budget_filter(cost_center: str) -> list[dict[str, Any]]:
+def budget_filter(stack_tag_value: str) -> list[dict[str, Any]]:
     """Budgets' tag filter syntax: `user:<key>$<value>` under TagKeyValue."""
-    return [{"name": "TagKeyValue", "values": [f"user:{COST_TAG_KEY}${cost_center}"]}]
+    return [{"name": "TagKeyValue", "values": [f"user:{SCOPE_TAG_KEY}${stack_tag_value}"]}]
 
 
-def anomaly_specification(cost_center: str) -> dict[str, Any]:
+def anomaly_specification(stack_tag_value: str) -> dict[str, Any]:
     """A CUSTOM monitor over the stack's tag: an account may hold only one service-wide monitor."""
-    return {"Tags": {"Key": COST_TAG_KEY, "Values": [cost_center], "MatchOptions": ["EQUALS"]}}
+    return {"Tags": {"Key": SCOPE_TAG_KEY, "Values": [stack_tag_value], "MatchOptions": ["EQUALS"]}}
+
+
+def activation_warning(stack: str, activated: bool) -> str | None:
+    """What the plan says while this stack leaves the scope tag's activation to someone else."""
+    if activated:
+        return None
+    return (
+        f"cost controls: the budget, anomaly monitor and daily cost report of stack '{stack}' filter on the "
+        f"cost-allocation tag {SCOPE_TAG_KEY}={naming.stack_tag_value(stack)} and see no spend until "
+        f"'{SCOPE_TAG_KEY}' is activated in the payer account (Billing > Cost allocation tags; about a day after "
+        "resources first carry it). Set llm-batch:cost.activate_cost_allocation_tags to true to do it from this "
+        "stack in a standalone account; see docs/cost.md."
+    )
 
 
 def report_policy(context: AwsContext, topic_arn: str, key_arn: str, log_group_arn: str) -> dict[str, Any]:
@@ -100,16 +124,29 @@ class CostControls(pulumi.ComponentResource):
     budget_name: pulumi.Output[str]
 
     def __init__(self, name: str, args: CostControlsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("llmbatch:cost_controls:CostControls", name, None, opts)
+        # The choice is recorded on the component so the plan's checks can hold the resources to it.
+        super().__init__(
+            "llmbatch:cost_controls:CostControls",
+            name,
+            {
+                "activateCostAllocationTags": args.activate_cost_allocation_tags,
+                "scopeTag": {SCOPE_TAG_KEY: args.scope_tag_value},
+            },
+            opts,
+        )
         child = pulumi.ResourceOptions(parent=self)
 
-        # Account-wide: keep it active when one of several stacks is destroyed.
-        aws.costexplorer.CostAllocationTag(
-            f"{name}-cost-center-tag",
-            tag_key=COST_TAG_KEY,
-            status="Active",
-            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
-        )
+        if args.activate_cost_allocation_tags:
+            for tag_key in ACTIVATED_TAG_KEYS:
+                # Account-wide: keep it active when one of several stacks is destroyed.
+                aws.costexplorer.CostAllocationTag(
+                    f"{name}-tag-{tag_key.lower()}",
+                    tag_key=tag_key,
+                    status="Active",
+                    opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+                )
+        elif (warning := activation_warning(args.stack, activated=False)) is not None:
+            pulumi.log.warn(warning)
         budget = self._budget(name, args, child)
         self._anomaly_detection(name, args, child)
         function = self._report(name, args, child)
@@ -135,7 +172,7 @@ class CostControls(pulumi.ComponentResource):
             time_unit="MONTHLY",
             limit_amount=f"{args.monthly_budget_usd:.2f}",
             limit_unit="USD",
-            cost_filters=[aws.budgets.BudgetCostFilterArgs(**item) for item in budget_filter(args.cost_center)],
+            cost_filters=[aws.budgets.BudgetCostFilterArgs(**item) for item in budget_filter(args.scope_tag_value)],
             notifications=[notification(80, "ACTUAL"), notification(100, "FORECASTED")],
             opts=child,
         )
@@ -145,7 +182,7 @@ class CostControls(pulumi.ComponentResource):
             f"{name}-anomaly-monitor",
             name=naming.child(args.stack, "spend"),
             monitor_type="CUSTOM",
-            monitor_specification=json.dumps(anomaly_specification(args.cost_center)),
+            monitor_specification=json.dumps(anomaly_specification(args.scope_tag_value)),
             opts=child,
         )
         aws.costexplorer.AnomalySubscription(
@@ -195,7 +232,8 @@ class CostControls(pulumi.ComponentResource):
             memory_size=256,
             environment=aws.lambda_.FunctionEnvironmentArgs(
                 variables={
-                    "COST_CENTER": args.cost_center,
+                    "COST_TAG_KEY": SCOPE_TAG_KEY,
+                    "COST_TAG_VALUE": args.scope_tag_value,
                     "ALERT_TOPIC_ARN": args.topic_arn,
                     "THRESHOLD_USD": f"{args.daily_report_threshold_usd:g}",
                 }

@@ -36,6 +36,8 @@ class WorkloadImageArgs:
     key_arn: pulumi.Input[str]
     keep_last_images: int
     repository_name: str | None = None
+    # `pulumi destroy` deletes the repository with its images (they are rebuilt from source on a new deploy).
+    force_delete: bool = True
     base_image: str = versions.WORKLOAD_BASE_IMAGE
     platform: str = versions.WORKLOAD_IMAGE_PLATFORM
     context_dir: Path = REPO_ROOT
@@ -118,6 +120,7 @@ class WorkloadImage(pulumi.ComponentResource):
             encryption_configurations=[
                 aws.ecr.RepositoryEncryptionConfigurationArgs(encryption_type="KMS", kms_key=args.key_arn)
             ],
+            force_delete=args.force_delete,
             opts=child,
         )
         aws.ecr.LifecyclePolicy(

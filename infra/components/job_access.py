@@ -57,9 +57,17 @@ def job_policy(
             {
                 "Sid": "ListOwnPrefixes",
                 "Effect": "Allow",
-                "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
+                "Action": ["s3:ListBucket"],
                 "Resource": bucket_arn,
                 "Condition": {"StringLike": {"s3:prefix": [f"{prefix}*" for prefix in readable]}},
+            },
+            {
+                # A GetBucketLocation request has no s3:prefix, so under the condition above it could never be
+                # allowed; it reveals only the bucket's region (pyarrow's S3 filesystem asks for it).
+                "Sid": "FindBucketRegion",
+                "Effect": "Allow",
+                "Action": ["s3:GetBucketLocation"],
+                "Resource": bucket_arn,
             },
             {
                 "Sid": "ReadInputsModelsAndOwnOutputs",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,18 +42,52 @@ _PUBLISHER_SERVICES = [
 ]
 
 
+# What a service that launches instances needs to create their encrypted volumes with this key, from AWS's
+# "Required AWS KMS key policy for use with encrypted volumes" (EC2 Auto Scaling user guide): use the key
+# directly, and hand a grant to EC2/EBS for the volume (only ever for an AWS resource).
+LAUNCHER_USE_ACTIONS = ["kms:Encrypt", "kms:Decrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:DescribeKey"]
+
+
 @dataclass(frozen=True)
 class EncryptionKeyArgs:
     stack: str
     context: AwsContext
+    # Roles that launch instances whose volumes this key encrypts (the Auto Scaling service-linked role):
+    # IAM policies cannot be attached to a service-linked role, so only the key policy can let it in.
+    launcher_role_arns: Sequence[str] = ()
 
 
-def key_policy(context: AwsContext) -> dict[str, Any]:
+def launcher_statements(role_arns: Sequence[str]) -> list[dict[str, Any]]:
+    """Key-policy statements that let the launching roles encrypt the volumes they create."""
+    if not role_arns:
+        return []
+    principal = {"AWS": sorted(role_arns)}
+    return [
+        {
+            "Sid": "VolumeLaunchersUseKey",
+            "Effect": "Allow",
+            "Principal": principal,
+            "Action": LAUNCHER_USE_ACTIONS,
+            "Resource": "*",
+        },
+        {
+            "Sid": "VolumeLaunchersGrantToAwsResources",
+            "Effect": "Allow",
+            "Principal": principal,
+            "Action": "kms:CreateGrant",
+            "Resource": "*",
+            "Condition": {"Bool": {"kms:GrantIsForAWSResource": True}},
+        },
+    ]
+
+
+def key_policy(context: AwsContext, launcher_role_arns: Sequence[str] = ()) -> dict[str, Any]:
     """The key policy; in a key policy `Resource: "*"` means this key."""
     logs_principal = f"logs.{context.region}.{context.dns_suffix}"
     return {
         "Version": "2012-10-17",
         "Statement": [
+            *launcher_statements(launcher_role_arns),
             {
                 "Sid": "KeyAdministration",
                 "Effect": "Allow",
@@ -111,7 +146,7 @@ class EncryptionKey(pulumi.ComponentResource):
             description=f"{naming.prefix(args.stack)}: job data, alerts, secrets and logs",
             enable_key_rotation=True,
             deletion_window_in_days=30,
-            policy=json.dumps(key_policy(args.context)),
+            policy=json.dumps(key_policy(args.context, args.launcher_role_arns)),
             opts=child,
         )
         aws.kms.Alias(f"{name}-alias", name=f"alias/{naming.prefix(args.stack)}", target_key_id=key.key_id, opts=child)

@@ -182,8 +182,15 @@ class Network(pulumi.ComponentResource):
         vpc = aws.ec2.get_vpc(id=vpc_id, opts=invoke)
         tables: list[str] = []
         for subnet_id in subnet_ids:
-            # A subnet without its own association uses the VPC's main table, which this lookup also returns.
-            table = aws.ec2.get_route_table(subnet_id=subnet_id, opts=invoke).route_table_id
+            # A subnet without a route table association of its own uses the VPC's main table. A lookup by
+            # subnet (get_route_table(subnet_id=...)) finds explicit associations only and fails on such a
+            # subnet, so list the explicit ones and fall back to the main table the VPC names.
+            explicit = aws.ec2.get_route_tables(
+                vpc_id=vpc_id,
+                filters=[aws.ec2.GetRouteTablesFilterArgs(name="association.subnet-id", values=[subnet_id])],
+                opts=invoke,
+            ).ids
+            table = explicit[0] if explicit else vpc.main_route_table_id
             if table not in tables:
                 tables.append(table)
         self.vpc_id = pulumi.Output.from_input(vpc_id)

@@ -122,13 +122,23 @@ def run_statements(
     bucket_arn: str,
     key_arn: str,
     topic_arn: str,
+    input_prefix: str,
     output_prefix: str,
     group_arn: str | None,
     function_arn: str | None,
 ) -> list[dict[str, Any]]:
-    """What the nightly state machine does: watch the output's markers, alert, and drive the capacity."""
+    """What the nightly state machine does: look for the night's input, watch the output's markers, alert,
+    and drive the capacity."""
     out = _static(output_prefix)
     statements: list[dict[str, Any]] = [
+        {
+            # A night with nothing under input/<date>/ is skipped before any GPU starts.
+            "Sid": "FindNightInput",
+            "Effect": "Allow",
+            "Action": "s3:ListBucket",
+            "Resource": bucket_arn,
+            "Condition": {"StringLike": {"s3:prefix": [f"{_static(input_prefix)}*"]}},
+        },
         {
             "Sid": "FindOutputMarkers",
             "Effect": "Allow",
@@ -317,6 +327,7 @@ class Nightly(pulumi.ComponentResource):
                         bucket_arn=v[0],
                         key_arn=v[1],
                         topic_arn=v[2],
+                        input_prefix=args.input_prefix,
                         output_prefix=args.output_prefix,
                         group_arn=group_arn,
                         function_arn=v[3] or None,

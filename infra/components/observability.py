@@ -38,6 +38,8 @@ class ObservabilityArgs:
     billing_limit_usd: float
     alert_email: str | None
     billing_provider: aws.Provider  # us-east-1
+    # The billing alarm watches the whole account: one stack per account makes it (monitoring.account_billing_alarm).
+    account_billing_alarm: bool = True
 
 
 def _alarm_args(spec: AlarmSpec, name: str, topic_arn: pulumi.Input[str]) -> dict[str, Any]:
@@ -113,7 +115,8 @@ class Observability(pulumi.ComponentResource):
             )
             for spec in job_alarms(stack, monitoring.metrics_namespace, monitoring)
         ]
-        alarms.append(self._billing_alarm(name, args))
+        if args.account_billing_alarm:
+            alarms.append(self._billing_alarm(name, args))
 
         slow_batches = next(query for query in queries if query.name == "slow_batches")
         dashboard = aws.cloudwatch.Dashboard(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -17,7 +18,13 @@ import pulumi_aws as aws
 from infra import naming
 from infra.aws_context import AwsContext
 from infra.components.iam import policy_document, service_trust
-from infra.components.user_data import DEFAULT_GRACE_PERIOD_S, BootSettings, render_user_data, stop_timeout_s
+from infra.components.user_data import (
+    DEFAULT_GRACE_PERIOD_S,
+    BootSettings,
+    failure_marker,
+    render_user_data,
+    stop_timeout_s,
+)
 
 HTTPS = 443
 ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 AMIs boot from xvda
@@ -40,10 +47,33 @@ class SpotNodeArgs:
     job_settings_secret_arn: pulumi.Input[str]
     hub_token_secret_arn: pulumi.Input[str]
     log_group_name: pulumi.Input[str]
+    # s3://<bucket>/<output prefix with {date}>: where the boot script leaves `_failed.json` when it fails.
+    output_prefix_uri: pulumi.Input[str]
     # The nightly run's request (nightly.RUN_REQUEST_KEY in the data bucket), holding the night's date.
     run_request_uri: pulumi.Input[str] = ""
     # The job's `resume.grace_period_s`: Docker waits longer than this between SIGTERM and SIGKILL.
     job_grace_period_s: float = DEFAULT_GRACE_PERIOD_S
+
+
+def stand_down_statements(partition: str, group_arn: str, output_prefix_uri: str) -> list[dict[str, Any]]:
+    """What the boot script itself does when it ends: set its own group to 0, and on a failure leave the
+    night's `_failed.json` (reading it first, so a marker the job wrote with its reason is kept)."""
+    marker = failure_marker(output_prefix_uri)
+    marker_arn = f"arn:{partition}:s3:::{marker.bucket}/{marker.key('*')}"
+    return [
+        {
+            "Sid": "ScaleOwnGroupToZero",
+            "Effect": "Allow",
+            "Action": ["autoscaling:SetDesiredCapacity"],
+            "Resource": group_arn,
+        },
+        {
+            "Sid": "RecordBootFailure",
+            "Effect": "Allow",
+            "Action": ["s3:PutObject", "s3:GetObject"],
+            "Resource": marker_arn,
+        },
+    ]
 
 
 class SpotNode(pulumi.ComponentResource):
@@ -81,15 +111,8 @@ class SpotNode(pulumi.ComponentResource):
         aws.iam.RolePolicy(
             f"{name}-stand-down",
             role=role.name,
-            policy=policy_document(
-                [
-                    {
-                        "Sid": "ScaleOwnGroupToZero",
-                        "Effect": "Allow",
-                        "Action": ["autoscaling:SetDesiredCapacity"],
-                        "Resource": group_arn_pattern,
-                    }
-                ]
+            policy=pulumi.Output.from_input(args.output_prefix_uri).apply(
+                lambda uri: policy_document(stand_down_statements(context.partition, group_arn_pattern, uri))
             ),
             opts=child,
         )
@@ -120,6 +143,7 @@ class SpotNode(pulumi.ComponentResource):
             args.hub_token_secret_arn,
             args.log_group_name,
             args.run_request_uri,
+            args.output_prefix_uri,
         ).apply(
             lambda values: base64.b64encode(
                 render_user_data(
@@ -131,6 +155,7 @@ class SpotNode(pulumi.ComponentResource):
                         log_group=values[3],
                         group_name=group_name,
                         run_request_uri=values[4],
+                        output_prefix_uri=values[5],
                         grace_period_s=args.job_grace_period_s,
                     )
                 ).encode()

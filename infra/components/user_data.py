@@ -1,5 +1,11 @@
 """The small tier's boot script: fetch the job's settings and token, run the job image, then stand down.
 
+However it ends, the script leaves the nightly run something to read and the GPU released: a failure before
+or during the job writes `_failed.json` under the night's output prefix (unless the job wrote its own, with
+its reason) and sets the group's desired capacity to 0. The one exception is a Spot interruption notice:
+the job commits what it finished and writes `_interrupted.json`, and the script leaves the capacity alone, so
+the replacement instance that capacity rebalancing has started runs the rest (setting 0 here could terminate it).
+
 Kept apart from the component so it can be rendered, and run against stand-in commands, without Pulumi.
 """
 
@@ -21,6 +27,8 @@ SPOT_NOTICE_S = 120
 STOP_MARGIN_S = 20
 SPOT_POLL_S = 5
 DEFAULT_GRACE_PERIOD_S = ResumeConfig().grace_period_s
+# The job's own failure marker (workload.output.FAILURE); the state machine looks for it under the output.
+FAILURE_MARKER = "_failed.json"
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,9 @@ class BootSettings:
     hub_token_secret_arn: str
     log_group: str
     group_name: str  # the Auto Scaling group to scale back to 0 when the job ends
+    # s3://<bucket>/<output prefix> with `{date}` once: where the night's `_failed.json` goes, whatever failed
+    # (the same template the job's output and the state machine's failure check are made from).
+    output_prefix_uri: str
     config_dir: str = CONFIG_DIR
     # s3:// URI of the nightly state machine's run request ({"date": ...}); empty: no nightly run.
     run_request_uri: str = ""
@@ -41,6 +52,7 @@ class BootSettings:
 
     def __post_init__(self) -> None:
         stop_timeout_s(self.grace_period_s, self.spot_poll_s)
+        failure_marker(self.output_prefix_uri)
 
     @property
     def stop_timeout_s(self) -> int:
@@ -60,6 +72,31 @@ def stop_timeout_s(grace_period_s: float, spot_poll_s: int = SPOT_POLL_S) -> int
     return timeout
 
 
+@dataclass(frozen=True)
+class FailureMarker:
+    """Where a night's `_failed.json` lies: `s3://<bucket>/<key_before><date><key_after>`."""
+
+    bucket: str
+    key_before: str
+    key_after: str
+
+    def key(self, date: str) -> str:
+        return f"{self.key_before}{date}{self.key_after}"
+
+
+def failure_marker(output_prefix_uri: str) -> FailureMarker:
+    """The failure marker of an output prefix template; refuses one the state machine could not find."""
+    if not output_prefix_uri.startswith("s3://") or output_prefix_uri.count("{date}") != 1:
+        raise ValueError(
+            f"output_prefix_uri {output_prefix_uri!r} must be s3://<bucket>/<prefix> with {{date}} exactly once"
+        )
+    bucket, _, prefix = output_prefix_uri.removeprefix("s3://").partition("/")
+    if not bucket or not prefix.endswith("/") or "{date}" not in prefix:
+        raise ValueError(f"output_prefix_uri {output_prefix_uri!r} must name a bucket and a prefix ending in '/'")
+    before, _, after = prefix.partition("{date}")
+    return FailureMarker(bucket=bucket, key_before=before, key_after=f"{after}{FAILURE_MARKER}")
+
+
 def job_config_path(config_dir: str = CONFIG_DIR) -> str:
     return f"{config_dir}/job.yaml"
 
@@ -72,18 +109,72 @@ def render_user_data(settings: BootSettings) -> str:
     config_dir = q["config_dir"]
     job_config = shlex.quote(job_config_path(settings.config_dir))
     token = shlex.quote(f"{settings.config_dir}/secrets/hub_token")
+    notice = shlex.quote(f"{settings.config_dir}/spot-notice")
+    marker = failure_marker(settings.output_prefix_uri)
+    marker_bucket = shlex.quote(marker.bucket)
+    marker_key = f'{shlex.quote(marker.key_before)}"${{night}}"{shlex.quote(marker.key_after)}'
     return f"""#!/bin/bash
 # llm-batch small tier: run tonight's batch job once, then set the group's desired capacity back to 0.
 set -euo pipefail
 umask 077
 export AWS_REGION={q["region"]} AWS_DEFAULT_REGION={q["region"]}
+RUN_DATE=$(date -u +%F)
+STAGE="preparing the instance"
+WATCHER=""
+INSTANCE_ID=""
+
+# Whatever ends this script (a failed step under `set -e`, the job's exit) comes through here: the nightly
+# run learns of a failure at once from _failed.json, and the GPU stops costing money.
+record_failure() {{
+  local status="$1" night="${{RUN_DATE}}" reason body
+  [[ "${{night}}" =~ ^[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}$ ]] || night=$(date -u +%F)
+  local key={marker_key}
+  if [ "${{STAGE}}" = "running the job" ] && \\
+    aws s3api head-object --bucket {marker_bucket} --key "${{key}}" > /dev/null 2>&1; then
+    echo "llm-batch: the job recorded its own failure in s3://"{marker_bucket}"/${{key}}"
+    return 0
+  fi
+  reason="the boot script failed while ${{STAGE}} (exit status ${{status}})"
+  body=$(mktemp)
+  printf '{{"reason": "%s", "stage": "%s", "exit_status": %d, "instance_id": "%s", "date": "%s"}}\\n' \\
+    "${{reason}}" "${{STAGE}}" "${{status}}" "${{INSTANCE_ID}}" "${{night}}" > "${{body}}"
+  aws s3api put-object --bucket {marker_bucket} --key "${{key}}" --body "${{body}}" \\
+    --content-type application/json --metadata "{{\\"reason\\": \\"${{reason}}\\"}}" > /dev/null \\
+    && echo "llm-batch: recorded the failure in s3://"{marker_bucket}"/${{key}}"
+  rm -f "${{body}}"
+}}
+
+stand_down() {{
+  local status=$?
+  trap - EXIT
+  set +e
+  if [ -n "${{WATCHER}}" ]; then
+    kill "${{WATCHER}}" 2>/dev/null
+    wait "${{WATCHER}}" 2>/dev/null
+  fi
+  if [ -e {notice} ]; then
+    # The job committed its shards and wrote _interrupted.json; capacity rebalancing has started (or will
+    # start) a replacement, and setting the group to 0 now could terminate it. Spot takes this instance.
+    echo "llm-batch: Spot interruption; leaving the group's capacity to the replacement instance"
+    exit "${{status}}"
+  fi
+  if [ "${{status}}" -ne 0 ]; then
+    record_failure "${{status}}"
+  fi
+  echo "llm-batch: standing down (exit status ${{status}})"
+  aws autoscaling set-desired-capacity --auto-scaling-group-name {q["group_name"]} --desired-capacity 0
+  exit "${{status}}"
+}}
+trap stand_down EXIT
+
 install -d -m 0700 {config_dir} {config_dir}/secrets
+rm -f {notice}
 
 # The job's settings live in Secrets Manager (KMS); {{date}} in its prefixes becomes the night's date: the
 # one the nightly run wrote to its run request (so a retry after midnight resumes the same output), else
 # today's UTC date (a manual scale-up).
-RUN_DATE=$(date -u +%F)
-if [ -n {q["run_request_uri"]} ] && \
+STAGE="reading the run request"
+if [ -n {q["run_request_uri"]} ] && \\
   aws s3 cp {q["run_request_uri"]} {config_dir}/run.json --only-show-errors; then
   RUN_DATE=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["date"])' {config_dir}/run.json)
 fi
@@ -91,9 +182,11 @@ if ! [[ "${{RUN_DATE}}" =~ ^[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}$ ]]; then
   echo "llm-batch: the run date '${{RUN_DATE}}' is not YYYY-MM-DD" >&2
   exit 1
 fi
+STAGE="reading the job settings"
 aws secretsmanager get-secret-value --secret-id {q["job_settings_secret_arn"]} \\
   --query SecretString --output text | sed "s/{{date}}/${{RUN_DATE}}/g" > {job_config}
 # The hub token is optional (public models need none); it reaches the job as a file, never as an argument.
+STAGE="reading the hub token"
 if aws secretsmanager get-secret-value --secret-id {q["hub_token_secret_arn"]} \\
   --query SecretString --output text > {token}.tmp 2>/dev/null; then
   mv {token}.tmp {token}
@@ -101,10 +194,12 @@ else
   rm -f {token}.tmp
 fi
 
+STAGE="pulling the job image"
 aws ecr get-login-password | docker login --username AWS --password-stdin {registry}
 docker pull {q["image"]}
 chown -R {JOB_UID}:{JOB_UID} {config_dir}
 
+STAGE="reading the instance metadata"
 IMDS_TOKEN=$(curl -sf -X PUT http://169.254.169.254/latest/api/token \\
   -H "X-aws-ec2-metadata-token-ttl-seconds: 300")
 INSTANCE_ID=$(curl -sf -H "X-aws-ec2-metadata-token: ${{IMDS_TOKEN}}" \\
@@ -112,18 +207,20 @@ INSTANCE_ID=$(curl -sf -H "X-aws-ec2-metadata-token: ${{IMDS_TOKEN}}" \\
 
 # Spot's interruption notice comes two minutes before the instance goes: stop the job now, with time to
 # commit its finished shards (its grace period plus a margin), rather than only when the OS shuts down at the
-# end of the notice, too late for that.
+# end of the notice, too late for that. The notice file tells stand_down to leave the capacity alone.
 spot_watch() {{
   local nap=""
   trap 'kill "${{nap}}" 2>/dev/null; exit 0' TERM
+  trap - EXIT
   while :; do
     sleep {q["spot_poll_s"]} & nap=$!
     wait "${{nap}}"
     local imds
-    imds=$(curl -sf -X PUT http://169.254.169.254/latest/api/token \
+    imds=$(curl -sf -X PUT http://169.254.169.254/latest/api/token \\
       -H "X-aws-ec2-metadata-token-ttl-seconds: 60") || continue
-    if curl -sf -o /dev/null -H "X-aws-ec2-metadata-token: ${{imds}}" \
+    if curl -sf -o /dev/null -H "X-aws-ec2-metadata-token: ${{imds}}" \\
       http://169.254.169.254/latest/meta-data/spot/instance-action; then
+      touch {notice}
       echo "llm-batch: Spot interruption notice; stopping the job ({stop} s to finish)"
       docker stop --time {stop} {CONTAINER} || true
       return 0
@@ -133,6 +230,7 @@ spot_watch() {{
 spot_watch &
 WATCHER=$!
 
+STAGE="running the job"
 status=0
 # --init: a tiny init as PID 1 reaps the processes Ray and vLLM leave behind and passes SIGTERM on to the
 # job; --stop-timeout: the same wait for any other `docker stop` (e.g. the OS shutting Docker down).
@@ -142,10 +240,7 @@ docker run --init --name {CONTAINER} --gpus all --shm-size 16g --stop-timeout {s
   --log-driver awslogs --log-opt awslogs-region={q["region"]} \\
   --log-opt awslogs-group={q["log_group"]} --log-opt "awslogs-stream=${{RUN_DATE}}/${{INSTANCE_ID}}" \\
   {q["image"]} run --config {job_config} || status=$?
-kill "${{WATCHER}}" 2>/dev/null || true
-wait "${{WATCHER}}" 2>/dev/null || true
 echo "llm-batch job exited with status ${{status}}"
-
-# Done (or failed: the alarms and the nightly run's retry decide what next); stop paying for the GPU.
-aws autoscaling set-desired-capacity --auto-scaling-group-name {q["group_name"]} --desired-capacity 0
+# stand_down (the EXIT trap) records a failure, or releases the GPU, or leaves it to Spot's replacement.
+exit "${{status}}"
 """

@@ -311,6 +311,26 @@ def _ssm_parameter(_: PlanMocks, args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _iam_role(mocks: PlanMocks, args: dict[str, Any]) -> dict[str, Any]:
+    # Service-linked roles live under aws-service-role/<service>/; the plan's only lookup is Auto Scaling's.
+    name = str(args.get("name"))
+    path = "/aws-service-role/autoscaling.amazonaws.com/" if name == "AWSServiceRoleForAutoScaling" else "/"
+    return {
+        "name": name,
+        "id": name,
+        "arn": f"arn:aws:iam::{mocks.account_id}:role{path}{name}",
+        "path": path,
+        "uniqueId": "AROA" + _hex(name, 17).upper(),
+        "assumeRolePolicy": "{}",
+        "createDate": "2026-01-01T00:00:00Z",
+        "description": "",
+        "maxSessionDuration": 3600,
+        "permissionsBoundary": "",
+        "roleLastUsed": [],
+        "tags": {},
+    }
+
+
 def _vpc(_: PlanMocks, args: dict[str, Any]) -> dict[str, Any]:
     vpc_id = str(args.get("id"))
     return {
@@ -326,6 +346,13 @@ def _route_table(_: PlanMocks, args: dict[str, Any]) -> dict[str, Any]:
     subnet_id = str(args.get("subnetId"))
     table = f"rtb-{_hex(subnet_id[:-1])}"
     return {"id": table, "routeTableId": table, "subnetId": subnet_id, "vpcId": args.get("vpcId") or ""}
+
+
+def _route_tables(_: PlanMocks, args: dict[str, Any]) -> dict[str, Any]:
+    # The explicit associations of a subnet; a subnet id with "main" in it has none (it uses the main table).
+    subnets = [value for item in args.get("filters") or [] for value in item.get("values") or []]
+    ids = [f"rtb-{_hex(subnet[:-1])}" for subnet in subnets if "main" not in subnet]
+    return {"ids": ids, "id": args.get("vpcId") or "", "vpcId": args.get("vpcId") or "", "filters": args.get("filters")}
 
 
 def _get_kubeconfig(mocks: PlanMocks, args: dict[str, Any]) -> dict[str, Any]:
@@ -353,7 +380,9 @@ _CALLS: dict[str, Callable[[PlanMocks, dict[str, Any]], dict[str, Any]]] = {
     "aws:index/getAvailabilityZones:getAvailabilityZones": _availability_zones,
     "aws:ssm/getParameter:getParameter": _ssm_parameter,
     "aws:ec2/getVpc:getVpc": _vpc,
+    "aws:iam/getRole:getRole": _iam_role,
     "aws:ec2/getRouteTable:getRouteTable": _route_table,
+    "aws:ec2/getRouteTables:getRouteTables": _route_tables,
     "aws:ecr/getAuthorizationToken:getAuthorizationToken": _ecr_authorization_token,
 }
 

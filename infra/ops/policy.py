@@ -14,11 +14,11 @@ import inspect
 import json
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from infra.ops import iam_allowlist
+from infra.ops import checks_costs, checks_kms, iam_allowlist
+from infra.ops.plan_view import NothingMatched, Violation
 
 Resource = Mapping[str, Any]
 Plan = Sequence[Resource]
@@ -27,20 +27,6 @@ REQUIRED_TAG = "CostCenter"
 OPEN_CIDRS = frozenset({"0.0.0.0/0", "::/0"})
 # Instances and volumes launched from a template are tagged by the template, not by provider default tags.
 LAUNCHED_KINDS = ("instance", "volume")
-
-
-@dataclass(frozen=True)
-class Violation:
-    check: str
-    resource: str  # "<type token> <logical name>"
-    problem: str
-
-    def __str__(self) -> str:
-        return f"[{self.check}] {self.resource}: {self.problem}"
-
-
-class NothingMatched(AssertionError):
-    """A check found no resource to check: the plan or the check is wrong, never a pass."""
 
 
 def _label(resource: Resource) -> str:
@@ -410,6 +396,9 @@ CHECKS: dict[str, Callable[[Plan], list[Violation]]] = {
     "launch-templates": check_launch_templates,
     "security-groups": check_security_groups,
     "images": check_images,
+    "volume-keys": checks_kms.check_volume_keys,
+    "cost-scope": checks_costs.check_cost_scope,
+    "cost-tag-activation": checks_costs.check_cost_tag_activation,
 }
 
 

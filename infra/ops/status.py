@@ -55,7 +55,8 @@ def last_runs(outputs: dict[str, Any], limit: int = 10, price_per_hour: float | 
         rows.append(
             RunRow(
                 name=described["name"],
-                state=described["status"],
+                # A night with no input ends SUCCEEDED with {"status": "skipped"}: shown as what it was.
+                state="SKIPPED" if result.get("status") == "skipped" else described["status"],
                 started=started.astimezone(UTC).isoformat(timespec="seconds"),
                 duration_s=round(duration_s, 1),
                 date=result.get("date") or run_input.get("date"),
@@ -64,7 +65,7 @@ def last_runs(outputs: dict[str, Any], limit: int = 10, price_per_hour: float | 
                 rows_failed=summary.get("rows_failed") if summary else None,
                 cost_usd=cost,
                 cost_basis=basis,
-                reason=_reason(described),
+                reason=result.get("reason") if result.get("status") == "skipped" else _reason(described),
             )
         )
     return rows

@@ -3,7 +3,8 @@
 Runs as an AWS Lambda (handler ``handler.handler``) packaged from this folder alone, so it imports only boto3
 and the standard library. Configuration comes from the environment the Pulumi program sets:
 
-- ``COST_CENTER``: value of the CostCenter tag that marks the stack's resources (the Cost Explorer filter).
+- ``COST_TAG_VALUE``: value of the tag that marks the stack's resources (the Cost Explorer filter); the
+  Pulumi program sets the stack's own name under the ``Stack`` tag. ``COST_CENTER`` is read when it is unset.
 - ``ALERT_TOPIC_ARN``: the stack's SNS topic; never written into code.
 - ``THRESHOLD_USD``: publish only when yesterday's total is above this.
 - ``COST_TAG_KEY`` (optional): the cost-allocation tag key, ``CostCenter`` by default.
@@ -50,7 +51,10 @@ class ReportSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ReportSettings:
-        missing = [key for key in ("COST_CENTER", "ALERT_TOPIC_ARN", "THRESHOLD_USD") if not env.get(key)]
+        tag_value = env.get("COST_TAG_VALUE") or env.get("COST_CENTER") or ""
+        missing = [key for key in ("ALERT_TOPIC_ARN", "THRESHOLD_USD") if not env.get(key)]
+        if not tag_value:
+            missing.insert(0, "COST_TAG_VALUE (or COST_CENTER)")
         if missing:
             raise CostReportError(f"environment variable(s) not set: {', '.join(missing)}")
         raw_threshold = env["THRESHOLD_USD"]
@@ -64,7 +68,7 @@ class ReportSettings:
         if len(topic_arn.split(":")) != 6 or not topic_arn.startswith("arn:") or ":sns:" not in topic_arn:
             raise CostReportError(f"ALERT_TOPIC_ARN is not an SNS topic ARN: {topic_arn!r}")
         return cls(
-            cost_center=env["COST_CENTER"],
+            cost_center=tag_value,
             topic_arn=topic_arn,
             threshold_usd=threshold,
             tag_key=env.get("COST_TAG_KEY") or DEFAULT_TAG_KEY,

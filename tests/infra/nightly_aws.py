@@ -93,11 +93,19 @@ class SmallStack:
         return [json.loads(m["Body"])["Message"] for m in received.get("Messages", [])]
 
 
+# The nights the tests run that have input (a night without any is skipped before a GPU starts).
+NIGHTS_WITH_INPUT = ("2026-11-26", "2026-11-27", "2026-11-28", "2026-11-29")
+NIGHT_WITHOUT_INPUT = "2026-11-30"
+
+
 def create_small_stack() -> SmallStack:
-    """A bucket, a GPU Auto Scaling group at 0 and an alerts topic with a queue listening."""
+    """A bucket with input for NIGHTS_WITH_INPUT, a GPU Auto Scaling group at 0 and an alerts topic with a
+    queue listening."""
     s3 = boto3.client("s3")
     bucket = "llm-batch-small-data"
     s3.create_bucket(Bucket=bucket)
+    for night in NIGHTS_WITH_INPUT:
+        s3.put_object(Bucket=bucket, Key=f"input/{night}/part-00000.jsonl", Body=b'{"prompt": "hello"}\n')
     ec2 = boto3.client("ec2")
     template = ec2.create_launch_template(
         LaunchTemplateName="llm-batch-small-gpu",

@@ -28,7 +28,7 @@ from infra.components.spot_node import SpotNode, SpotNodeArgs
 from infra.components.storage import DataBucket, DataBucketArgs
 from infra.config import load_stack_config
 from infra.ops.plan import run_under_mocks
-from infra.ops.plan_mocks import SECRET_MASK
+from infra.ops.plan_mocks import SECRET_MASK, _hex
 
 Plan = list[dict[str, Any]]
 CONTEXT = AwsContext(account_id="123456789012", partition="aws", region="us-east-1", dns_suffix="amazonaws.com")
@@ -72,7 +72,8 @@ def test_providers_carry_every_cost_tag() -> None:
         default_tags = json.loads(inputs["defaultTags"])["tags"]
         assert set(naming.COST_TAG_KEYS) <= set(default_tags)
         assert default_tags["CostCenter"] == "cc-7" and default_tags["Team"] == "ml"
-        assert default_tags["Stack"] == "small" and default_tags["Tier"] == "small"
+        # The Stack tag's value is the stack's full name: what the cost controls filter on (docs/cost.md).
+        assert default_tags["Stack"] == "llm-batch-small" and default_tags["Tier"] == "small"
 
 
 def test_kms_key_rotates_and_admits_only_this_account() -> None:
@@ -193,6 +194,16 @@ def test_network_uses_an_existing_vpc_and_its_route_tables() -> None:
     assert group["ingress"][0]["cidrBlocks"] == ["10.0.0.0/16"]  # the looked-up VPC's CIDR
 
 
+def test_an_existing_subnet_on_the_main_route_table_is_routed_through_it() -> None:
+    """AWS: a subnet with no association of its own uses the VPC's main table (the mocks' "main" subnets)."""
+    subnets = ["subnet-main1", "subnet-0a1"]
+    args = _network(existing_vpc_id="vpc-0123", existing_private_subnet_ids=subnets, interface_endpoints=[])
+    plan = plan_of(lambda: Network("network", args))
+    s3 = next(e["inputs"] for e in of_type(plan, "aws:ec2/vpcEndpoint:VpcEndpoint"))
+    main_table = f"rtb-{_hex('vpc-0123')}"  # what the mocked get_vpc names as the VPC's main route table
+    assert s3["routeTableIds"] == [main_table, f"rtb-{_hex('subnet-0a')}"]
+
+
 def test_network_refuses_more_zones_than_the_region_has() -> None:
     with pytest.raises(ValueError, match=r"network\.az_count is 7 but us-east-1 has only 6 zones"):
         plan_of(lambda: Network("network", _network(az_count=7)))
@@ -243,6 +254,10 @@ def test_job_access_grants_only_its_prefixes_key_and_secrets() -> None:
     assert statements["UseStackKey"]["Resource"] == KEY_ARN
     assert statements["ReadJobSecrets"]["Resource"] == secret_arns
     assert statements["PublishJobMetrics"]["Condition"] == {"StringEquals": {"cloudwatch:namespace": "NS"}}
+    # GetBucketLocation carries no s3:prefix: a statement conditioned on one would never allow it.
+    assert statements["FindBucketRegion"]["Action"] == ["s3:GetBucketLocation"]
+    assert "Condition" not in statements["FindBucketRegion"]
+    assert statements["ListOwnPrefixes"]["Action"] == ["s3:ListBucket"]
     s3_actions = {a for s in statements.values() for a in s["Action"] if a.startswith("s3:")}
     assert s3_actions == {
         "s3:ListBucket",
@@ -279,6 +294,7 @@ def _spot_node(**overrides: Any) -> SpotNodeArgs:
         "job_settings_secret_arn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:settings",
         "hub_token_secret_arn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:token",
         "log_group_name": "/llm-batch/test/job",
+        "output_prefix_uri": "s3://llm-batch-test-data/output/{date}/",
     }
     return SpotNodeArgs(**{**args, **overrides})
 

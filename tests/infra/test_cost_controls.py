@@ -47,7 +47,7 @@ def test_budget_filters_the_stack_tag_and_warns_the_topic_at_80_actual_and_100_f
     budget = _one(plan, "aws:budgets/budget:Budget")["inputs"]
     assert budget["budgetType"] == "COST" and budget["timeUnit"] == "MONTHLY"
     assert float(budget["limitAmount"]) == config.cost.monthly_budget_usd
-    assert budget["costFilters"] == [{"name": "TagKeyValue", "values": [f"user:CostCenter${config.cost_center}"]}]
+    assert budget["costFilters"] == [{"name": "TagKeyValue", "values": [f"user:Stack$llm-batch-{stack}"]}]
     notifications = {(n["notificationType"], n["threshold"]) for n in budget["notifications"]}
     assert notifications == {("ACTUAL", 80), ("FORECASTED", 100)}
     for notification in budget["notifications"]:
@@ -56,19 +56,23 @@ def test_budget_filters_the_stack_tag_and_warns_the_topic_at_80_actual_and_100_f
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_cost_center_tag_is_activated(plan_for: Callable[[str], Plan], stack: str) -> None:
-    tag = _one(plan_for(stack), "aws:costexplorer/costAllocationTag:CostAllocationTag")["inputs"]
-    assert tag == {"tagKey": "CostCenter", "status": "Active"}
+def test_no_stack_activates_cost_allocation_tags_by_default(plan_for: Callable[[str], Plan], stack: str) -> None:
+    """Activation fails on a first deploy and in a member account: it is opt-in, and off in every stack file."""
+    plan = plan_for(stack)
+    assert not [item for item in plan if item["type"] == "aws:costexplorer/costAllocationTag:CostAllocationTag"]
+    controls = component(plan, "llmbatch:cost_controls:CostControls", "cost")
+    assert controls["inputs"]["activateCostAllocationTags"] is False
+    assert controls["inputs"]["scopeTag"] == {"Stack": f"llm-batch-{stack}"}
 
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_custom_anomaly_monitor_on_the_stack_tag_with_a_subscription_to_the_topic(
     plan_for: Callable[[str], Plan], stack: str
 ) -> None:
-    plan, config = plan_for(stack), _config(stack)
+    plan = plan_for(stack)
     monitor = _one(plan, "aws:costexplorer/anomalyMonitor:AnomalyMonitor")
     assert monitor["inputs"]["monitorType"] == "CUSTOM"
-    assert json.loads(monitor["inputs"]["monitorSpecification"]) == anomaly_specification(config.cost_center)
+    assert json.loads(monitor["inputs"]["monitorSpecification"]) == anomaly_specification(f"llm-batch-{stack}")
     subscription = _one(plan, "aws:costexplorer/anomalySubscription:AnomalySubscription")["inputs"]
     assert subscription["monitorArnLists"] == [monitor["outputs"]["arn"]]
     assert subscription["subscribers"] == [{"type": "SNS", "address": _topic_arn(plan)}]
@@ -87,7 +91,8 @@ def test_report_function_pinned_runtime_env_from_the_stack_and_least_privilege_r
     # The package is the handler alone, from the repo's monitoring/cost_report.
     assert inputs["code"] == {"archive": {"handler.py": {"file": "monitoring/cost_report/handler.py"}}}
     assert inputs["environment"]["variables"] == {
-        "COST_CENTER": config.cost_center,
+        "COST_TAG_KEY": "Stack",
+        "COST_TAG_VALUE": f"llm-batch-{stack}",
         "ALERT_TOPIC_ARN": _topic_arn(plan),
         "THRESHOLD_USD": f"{config.cost.daily_report_threshold_usd:g}",
     }

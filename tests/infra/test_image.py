@@ -55,6 +55,8 @@ def test_repository_scans_on_push_keeps_tags_immutable_and_encrypts_with_the_sta
     assert inputs["encryptionConfigurations"] == [{"encryptionType": "KMS", "kmsKey": key["outputs"]["arn"]}]
     assert inputs["name"] == (_stack_config(stack).image.repository_name or f"llm-batch-{stack}/workload")
     assert repository["parent"] == _one(plan, "llmbatch:image:WorkloadImage")["urn"]
+    # `pulumi destroy` is not blocked by the images in it (they are rebuilt from source): docs/destroy.md.
+    assert inputs["forceDelete"] is _stack_config(stack).image.force_delete is True
 
 
 @pytest.mark.parametrize("stack", STACKS)

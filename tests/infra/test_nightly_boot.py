@@ -55,6 +55,7 @@ def _boot(tmp_path: Path, request: dict[str, str] | None) -> tuple[subprocess.Co
         hub_token_secret_arn="arn:aws:secretsmanager:us-east-1:123456789012:secret:llm-batch-small/hub-token-B",
         log_group="/llm-batch/small/job",
         group_name="llm-batch-small-gpu",
+        output_prefix_uri="s3://llm-batch-small-data/output/{date}/",
         config_dir=str(tmp_path / "etc"),
     )
     script = tmp_path / "user-data.sh"

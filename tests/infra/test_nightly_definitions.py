@@ -119,12 +119,16 @@ def test_every_path_to_an_end_passes_through_a_release(file_name: str) -> None:
     releases = graph.matching(definition, graph.is_release)
     starts = graph.matching(definition, graph.is_capacity_start)
     assert releases and starts
-    # With the release states taken out, no ending can be reached at all.
-    unreleased = graph.reachable(definition, definition["StartAt"], blocked=releases)
-    endings = {name for name in unreleased if graph.is_terminal(graph.states(definition)[name])}
-    assert not endings, f"{file_name}: {endings} can be reached without releasing the GPU capacity"
+    # With the release states taken out, no ending can be reached once capacity may have been asked for.
+    for start in starts:
+        after = graph.reachable(definition, start, blocked=releases)
+        endings = {name for name in after if graph.is_terminal(graph.states(definition)[name])}
+        assert not endings, f"{file_name}: {endings} can be reached from {start} without releasing the GPU"
+    # Before any capacity start, the only ending is the night skipped for want of input (nothing to release).
+    before = graph.reachable(definition, definition["StartAt"], blocked=releases | starts)
+    assert {name for name in before if graph.is_terminal(graph.states(definition)[name])} == {"RunSkipped"}
     # ...and every state that can bring capacity up is among those that must still pass a release.
-    assert starts <= unreleased
+    assert starts <= graph.reachable(definition, definition["StartAt"], blocked=releases)
 
 
 @pytest.mark.parametrize("file_name", NIGHTLY_FILES)

@@ -26,6 +26,7 @@ from infra import statemachines
 from infra.functions.submit_rayjob import handler as submit
 from tests.infra.fake_kube import FakeKube
 from tests.infra.nightly_aws import (
+    NIGHT_WITHOUT_INPUT,
     SmallStack,
     create_small_stack,
     create_state_machine,
@@ -105,7 +106,7 @@ def eks_stack(
             kube.stop()
 
 
-def _start(stack: SmallStack, function_arn: str, **overrides: int) -> str:
+def _start(stack: SmallStack, function_arn: str, night: str = "2026-11-28", **overrides: int) -> str:
     subs = {
         key: value
         for key, value in stack.substitutions(**overrides).items()
@@ -115,7 +116,7 @@ def _start(stack: SmallStack, function_arn: str, **overrides: int) -> str:
     stack.state_machine_arn = create_state_machine("llm-batch-medium-nightly", definition)
     return str(
         boto3.client("stepfunctions").start_execution(
-            stateMachineArn=stack.state_machine_arn, input=json.dumps({"date": "2026-11-28"})
+            stateMachineArn=stack.state_machine_arn, input=json.dumps({"date": night})
         )["executionArn"]
     )
 
@@ -202,3 +203,13 @@ def test_a_failed_job_on_eks_releases_and_alerts(eks_stack: tuple[SmallStack, Fa
     assert kube.names(RAYJOBS) == [] and _desired() == 0
     (alert,) = stack.alerts()
     assert "RayJobFailed" in alert and "released" in alert
+
+
+def test_a_night_without_input_on_eks_submits_nothing(eks_stack: tuple[SmallStack, FakeKube, str]) -> None:
+    stack, kube, function_arn = eks_stack
+    result = wait_for_end(_start(stack, function_arn, night=NIGHT_WITHOUT_INPUT))
+    assert result["status"] == "SUCCEEDED", result
+    assert json.loads(result["output"])["status"] == "skipped"
+    assert kube.names(RAYJOBS) == [] and _desired() == 0, "no RayJob, GPU group never raised"
+    (alert,) = stack.alerts()
+    assert "skipped" in alert and NIGHT_WITHOUT_INPUT in alert

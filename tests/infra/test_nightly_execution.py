@@ -15,7 +15,9 @@ import boto3
 import pytest
 
 from infra import statemachines
+from infra.statemachines import graph
 from tests.infra.nightly_aws import (
+    NIGHT_WITHOUT_INPUT,
     FakeInstance,
     SmallStack,
     create_small_stack,
@@ -157,3 +159,28 @@ def test_a_failing_task_is_caught_and_the_capacity_still_released(small_stack: S
     assert "NoSuchBucket" in json.loads(result["cause"])["Error"]
     assert small_stack.desired_capacity() == 0
     assert len(small_stack.alerts()) == 1
+
+
+def test_a_night_without_input_is_skipped_and_starts_no_gpu(small_stack: SmallStack) -> None:
+    """Nothing under input/<date>/: the run ends "skipped" with one notification, before any capacity start."""
+    result = wait_for_end(_start(small_stack, {"date": NIGHT_WITHOUT_INPUT}))
+    assert result["status"] == "SUCCEEDED", result
+    output = json.loads(result["output"])
+    assert output["status"] == "skipped" and output["date"] == NIGHT_WITHOUT_INPUT
+    assert output["reason"] == f"no input under s3://llm-batch-small-data/input/{NIGHT_WITHOUT_INPUT}/"
+    # The instance's run request is written just before the group is scaled up: never reached.
+    listed = boto3.client("s3").list_objects_v2(Bucket=small_stack.bucket, Prefix="control/")
+    assert listed["KeyCount"] == 0
+    assert small_stack.desired_capacity() == 0
+    (alert,) = small_stack.alerts()
+    assert "skipped" in alert and "No GPU was started" in alert and NIGHT_WITHOUT_INPUT in alert
+
+
+@pytest.mark.parametrize("file_name", ["small.asl.json", "eks.asl.json"])
+def test_the_skipped_branch_reaches_no_capacity_start(file_name: str) -> None:
+    definition = statemachines.load(file_name)
+    assert definition["States"]["InputPresent"]["Default"] == "NotifySkipped"
+    skipped = graph.reachable(definition, "NotifySkipped")
+    starts = graph.matching(definition, graph.is_capacity_start)
+    assert starts and not skipped & starts
+    assert "RunSkipped" in skipped and "RunFailed" not in skipped

@@ -75,8 +75,12 @@ def test_the_planned_definitions_are_valid_and_always_release(
         assert all(graph.catches_everything(s) for s in graph.states(definition).values() if s["Type"] == "Task")
     run = json.loads(_one(plan, "aws:sfn/stateMachine:StateMachine", "nightly-run")["inputs"]["definition"])
     releases = graph.matching(run, graph.is_release)
-    reachable = graph.reachable(run, run["StartAt"], blocked=releases)
-    assert not {n for n in reachable if graph.is_terminal(graph.states(run)[n])}
+    for start in graph.matching(run, graph.is_capacity_start):
+        reachable = graph.reachable(run, start, blocked=releases)
+        assert not {n for n in reachable if graph.is_terminal(graph.states(run)[n])}
+    # Only a night skipped for want of input ends without a release, and it never asked for capacity.
+    before = graph.reachable(run, run["StartAt"], blocked=releases | graph.matching(run, graph.is_capacity_start))
+    assert {n for n in before if graph.is_terminal(graph.states(run)[n])} == {"RunSkipped"}
     deadline_s = config.schedule.run_deadline_minutes * 60
     assert run["TimeoutSeconds"] > deadline_s
     wait = graph.states(run)["WaitForJob"]["Seconds"]

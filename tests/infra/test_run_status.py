@@ -13,6 +13,7 @@ from infra import statemachines
 from infra.ops import run, status
 from infra.ops.stack_outputs import OutputsError, load_outputs
 from tests.infra.nightly_aws import (
+    NIGHT_WITHOUT_INPUT,
     FakeInstance,
     SmallStack,
     create_small_stack,
@@ -82,6 +83,19 @@ def test_status_prefers_the_jobs_own_cost(deployed: tuple[SmallStack, Path]) -> 
     assert wait_for_end(execution_arn)["status"] == "SUCCEEDED"
     (row,) = status.last_runs(load_outputs("small", str(outputs)), price_per_hour=99.0)
     assert (row.cost_usd, row.cost_basis) == (0.42, "job")
+
+
+def test_status_shows_a_night_without_input_as_skipped(
+    deployed: tuple[SmallStack, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, outputs = deployed
+    execution_arn = run.start_run(load_outputs("small", str(outputs)), NIGHT_WITHOUT_INPUT)
+    assert wait_for_end(execution_arn)["status"] == "SUCCEEDED"
+    (row,) = status.last_runs(load_outputs("small", str(outputs)))
+    assert (row.state, row.date) == ("SKIPPED", NIGHT_WITHOUT_INPUT)
+    assert row.reason == f"no input under s3://llm-batch-small-data/input/{NIGHT_WITHOUT_INPUT}/"
+    assert status.main(["small", "--outputs", str(outputs)]) == 0
+    assert "SKIPPED" in capsys.readouterr().out
 
 
 def test_run_refuses_while_a_run_is_going(

@@ -32,6 +32,7 @@ TOKEN = "hf_dont_print_me_123"
 SETTINGS_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:llm-batch-small/job-settings-AbCdEf"
 TOKEN_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:llm-batch-small/hub-token-GhIjKl"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/llm-batch/workload:0.1.0"
+OUTPUT_PREFIX_URI = "s3://llm-batch-small-data/output/{date}/"
 
 STUB = """#!/bin/bash
 printf '%s\\n' "$(basename "$0") $*" >> "$CALLS"
@@ -58,6 +59,7 @@ def _settings(config_dir: Path, **changes: Any) -> BootSettings:
         hub_token_secret_arn=TOKEN_ARN,
         log_group="/llm-batch/small/job",
         group_name="llm-batch-small-gpu",
+        output_prefix_uri=OUTPUT_PREFIX_URI,
         config_dir=str(config_dir),
         **changes,
     )
@@ -132,12 +134,16 @@ def test_boot_runs_the_job_with_todays_config_and_stands_down(tmp_path: Path) ->
 
 
 def test_boot_without_a_token_and_a_failing_job_still_stands_down(tmp_path: Path) -> None:
+    """The job failed and wrote its own marker (the stand-in's head-object finds it): that one is kept."""
     result, root = _boot(tmp_path, token=None, job_exit=3)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     assert not (root / "etc" / "secrets" / "hub_token").exists()
     assert not (root / "etc" / "secrets" / "hub_token.tmp").exists()
     assert "llm-batch job exited with status 3" in result.stdout
-    assert _calls(root)[-1].startswith("aws autoscaling set-desired-capacity")
+    assert "the job recorded its own failure" in result.stdout
+    calls = _calls(root)
+    assert not any(call.startswith("aws s3api put-object") for call in calls)
+    assert calls[-1].startswith("aws autoscaling set-desired-capacity")
 
 
 def test_job_settings_render_round_trips() -> None:
@@ -155,6 +161,7 @@ def test_values_are_quoted(tmp_path: Path, hostile: str) -> None:
         hub_token_secret_arn=TOKEN_ARN,
         log_group="/llm-batch/small/job",
         group_name="g",
+        output_prefix_uri=OUTPUT_PREFIX_URI,
     )
     script = render_user_data(settings)
     assert f"--secret-id {hostile} " not in script
@@ -190,7 +197,10 @@ def test_a_spot_notice_stops_the_job_with_time_to_finish(tmp_path: Path) -> None
     assert any(call.endswith("/latest/meta-data/spot/instance-action") for call in calls)
     assert "Spot interruption notice" in result.stdout
     assert calls.index(stop) > calls.index(_docker_run(root))
-    assert calls[-1].startswith("aws autoscaling set-desired-capacity")
+    # Capacity rebalancing's replacement runs the rest: an interrupted node neither releases nor fails the run.
+    assert not any(call.startswith("aws autoscaling") for call in calls)
+    assert not any(call.startswith("aws s3api put-object") for call in calls)
+    assert "leaving the group's capacity to the replacement" in result.stdout
 
 
 def test_without_a_notice_the_watcher_polls_and_goes_with_the_job(tmp_path: Path) -> None:

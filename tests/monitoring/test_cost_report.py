@@ -219,7 +219,7 @@ def test_failing_publish_names_sns(
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({}, "COST_CENTER, ALERT_TOPIC_ARN, THRESHOLD_USD"),
+        ({}, r"COST_TAG_VALUE \(or COST_CENTER\), ALERT_TOPIC_ARN, THRESHOLD_USD"),
         (
             {"COST_CENTER": "c", "ALERT_TOPIC_ARN": "arn:aws:sns:us-east-1:1:t", "THRESHOLD_USD": "ten"},
             "number",
@@ -234,6 +234,19 @@ def test_failing_publish_names_sns(
 def test_bad_settings_are_named(env: dict[str, str], message: str) -> None:
     with pytest.raises(cost_report.CostReportError, match=message):
         cost_report.ReportSettings.from_env(env)
+
+
+def test_the_stack_tag_is_what_the_program_sets() -> None:
+    """The program scopes the report by COST_TAG_KEY=Stack and COST_TAG_VALUE=<the stack's name>."""
+    settings = cost_report.ReportSettings.from_env(
+        {
+            "COST_TAG_KEY": "Stack",
+            "COST_TAG_VALUE": "llm-batch-small",
+            "ALERT_TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:t",
+            "THRESHOLD_USD": "1",
+        }
+    )
+    assert (settings.tag_key, settings.cost_center) == ("Stack", "llm-batch-small")
 
 
 def test_bad_event_date_is_named(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,147 @@
+"""Plan check: a node volume encrypted with a customer key can be created by whoever launches the node.
+
+EC2 Auto Scaling launches the small tier's Spot node (and an EKS managed node group's nodes) as its
+service-linked role, AWSServiceRoleForAutoScaling. IAM policies cannot be attached to that role, so a
+customer-managed key must let it in through the key policy, or every launch fails with "Client.InternalError:
+Client error on launch" (AWS: "Required AWS KMS key policy for use with encrypted volumes"): use of the key,
+and CreateGrant limited to AWS resources. Karpenter launches with its controller's own role, which the key
+reaches through IAM: the key policy must delegate to the account and an IAM policy in the plan must allow
+the controller CreateGrant for AWS resources on the key.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from infra.ops.plan_view import (
+    Plan,
+    Resource,
+    Violation,
+    as_json,
+    as_list,
+    is_node_class,
+    label,
+    of_type,
+    require_matches,
+    statements,
+)
+
+NAME = "volume-keys"
+KEY = "aws:kms/key:Key"
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+IAM_DOCUMENTS = ("aws:iam/policy:Policy", "aws:iam/rolePolicy:RolePolicy")
+# The service-linked role AWS creates (a custom suffix is allowed: AWSServiceRoleForAutoScaling_<suffix>).
+AUTOSCALING_ROLE = re.compile(
+    r"^arn:[a-z-]+:iam::\d{12}:role/aws-service-role/autoscaling\.amazonaws\.com/AWSServiceRoleForAutoScaling(_\S+)?$"
+)
+USE_ACTIONS = ("kms:Encrypt", "kms:Decrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:DescribeKey")
+
+
+def _allows(statement: Mapping[str, Any], action: str) -> bool:
+    """Whether an Allow statement grants `action` (IAM action patterns: `*` wildcards, any case)."""
+    if statement.get("Effect") != "Allow":
+        return False
+    granted = [str(item).lower() for item in as_list(statement.get("Action"))]
+    return any(fnmatch.fnmatchcase(action.lower(), pattern) for pattern in granted)
+
+
+def _for_aws_resources_only(statement: Mapping[str, Any]) -> bool:
+    condition = (statement.get("Condition") or {}).get("Bool") or {}
+    return str(condition.get("kms:GrantIsForAWSResource")).lower() == "true"
+
+
+def _principals(statement: Mapping[str, Any]) -> list[str]:
+    principal = statement.get("Principal")
+    if not isinstance(principal, dict):
+        return []
+    return [str(arn) for arn in as_list(principal.get("AWS"))]
+
+
+def autoscaling_problems(key_policy: Any) -> list[str]:
+    """What the key policy lacks for EC2 Auto Scaling's service-linked role to launch with the key."""
+    granted = [
+        statement
+        for statement in statements(key_policy)
+        if any(AUTOSCALING_ROLE.match(arn) for arn in _principals(statement))
+    ]
+    problems = []
+    missing = [action for action in USE_ACTIONS if not any(_allows(s, action) for s in granted)]
+    if missing:
+        problems.append(f"the key policy does not let AWSServiceRoleForAutoScaling use the key ({missing})")
+    if not any(_allows(s, "kms:CreateGrant") and _for_aws_resources_only(s) for s in granted):
+        problems.append(
+            "the key policy does not let AWSServiceRoleForAutoScaling CreateGrant with "
+            "kms:GrantIsForAWSResource (needed to attach the encrypted volume)"
+        )
+    return problems
+
+
+def _delegates_to_iam(key_policy: Any) -> bool:
+    """Whether the account (`:root`) may CreateGrant, so an IAM policy can pass that on to a role."""
+    return any(
+        any(arn.endswith(":root") for arn in _principals(statement)) and _allows(statement, "kms:CreateGrant")
+        for statement in statements(key_policy)
+    )
+
+
+def _iam_grants_create_grant(plan: Plan, key_arn: str) -> bool:
+    for item in of_type(plan, *IAM_DOCUMENTS):
+        for statement in statements(item["inputs"].get("policy")):
+            resources = [str(resource) for resource in as_list(statement.get("Resource"))]
+            if (
+                _allows(statement, "kms:CreateGrant")
+                and _for_aws_resources_only(statement)
+                and (key_arn in resources or "*" in resources)
+            ):
+                return True
+    return False
+
+
+def _volume_keys(mappings: Any, *, ebs_key: str) -> Iterator[str | None]:
+    """The key of each EBS volume a template or node class creates (None: AWS's own EBS key)."""
+    for device in as_list(mappings):
+        ebs = device.get("ebs") or {}
+        if ebs:
+            yield ebs.get(ebs_key) or None
+
+
+def check_volume_keys(plan: Plan) -> list[Violation]:
+    """Every launch template and Karpenter EC2NodeClass volume on a customer key: the launching role can use it."""
+    keys: dict[str, Resource] = {str(key.get("outputs", {}).get("arn")): key for key in of_type(plan, KEY)}
+    keys.update({str(key.get("id")): key for key in of_type(plan, KEY)})
+    violations: list[Violation] = []
+    matched = 0
+    launches: list[tuple[Resource, str | None, str]] = []
+    for item in of_type(plan, LAUNCH_TEMPLATE):
+        for volume_key in _volume_keys(item["inputs"].get("blockDeviceMappings"), ebs_key="kmsKeyId"):
+            launches.append((item, volume_key, "autoscaling"))
+    for item in plan:
+        if item.get("custom") and is_node_class(item["type"]):
+            spec = item["inputs"].get("spec") or {}
+            for volume_key in _volume_keys(spec.get("blockDeviceMappings"), ebs_key="kmsKeyID"):
+                launches.append((item, volume_key, "karpenter"))
+    for item, key_arn, launcher in launches:
+        matched += 1
+        if key_arn is None:
+            continue  # AWS's own EBS key: every service may use it
+        key = keys.get(key_arn)
+        if key is None:
+            violations.append(
+                Violation(NAME, label(item), f"volumes use key {key_arn}, which is not in this plan: unchecked")
+            )
+            continue
+        policy = as_json(key["inputs"].get("policy"))
+        if launcher == "autoscaling":
+            problems = autoscaling_problems(policy)
+        else:
+            problems = []
+            if not _delegates_to_iam(policy):
+                problems.append("the key policy does not delegate to IAM, so Karpenter's role cannot use the key")
+            if not _iam_grants_create_grant(plan, key_arn):
+                problems.append("no IAM policy lets Karpenter CreateGrant on the key for AWS resources")
+        violations += [Violation(NAME, label(item), f"{label(key)}: {problem}") for problem in problems]
+    require_matches(NAME, matched, "launch template or EC2NodeClass volume")
+    return violations

@@ -1,0 +1,68 @@
+"""What every plan check shares: the violation it reports, the failure when it saw nothing, and small readers
+of a captured plan (`infra.ops.plan.capture_plan`). Lower than `infra.ops.policy` and the check modules that
+it wires in, so they can all import it without a circle.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+Resource = Mapping[str, Any]
+Plan = Sequence[Resource]
+
+
+@dataclass(frozen=True)
+class Violation:
+    check: str
+    resource: str  # "<type token> <logical name>"
+    problem: str
+
+    def __str__(self) -> str:
+        return f"[{self.check}] {self.resource}: {self.problem}"
+
+
+class NothingMatched(AssertionError):
+    """A check found no resource to check: the plan or the check is wrong, never a pass."""
+
+
+def label(resource: Resource) -> str:
+    return f"{resource['type']} {resource['name']}"
+
+
+def of_type(plan: Plan, *types: str) -> list[Resource]:
+    return [item for item in plan if item.get("custom") and item["type"] in types]
+
+
+def require_matches(check: str, matched: int, what: str) -> None:
+    if matched == 0:
+        raise NothingMatched(f"{check}: the plan has no {what}; nothing was checked")
+
+
+def as_json(value: Any) -> Any:
+    """A policy document or other JSON input as data (the provider takes some as strings)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def is_node_class(type_token: str) -> bool:
+    return type_token.startswith("kubernetes:karpenter.k8s.aws/") and type_token.endswith(":EC2NodeClass")
+
+
+def statements(document: Any) -> list[Mapping[str, Any]]:
+    parsed = as_json(document)
+    if not isinstance(parsed, dict):
+        return []
+    return [statement for statement in as_list(parsed.get("Statement")) if isinstance(statement, dict)]

@@ -1,0 +1,166 @@
+"""The small node's boot script failing for real: its own bash, the real AWS CLI, a moto server for AWS.
+
+Only what cannot run here is a stand-in: `docker` (no engine; a failed pull is its `pull` exiting 1),
+`curl` to the instance metadata service (no instance) and `chown` (no job user). Every AWS call the script
+makes (the run request, the job settings secret, the ECR login, the failure marker, the group's desired
+capacity) goes through the AWS CLI to the moto server, so the marker and the capacity are read back from
+the service, not from a log of arguments. Skipped where no `aws` CLI is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from infra.components.user_data import BootSettings, render_user_data
+from infra.config import load_stack_config
+from workload.config import render_config
+
+BUCKET = "llm-batch-small-data"
+GROUP = "llm-batch-small-gpu"
+NIGHT = "2026-11-28"
+MARKER = f"output/{NIGHT}/_failed.json"
+STANDINS = """#!/bin/bash
+printf '%s\\n' "$(basename "$0") $*" >> "$CALLS"
+case "$(basename "$0") $*" in
+  "docker login"*) cat > /dev/null ;;
+  "docker pull"*) echo "Error response from daemon: manifest unknown" >&2; exit "${PULL_EXIT:-0}" ;;
+  "docker run"*) exit "${JOB_EXIT:-0}" ;;
+  "curl -sf -X PUT"*) echo "imds-token" ;;
+  "curl -sf -o /dev/null -H"*"/spot/instance-action") exit 22 ;;
+  "curl -sf -H"*) echo "i-0123456789abcdef0" ;;
+esac
+"""
+
+
+@pytest.fixture
+def aws_cli() -> str:
+    found = shutil.which("aws")
+    if found is None or subprocess.run([found, "--version"], capture_output=True).returncode != 0:
+        pytest.skip("no AWS CLI on PATH: the boot script's AWS calls need the real `aws` command")
+    return found
+
+
+@pytest.fixture
+def account(moto_reset: str) -> Iterator[dict[str, str]]:
+    """What a small stack leaves in the account for the node: bucket, run request, settings secret, group at 1."""
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket=BUCKET)
+    s3.put_object(Bucket=BUCKET, Key="control/run.json", Body=json.dumps({"date": NIGHT}).encode())
+    config = load_stack_config("small", {"cost_center": "cc"})
+    job = config.job_config(f"s3://{BUCKET}/input/{{date}}/", f"s3://{BUCKET}/output/{{date}}/", stack="small")
+    secrets = boto3.client("secretsmanager")
+    settings_arn = secrets.create_secret(Name="llm-batch-small/job-settings", SecretString=render_config(job))["ARN"]
+    ec2 = boto3.client("ec2")
+    template = ec2.create_launch_template(
+        LaunchTemplateName=GROUP, LaunchTemplateData={"ImageId": "ami-12c6146b", "InstanceType": "g5.xlarge"}
+    )["LaunchTemplate"]["LaunchTemplateId"]
+    boto3.client("autoscaling").create_auto_scaling_group(
+        AutoScalingGroupName=GROUP,
+        LaunchTemplate={"LaunchTemplateId": template, "Version": "$Latest"},
+        MinSize=0,
+        MaxSize=1,
+        DesiredCapacity=1,  # the nightly run has asked for the GPU
+        AvailabilityZones=["us-east-1a"],
+    )
+    yield {"settings_arn": settings_arn, "endpoint": moto_reset}
+
+
+def _boot(tmp_path: Path, aws_cli: str, account: dict[str, str], **env: str) -> subprocess.CompletedProcess[str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for command in ("docker", "curl", "chown"):
+        (bin_dir / command).write_text(STANDINS)
+        (bin_dir / command).chmod(0o755)
+    settings = BootSettings(
+        region="us-east-1",
+        image="123456789012.dkr.ecr.us-east-1.amazonaws.com/llm-batch-small/workload:0123abcd",
+        job_settings_secret_arn=account["settings_arn"],
+        hub_token_secret_arn="arn:aws:secretsmanager:us-east-1:123456789012:secret:llm-batch-small/hub-token-Ab",
+        log_group="/llm-batch/small/job",
+        group_name=GROUP,
+        output_prefix_uri=f"s3://{BUCKET}/output/{{date}}/",
+        run_request_uri=f"s3://{BUCKET}/control/run.json",
+        config_dir=str(tmp_path / "etc"),
+    )
+    script = tmp_path / "user-data.sh"
+    script.write_text(render_user_data(settings))
+    environment = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{Path(aws_cli).parent}:{os.environ['PATH']}",
+        "CALLS": str(tmp_path / "calls.log"),
+        "AWS_ENDPOINT_URL": account["endpoint"],
+        **env,
+    }
+    return subprocess.run(["bash", str(script)], env=environment, capture_output=True, text=True, timeout=120)
+
+
+def _desired_capacity() -> int:
+    groups = boto3.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[GROUP])
+    return int(groups["AutoScalingGroups"][0]["DesiredCapacity"])
+
+
+def _marker() -> tuple[dict[str, Any], dict[str, str]]:
+    found = boto3.client("s3").get_object(Bucket=BUCKET, Key=MARKER)
+    return json.loads(found["Body"].read()), found["Metadata"]
+
+
+def test_a_failed_pull_leaves_the_marker_and_releases_the_gpu(
+    tmp_path: Path, aws_cli: str, account: dict[str, str]
+) -> None:
+    result = _boot(tmp_path, aws_cli, account, PULL_EXIT="1")
+    assert result.returncode == 1, result.stderr
+    body, metadata = _marker()
+    assert body["stage"] == "pulling the job image" and body["exit_status"] == 1 and body["date"] == NIGHT
+    # The state machine reads the reason from the marker's metadata (headObject), without the body.
+    assert metadata["reason"] == "the boot script failed while pulling the job image (exit status 1)"
+    assert _desired_capacity() == 0
+    calls = (tmp_path / "calls.log").read_text()
+    assert "docker run" not in calls
+
+
+def test_a_job_that_dies_without_a_word_still_fails_the_night(
+    tmp_path: Path, aws_cli: str, account: dict[str, str]
+) -> None:
+    """Killed before it could write its own marker (say, out of memory): the script writes one for it."""
+    result = _boot(tmp_path, aws_cli, account, JOB_EXIT="137")
+    assert result.returncode == 137, result.stderr
+    body, metadata = _marker()
+    assert body["stage"] == "running the job" and body["exit_status"] == 137
+    assert "exit status 137" in metadata["reason"]
+    assert _desired_capacity() == 0
+
+
+def test_the_jobs_own_failure_marker_is_kept(tmp_path: Path, aws_cli: str, account: dict[str, str]) -> None:
+    s3 = boto3.client("s3")
+    s3.put_object(Bucket=BUCKET, Key=MARKER, Body=b'{"reason": "input is empty"}', Metadata={"reason": "empty"})
+    result = _boot(tmp_path, aws_cli, account, JOB_EXIT="2")
+    assert result.returncode == 2, result.stderr
+    assert _marker() == ({"reason": "input is empty"}, {"reason": "empty"})
+    assert _desired_capacity() == 0
+
+
+def test_the_small_plans_node_may_write_exactly_the_failure_marker(plan_for: Any) -> None:
+    """The marker's place comes from the boot settings, and the node's own grant is that one key pattern."""
+    import base64
+
+    plan = plan_for("small")
+    (bucket,) = [item for item in plan if item["type"] == "aws:s3/bucket:Bucket" and item["name"] == "storage-bucket"]
+    name = bucket["outputs"]["bucket"]
+    (stand_down,) = [item for item in plan if item["name"] == "gpu-node-stand-down"]
+    statements = {s["Sid"]: s for s in json.loads(stand_down["inputs"]["policy"])["Statement"]}
+    assert statements["RecordBootFailure"]["Action"] == ["s3:PutObject", "s3:GetObject"]
+    assert statements["RecordBootFailure"]["Resource"] == f"arn:aws:s3:::{name}/output/*/_failed.json"
+    (template,) = [item for item in plan if item["type"] == "aws:ec2/launchTemplate:LaunchTemplate"]
+    script = base64.b64decode(template["inputs"]["userData"]).decode()
+    assert 'local key=output/"${night}"/_failed.json' in script
+    assert f'put-object --bucket {name} --key "${{key}}"' in script
+    assert "trap stand_down EXIT" in script

@@ -1,0 +1,92 @@
+"""The node-volume key check (infra/ops/checks_kms.py), shown to fail on what it guards against.
+
+Each negative test breaks one thing in a copy of a real stack's plan (the Pulumi program run under mocks),
+the way tests/infra/test_policy.py does; every stack's plan passing it is part of test_policy.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from infra.aws_context import AwsContext
+from infra.components.kms import key_policy
+from infra.ops.checks_kms import autoscaling_problems, check_volume_keys
+from tests.infra import plan_select
+
+Plan = list[dict[str, Any]]
+CONTEXT = AwsContext(account_id="123456789012", partition="aws", region="us-east-1", dns_suffix="amazonaws.com")
+AUTOSCALING_ROLE = (
+    "arn:aws:iam::123456789012:role/aws-service-role/autoscaling.amazonaws.com/AWSServiceRoleForAutoScaling"
+)
+
+
+def _copy(plan_for: Callable[[str], Plan], stack: str) -> Plan:
+    return copy.deepcopy(plan_for(stack))
+
+
+def _problems(plan: Plan) -> str:
+    return "\n".join(str(violation) for violation in check_volume_keys(plan))
+
+
+def test_the_small_key_lets_auto_scaling_launch_encrypted_volumes(plan_for: Callable[[str], Plan]) -> None:
+    """The Spot node's root volume is on the stack key; the key policy names the looked-up service role."""
+    plan = plan_for("small")
+    key = plan_select.stack_key(plan)
+    (template,) = [item for item in plan if item["type"] == "aws:ec2/launchTemplate:LaunchTemplate"]
+    assert template["inputs"]["blockDeviceMappings"][0]["ebs"]["kmsKeyId"] == key["outputs"]["arn"]
+    statements = {s.get("Sid"): s for s in json.loads(key["inputs"]["policy"])["Statement"]}
+    grant = statements["VolumeLaunchersGrantToAwsResources"]
+    assert grant["Principal"] == {"AWS": [AUTOSCALING_ROLE]}
+    assert grant["Action"] == "kms:CreateGrant"
+    assert grant["Condition"] == {"Bool": {"kms:GrantIsForAWSResource": True}}
+    assert check_volume_keys(plan) == []
+
+
+def test_a_key_without_the_launcher_statements_fails(plan_for: Callable[[str], Plan]) -> None:
+    plan = _copy(plan_for, "small")
+    key = plan_select.stack_key(plan)
+    policy = json.loads(key["inputs"]["policy"])
+    policy["Statement"] = [s for s in policy["Statement"] if not s.get("Sid", "").startswith("VolumeLaunchers")]
+    key["inputs"]["policy"] = json.dumps(policy)
+    problems = _problems(plan)
+    assert "gpu-node-template" in problems
+    assert "does not let AWSServiceRoleForAutoScaling use the key" in problems
+    assert "CreateGrant with kms:GrantIsForAWSResource" in problems
+
+
+def test_a_grant_without_the_aws_resource_condition_fails() -> None:
+    """CreateGrant for anything at all is not what AWS documents, nor what the check accepts."""
+    policy = key_policy(CONTEXT, [AUTOSCALING_ROLE])
+    for statement in policy["Statement"]:
+        if statement.get("Sid") == "VolumeLaunchersGrantToAwsResources":
+            del statement["Condition"]
+    (problem,) = autoscaling_problems(policy)
+    assert "GrantIsForAWSResource" in problem
+    assert autoscaling_problems(key_policy(CONTEXT, [AUTOSCALING_ROLE])) == []
+    assert len(autoscaling_problems(key_policy(CONTEXT))) == 2
+
+
+def test_a_volume_on_a_key_outside_the_plan_is_reported(plan_for: Callable[[str], Plan]) -> None:
+    plan = _copy(plan_for, "small")
+    (template,) = [item for item in plan if item["type"] == "aws:ec2/launchTemplate:LaunchTemplate"]
+    template["inputs"]["blockDeviceMappings"][0]["ebs"]["kmsKeyId"] = "arn:aws:kms:us-east-1:210987654321:key/x"
+    assert "not in this plan" in _problems(plan)
+
+
+@pytest.mark.parametrize("stack", ["large"])
+def test_a_node_class_on_the_stack_key_needs_karpenter_let_in(plan_for: Callable[[str], Plan], stack: str) -> None:
+    """Karpenter's node class uses AWS's EBS key today; moved to the stack key without a grant, it fails."""
+    plan = _copy(plan_for, stack)
+    node_classes = [item for item in plan if item["type"].endswith(":EC2NodeClass")]
+    assert node_classes, "the large stack runs Karpenter"
+    assert check_volume_keys(plan) == []
+    key_arn = plan_select.stack_key(plan)["outputs"]["arn"]
+    for node_class in node_classes:
+        for device in node_class["inputs"]["spec"]["blockDeviceMappings"]:
+            device["ebs"]["kmsKeyID"] = key_arn
+    assert "no IAM policy lets Karpenter CreateGrant on the key" in _problems(plan)
