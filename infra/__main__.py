@@ -266,6 +266,8 @@ if config.tier in ("medium", "large"):
         certificate_authority=pulumi.Output.unsecret(cluster.kubeconfig.apply(ca_of)),
         namespace=eks.namespace,
         provider=cluster.provider,
+        cluster=cluster.cluster,
+        namespace_resource=identity.namespace,
         private_subnet_ids=network.private_subnet_ids,
         submitter_security_group_id=cluster.submitter_security_group_id,
         night_template_json=rayjob_args.apply(night_template_json),

@@ -13,47 +13,25 @@ import importlib
 import inspect
 import json
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
 from functools import cache
 from typing import Any
 
-from infra.ops import iam_allowlist
-
-Resource = Mapping[str, Any]
-Plan = Sequence[Resource]
+from infra.ops import checks_order, iam_allowlist
+from infra.ops.check_types import NothingMatched, Plan, Resource, Violation, label, require_matches
 
 REQUIRED_TAG = "CostCenter"
 OPEN_CIDRS = frozenset({"0.0.0.0/0", "::/0"})
 # Instances and volumes launched from a template are tagged by the template, not by provider default tags.
 LAUNCHED_KINDS = ("instance", "volume")
 
-
-@dataclass(frozen=True)
-class Violation:
-    check: str
-    resource: str  # "<type token> <logical name>"
-    problem: str
-
-    def __str__(self) -> str:
-        return f"[{self.check}] {self.resource}: {self.problem}"
-
-
-class NothingMatched(AssertionError):
-    """A check found no resource to check: the plan or the check is wrong, never a pass."""
-
-
-def _label(resource: Resource) -> str:
-    return f"{resource['type']} {resource['name']}"
+# Shared with infra/ops/checks_order.py; NothingMatched, Plan, Resource and Violation are re-exported from here.
+_label = label
+_require_matches = require_matches
 
 
 def _of_type(plan: Plan, *types: str) -> list[Resource]:
     return [item for item in plan if item.get("custom") and item["type"] in types]
-
-
-def _require_matches(check: str, matched: int, what: str) -> None:
-    if matched == 0:
-        raise NothingMatched(f"{check}: the plan has no {what}; nothing was checked")
 
 
 def _json(value: Any) -> Any:
@@ -410,6 +388,7 @@ CHECKS: dict[str, Callable[[Plan], list[Violation]]] = {
     "launch-templates": check_launch_templates,
     "security-groups": check_security_groups,
     "images": check_images,
+    **checks_order.CHECKS,  # dependency order of the EKS tiers (infra/ops/checks_order.py)
 }
 
 

@@ -163,5 +163,15 @@ def test_policy_cli_reports_each_check(capsys: pytest.CaptureFixture[str]) -> No
     out = capsys.readouterr().out
     # Named, not counted from CHECKS: a check that silently drops out of the CLI must fail here.
     assert [line.split() for line in out.splitlines()] == [
-        ["ok", check] for check in ("cost-tags", "buckets", "iam", "launch-templates", "security-groups", "images")
+        ["ok", check]
+        for check in (
+            "cost-tags",
+            "buckets",
+            "iam",
+            "launch-templates",
+            "security-groups",
+            "images",
+            "eks-access-order",
+            "k8s-order",
+        )
     ]
