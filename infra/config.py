@@ -163,7 +163,7 @@ class EksConfig(_Section):
         default_factory=list,
         description="Public IPv4 CIDRs of the machines that run `pulumi up` (and kubectl): the API server's public "
         "endpoint admits only these, its private endpoint stays on for nodes and the nightly run. Empty: private "
-        "endpoint only, which nothing outside the VPC can reach, so `pulumi up` stops (docs/deploy.md).",
+        "endpoint only, which nothing outside the VPC can reach, so `pulumi up` stops (docs/deploy-eks.md).",
     )
     karpenter_enabled: bool = Field(False, description="Karpenter NodePool instead of a managed GPU group.")
     ami_alias: str = Field(versions.EKS_AMI_ALIAS, description="Pinned AL2023 alias of Karpenter's nodes.")

@@ -1,7 +1,7 @@
 """How `pulumi up` reaches the EKS API it creates, and the stop when it cannot.
 
 The same `up` that creates the cluster applies namespaces, charts and RBAC through its API server, from
-wherever `pulumi up` runs. The one supported route (docs/deploy.md): the public endpoint, open only to the
+wherever `pulumi up` runs. The one supported route (docs/deploy-eks.md): the public endpoint, open only to the
 deployers' CIDRs in `llm-batch:eks.endpoint_public_access_cidrs`, beside the private endpoint that nodes and
 the nightly run use. With no CIDRs the endpoint is private only, and an `up` from outside the VPC would create
 the VPC and the cluster, then time out on the first Kubernetes object: it stops before creating anything.
@@ -26,7 +26,7 @@ def route_problem(config: StackConfig) -> str | None:
     return (
         f"no route from this deploy to the EKS API server (its endpoint would be private only): set {ROUTE_KEY} "
         "to the public CIDR of the machine running `pulumi up`, e.g. `pulumi config set --path "
-        f"'{ROUTE_KEY}[0]' 203.0.113.7/32` (docs/deploy.md)"
+        f"'{ROUTE_KEY}[0]' 203.0.113.7/32` (docs/deploy-eks.md)"
     )
 
 
