@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pulumi
 
-from infra import aws_context, naming
+from infra import aws_context, deploy_route, naming
 from infra.components import storage
 from infra.components.alerts import Alerts, AlertsArgs
 from infra.components.cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
@@ -33,6 +33,7 @@ from infra.components.secrets import JobSecrets, JobSecretsArgs
 from infra.components.spot_node import SpotNode, SpotNodeArgs
 from infra.config import from_pulumi
 from infra.eks_job import base_rayjob_args
+from infra.k8s.karpenter import DISCOVERY_TAG
 from infra.nightly_template import night_template_json
 from infra.pricing import stack_costs
 from workload.config import render_config
@@ -42,6 +43,8 @@ config = from_pulumi()
 tags = naming.cost_tags(stack, config)
 if (price_warning := stack_costs.price_warning(config)) is not None:
     pulumi.log.warn(price_warning)
+# Before any resource: an `up` that could not reach the cluster's API must not create half a stack.
+deploy_route.require_route(config, offline=deploy_route.under_offline_plan(), dry_run=pulumi.runtime.is_dry_run())
 
 providers = Providers("providers", ProvidersArgs(region=config.region, tags=tags))
 aws_opts = pulumi.ResourceOptions(provider=providers.aws)
@@ -83,6 +86,7 @@ alerts = Alerts(
     aws_opts,
 )
 CostControls("cost", CostControlsArgs.from_config(stack, config, context, alerts.topic_arn, key.key_arn), aws_opts)
+cluster_name = naming.prefix(stack)  # the EKS tiers' cluster
 network = Network(
     "network",
     NetworkArgs(
@@ -94,6 +98,10 @@ network = Network(
         interface_endpoints=config.network.interface_endpoints,
         existing_vpc_id=config.network.existing_vpc_id,
         existing_private_subnet_ids=config.network.existing_private_subnet_ids,
+        # Karpenter finds the subnets it may use by this tag; on subnets the program creates it is theirs.
+        private_subnet_tags=(
+            {DISCOVERY_TAG: cluster_name} if config.tier != "small" and config.eks.karpenter_enabled else {}
+        ),
     ),
     aws_opts,
 )
@@ -183,7 +191,6 @@ if config.tier == "small":
 
 if config.tier in ("medium", "large"):
     eks = config.eks
-    cluster_name = naming.prefix(stack)
     cluster = EksCluster(
         "eks",
         EksClusterArgs(
@@ -238,6 +245,7 @@ if config.tier in ("medium", "large"):
                 ami_alias=eks.ami_alias,
                 volume_gib=eks.node_volume_gib,
                 node_pool=eks.node_pool,
+                tag_existing_subnets=not config.network.create_vpc,
                 tags=tags,
                 **oidc,
             ),
@@ -274,6 +282,8 @@ if config.tier in ("medium", "large"):
         certificate_authority=pulumi.Output.unsecret(cluster.kubeconfig.apply(ca_of)),
         namespace=eks.namespace,
         provider=cluster.provider,
+        cluster=cluster.cluster,
+        namespace_resource=identity.namespace,
         private_subnet_ids=network.private_subnet_ids,
         submitter_security_group_id=cluster.submitter_security_group_id,
         night_template_json=rayjob_args.apply(night_template_json),

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from infra import naming, versions
 from infra.k8s.common import check_dns_label, quantity_value
+from infra.k8s.head_group import RayHead, Requests, head_group_shortfall, pods_on_head_group
 from infra.k8s.instance_types import NODE_MEMORY_SHARE, NODE_RESERVED_CPU, shape_of
 from infra.k8s.karpenter import NodePoolArgs
 from infra.k8s.rayjob import PodSize
@@ -130,6 +131,12 @@ class SmallConfig(_Section):
     )
 
 
+# The most addresses the API server's public endpoint may admit in all: a /8, more than any organisation's
+# egress ranges, far less than "the internet".
+MAX_PUBLIC_ENDPOINT_BITS = 24
+MAX_PUBLIC_ENDPOINT_ADDRESSES = 2**MAX_PUBLIC_ENDPOINT_BITS
+
+
 class EksConfig(_Section):
     version: str = Field(versions.KUBERNETES_VERSION, description="Kubernetes version of the control plane.")
     head_instance_type: str = Field("m5.xlarge", description="On-demand node for the Ray head.")
@@ -153,7 +160,10 @@ class EksConfig(_Section):
         60, ge=0, le=3600, description="Seconds a finished run's cluster is kept for its logs."
     )
     endpoint_public_access_cidrs: list[str] = Field(
-        default_factory=list, description="CIDRs that may reach the API server; empty: private endpoint only."
+        default_factory=list,
+        description="Public IPv4 CIDRs of the machines that run `pulumi up` (and kubectl): the API server's public "
+        "endpoint admits only these, its private endpoint stays on for nodes and the nightly run. Empty: private "
+        "endpoint only, which nothing outside the VPC can reach, so `pulumi up` stops (docs/deploy-eks.md).",
     )
     karpenter_enabled: bool = Field(False, description="Karpenter NodePool instead of a managed GPU group.")
     ami_alias: str = Field(versions.EKS_AMI_ALIAS, description="Pinned AL2023 alias of Karpenter's nodes.")
@@ -162,13 +172,24 @@ class EksConfig(_Section):
     @field_validator("endpoint_public_access_cidrs")
     @classmethod
     def _no_open_endpoint(cls, value: list[str]) -> list[str]:
+        networks: list[ipaddress.IPv4Network] = []
         for cidr in value:
             try:
                 network = ipaddress.ip_network(cidr)
             except ValueError as error:
                 raise ValueError(f"not a CIDR block: {error}") from None
-            if network.prefixlen == 0:
-                raise ValueError(f"{cidr} opens the API server to the internet")
+            if not isinstance(network, ipaddress.IPv4Network):
+                raise ValueError(f"{cidr}: EKS's public endpoint takes IPv4 CIDR blocks only")
+            networks.append(network)
+        # Judged together: 0.0.0.0/1 and 128.0.0.0/1 open the API as surely as 0.0.0.0/0 does.
+        covered = sum(network.num_addresses for network in ipaddress.collapse_addresses(networks))
+        if covered > MAX_PUBLIC_ENDPOINT_ADDRESSES:
+            share = covered / 2**32
+            raise ValueError(
+                f"{value} together admit {covered:,} addresses ({share:.1%} of IPv4): that opens the API server "
+                f"to the internet; list the deployers' own ranges (at most a /{32 - MAX_PUBLIC_ENDPOINT_BITS} "
+                "in all)"
+            )
         return value
 
     @field_validator("namespace", "service_account")
@@ -176,9 +197,29 @@ class EksConfig(_Section):
     def _dns_label(cls, value: str, info: Any) -> str:
         return check_dns_label(value, info.field_name)
 
+    @property
+    def ray_heads(self) -> list[RayHead]:
+        """Every Ray head on the head group: the nightly RayJob's (with its autoscaler sidecar when Ray
+        autoscales, Karpenter's tier, and its submitter pod). A feature adding a Ray cluster adds its head here."""
+        return [
+            RayHead(
+                "nightly RayJob",
+                Requests(cpu=self.head_size.cpu, memory=self.head_size.memory),
+                autoscaler=self.karpenter_enabled,
+                submitter=True,
+            )
+        ]
+
     @model_validator(mode="after")
     def _pods_fit_nodes(self) -> EksConfig:
-        _check_fits(self.head_size, [self.head_instance_type], "head_size", "head_instance_type")
+        pods = pods_on_head_group(self.ray_heads, karpenter=self.karpenter_enabled)
+        shortfall = head_group_shortfall(pods, shape_of(self.head_instance_type), self.head_nodes)
+        if shortfall is not None:
+            raise ValueError(
+                f"eks.head_instance_type {self.head_instance_type} x eks.head_nodes {self.head_nodes} cannot hold "
+                f"what runs on the head group: {shortfall}; choose a larger head_instance_type, more head_nodes "
+                "or a smaller head_size"
+            )
         if self.karpenter_enabled:
             _check_fits(self.worker_size, self.node_pool.instance_types, "worker_size", "node_pool.instance_types")
             gpus = self.gpu_max_nodes * self.worker_size.gpus

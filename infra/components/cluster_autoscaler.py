@@ -18,6 +18,7 @@ from infra.aws_context import AwsContext
 from infra.components import irsa
 from infra.components.helm import pinned_chart
 from infra.k8s.common import HEAD_POOL, POOL_LABEL
+from infra.k8s.head_group import CLUSTER_AUTOSCALER
 
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "cluster-autoscaler"
@@ -115,8 +116,8 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                 },
                 "nodeSelector": {POOL_LABEL: HEAD_POOL},
                 "resources": {
-                    "requests": {"cpu": "100m", "memory": "300Mi"},
-                    "limits": {"cpu": "500m", "memory": "300Mi"},
+                    "requests": CLUSTER_AUTOSCALER.as_dict(),
+                    "limits": {"cpu": "500m", "memory": CLUSTER_AUTOSCALER.memory},
                 },
             },
             pulumi.ResourceOptions(parent=self, provider=provider),

@@ -28,6 +28,7 @@ class JobIdentity(pulumi.ComponentResource):
     """Namespace, service account annotated with its role, and the role."""
 
     role_arn: pulumi.Output[str]
+    namespace: k8s.core.v1.Namespace  # what objects in the job's namespace wait for
 
     def __init__(
         self,
@@ -46,7 +47,7 @@ class JobIdentity(pulumi.ComponentResource):
             policy_arns=[args.job_policy_arn],
             parent=self,
         )
-        namespace = k8s.core.v1.Namespace(
+        self.namespace = namespace = k8s.core.v1.Namespace(
             f"{name}-namespace",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=args.namespace, labels=base_labels("namespace")),
             opts=pulumi.ResourceOptions(parent=self, provider=provider),

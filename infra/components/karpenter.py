@@ -23,6 +23,7 @@ from infra.components.helm import namespace, pinned_chart
 from infra.components.iam import deny_insecure_transport
 from infra.components.node_groups import node_role
 from infra.k8s.common import HEAD_POOL, POOL_LABEL, Manifest
+from infra.k8s.head_group import KARPENTER_CONTROLLER
 from infra.k8s.karpenter import (
     DISCOVERY_TAG,
     NodeClassArgs,
@@ -59,6 +60,10 @@ class KarpenterArgs:
     ami_alias: str
     volume_gib: int
     node_pool: NodePoolArgs
+    # True for an existing VPC's subnets, which this program does not own: an `ec2.Tag` adds the discovery tag.
+    # False when the program creates them: the tag is in the Subnet's own tags (`Network.private_subnet_tags`),
+    # since an `ec2.Tag` on a subnet whose tags the Subnet resource owns is removed by the next `up`.
+    tag_existing_subnets: bool
     tags: dict[str, str] = field(default_factory=dict)
 
 
@@ -235,8 +240,17 @@ def controller_policy(cluster_name: str, context: AwsContext, node_role_arn: str
             {
                 "Sid": "ReadInstanceProfiles",
                 "Effect": "Allow",
-                "Action": ["iam:GetInstanceProfile", "iam:ListInstanceProfiles"],
+                "Action": "iam:GetInstanceProfile",
                 "Resource": context.arn("iam", "instance-profile/*", region=False),
+            },
+            {
+                # IAM authorises List* calls on "*" only: scoped to instance-profile/*, the call is denied and
+                # Karpenter's garbage collection of old instance profiles fails (Karpenter's reference policy:
+                # AllowUnscopedInstanceProfileListAction).
+                "Sid": "ListInstanceProfiles",
+                "Effect": "Allow",
+                "Action": "iam:ListInstanceProfiles",
+                "Resource": "*",
             },
             {
                 "Sid": "FindApiServer",
@@ -318,8 +332,9 @@ class Karpenter(pulumi.ComponentResource):
                 f"{name}-{event}-target", rule=rule.name, arn=queue.arn, target_id="karpenter", opts=child
             )
 
-        # Where Karpenter may put nodes: the private subnets and the cluster security group, found by tag.
-        for index in range(args.subnet_count):
+        # Where Karpenter may put nodes: the private subnets and the cluster security group, found by tag. The
+        # security group is EKS's own (pulumi-eks reports it; no resource here owns its tags).
+        for index in range(args.subnet_count if args.tag_existing_subnets else 0):
             aws.ec2.Tag(
                 f"{name}-subnet-{index}-discovery",
                 resource_id=args.private_subnet_ids.apply(_item(index)),
@@ -365,8 +380,8 @@ class Karpenter(pulumi.ComponentResource):
                 "nodeSelector": {POOL_LABEL: HEAD_POOL},
                 "controller": {
                     "resources": {
-                        "requests": {"cpu": "500m", "memory": "1Gi"},
-                        "limits": {"cpu": "1", "memory": "1Gi"},
+                        "requests": KARPENTER_CONTROLLER.as_dict(),
+                        "limits": {"cpu": "1", "memory": KARPENTER_CONTROLLER.memory},
                     }
                 },
             },

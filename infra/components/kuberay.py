@@ -6,6 +6,7 @@ import pulumi
 
 from infra.components.helm import namespace, pinned_chart
 from infra.k8s.common import HEAD_POOL, POOL_LABEL
+from infra.k8s.head_group import KUBERAY_OPERATOR
 
 OPERATOR_NAMESPACE = "kuberay-system"
 
@@ -25,8 +26,8 @@ class KubeRayOperator(pulumi.ComponentResource):
             {
                 "nodeSelector": {POOL_LABEL: HEAD_POOL},
                 "resources": {
-                    "requests": {"cpu": "100m", "memory": "512Mi"},
-                    "limits": {"cpu": "500m", "memory": "512Mi"},
+                    "requests": KUBERAY_OPERATOR.as_dict(),
+                    "limits": {"cpu": "500m", "memory": KUBERAY_OPERATOR.memory},
                 },
             },
             pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[ns]),

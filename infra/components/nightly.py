@@ -50,6 +50,10 @@ class EksTarget:
     private_subnet_ids: pulumi.Input[Sequence[str]]
     submitter_security_group_id: pulumi.Input[str]
     night_template_json: pulumi.Input[str]  # infra.nightly_template.night_template_json
+    # What the submitter's access and RBAC must wait for: EKS rejects an access entry while the cluster is
+    # creating, and the API server a Role in a namespace that does not exist yet.
+    cluster: pulumi.Resource
+    namespace_resource: pulumi.Resource
     nodegroup_name: str | None = None  # managed GPU group (medium); None: Karpenter (large)
     gpu_nodes: int = 0
     karpenter_nodepool: str | None = None
@@ -476,9 +480,14 @@ class Nightly(pulumi.ComponentResource):
             principal_arn=role.arn,
             kubernetes_groups=[SUBMITTER_GROUP],
             type="STANDARD",
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[eks.cluster]),
         )
         k8s_child = pulumi.ResourceOptions(parent=self, provider=eks.provider)
+        in_namespace = pulumi.ResourceOptions(
+            parent=self,
+            provider=eks.provider,
+            depends_on=[eks.namespace_resource],
+        )
         k8s.rbac.v1.Role(
             f"{name}-submit-rbac",
             metadata={"name": SUBMITTER_GROUP, "namespace": eks.namespace},
@@ -490,14 +499,14 @@ class Nightly(pulumi.ComponentResource):
                 },
                 {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "list", "delete"]},
             ],
-            opts=k8s_child,
+            opts=in_namespace,
         )
         k8s.rbac.v1.RoleBinding(
             f"{name}-submit-rbac-binding",
             metadata={"name": SUBMITTER_GROUP, "namespace": eks.namespace},
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SUBMITTER_GROUP},
             subjects=[{"kind": "Group", "name": SUBMITTER_GROUP, "apiGroup": "rbac.authorization.k8s.io"}],
-            opts=k8s_child,
+            opts=in_namespace,
         )
         if eks.karpenter_nodepool is not None:
             k8s.rbac.v1.ClusterRole(

@@ -27,6 +27,7 @@ from infra.k8s.common import (
     check_quantity,
     gpu_toleration,
 )
+from infra.k8s.head_group import RAY_AUTOSCALER, RAYJOB_SUBMITTER
 from workload.config import JobConfig, build_config, render_config
 from workload.entrypoint import MODELS_DIR
 
@@ -439,13 +440,38 @@ def render_ray_cluster_spec(args: RayJobArgs) -> Manifest:
         spec["autoscalerOptions"] = {
             "upscalingMode": "Default",
             "idleTimeoutSeconds": args.idle_timeout_s,
-            "resources": {
-                "requests": {"cpu": "500m", "memory": "512Mi"},
-                "limits": {"cpu": "500m", "memory": "512Mi"},
-            },
+            "resources": {"requests": RAY_AUTOSCALER.as_dict(), "limits": RAY_AUTOSCALER.as_dict()},
             "securityContext": _container_security(),
         }
     return spec
+
+
+def _submitter_template(args: RayJobArgs) -> dict[str, Any]:
+    """The pod that runs `ray job submit` (KubeRay fills in the command and the head's address).
+
+    KubeRay's default asks for 500m CPU, which with everything else on the head group leaves the large tier's
+    head node short (infra/k8s/head_group.py); this one asks for what following a job's logs needs, on the
+    head nodes, as the image's user, with no Kubernetes API token (it talks to the Ray dashboard only).
+    """
+    return {
+        "metadata": {"labels": {**base_labels("ray-job-submitter"), **args.labels}},
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "nodeSelector": dict(args.head.node_selector),
+            "securityContext": _pod_security(),
+            "containers": [
+                {
+                    "name": "ray-job-submitter",
+                    # The head's image, as KubeRay's default does: the `ray` CLI matches the cluster's Ray.
+                    "image": args.image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "resources": {"requests": RAYJOB_SUBMITTER.as_dict(), "limits": RAYJOB_SUBMITTER.as_dict()},
+                    "securityContext": _container_security(),
+                }
+            ],
+        },
+    }
 
 
 def render_config_map(args: RayJobArgs) -> Manifest:
@@ -479,6 +505,7 @@ def render_rayjob(args: RayJobArgs) -> Manifest:
             "ttlSecondsAfterFinished": args.ttl_after_finished_s,
             "backoffLimit": args.backoff_limit,
             "activeDeadlineSeconds": args.active_deadline_s,
+            "submitterPodTemplate": _submitter_template(args),
             "rayClusterSpec": render_ray_cluster_spec(args),
         },
     }

@@ -52,6 +52,8 @@ RESOURCE_STAR_ACTIONS: dict[str, str] = {
     "ec2:DescribeInstanceTypeOfferings": "Describe* calls have no resource-level permission",
     "ec2:DescribePlacementGroups": "Describe* calls have no resource-level permission",
     "ec2:GetInstanceTypesFromInstanceRequirements": "a read-only lookup with no resource-level permission",
+    "iam:ListInstanceProfiles": "IAM authorises List* calls only on Resource *; Karpenter lists instance "
+    "profiles to garbage-collect the ones it made (its reference policy's AllowUnscopedInstanceProfileListAction)",
     "ce:GetCostAndUsage": "Cost Explorer has no resource-level permission",
     "ce:GetCostForecast": "Cost Explorer has no resource-level permission",
     "pricing:GetProducts": "the Price List API has no resource-level permission",

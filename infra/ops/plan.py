@@ -1,7 +1,7 @@
 """Offline plan: run the Pulumi program under mocks with a stack's config and show what it would create.
 
     python -m infra.plan small          # a tree on the terminal, then the stack's monthly cost estimate
-    python -m infra.plan large --json   # a list of {type, name, parent, inputs, ...} objects
+    python -m infra.plan large --json   # a list of {type, name, parent, inputs, dependencies, ...} objects
     python -m infra.plan large --estimate-json   # the cost estimate's line items as JSON
 
 The program runs exactly as `pulumi up` would run it (infra/__main__.py as `__main__`, from infra/, with the
@@ -120,6 +120,7 @@ def _stack_exports(stack: str) -> dict[str, Any]:
         "inputs": {},
         "id": None,
         "outputs": exports,
+        "dependencies": [],
     }
 
 

@@ -424,12 +424,15 @@ class Registration:
     inputs: dict[str, Any]
     ignore_changes: list[str] = field(default_factory=list)
     remote: bool = False
+    # What the engine makes it wait for: explicit `depends_on`, the resources whose outputs feed its inputs
+    # (a component among them stands for its children) and its parent. Its provider is in `provider`.
+    dependencies: list[str] = field(default_factory=list)
     id: str | None = None
     outputs: dict[str, Any] = field(default_factory=dict)
 
 
-def _resource_refs_as_urns(struct: Any) -> Any:
-    """A copy of a registration's properties with each resource reference replaced by its URN.
+def _resource_refs_as_urns(struct: Any, found: set[str] | None = None) -> Any:
+    """A copy of a registration's properties with each resource reference replaced by its URN (added to `found`).
 
     Deserialising a reference would look the resource up through the engine from the monitor's thread, which
     fails under mocks (pulumi/pulumi#6561); for the plan the URN says which resource it is.
@@ -439,6 +442,8 @@ def _resource_refs_as_urns(struct: Any) -> Any:
     def walk(value: Any) -> Any:
         if isinstance(value, dict):
             if value.get(rpc._special_sig_key) == rpc._special_resource_sig:
+                if found is not None and value.get("urn"):
+                    found.add(str(value["urn"]))
                 return value.get("urn", "")
             return {key: walk(item) for key, item in value.items()}
         if isinstance(value, list):
@@ -449,6 +454,18 @@ def _resource_refs_as_urns(struct: Any) -> Any:
     copy = struct_pb2.Struct()
     copy.update(plain)
     return copy
+
+
+def _dependencies(request: Any, references: set[str]) -> list[str]:
+    """The URNs a registration waits on: what the SDK sends as `dependencies` and `propertyDependencies`, the
+    resources its inputs reference (a remote component's inputs, e.g. a node group's `cluster`, leave
+    references out of the dependency lists, yet serialising one waits for that resource), and its parent."""
+    urns = set(request.dependencies) | references
+    for property_dependencies in request.propertyDependencies.values():
+        urns.update(property_dependencies.urns)
+    if request.parent:
+        urns.add(request.parent)
+    return sorted(urns)
 
 
 class RecordingMonitor(MockMonitor):
@@ -470,7 +487,8 @@ class RecordingMonitor(MockMonitor):
         return provider_pb2.CallResponse(**{"return": returned})
 
     def RegisterResource(self, request: Any) -> Any:
-        request.object.CopyFrom(_resource_refs_as_urns(request.object))
+        references: set[str] = set()
+        request.object.CopyFrom(_resource_refs_as_urns(request.object, references))
         response = super().RegisterResource(request)
         if request.type == "pulumi:pulumi:Stack":
             return response
@@ -489,6 +507,7 @@ class RecordingMonitor(MockMonitor):
                 inputs=mask_secrets(rpc.deserialize_properties(request.object)),
                 ignore_changes=list(request.ignoreChanges),
                 remote=bool(request.remote),
+                dependencies=_dependencies(request, references),
                 # Local components have no id or outputs of their own (the SDK's monitor mocks them anyway);
                 # remote ones (pulumi_eks.Cluster, helm Chart) have outputs, and only those under mocks.
                 id=self.resources[urn].id if has_state and urn in self.resources else None,

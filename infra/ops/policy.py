@@ -13,33 +13,26 @@ import importlib
 import inspect
 import json
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from functools import cache
 from typing import Any
 
-from infra.ops import checks_costs, checks_kms, iam_allowlist
-from infra.ops.plan_view import NothingMatched, Violation
-
-Resource = Mapping[str, Any]
-Plan = Sequence[Resource]
+from infra.ops import checks_costs, checks_kms, checks_order, iam_allowlist
+from infra.ops.plan_view import NothingMatched, Plan, Resource, Violation, label, require_matches
 
 REQUIRED_TAG = "CostCenter"
 OPEN_CIDRS = frozenset({"0.0.0.0/0", "::/0"})
 # Instances and volumes launched from a template are tagged by the template, not by provider default tags.
 LAUNCHED_KINDS = ("instance", "volume")
 
-
-def _label(resource: Resource) -> str:
-    return f"{resource['type']} {resource['name']}"
+# Shared with the check modules (infra/ops/plan_view.py); NothingMatched, Plan, Resource and Violation are
+# re-exported from here.
+_label = label
+_require_matches = require_matches
 
 
 def _of_type(plan: Plan, *types: str) -> list[Resource]:
     return [item for item in plan if item.get("custom") and item["type"] in types]
-
-
-def _require_matches(check: str, matched: int, what: str) -> None:
-    if matched == 0:
-        raise NothingMatched(f"{check}: the plan has no {what}; nothing was checked")
 
 
 def _json(value: Any) -> Any:
@@ -399,6 +392,7 @@ CHECKS: dict[str, Callable[[Plan], list[Violation]]] = {
     "volume-keys": checks_kms.check_volume_keys,
     "cost-scope": checks_costs.check_cost_scope,
     "cost-tag-activation": checks_costs.check_cost_tag_activation,
+    **checks_order.CHECKS,  # dependency order of the EKS tiers (infra/ops/checks_order.py)
 }
 
 

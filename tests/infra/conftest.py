@@ -2,8 +2,8 @@
 
 `plan_for(stack) -> list[dict]`: the offline plan of a stack (`infra.ops.plan.capture_plan`: the Pulumi
 program run under mocks with stacks/Pulumi.<stack>.yaml), made once per stack per test session and
-shared. Each item has `type`, `name`, `urn`, `parent`, `custom`, `provider`, `inputs`, `id` and
-`outputs`; secrets are masked.
+shared. Each item has `type`, `name`, `urn`, `parent`, `custom`, `provider`, `inputs`, `id`, `outputs` and
+`dependencies` (the URNs it waits for); secrets are masked.
 `STACKS`: every stack the repository ships; parametrize plan-wide tests over it.
 """
 

@@ -258,6 +258,7 @@ def _karpenter() -> Registrations:
                 ami_alias=versions.EKS_AMI_ALIAS,
                 volume_gib=200,
                 node_pool=NodePoolArgs(),
+                tag_existing_subnets=True,
                 tags=TAGS,
             ),
             _k8s_provider(),

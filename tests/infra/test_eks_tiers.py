@@ -14,6 +14,7 @@ from infra.aws_context import AwsContext
 from infra.components.image import WorkloadImageArgs
 from infra.config import StackConfigError, decode_pulumi_values, load_stack_config
 from infra.eks_job import base_rayjob_args, manifests_for_date, night_manifests
+from infra.k8s.karpenter import DISCOVERY_TAG
 from infra.k8s.rayjob import RayJobArgs, render_rayjob
 from infra.ops.plan_mocks import ACCOUNT_ID
 from infra.ops.stacks import ROOT, read_stack_config
@@ -56,8 +57,11 @@ def test_large_has_karpenter_instead_of_a_gpu_group(plan_for, crds_dir: Path) ->
     assert sorted(item["inputs"]["kind"] for item in custom) == ["EC2NodeClass", "NodePool"]
     for item in custom:
         assert_valid(item["inputs"], crds_dir)
-    # One discovery tag per private subnet of the large tier's three zones, and one on the cluster group.
-    assert len([item for item in plan if item["type"] == "aws:ec2/tag:Tag"]) == 3 + 1
+    # Karpenter's discovery tag: in the own tags of the three private subnets the program creates, and as an
+    # ec2.Tag on the cluster security group EKS creates (tests/infra/test_eks_first_deploy.py).
+    private = [item for item in plan if item["type"] == "aws:ec2/subnet:Subnet" and "private" in item["name"]]
+    assert len(private) == 3 and all(item["inputs"]["tags"][DISCOVERY_TAG] == "llm-batch-large" for item in private)
+    assert [item["name"] for item in plan if item["type"] == "aws:ec2/tag:Tag"] == ["karpenter-sg-discovery"]
 
 
 @pytest.mark.parametrize("stack", ["medium", "large"])
@@ -165,7 +169,10 @@ def test_rayjob_args_travel_as_json() -> None:
             {"worker_size": {"cpu": "8", "memory": "24Gi", "gpus": 1}},
             "worker_size .* fits no node of gpu_instance_type",
         ),
-        ({"head_size": {"cpu": "2", "memory": "15Gi"}}, "head_size .* fits no node of head_instance_type"),
+        (
+            {"head_size": {"cpu": "2", "memory": "15Gi"}},
+            "eks.head_instance_type m5.xlarge .* nightly RayJob ray head .* fits no head node",
+        ),
         ({"gpu_instance_type": "g5.huge"}, "unknown instance type 'g5.huge'"),
         ({"namespace": "Jobs!"}, "eks.namespace"),
         ({"node_pool": {"memory_limit": "1024Gi"}}, "p4d.24xlarge .* could never launch it"),

@@ -174,5 +174,7 @@ def test_policy_cli_reports_each_check(capsys: pytest.CaptureFixture[str]) -> No
             "volume-keys",
             "cost-scope",
             "cost-tag-activation",
+            "eks-access-order",
+            "k8s-order",
         )
     ]
