@@ -247,7 +247,10 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
         try:
             loaded = yaml.safe_load(file.read_text())
         except yaml.YAMLError as error:
-            raise ConfigError(f"config file {file} is not valid YAML/JSON: {error}") from None
+            mark = getattr(error, "problem_mark", None)
+            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+            problem = getattr(error, "problem", None) or error
+            raise ConfigError(f"config file {file} is not valid YAML/JSON{where}: {problem}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config file {file} must hold a mapping, not {type(loaded).__name__}")
         data = loaded or {}

@@ -12,7 +12,7 @@ import yaml
 
 from infra.config import StackConfigError
 from infra.ops import stacks as stacks_module
-from infra.ops.plan import PlanError, capture_plan, render_tree, run_program
+from infra.ops.plan import PlanError, capture_plan, render_tree, run_program, summary
 from infra.ops.plan_mocks import PlanMocks
 from infra.ops.policy import main as policy_main
 from infra.ops.stacks import ROOT
@@ -53,7 +53,8 @@ def test_cli_prints_a_tree_and_json(plan_for) -> None:
         [sys.executable, "-m", "infra.plan", "small"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout
     # The tree, then the cost estimate (tests/infra/test_stack_costs.py checks that part).
-    assert tree.startswith(render_tree(plan_for("small")) + "\n\nMonthly cost estimate for stack small")
+    plan = plan_for("small")
+    assert tree.startswith(render_tree(plan, details=False) + "\n" + summary(plan) + "\n\nMonthly cost estimate for stack small")
     assert "aws:s3/bucket:Bucket  storage-bucket" in tree
     listed = json.loads(
         subprocess.run(
