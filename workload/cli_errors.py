@@ -137,7 +137,12 @@ def run_command(prog: str, main: Callable[[list[str]], int | None], argv: Sequen
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except SystemExit:
-        raise  # argparse's usage errors (2) and --help (0) already said what they had to say
+        raise
+    except BrokenPipeError:
+        # The reader went away (`... | head`): nothing to report. Point stdout at devnull so the interpreter's
+        # own flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # argparse's usage errors (2) and --help (0) already said what they had to say
     except Exception as error:
         if debug:
             traceback.print_exc()
