@@ -150,7 +150,13 @@ def test_walk_the_small_tier_steps(
     store = OutputStore(f"s3://{stack.bucket}/output/{night}")
     results = pa.table({"id": ["q1", "q2"], "generated_text": ["Paris.", "4"], "finish_reason": ["stop", "stop"]})
     bad = [{"id": "q3", "error_type": "missing_prompt", "error_message": "no prompt or messages"}]
-    stats = {"rows_ok": 2, "rows_failed": 1, "input_tokens": 9, "output_tokens": 3, "error_types": {"missing_prompt": 1}}
+    stats = {
+        "rows_ok": 2,
+        "rows_failed": 1,
+        "input_tokens": 9,
+        "output_tokens": 3,
+        "error_types": {"missing_prompt": 1},
+    }
     store.commit_shard(0, results, bad, stats, attempt=1)
     instance = FakeInstance(stack, [("summary.json", {**summary(rows=3), "device": "gpu"})])
     instance.start()

@@ -1,4 +1,4 @@
-"""Write the job config reference (every key, type, default, meaning) as the markdown table docs/config-reference.md holds.
+"""Write the job config reference (every key, type, default, meaning): the table docs/config-reference.md holds.
 
 `python tools/config_reference.py` prints it; `--write` replaces the table between its markers in
 docs/config-reference.md; a test fails when that copy is stale.

@@ -1,7 +1,8 @@
 """One error boundary for every command (`python -m workload ...`, `python -m infra.<tool>`).
 
 An operator who mistypes a path or runs without AWS credentials gets one line naming the problem and the fix and a
-documented exit code, never a 40-line traceback; `--debug` (anywhere on the command line) or LLM_BATCH_DEBUG=1 adds the traceback.
+documented exit code, never a 40-line traceback; `--debug` (anywhere on the command line) or LLM_BATCH_DEBUG=1
+adds the traceback.
 
 Exit codes (docs/cli.md):
     0   done

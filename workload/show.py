@@ -69,7 +69,9 @@ def render(uri: str, limit: int = 5) -> str:
     else:
         lines.append(f"summary: none yet (the run has not finished); {len(commits)} shard(s) committed")
     if failure is not None:
-        lines.append(f"failed: {failure.get('error_type')}: {failure.get('error_message')} ({failure.get('failed_at')})")
+        lines.append(
+            f"failed: {failure.get('error_type')}: {failure.get('error_message')} ({failure.get('failed_at')})"
+        )
     if interrupted is not None:
         lines.append("interrupted: the last attempt was stopped; running the same night again resumes it")
     counts = _error_counts(errors)

@@ -204,11 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--estimate-json", action="store_true", help="print the monthly cost estimate as JSON")
     parser.add_argument("--details", action="store_true", help="show Kubernetes objects' full manifests in the tree")
     args = parser.parse_args(argv)
+    from pulumi import RunError
+
     from infra.config import StackConfigError
 
     try:
         plan = run_program(args.stack)
-    except (PlanError, StackConfigError) as error:
+    except (PlanError, StackConfigError, RunError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     from infra.ops.stacks import stack_estimate

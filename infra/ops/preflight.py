@@ -178,11 +178,13 @@ class RecordedQuotas:
 
         document = json.loads(Path(path).read_text())
         if not isinstance(document, dict) or not isinstance(document.get("Quotas"), list):
-            raise PreflightError(f"{path}: expected the JSON of `aws service-quotas list-service-quotas` (Quotas: [...])")
+            raise PreflightError(
+                f"{path}: expected the JSON of `aws service-quotas list-service-quotas` (Quotas: [...])"
+            )
         self.path = path
         self.values = {item["QuotaCode"]: float(item["Value"]) for item in document["Quotas"]}
 
-    def get_service_quota(self, ServiceCode: str, QuotaCode: str) -> dict[str, Any]:  # noqa: N803 (boto3's names)
+    def get_service_quota(self, ServiceCode: str, QuotaCode: str) -> dict[str, Any]:
         if QuotaCode not in self.values:
             raise PreflightError(
                 f"{self.path} has no quota {QuotaCode}; save the list again with "
@@ -213,7 +215,6 @@ def main(argv: list[str] | None = None) -> int:
     from infra.config import StackConfigError
     from infra.ops.plan import PlanError
     from infra.ops.stacks import offline_config
-
     from workload.cli_errors import EXIT_AWS, HELP_EPILOG, CommandError, describe
 
     parser = argparse.ArgumentParser(
@@ -236,7 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     except PreflightError as error:
         cause = describe(error.__cause__) if error.__cause__ is not None else None
         if cause is not None and cause.exit_code == EXIT_AWS:  # credentials, network, access: say so, and the fix
-            raise CommandError(str(error).split(" failed:")[0] + f" failed: {cause.problem}", cause.fix, EXIT_AWS) from error
+            raise CommandError(
+                str(error).split(" failed:")[0] + f" failed: {cause.problem}", cause.fix, EXIT_AWS
+            ) from error
         print(f"error: {error}", file=sys.stderr)
         return 2
     except (PlanError, StackConfigError, ValueError) as error:

@@ -57,9 +57,7 @@ def current_step(sfn: Any, execution_arn: str) -> str | None:
     return None
 
 
-def wait(
-    outputs: dict[str, Any], execution_arn: str, poll_s: float = 30.0, progress: Any = None
-) -> dict[str, Any]:
+def wait(outputs: dict[str, Any], execution_arn: str, poll_s: float = 30.0, progress: Any = None) -> dict[str, Any]:
     """Poll until the execution ends; each poll reports the elapsed time and the step it is in to `progress`."""
     sfn = boto_session(outputs).client("stepfunctions")
     started = time.monotonic()

@@ -7,10 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pulumi
 import pytest
 import yaml
 
-from infra.config import StackConfigError
 from infra.ops import stacks as stacks_module
 from infra.ops.plan import PlanError, capture_plan, render_tree, run_program, summary
 from infra.ops.plan_mocks import PlanMocks
@@ -54,7 +54,9 @@ def test_cli_prints_a_tree_and_json(plan_for) -> None:
     ).stdout
     # The tree, then the cost estimate (tests/infra/test_stack_costs.py checks that part).
     plan = plan_for("small")
-    assert tree.startswith(render_tree(plan, details=False) + "\n" + summary(plan) + "\n\nMonthly cost estimate for stack small")
+    assert tree.startswith(
+        render_tree(plan, details=False) + "\n" + summary(plan) + "\n\nMonthly cost estimate for stack small"
+    )
     assert "aws:s3/bucket:Bucket  storage-bucket" in tree
     listed = json.loads(
         subprocess.run(
@@ -135,14 +137,27 @@ def test_program_with_secret_token_and_existing_vpc(tmp_path: Path, monkeypatch:
 
 
 def test_bad_stack_config_stops_the_plan_naming_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under Pulumi's mocks as under `pulumi up`: pulumi.RunError, which Pulumi prints as one clean line."""
     (tmp_path / "Pulumi.bad.yaml").write_text(
         "config:\n  llm-batch:tier: small\n  llm-batch:network:\n    az_count: 1\n"
     )
     monkeypatch.setattr(stacks_module, "STACKS_DIR", tmp_path)
-    with pytest.raises(StackConfigError) as caught:
+    with pytest.raises(pulumi.RunError) as caught:
         run_program("bad")
-    assert "llm-batch:cost_center: Field required" in str(caught.value)
-    assert "llm-batch:network.az_count: Input should be greater than or equal to 2" in str(caught.value)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("invalid stack config: llm-batch:cost_center: Field required; ")
+    assert "llm-batch:network.az_count: Input should be greater than or equal to 2" in message
+
+
+def test_config_comes_through_pulumi_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key set only in the stack file reaches the model; an unknown key is refused, not dropped."""
+    (tmp_path / "Pulumi.typo.yaml").write_text(
+        "config:\n  llm-batch:tier: small\n  llm-batch:cost_center: cc\n  llm-batch:alert_emial: x@example.com\n"
+    )
+    monkeypatch.setattr(stacks_module, "STACKS_DIR", tmp_path)
+    with pytest.raises(pulumi.RunError, match=r"llm-batch:alert_emial: Extra inputs are not permitted"):
+        run_program("typo")
 
 
 def test_every_lookup_goes_through_the_stack_provider() -> None:
