@@ -96,6 +96,38 @@ def test_tree_shows_kubernetes_manifests_in_full() -> None:
     tree = render_tree([component, job])
     assert "* llmbatch:eks:Workload  w\n  + kubernetes:ray.io/v1:RayJob  nightly\n      apiVersion: ray.io/v1" in tree
     assert "        entrypoint: python -m workload run --config /etc/llm-batch/job.yaml" in tree
+    # Without --details the tree keeps one line per object.
+    assert render_tree([component, job], details=False).splitlines()[:2] == [
+        "* llmbatch:eks:Workload  w",
+        "  + kubernetes:ray.io/v1:RayJob  nightly",
+    ]
+
+
+def test_summary_counts_resources_by_component_and_service(plan_for) -> None:
+    plan = plan_for("small")
+    line = summary(plan)
+    resources = sum(1 for item in plan if item["custom"])
+    assert line.startswith(f"{resources} resources in ")
+    by_component = line.split("By component: ")[1].split(". By service: ")[0]
+    counted = {name: int(n) for name, n in (part.rsplit(" ", 1) for part in by_component.split(", "))}
+    assert sum(counted.values()) == resources and counted["storage"] >= 7 and "gpu-node" in counted
+    assert "aws:s3 " in line.split("By service: ")[1]
+
+
+def test_a_missing_price_warns_and_the_plan_still_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from infra.ops import plan as plan_tool
+
+    (tmp_path / "Pulumi.eu.yaml").write_text(
+        "config:\n  llm-batch:tier: small\n  llm-batch:cost_center: cc\n  llm-batch:region: eu-west-1\n"
+    )
+    monkeypatch.setattr(stacks_module, "STACKS_DIR", tmp_path)
+    assert plan_tool.main(["eu"]) == 0
+    captured = capsys.readouterr()
+    assert "+ aws:s3/bucket:Bucket  storage-bucket" in captured.out and "resources in" in captured.out
+    assert "warning: no cost estimate: region 'eu-west-1' is not in the price table" in captured.out
+    assert "python -m infra.pricing.refresh --region eu-west-1" in captured.err
 
 
 def test_program_with_secret_token_and_existing_vpc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

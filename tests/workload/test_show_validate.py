@@ -1,10 +1,12 @@
-"""`python -m workload show` on a local output the commit protocol wrote (S3: tests/test_readme_walk.py).
+"""`python -m workload show` on a local output the commit protocol wrote (S3: tests/test_readme_walk.py), and
+`validate`, which needs no output.
 
 The output is written by the job's own OutputStore, not by hand, so `show` reads exactly what a run leaves.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -39,3 +41,10 @@ def test_a_failed_run_shows_its_committed_shards_the_failure_and_errors_by_type(
     assert "first 3 result(s):" in shown
     first = next(line for line in shown if line.startswith("  r0  [length]  "))
     assert first.endswith("...") and len(first) < 130  # long answers are clipped to one line
+
+
+def test_validate_needs_no_output(capsys: pytest.CaptureFixture[str]) -> None:
+    root = Path(__file__).resolve().parents[2]
+    assert cli.main(["validate", "--input", str(root / "data" / "sample.jsonl")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["rows_in"], report["rows_valid"], report["rows_invalid"]) == (195, 190, 5)
