@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import boto3
 import pytest
 
 from infra.ops import plan as plan_tool
@@ -60,6 +61,8 @@ def outputs_file(tmp_path: Path) -> Path:
 
 
 def _without_aws(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A command is a fresh process; in this one boto3's default session may hold an earlier test's credentials.
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
     for key, value in NO_AWS.items():
         if value is None:
             monkeypatch.delenv(key, raising=False)
