@@ -566,9 +566,27 @@ def decode_pulumi_values(raw: Mapping[str, str]) -> dict[str, Any]:
 
 
 def from_pulumi() -> StackConfig:
-    """The running stack's config: every `llm-batch:` key Pulumi passed to this program."""
+    """The running stack's config: every `llm-batch:` key Pulumi passed to this program, read through pulumi.Config.
+
+    Secret keys (the hub token) are not read here: their component reads them with `get_secret`, so they keep their
+    marking. A bad config stops the program with `pulumi.RunError`, which Pulumi prints as one line, no traceback.
+    """
     import pulumi
     from pulumi.runtime import config as runtime_config
 
-    raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
-    return load_stack_config(pulumi.get_stack(), decode_pulumi_values(raw))
+    ours = pulumi.Config(NAMESPACE)
+    # Only the key names come from the runtime's table: pulumi.Config has no listing, and an unknown (mistyped) key
+    # must reach the model to be refused rather than be silently ignored.
+    names = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    raw: dict[str, str] = {}
+    for full_key in names:
+        namespace, _, key = full_key.partition(":")
+        if namespace == NAMESPACE and key not in SECRET_KEYS and (value := ours.get(key)) is not None:
+            raw[full_key] = value
+    if (aws_region := pulumi.Config("aws").get("region")) is not None:
+        raw["aws:region"] = aws_region
+    try:
+        return load_stack_config(pulumi.get_stack(), decode_pulumi_values(raw))
+    except StackConfigError as error:
+        head, *items = (line.strip() for line in str(error).splitlines())
+        raise pulumi.RunError(f"{head} {'; '.join(items)}" if items else head) from None

@@ -111,7 +111,14 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 LAUNCHERS = {"infra.plan", "infra.policy", "infra.preflight", "infra.run", "infra.status", "infra.pricing.refresh"}
 # What the deploy-time program and the monitoring may read of the job: its config model, the image's fixed paths
 # and the metric names the alarms watch; none of them imports Ray, vLLM or torch (test_plan_imports_no_engine).
-WORKLOAD_FOR_INFRA = {"workload", "workload.config", "workload.entrypoint", "workload.metric_names"}
+# The commands' error boundary (workload.cli_errors) imports only the standard library.
+WORKLOAD_FOR_INFRA = {
+    "workload",
+    "workload.config",
+    "workload.entrypoint",
+    "workload.metric_names",
+    "workload.cli_errors",
+}
 
 
 def test_no_import_circles() -> None:

@@ -1,4 +1,4 @@
-"""`python -m workload run|validate|bench`: flags override the config file, and both map onto one JobConfig."""
+"""`python -m workload run|validate|show|bench`: flags override the config file, and both map onto one JobConfig."""
 
 from __future__ import annotations
 
@@ -38,7 +38,23 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+# `validate` writes nothing, so it needs no output; the report says so instead of showing a made-up one.
+NO_OUTPUT = "(none: validate writes nothing)"
+
+EXAMPLES = """examples:
+  python -m workload validate --input data/sample.jsonl
+  python -m workload run --config examples/demo.yaml
+  python -m workload run --config job.yaml --input s3://bucket/input/2026-11-29/ --output s3://bucket/output/2026-11-29/
+  python -m workload show s3://bucket/output/2026-11-29/
+
+exit codes: 0 done; 1 the run failed; 2 bad config or input (or no output to show); 3 the output holds another
+config's results (--restart replaces them); 69 AWS or network (credentials, endpoint, API error); 143 stopped by
+SIGTERM (rerun to resume). Add --debug for a traceback."""
+
+
 def _load(args: argparse.Namespace) -> JobConfig:
+    if args.command == "validate":
+        return load_config(args.config, _overrides(args), defaults={"output.uri": NO_OUTPUT})
     return load_config(args.config, _overrides(args))
 
 
@@ -93,10 +109,20 @@ def _run(config: JobConfig) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workload", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m workload",
+        description=__doc__,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True)
-    _add_config_flags(commands.add_parser("run", help="run (or resume) the batch job"))
-    _add_config_flags(commands.add_parser("validate", help="check the config and the input; start no engine"))
+    _add_config_flags(commands.add_parser("run", help="run (or resume) the batch job", epilog=EXAMPLES))
+    _add_config_flags(
+        commands.add_parser("validate", help="check the config and the input; start no engine", epilog=EXAMPLES)
+    )
+    show = commands.add_parser("show", help="a run's summary, errors by type and first results", epilog=EXAMPLES)
+    show.add_argument("output", help="the run's output: local folder or s3:// URI")
+    show.add_argument("--limit", type=int, default=5, help="how many results to print")
     from workload.bench import cli as bench_cli
 
     bench_cli.add_arguments(commands.add_parser("bench", help="benchmark: synchronous vs continuous vs the job"))
@@ -104,13 +130,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench":
         return bench_cli.run(args)
 
+    from workload.cli_errors import EXIT_AWS, describe
     from workload.model_source import ModelSourceError
     from workload.rows import InputError
     from workload.storage import StorageError
 
     try:
+        if args.command == "show":
+            from workload.show import render
+
+            print(render(args.output, args.limit))
+            return 0
         config = _load(args)
         return _validate(config) if args.command == "validate" else _run(config)
     except (ConfigError, InputError, ModelSourceError, StorageError) as error:
+        cause = describe(error.__cause__) if error.__cause__ is not None else None
+        if cause is not None and cause.exit_code == EXIT_AWS:  # S3 without credentials or reach: say how to fix it
+            print(f"llm-batch: {error}; {cause.fix}", file=sys.stderr)
+            return EXIT_AWS
         print(f"llm-batch: {error}", file=sys.stderr)
         return EXIT_BAD_CONFIG

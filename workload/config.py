@@ -237,8 +237,10 @@ def build_config(data: dict[str, Any], overrides: dict[str, Any] | None = None) 
         raise ConfigError(_format_validation_error(error)) from None
 
 
-def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> JobConfig:
-    """Read a YAML or JSON config file (or none) and apply overrides."""
+def load_config(
+    path: str | Path | None, overrides: dict[str, Any] | None = None, defaults: dict[str, Any] | None = None
+) -> JobConfig:
+    """Read a YAML or JSON config file (or none) and apply overrides; `defaults` (dotted keys) fill only gaps."""
     data: dict[str, Any] = {}
     if path is not None:
         file = Path(path)
@@ -247,10 +249,19 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
         try:
             loaded = yaml.safe_load(file.read_text())
         except yaml.YAMLError as error:
-            raise ConfigError(f"config file {file} is not valid YAML/JSON: {error}") from None
+            mark = getattr(error, "problem_mark", None)
+            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+            problem = getattr(error, "problem", None) or error
+            raise ConfigError(f"config file {file} is not valid YAML/JSON{where}: {problem}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config file {file} must hold a mapping, not {type(loaded).__name__}")
         data = loaded or {}
+    for dotted, value in (defaults or {}).items():
+        node: Any = data
+        for part in dotted.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is None:
+            _set_dotted(data, dotted, value)
     return build_config(data, overrides)
 
 

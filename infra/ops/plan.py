@@ -18,6 +18,7 @@ import os
 import runpy
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -134,14 +135,41 @@ def capture_plan(stack: str) -> list[dict[str, Any]]:
         check=False,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
+    if result.returncode == 2 and result.stderr.strip():
+        # The plan's own error boundary said what is wrong in its last line: pass that on, not the whole log.
+        raise PlanError(f"planning stack '{stack}' failed: {result.stderr.strip().splitlines()[-1]}")
     if result.returncode != 0:
         raise PlanError(f"planning stack '{stack}' failed:\n{result.stderr.strip()[-4000:]}")
     plan: list[dict[str, Any]] = json.loads(result.stdout)
     return plan
 
 
-def render_tree(plan: list[dict[str, Any]]) -> str:
-    """Each resource under its parent (`type  name`, by URN); Kubernetes objects with their manifests."""
+def summary(plan: list[dict[str, Any]]) -> str:
+    """One line: resources by top-level component, then by type (most first), so a reader sees the plan's shape."""
+    by_urn = {item["urn"]: item for item in plan}
+
+    def component_of(item: dict[str, Any]) -> str:
+        # The component directly under the stack: walk up the parents until the next one up is the stack.
+        while (parent := by_urn.get(item["parent"])) is not None and parent["type"] != "pulumi:pulumi:Stack":
+            item = parent
+        return str(item["name"]) if not item["custom"] else "(stack)"
+
+    resources = [item for item in plan if item["custom"]]
+    components = Counter(component_of(item) for item in resources)
+    # By service (`aws:iam/role:Role` -> aws:iam): a full type list is the --json plan's job.
+    types = Counter(item["type"].split("/")[0] for item in resources)
+
+    def counted(counts: Counter[str]) -> str:
+        return ", ".join(f"{name} {count}" for name, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    return (
+        f"{len(resources)} resources in {len(plan) - len(resources)} components."
+        f" By component: {counted(components)}. By service: {counted(types)}."
+    )
+
+
+def render_tree(plan: list[dict[str, Any]], details: bool = True) -> str:
+    """Each resource under its parent (`type  name`, by URN); with `details`, Kubernetes objects' full manifests."""
     children: dict[str | None, list[dict[str, Any]]] = {}
     urns = {item["urn"] for item in plan}
     for item in plan:
@@ -152,29 +180,38 @@ def render_tree(plan: list[dict[str, Any]]) -> str:
     def walk(parent: str | None, depth: int) -> None:
         for item in children.get(parent, []):
             lines.append(f"{'  ' * depth}{'+' if item['custom'] else '*'} {item['type']}  {item['name']}")
-            if item["custom"] and item["type"].startswith("kubernetes:") and item["inputs"]:
+            if details and item["custom"] and item["type"].startswith("kubernetes:") and item["inputs"]:
                 # Kubernetes objects are shown whole: their manifest is what the cluster will be asked to run.
                 manifest = yaml.safe_dump(item["inputs"], sort_keys=False).rstrip().splitlines()
                 lines.extend(f"{'  ' * (depth + 2)}{line}" for line in manifest)
             walk(item["urn"], depth + 1)
 
     walk(None, 0)
-    custom = sum(1 for item in plan if item["custom"])
-    lines.append(f"\n{custom} resources in {len(plan) - custom} components (+ resource, * component)")
+    lines.append("\n(+ resource, * component)")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.plan", description=__doc__.splitlines()[0])
+    from workload.cli_errors import HELP_EPILOG
+
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.plan",
+        description=__doc__.splitlines()[0],
+        epilog="examples: python -m infra.plan small; python -m infra.plan large --details; "
+        f"python -m infra.plan medium --json. {HELP_EPILOG}",
+    )
     parser.add_argument("stack", help="stack name: stacks/Pulumi.<stack>.yaml holds its config")
     parser.add_argument("--json", action="store_true", help="print the plan as a JSON list of resources")
     parser.add_argument("--estimate-json", action="store_true", help="print the monthly cost estimate as JSON")
+    parser.add_argument("--details", action="store_true", help="show Kubernetes objects' full manifests in the tree")
     args = parser.parse_args(argv)
+    from pulumi import RunError
+
     from infra.config import StackConfigError
 
     try:
         plan = run_program(args.stack)
-    except (PlanError, StackConfigError) as error:
+    except (PlanError, StackConfigError, RunError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     from infra.ops.stacks import stack_estimate
@@ -188,13 +225,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cost = stack_estimate(args.stack, plan)
     except PriceTableError as error:
-        print(f"error: cost estimate: {error}", file=sys.stderr)
-        return 2
+        if args.estimate_json:  # the estimate is all that was asked for
+            print(f"error: cost estimate: {error}", file=sys.stderr)
+            return 2
+        # A missing price should not hide the plan: show it, say what is missing and how to add it.
+        print(render_tree(plan, details=args.details))
+        print(summary(plan))
+        print(f"\nwarning: no cost estimate: {error}")
+        print(f"warning: no cost estimate: {error}", file=sys.stderr)
+        return 0
     if args.estimate_json:
         json.dump({**cost.model_dump(mode="json"), "total_usd": round(cost.total, 2)}, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        print(render_tree(plan))
+        print(render_tree(plan, details=args.details))
+        print(summary(plan))
         print()
         print(format_estimate(cost))
     return 0

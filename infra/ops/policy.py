@@ -402,8 +402,14 @@ def run_checks(plan: Plan) -> list[Violation]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.policy", description="Policy checks over a plan.")
-    parser.add_argument("stack")
+    from workload.cli_errors import HELP_EPILOG
+
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.policy",
+        description="Policy checks over a plan.",
+        epilog=f"examples: python -m infra.policy small. Exit 1: a check failed. {HELP_EPILOG}",
+    )
+    parser.add_argument("stack", help="stack name: stacks/Pulumi.<stack>.yaml holds its config")
     args = parser.parse_args(argv)
     from infra.ops.plan import capture_plan
 

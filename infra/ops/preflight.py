@@ -165,6 +165,34 @@ def format_checks(checks: list[QuotaCheck], region: str) -> str:
     return "\n".join(lines)
 
 
+class RecordedQuotas:
+    """Quotas saved with `aws service-quotas list-service-quotas --service-code ec2 --output json`, read like the API.
+
+    For a machine that may not call Service Quotas (a review, CI): the saved answer stands in for the live one.
+    A quota the file lacks is an error naming it, never a guessed value.
+    """
+
+    def __init__(self, path: str) -> None:
+        import json
+        from pathlib import Path
+
+        document = json.loads(Path(path).read_text())
+        if not isinstance(document, dict) or not isinstance(document.get("Quotas"), list):
+            raise PreflightError(
+                f"{path}: expected the JSON of `aws service-quotas list-service-quotas` (Quotas: [...])"
+            )
+        self.path = path
+        self.values = {item["QuotaCode"]: float(item["Value"]) for item in document["Quotas"]}
+
+    def get_service_quota(self, ServiceCode: str, QuotaCode: str) -> dict[str, Any]:
+        if QuotaCode not in self.values:
+            raise PreflightError(
+                f"{self.path} has no quota {QuotaCode}; save the list again with "
+                "`aws service-quotas list-service-quotas --service-code ec2 --output json`"
+            )
+        return {"Quota": {"ServiceCode": ServiceCode, "QuotaCode": QuotaCode, "Value": self.values[QuotaCode]}}
+
+
 def run(stack: str, client: Any) -> tuple[bool, str]:
     """(all quotas cover the stack, the report) for a stack's config, reading quotas through `client`."""
     from infra.ops.stacks import offline_config
@@ -187,14 +215,34 @@ def main(argv: list[str] | None = None) -> int:
     from infra.config import StackConfigError
     from infra.ops.plan import PlanError
     from infra.ops.stacks import offline_config
+    from workload.cli_errors import EXIT_AWS, HELP_EPILOG, CommandError, describe
 
-    parser = argparse.ArgumentParser(prog="python -m infra.preflight", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.preflight",
+        description=__doc__.splitlines()[0],
+        epilog="examples: python -m infra.preflight small; python -m infra.preflight large --quotas quotas.json. "
+        f"Exit 1: a quota is short (the request to file is printed). {HELP_EPILOG}",
+    )
     parser.add_argument("stack", help="stack name: stacks/Pulumi.<stack>.yaml holds its config")
+    parser.add_argument(
+        "--quotas",
+        metavar="FILE",
+        help="saved `aws service-quotas list-service-quotas --service-code ec2 --output json` instead of asking AWS",
+    )
     args = parser.parse_args(argv)
     try:
         region = offline_config(args.stack).region
-        ok, report = run(args.stack, boto3.client("service-quotas", region_name=region))
-    except (PlanError, StackConfigError, PreflightError, ValueError) as error:
+        client = RecordedQuotas(args.quotas) if args.quotas else boto3.client("service-quotas", region_name=region)
+        ok, report = run(args.stack, client)
+    except PreflightError as error:
+        cause = describe(error.__cause__) if error.__cause__ is not None else None
+        if cause is not None and cause.exit_code == EXIT_AWS:  # credentials, network, access: say so, and the fix
+            raise CommandError(
+                str(error).split(" failed:")[0] + f" failed: {cause.problem}", cause.fix, EXIT_AWS
+            ) from error
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except (PlanError, StackConfigError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(report)

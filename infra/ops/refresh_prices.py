@@ -179,7 +179,14 @@ def refresh_region(
 def main(argv: list[str] | None = None) -> int:
     import boto3
 
-    parser = argparse.ArgumentParser(prog="python -m infra.pricing.refresh", description=__doc__.splitlines()[0])
+    from workload.cli_errors import HELP_EPILOG
+
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.pricing.refresh",
+        description=__doc__.splitlines()[0],
+        epilog="examples: python -m infra.pricing.refresh --region eu-west-1; "
+        f"python -m infra.pricing.refresh --region us-west-2 --dry-run. {HELP_EPILOG}",
+    )
     parser.add_argument("--region", default="us-east-1", help="the region to refresh (default us-east-1)")
     parser.add_argument(
         "--instance-type", action="append", default=[], help="instance types (default: those in the table)"

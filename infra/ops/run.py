@@ -2,7 +2,9 @@
 
 It starts the stack's nightly state machine, which brings up the GPU capacity, runs the job on
 input/<date>/ into output/<date>/ and releases the capacity however the run ends. Running a date again
-resumes its output: only what is missing is computed.
+resumes its output: only what is missing is computed. `--stop` stops a run that is going: its executions
+end, the small tier's GPU group goes to 0 at once, and the GPU sweep (every 30 minutes) releases the EKS
+tiers' GPU nodes; the committed shards stay, so running the date again resumes it.
 """
 
 from __future__ import annotations
@@ -45,23 +47,68 @@ def start_run(outputs: dict[str, Any], night: str, *, allow_concurrent: bool = F
     return str(started["executionArn"])
 
 
-def wait(outputs: dict[str, Any], execution_arn: str, poll_s: float = 30.0) -> dict[str, Any]:
+def current_step(sfn: Any, execution_arn: str) -> str | None:
+    """The state the execution entered last (e.g. WaitForJob), from its history; None when not known yet."""
+    events = sfn.get_execution_history(executionArn=execution_arn, reverseOrder=True, maxResults=20)["events"]
+    for event in events:
+        entered = event.get("stateEnteredEventDetails")
+        if entered:
+            return str(entered["name"])
+    return None
+
+
+def wait(outputs: dict[str, Any], execution_arn: str, poll_s: float = 30.0, progress: Any = None) -> dict[str, Any]:
+    """Poll until the execution ends; each poll reports the elapsed time and the step it is in to `progress`."""
     sfn = boto_session(outputs).client("stepfunctions")
+    started = time.monotonic()
+    last = None
     while True:
         described: dict[str, Any] = sfn.describe_execution(executionArn=execution_arn)
         if described["status"] != "RUNNING":
             return described
+        step = current_step(sfn, execution_arn)
+        if progress is not None and step != last:
+            progress(f"  {time.monotonic() - started:6.0f} s  {step or 'starting'}")
+            last = step
         time.sleep(poll_s)
 
 
+def stop_runs(outputs: dict[str, Any]) -> list[str]:
+    """Stop every running execution of the nightly run; the small tier's GPU group goes to 0 at once."""
+    (arn,) = require(outputs, STATE_MACHINE_OUTPUT)
+    session = boto_session(outputs)
+    sfn = session.client("stepfunctions")
+    running = sfn.list_executions(stateMachineArn=arn, statusFilter="RUNNING", maxResults=100)["executions"]
+    for execution in running:
+        sfn.stop_execution(executionArn=execution["executionArn"], cause="stopped by the operator (infra.run --stop)")
+    if outputs.get("gpu_group_name"):
+        # The state machine's release step does not run for a stopped execution; do its work for the small tier.
+        session.client("autoscaling").set_desired_capacity(
+            AutoScalingGroupName=outputs["gpu_group_name"], DesiredCapacity=0, HonorCooldown=False
+        )
+    return [str(execution["name"]) for execution in running]
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.run", description=__doc__.splitlines()[0])
+    from workload.cli_errors import HELP_EPILOG
+
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.run",
+        description=__doc__.splitlines()[0],
+        epilog="examples: python -m infra.run small --wait; python -m infra.run small --date 2026-11-28; "
+        f"python -m infra.run small --stop. {HELP_EPILOG}",
+    )
     parser.add_argument("stack", help="the Pulumi stack (small, medium, large)")
     parser.add_argument("--date", help="the night to run (YYYY-MM-DD); default: today (UTC)")
     parser.add_argument("--outputs", help="saved `pulumi stack output --json` instead of calling pulumi")
     parser.add_argument("--wait", action="store_true", help="wait for the run to end; exit 1 if it failed")
     parser.add_argument("--poll", type=float, default=30.0, help="seconds between checks with --wait")
+    parser.add_argument("--stop", action="store_true", help="stop the run that is going and release its GPUs")
     args = parser.parse_args(argv)
+    if args.stop:
+        stopped = stop_runs(load_outputs(args.stack, args.outputs))
+        print(f"stopped: {', '.join(stopped)}" if stopped else f"no run of {args.stack} is going")
+        return 0
     try:
         outputs = load_outputs(args.stack, args.outputs)
         night = run_date(args.date)
@@ -73,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"follow it with: python -m infra.status {args.stack}")
     if not args.wait:
         return 0
-    ended = wait(outputs, execution_arn, args.poll)
+    print("waiting (elapsed, current step):")
+    ended = wait(outputs, execution_arn, args.poll, progress=lambda line: print(line, flush=True))
     print(f"{ended['status']}: {ended.get('cause') or ended.get('output') or ''}")
     return 0 if ended["status"] == "SUCCEEDED" else 1
 

@@ -46,7 +46,14 @@ def read_stack_config(stack: str) -> tuple[dict[str, str], list[str]]:
     if not path.is_file():
         known = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in STACKS_DIR.glob("Pulumi.*.yaml"))
         raise PlanError(f"no stack file {shown(path)}; stacks: {', '.join(known) or 'none'}")
-    document = yaml.safe_load(path.read_text()) or {}
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise PlanError(f"{shown(path)}: malformed YAML{where}: {getattr(error, 'problem', None) or error}") from None
+    if not isinstance(document, dict):
+        raise PlanError(f"{shown(path)} must hold a mapping with a `config:` key, not a {type(document).__name__}")
     raw = document.get("config") or {}
     if not isinstance(raw, dict):
         raise PlanError(f"{shown(path)}: `config:` must be a mapping")

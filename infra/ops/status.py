@@ -119,7 +119,13 @@ def render(rows: list[RunRow]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.status", description=__doc__.splitlines()[0])
+    from workload.cli_errors import HELP_EPILOG
+
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.status",
+        description=__doc__.splitlines()[0],
+        epilog=f"examples: python -m infra.status small; python -m infra.status large --limit 3 --json. {HELP_EPILOG}",
+    )
     parser.add_argument("stack", help="the Pulumi stack (small, medium, large)")
     parser.add_argument("--limit", type=int, default=10, help="how many runs, newest first")
     parser.add_argument("--outputs", help="saved `pulumi stack output --json` instead of calling pulumi")

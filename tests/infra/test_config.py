@@ -195,8 +195,8 @@ def test_stack_files_hold_only_differences() -> None:
                 assert leaf != default, f"{stack}: {key} {sub or ''} repeats the tier default"
 
 
-def test_readme_documents_every_shared_key() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def test_config_reference_documents_every_shared_key() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "config-reference.md").read_text()
     documented = set(re.findall(r"^\| `([a-z_.]+)` \|", readme, flags=re.MULTILINE))
     shared_sections = ("network", "storage", "small", "job")
     expected = {name for name in StackConfig.model_fields if name not in StackConfig.sections()}
@@ -204,7 +204,7 @@ def test_readme_documents_every_shared_key() -> None:
         model = StackConfig.model_fields[section].annotation
         assert isinstance(model, type) and issubclass(model, BaseModel)
         expected |= {f"{section}.{key}" for key in model.model_fields}
-    assert expected - documented == set(), "README's stack config table misses keys"
+    assert expected - documented == set(), "docs/config-reference.md's stack config table misses keys"
 
 
 def test_region_from_aws_region_unless_they_disagree() -> None:

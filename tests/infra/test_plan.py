@@ -7,12 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pulumi
 import pytest
 import yaml
 
-from infra.config import StackConfigError
 from infra.ops import stacks as stacks_module
-from infra.ops.plan import PlanError, capture_plan, render_tree, run_program
+from infra.ops.plan import PlanError, capture_plan, render_tree, run_program, summary
 from infra.ops.plan_mocks import PlanMocks
 from infra.ops.policy import main as policy_main
 from infra.ops.stacks import ROOT
@@ -53,7 +53,10 @@ def test_cli_prints_a_tree_and_json(plan_for) -> None:
         [sys.executable, "-m", "infra.plan", "small"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout
     # The tree, then the cost estimate (tests/infra/test_stack_costs.py checks that part).
-    assert tree.startswith(render_tree(plan_for("small")) + "\n\nMonthly cost estimate for stack small")
+    plan = plan_for("small")
+    assert tree.startswith(
+        render_tree(plan, details=False) + "\n" + summary(plan) + "\n\nMonthly cost estimate for stack small"
+    )
     assert "aws:s3/bucket:Bucket  storage-bucket" in tree
     listed = json.loads(
         subprocess.run(
@@ -93,6 +96,38 @@ def test_tree_shows_kubernetes_manifests_in_full() -> None:
     tree = render_tree([component, job])
     assert "* llmbatch:eks:Workload  w\n  + kubernetes:ray.io/v1:RayJob  nightly\n      apiVersion: ray.io/v1" in tree
     assert "        entrypoint: python -m workload run --config /etc/llm-batch/job.yaml" in tree
+    # Without --details the tree keeps one line per object.
+    assert render_tree([component, job], details=False).splitlines()[:2] == [
+        "* llmbatch:eks:Workload  w",
+        "  + kubernetes:ray.io/v1:RayJob  nightly",
+    ]
+
+
+def test_summary_counts_resources_by_component_and_service(plan_for) -> None:
+    plan = plan_for("small")
+    line = summary(plan)
+    resources = sum(1 for item in plan if item["custom"])
+    assert line.startswith(f"{resources} resources in ")
+    by_component = line.split("By component: ")[1].split(". By service: ")[0]
+    counted = {name: int(n) for name, n in (part.rsplit(" ", 1) for part in by_component.split(", "))}
+    assert sum(counted.values()) == resources and counted["storage"] >= 7 and "gpu-node" in counted
+    assert "aws:s3 " in line.split("By service: ")[1]
+
+
+def test_a_missing_price_warns_and_the_plan_still_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from infra.ops import plan as plan_tool
+
+    (tmp_path / "Pulumi.eu.yaml").write_text(
+        "config:\n  llm-batch:tier: small\n  llm-batch:cost_center: cc\n  llm-batch:region: eu-west-1\n"
+    )
+    monkeypatch.setattr(stacks_module, "STACKS_DIR", tmp_path)
+    assert plan_tool.main(["eu"]) == 0
+    captured = capsys.readouterr()
+    assert "+ aws:s3/bucket:Bucket  storage-bucket" in captured.out and "resources in" in captured.out
+    assert "warning: no cost estimate: region 'eu-west-1' is not in the price table" in captured.out
+    assert "python -m infra.pricing.refresh --region eu-west-1" in captured.err
 
 
 def test_program_with_secret_token_and_existing_vpc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -134,14 +169,27 @@ def test_program_with_secret_token_and_existing_vpc(tmp_path: Path, monkeypatch:
 
 
 def test_bad_stack_config_stops_the_plan_naming_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under Pulumi's mocks as under `pulumi up`: pulumi.RunError, which Pulumi prints as one clean line."""
     (tmp_path / "Pulumi.bad.yaml").write_text(
         "config:\n  llm-batch:tier: small\n  llm-batch:network:\n    az_count: 1\n"
     )
     monkeypatch.setattr(stacks_module, "STACKS_DIR", tmp_path)
-    with pytest.raises(StackConfigError) as caught:
+    with pytest.raises(pulumi.RunError) as caught:
         run_program("bad")
-    assert "llm-batch:cost_center: Field required" in str(caught.value)
-    assert "llm-batch:network.az_count: Input should be greater than or equal to 2" in str(caught.value)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("invalid stack config: llm-batch:cost_center: Field required; ")
+    assert "llm-batch:network.az_count: Input should be greater than or equal to 2" in message
+
+
+def test_config_comes_through_pulumi_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key set only in the stack file reaches the model; an unknown key is refused, not dropped."""
+    (tmp_path / "Pulumi.typo.yaml").write_text(
+        "config:\n  llm-batch:tier: small\n  llm-batch:cost_center: cc\n  llm-batch:alert_emial: x@example.com\n"
+    )
+    monkeypatch.setattr(stacks_module, "STACKS_DIR", tmp_path)
+    with pytest.raises(pulumi.RunError, match=r"llm-batch:alert_emial: Extra inputs are not permitted"):
+        run_program("typo")
 
 
 def test_every_lookup_goes_through_the_stack_provider() -> None:
