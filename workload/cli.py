@@ -1,4 +1,4 @@
-"""`python -m workload run|validate|bench`: flags override the config file, and both map onto one JobConfig."""
+"""`python -m workload run|validate|bench|serve`: flags override the config file, and both map onto one JobConfig."""
 
 from __future__ import annotations
 
@@ -100,9 +100,14 @@ def main(argv: list[str] | None = None) -> int:
     from workload.bench import cli as bench_cli
 
     bench_cli.add_arguments(commands.add_parser("bench", help="benchmark: synchronous vs continuous vs the job"))
+    from workload.serve import cli as serve_cli
+
+    serve_cli.add_arguments(commands.add_parser("serve", help="OpenAI-compatible endpoint (Ray Serve LLM)"))
     args = parser.parse_args(argv)
     if args.command == "bench":
         return bench_cli.run(args)
+    if args.command == "serve":
+        return serve_cli.run(args, EXIT_BAD_CONFIG)
 
     from workload.model_source import ModelSourceError
     from workload.rows import InputError
