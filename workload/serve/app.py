@@ -41,10 +41,14 @@ def llm_config_fields(config: ServeConfig, model_path: str) -> dict[str, Any]:
 
 def build_app(config: ServeConfig, model_path: str) -> Any:
     """The OpenAI-compatible application (`/v1/models`, `/v1/chat/completions`, `/v1/completions`, ...)."""
-    from ray.serve.llm import LLMConfig, build_openai_app
+    from ray.serve.llm import LLMConfig
 
     llm_config = LLMConfig(**llm_config_fields(config, model_path))
-    serving_args: dict[str, Any] = {"llm_configs": [llm_config]}
-    if not config.serve.direct_streaming:  # direct streaming makes the engine replica the ingress itself
-        serving_args["ingress_deployment_config"] = {"ray_actor_options": {"num_cpus": config.serve.ingress_num_cpus}}
-    return build_openai_app(serving_args)
+    if config.serve.direct_streaming:
+        # The engine replica is the ingress itself (vLLM's own API server), so Serve LLM's builder is used as is.
+        from ray.serve.llm import build_openai_app
+
+        return build_openai_app({"llm_configs": [llm_config]})
+    from workload.serve.ingress import build_openai_app as build_mended_app
+
+    return build_mended_app(llm_config, {"ray_actor_options": {"num_cpus": config.serve.ingress_num_cpus}})

