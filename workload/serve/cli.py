@@ -1,9 +1,12 @@
-"""`python -m workload serve [--config FILE] [--port N] [--host ADDR]`: the OpenAI-compatible endpoint."""
+"""`python -m workload serve [--config FILE] [--port N] [--host ADDR]`: the OpenAI-compatible endpoint;
+`python -m workload bench-serve --out DIR`: the endpoint against `vllm serve`, measured by `vllm bench serve`."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from pathlib import Path
 
 from workload.config import ConfigError
 
@@ -29,3 +32,43 @@ def run(args: argparse.Namespace, exit_bad_config: int) -> int:
     except (ConfigError, ModelSourceError) as error:
         print(f"llm-batch: {error}", file=sys.stderr)
         return exit_bad_config
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    from workload.config import ModelConfig
+    from workload.serve.bench_profiles import SERVE_PROFILES, TARGETS
+
+    parser.add_argument("--out", required=True, type=Path, help="Folder for scorecard.json/.md, the plot, raw results")
+    parser.add_argument("--profile", default="cpu", choices=sorted(SERVE_PROFILES), help="default: cpu")
+    parser.add_argument(
+        "--targets",
+        default=",".join(TARGETS),
+        help=f"Comma-separated, measured in this order (default: {','.join(TARGETS)})",
+    )
+    parser.add_argument("--rates", help="Comma-separated request rates in req/s, 'inf' for saturation")
+    parser.add_argument("--model-cache", type=Path, default=Path(ModelConfig().cache_dir).expanduser())
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from workload.serve.bench import run_serve_bench
+    from workload.serve.bench_profiles import SERVE_PROFILES, TARGETS
+
+    profile = SERVE_PROFILES[args.profile]
+    targets = [name.strip() for name in args.targets.split(",") if name.strip()]
+    unknown = sorted(set(targets) - set(TARGETS))
+    if unknown or not targets:
+        print(f"llm-batch: --targets: unknown {unknown}; choose from {', '.join(TARGETS)}", file=sys.stderr)
+        return 2
+    if args.rates:
+        try:
+            rates = sorted(float(rate) for rate in args.rates.split(","))
+        except ValueError:
+            print(f"llm-batch: --rates must be numbers or 'inf', got {args.rates!r}", file=sys.stderr)
+            return 2
+        if any(rate <= 0 or math.isnan(rate) for rate in rates):
+            print("llm-batch: --rates must be positive", file=sys.stderr)
+            return 2
+        profile = profile.model_copy(update={"rates": rates})
+    scorecard = run_serve_bench(profile, targets, args.out, args.model_cache)
+    print((args.out / "scorecard.md").read_text())
+    return 1 if scorecard["errors"] else 0

@@ -88,13 +88,8 @@ class ServeConfig(_Strict):
         Built without validation: it carries only the shared sections, already validated here; the job-only
         fields it lacks (input, output) are never read by those functions.
         """
-        return JobConfig.model_construct(
-            model=self.model,
-            engine=self.engine,
-            device=self.device,
-            replicas=self.replicas,
-            max_replicas=self.max_replicas,
-        )
+        shared: dict[str, Any] = {name: getattr(self, name) for name in _SHARED_KEYS}
+        return JobConfig.model_construct(**shared)
 
 
 # A job config file is a valid serve config file: its batch-only sections are accepted and not used.

