@@ -129,3 +129,53 @@ def test_vllm_cli_shim_runs_vllms_own_cli_on_the_cpu_build() -> None:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1].startswith("0.32.0")
+
+
+def _bench_result(throughput: float, ttft_p99: float, completed: int = 40) -> dict[str, object]:
+    """The fields of a `vllm bench serve` result JSON that the scorecard reads (vLLM 0.32's names)."""
+    return {
+        "num_prompts": 40,
+        "completed": completed,
+        "request_throughput": throughput / 128,
+        "output_throughput": throughput,
+        "p50_ttft_ms": ttft_p99 / 2,
+        "p99_ttft_ms": ttft_p99,
+        "p95_itl_ms": 3.0,
+        "p95_e2el_ms": 900.0,
+    }
+
+
+def test_scorecard_holds_serve_to_the_issues_two_targets(tmp_path: Path) -> None:
+    import math
+
+    from workload.serve.bench_profiles import SERVE_PROFILES
+    from workload.serve.scorecard import build_scorecard, plot_scorecard, render_table
+
+    profile = SERVE_PROFILES["cpu"].model_copy(update={"rates": [2.0, 8.0, math.inf]})
+    runs = [
+        {
+            "target": "vllm",
+            "features": None,
+            "error": None,
+            "points": {"2": _bench_result(250, 40), "8": _bench_result(1000, 50), "inf": _bench_result(4000, 900)},
+        },
+        {
+            "target": "serve",
+            "features": {"haproxy": False, "direct_streaming": False},
+            "error": None,
+            "points": {
+                "2": _bench_result(250, 45),
+                "8": _bench_result(990, 70, completed=39),
+                "inf": {"error": "vllm bench serve exited 1"},
+            },
+        },
+    ]
+    scorecard = build_scorecard(profile, runs)
+    assert (scorecard["saturation_rate"], scorecard["middle_rate"]) == ("inf", "8")
+    check = scorecard["checks"]["serve"]
+    assert check["throughput_ratio_at_inf"] is None and not check["throughput_ok"]  # no figure: not a pass
+    assert check["ttft_p99_ratio_at_8"] == 1.4 and not check["ttft_ok"]
+    assert scorecard["results"]["serve"]["points"]["8"]["failures"] == 1
+    table = render_table(scorecard)
+    assert "| serve | inf |" in table and "vllm bench serve exited 1" in table
+    assert plot_scorecard(scorecard, tmp_path / "plot.png").stat().st_size > 0
