@@ -51,4 +51,5 @@ def build_app(config: ServeConfig, model_path: str) -> Any:
         return build_openai_app({"llm_configs": [llm_config]})
     from workload.serve.ingress import build_openai_app as build_mended_app
 
-    return build_mended_app(llm_config, {"ray_actor_options": {"num_cpus": config.serve.ingress_num_cpus}})
+    ingress_options = {"ray_actor_options": {"num_cpus": config.serve.ingress_num_cpus}}
+    return build_mended_app(llm_config, ingress_options, config.device)
