@@ -32,7 +32,8 @@ def feature_env(config: ServeConfig, scratch: str) -> dict[str, str]:
         "RAYLLM_ENABLE_REQUEST_PROMPT_LOGS": "0",
     }
     if settings.haproxy:
-        haproxy = os.path.join(scratch, "haproxy")
+        # Short: Serve adds a 56-character folder, and HAProxy's admin socket path must fit in sun_path (108).
+        haproxy = os.path.join(scratch, "h")
         os.makedirs(haproxy, exist_ok=True)
         env.update(
             {
@@ -70,7 +71,7 @@ def serve_until_stopped(config: ServeConfig) -> int:
     from workload.model_source import resolve_model
 
     model_path = resolve_model(config.model)  # a missing model stops here, before Ray starts
-    scratch = tempfile.mkdtemp(prefix="llmb-serve-", dir="/tmp")
+    scratch = tempfile.mkdtemp(prefix="lsv-", dir="/tmp")
     try:
         with _environment(feature_env(config, scratch)):
             return _serve(config, model_path)
