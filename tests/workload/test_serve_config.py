@@ -179,3 +179,23 @@ def test_scorecard_holds_serve_to_the_issues_two_targets(tmp_path: Path) -> None
     table = render_table(scorecard)
     assert "| serve | inf |" in table and "vllm bench serve exited 1" in table
     assert plot_scorecard(scorecard, tmp_path / "plot.png").stat().st_size > 0
+
+
+def test_a_leftover_haproxy_of_this_endpoint_is_stopped_and_no_other_process(tmp_path: Path) -> None:
+    """A stand-in process (python sleeping) whose command line names the endpoint's HAProxy folder, as HAProxy's
+    `-f FOLDER/.../haproxy.cfg` does; a second one naming another folder must survive."""
+    from workload.serve.endpoint import stop_leftover_haproxy
+
+    ours = tmp_path / "lsv-1" / "h"
+    other = tmp_path / "lsv-2" / "h"
+    sleeper = "import time; time.sleep(60)"
+    mine = subprocess.Popen([sys.executable, "-c", sleeper, "-f", str(ours / "x" / "haproxy.cfg")])
+    theirs = subprocess.Popen([sys.executable, "-c", sleeper, "-f", str(other / "x" / "haproxy.cfg")])
+    try:
+        assert stop_leftover_haproxy(str(ours)) == [mine.pid]
+        assert mine.wait(timeout=10) != 0
+        assert theirs.poll() is None
+    finally:
+        for process in (mine, theirs):
+            process.kill()
+            process.wait()

@@ -95,7 +95,7 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGTERM)
     with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=60)
+        process.wait(timeout=150)  # a graceful stop also stops Serve's HAProxy, which the group kill below misses
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)  # the engine and Ray workers share the group
     process.wait()

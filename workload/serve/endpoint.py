@@ -6,6 +6,7 @@ they are set here before anything imports `ray.serve` and before Ray starts its 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -14,11 +15,13 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from workload.serve.config import ServeConfig
 
 APP_NAME = "llm-batch"
 EXIT_START_TIMEOUT = 4
+HAPROXY_FOLDER = "h"
 
 
 def feature_env(config: ServeConfig, scratch: str) -> dict[str, str]:
@@ -33,7 +36,7 @@ def feature_env(config: ServeConfig, scratch: str) -> dict[str, str]:
     }
     if settings.haproxy:
         # Short: Serve adds a 56-character folder, and HAProxy's admin socket path must fit in sun_path (108).
-        haproxy = os.path.join(scratch, "h")
+        haproxy = os.path.join(scratch, HAPROXY_FOLDER)
         os.makedirs(haproxy, exist_ok=True)
         env.update(
             {
@@ -60,6 +63,28 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ[name] = value
 
 
+def stop_leftover_haproxy(folder: str) -> list[int]:
+    """SIGTERM the HAProxy processes started for this endpoint (their command line names its own HAProxy folder).
+
+    Ray Serve runs HAProxy in a process group of its own and, when its controller does not shut down in time (seen
+    on 2 busy cores), leaves it running and holding its ports; the next endpoint's HAProxy then cannot bind.
+    Only processes naming this endpoint's unique folder are touched.
+    """
+    stopped = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            arguments = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone, or not ours to read
+        if any(folder.encode() in argument for argument in arguments):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGTERM)
+                stopped.append(int(entry.name))
+    return stopped
+
+
 def _watchdog(ready: threading.Event, timeout_s: float) -> None:
     if not ready.wait(timeout_s):
         print(f"llm-batch serve: the endpoint was not ready within {timeout_s:.0f} s; exiting", file=sys.stderr)
@@ -76,6 +101,8 @@ def serve_until_stopped(config: ServeConfig) -> int:
         with _environment(feature_env(config, scratch)):
             return _serve(config, model_path)
     finally:
+        if config.serve.haproxy:
+            stop_leftover_haproxy(os.path.join(scratch, HAPROXY_FOLDER))
         shutil.rmtree(scratch, ignore_errors=True)
 
 
