@@ -1,4 +1,4 @@
-"""`python -m workload run|validate|show|bench`: flags override the config file, and both map onto one JobConfig."""
+"""`python -m workload run|validate|show|bench|serve|bench-serve`: flags override the config file, one config model."""
 
 from __future__ import annotations
 
@@ -126,9 +126,17 @@ def main(argv: list[str] | None = None) -> int:
     from workload.bench import cli as bench_cli
 
     bench_cli.add_arguments(commands.add_parser("bench", help="benchmark: synchronous vs continuous vs the job"))
+    from workload.serve import cli as serve_cli
+
+    serve_cli.add_arguments(commands.add_parser("serve", help="OpenAI-compatible endpoint (Ray Serve LLM)"))
+    serve_cli.add_bench_arguments(commands.add_parser("bench-serve", help="benchmark: Ray Serve LLM vs vllm serve"))
     args = parser.parse_args(argv)
     if args.command == "bench":
         return bench_cli.run(args)
+    if args.command == "serve":
+        return serve_cli.run(args, EXIT_BAD_CONFIG)
+    if args.command == "bench-serve":
+        return serve_cli.run_bench(args)
 
     from workload.cli_errors import EXIT_AWS, describe
     from workload.model_source import ModelSourceError

@@ -1,0 +1,201 @@
+"""The endpoint's config and app wiring, without starting Ray or an engine."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from workload.cli import EXIT_BAD_CONFIG, main
+from workload.config import ConfigError, build_config
+from workload.serve.config import DEFAULT_MODEL_ID, build_serve_config, load_serve_config
+
+JOB_CONFIG = {
+    "input": {"uri": "data/prompts.jsonl"},
+    "output": {"uri": "out/run", "shard_rows": 50},
+    "model": {"source": "Qwen/Qwen3-0.6B", "load_format": "dummy"},
+    "engine": {"max_model_len": 1024, "max_num_seqs": 32, "enforce_eager": True, "extra": {"block_size": 32}},
+    "stages": {"batch_size": 16},
+    "sampling": {"max_tokens": 32},
+    "metrics": {"sink": "none"},
+    "resume": {"mode": "restart"},
+    "device": "cpu",
+    "replicas": 1,
+    "max_replicas": 2,
+    "batch_size": 8,
+}
+
+
+def test_no_config_file_serves_the_tiny_model_on_loopback() -> None:
+    config = load_serve_config(None)
+    assert config.model.source is None  # the embedded tiny model
+    assert (config.device, config.serve.host, config.serve.port) == ("cpu", "127.0.0.1", 8000)
+    assert config.serve.model_id == DEFAULT_MODEL_ID
+    assert not config.serve.haproxy and not config.serve.direct_streaming
+
+
+def test_a_job_config_file_serves_the_same_model_and_engine(tmp_path: Path) -> None:
+    file = tmp_path / "job.yaml"
+    file.write_text(yaml.safe_dump(JOB_CONFIG))
+    config = load_serve_config(file, {"serve.port": 9001})
+    job = build_config(JOB_CONFIG)
+    assert config.model == job.model
+    assert config.engine == job.engine
+    assert (config.device, config.replicas, config.max_replicas) == (job.device, job.replicas, job.max_replicas)
+    assert config.serve.port == 9001
+
+
+def test_the_app_gets_the_batch_jobs_own_engine_arguments() -> None:
+    from workload.pipeline import engine_env, engine_kwargs
+    from workload.serve.app import llm_config_fields
+
+    config = build_serve_config(JOB_CONFIG)
+    fields = llm_config_fields(config, "/models/qwen")
+    job = build_config(JOB_CONFIG)
+    assert fields["engine_kwargs"] == engine_kwargs(job)
+    assert fields["runtime_env"] == {"env_vars": engine_env(job)}
+    assert fields["model_loading_config"] == {"model_id": DEFAULT_MODEL_ID, "model_source": "/models/qwen"}
+    assert fields["deployment_config"]["autoscaling_config"] == {
+        "min_replicas": 1,
+        "initial_replicas": 1,
+        "max_replicas": 2,
+    }
+    assert fields["placement_group_config"] == {"bundles": [{"CPU": 1}]}  # never a GPU request on the CPU
+
+
+def test_ray_serve_llm_accepts_the_config_as_a_cpu_deployment() -> None:
+    from ray.serve.llm import LLMConfig
+
+    from workload.serve.app import llm_config_fields
+
+    llm_config = LLMConfig(**llm_config_fields(build_serve_config({}), "/models/tiny"))
+    assert llm_config.accelerator_config is not None
+    assert llm_config.accelerator_config.kind == "cpu"
+    assert llm_config.max_request_context_length == 2048
+
+
+def test_a_gpu_config_leaves_placement_to_serve_llm() -> None:
+    from workload.serve.app import llm_config_fields
+
+    fields = llm_config_fields(build_serve_config({"device": "gpu"}), "/models/x")
+    assert "placement_group_config" not in fields
+    assert fields["engine_kwargs"]["gpu_memory_utilization"] == 0.9
+
+
+@pytest.mark.parametrize(
+    ("data", "named"),
+    [
+        ({"serve": {"prot": 1}}, "serve.prot"),
+        ({"servr": {}}, "servr"),
+        ({"serve": {"port": 70000}}, "serve.port"),
+        ({"serve": {"direct_streaming": True}}, "serve.direct_streaming needs serve.haproxy"),
+        ({"device": "cpu", "engine": {"tensor_parallel_size": 2}}, "tensor_parallel_size"),
+    ],
+)
+def test_a_bad_config_is_refused_naming_the_key(data: dict[str, object], named: str) -> None:
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        build_serve_config(data)
+
+
+def test_serve_with_a_bad_config_exits_before_starting_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    file = tmp_path / "serve.yaml"
+    file.write_text(yaml.safe_dump({"serve": {"port": "eighty"}}))
+    assert main(["serve", "--config", str(file)]) == EXIT_BAD_CONFIG
+    assert "serve.port" in capsys.readouterr().err
+
+
+def test_haproxy_switches_and_its_files_stay_in_the_endpoints_scratch(tmp_path: Path) -> None:
+    from workload.serve.endpoint import feature_env
+
+    env = feature_env(build_serve_config({"serve": {"haproxy": True, "direct_streaming": True}}), str(tmp_path))
+    assert env["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
+    assert env["RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING"] == "1"
+    assert env["RAYLLM_ENABLE_REQUEST_PROMPT_LOGS"] == "0"  # prompts are user data
+    haproxy_paths = [value for key, value in env.items() if key.startswith("RAY_SERVE_HAPROXY_")]
+    assert haproxy_paths and all(path.startswith(str(tmp_path)) for path in haproxy_paths)
+    plain = feature_env(build_serve_config({}), str(tmp_path))
+    assert plain["RAY_SERVE_ENABLE_HA_PROXY"] == "0"
+    assert not any(key.startswith("RAY_SERVE_HAPROXY_") for key in plain)
+
+
+def test_vllm_cli_shim_runs_vllms_own_cli_on_the_cpu_build() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "workload.serve.vllm_cli", "--version"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1].startswith("0.32.0")
+
+
+def _bench_result(throughput: float, ttft_p99: float, completed: int = 40) -> dict[str, object]:
+    """The fields of a `vllm bench serve` result JSON that the scorecard reads (vLLM 0.32's names)."""
+    return {
+        "num_prompts": 40,
+        "completed": completed,
+        "request_throughput": throughput / 128,
+        "output_throughput": throughput,
+        "p50_ttft_ms": ttft_p99 / 2,
+        "p99_ttft_ms": ttft_p99,
+        "p95_itl_ms": 3.0,
+        "p95_e2el_ms": 900.0,
+    }
+
+
+def test_scorecard_holds_serve_to_the_issues_two_targets(tmp_path: Path) -> None:
+    import math
+
+    from workload.serve.bench_profiles import SERVE_PROFILES
+    from workload.serve.scorecard import build_scorecard, plot_scorecard, render_table
+
+    profile = SERVE_PROFILES["cpu"].model_copy(update={"rates": [2.0, 8.0, math.inf]})
+    runs = [
+        {
+            "target": "vllm",
+            "features": None,
+            "error": None,
+            "points": {"2": _bench_result(250, 40), "8": _bench_result(1000, 50), "inf": _bench_result(4000, 900)},
+        },
+        {
+            "target": "serve",
+            "features": {"haproxy": False, "direct_streaming": False},
+            "error": None,
+            "points": {
+                "2": _bench_result(250, 45),
+                "8": _bench_result(990, 70, completed=39),
+                "inf": {"error": "vllm bench serve exited 1"},
+            },
+        },
+    ]
+    scorecard = build_scorecard(profile, runs)
+    assert (scorecard["saturation_rate"], scorecard["middle_rate"]) == ("inf", "8")
+    check = scorecard["checks"]["serve"]
+    assert check["throughput_ratio_at_inf"] is None and not check["throughput_ok"]  # no figure: not a pass
+    assert check["ttft_p99_ratio_at_8"] == 1.4 and not check["ttft_ok"]
+    assert scorecard["results"]["serve"]["points"]["8"]["failures"] == 1
+    table = render_table(scorecard)
+    assert "| serve | inf |" in table and "vllm bench serve exited 1" in table
+    assert plot_scorecard(scorecard, tmp_path / "plot.png").stat().st_size > 0
+
+
+def test_a_leftover_haproxy_of_this_endpoint_is_stopped_and_no_other_process(tmp_path: Path) -> None:
+    """A stand-in process (python sleeping) whose command line names the endpoint's HAProxy folder, as HAProxy's
+    `-f FOLDER/.../haproxy.cfg` does; a second one naming another folder must survive."""
+    from workload.serve.endpoint import stop_leftover_haproxy
+
+    ours = tmp_path / "lsv-1" / "h"
+    other = tmp_path / "lsv-2" / "h"
+    sleeper = "import time; time.sleep(60)"
+    mine = subprocess.Popen([sys.executable, "-c", sleeper, "-f", str(ours / "x" / "haproxy.cfg")])
+    theirs = subprocess.Popen([sys.executable, "-c", sleeper, "-f", str(other / "x" / "haproxy.cfg")])
+    try:
+        assert stop_leftover_haproxy(str(ours)) == [mine.pid]
+        assert mine.wait(timeout=10) != 0
+        assert theirs.poll() is None
+    finally:
+        for process in (mine, theirs):
+            process.kill()
+            process.wait()

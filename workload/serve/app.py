@@ -1,0 +1,55 @@
+"""The Ray Serve LLM application: one LLMConfig, built from the endpoint's config with the job's engine settings.
+
+Imports Ray Serve LLM; the config module stays free of it so the CLI can reject a bad config in milliseconds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workload.pipeline import engine_env, engine_kwargs
+from workload.serve.config import ServeConfig
+
+
+def llm_config_fields(config: ServeConfig, model_path: str) -> dict[str, Any]:
+    """The fields of `ray.serve.llm.LLMConfig`, as plain data (tests and the benchmark's record read them)."""
+    job = config.job_view()
+    settings = config.serve
+    autoscaling = {
+        "min_replicas": config.replicas,
+        "initial_replicas": config.replicas,
+        "max_replicas": config.max_replicas or config.replicas,
+    }
+    fields: dict[str, Any] = {
+        "model_loading_config": {"model_id": settings.model_id, "model_source": model_path},
+        # The batch job's own engine arguments. Stats logging stays on: Serve LLM's engine metrics need it.
+        "engine_kwargs": engine_kwargs(job),
+        "runtime_env": {"env_vars": engine_env(job)},
+        "deployment_config": {
+            "autoscaling_config": autoscaling,
+            "max_ongoing_requests": settings.max_ongoing_requests,
+            "ray_actor_options": {"num_cpus": settings.replica_num_cpus},
+        },
+        # Engine metrics go to Ray's Prometheus port, which nothing scrapes locally.
+        "log_engine_metrics": False,
+    }
+    if config.device == "cpu":
+        # Without a placement group config Serve LLM assumes a GPU and waits for one forever.
+        fields["placement_group_config"] = {"bundles": [{"CPU": 1}]}
+    return fields
+
+
+def build_app(config: ServeConfig, model_path: str) -> Any:
+    """The OpenAI-compatible application (`/v1/models`, `/v1/chat/completions`, `/v1/completions`, ...)."""
+    from ray.serve.llm import LLMConfig
+
+    llm_config = LLMConfig(**llm_config_fields(config, model_path))
+    if config.serve.direct_streaming:
+        # The engine replica is the ingress itself (vLLM's own API server), so Serve LLM's builder is used as is.
+        from ray.serve.llm import build_openai_app
+
+        return build_openai_app({"llm_configs": [llm_config]})
+    from workload.serve.ingress import build_openai_app as build_mended_app
+
+    ingress_options = {"ray_actor_options": {"num_cpus": config.serve.ingress_num_cpus}}
+    return build_mended_app(llm_config, ingress_options, config.device)

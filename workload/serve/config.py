@@ -1,0 +1,142 @@
+"""The online endpoint's config: the batch job's model and engine sections, plus a `serve` section of its own.
+
+One config model, shared keys: `model`, `engine`, `device`, `replicas` and `max_replicas` are the job's own
+classes (workload.config), so a job config file starts an endpoint over the same model with the same engine
+settings. Sections that only mean something to a batch run (input, output, stages, ...) are accepted in the
+file and left unused; any other unknown key stops the start, as it does for the job. Like workload.config, this
+module imports neither Ray nor vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from workload.config import ConfigError, EngineConfig, JobConfig, ModelConfig
+
+DEFAULT_MODEL_ID = "llm-batch"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServeSettings(_Strict):
+    """What only the endpoint has: where it listens, what clients call the model, and the Serve features."""
+
+    host: str = Field(
+        "127.0.0.1",
+        description="Address the HTTP endpoint binds; 0.0.0.0 only behind a firewall or a private load balancer.",
+    )
+    port: int = Field(8000, ge=1, le=65535, description="HTTP port of the OpenAI-compatible endpoint.")
+    model_id: str = Field(DEFAULT_MODEL_ID, min_length=1, description="The `model` name clients send.")
+    max_ongoing_requests: int = Field(
+        256,
+        ge=1,
+        description="Requests in flight per engine replica before Serve queues them (the engine batches "
+        "up to engine.max_num_seqs of them at once).",
+    )
+    haproxy: bool = Field(
+        False,
+        description="Ray Serve's HAProxy ingress (RAY_SERVE_ENABLE_HA_PROXY). Off by default: with it on, "
+        "Serve binds the replicas' own HTTP ports on every interface.",
+    )
+    direct_streaming: bool = Field(
+        False,
+        description="Stream tokens from the engine replica straight to the ingress "
+        "(RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING); needs haproxy.",
+    )
+    ingress_num_cpus: float = Field(0.1, ge=0.0, description="CPUs Ray reserves for each ingress replica.")
+    replica_num_cpus: float = Field(
+        0.1,
+        ge=0.0,
+        description="CPUs Ray reserves for each engine replica's own actor (the engine gets one more).",
+    )
+    start_timeout_s: float = Field(900.0, gt=0, description="How long the engine may take to become ready.")
+
+    @model_validator(mode="after")
+    def _direct_streaming_needs_haproxy(self) -> ServeSettings:
+        if self.direct_streaming and not self.haproxy:
+            raise ValueError("serve.direct_streaming needs serve.haproxy: Ray Serve LLM streams directly only there")
+        return self
+
+
+class ServeConfig(_Strict):
+    model: ModelConfig = ModelConfig()
+    engine: EngineConfig = EngineConfig()
+    device: Literal["cpu", "gpu"] = Field("cpu", description="Where the engine runs.")
+    replicas: int = Field(1, ge=1, description="Engine replicas.")
+    max_replicas: int | None = Field(None, ge=1, description="If set, replicas autoscale up to this.")
+    serve: ServeSettings = ServeSettings()
+
+    @model_validator(mode="after")
+    def _engine_fits_device(self) -> ServeConfig:
+        if self.device == "cpu" and self.engine.tensor_parallel_size != 1:
+            raise ValueError("engine.tensor_parallel_size must be 1 when device is 'cpu'")
+        if self.max_replicas is not None and self.max_replicas < self.replicas:
+            raise ValueError(f"max_replicas ({self.max_replicas}) is less than replicas ({self.replicas})")
+        return self
+
+    def job_view(self) -> JobConfig:
+        """The job-shaped view that the job's own engine-argument functions read (workload.pipeline's
+        engine_kwargs and engine_env), so the endpoint's engine cannot drift from the batch job's.
+
+        Built without validation: it carries only the shared sections, already validated here; the job-only
+        fields it lacks (input, output) are never read by those functions.
+        """
+        shared: dict[str, Any] = {name: getattr(self, name) for name in _SHARED_KEYS}
+        return JobConfig.model_construct(**shared)
+
+
+# A job config file is a valid serve config file: its batch-only sections are accepted and not used.
+_SHARED_KEYS = frozenset(ServeConfig.model_fields) - {"serve"}
+_JOB_ONLY_KEYS = frozenset(JobConfig.model_fields) - _SHARED_KEYS
+
+
+def _format(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        lines.append(f"  {key}: {item['msg']}")
+    return "invalid serve config:\n" + "\n".join(lines)
+
+
+def build_serve_config(data: dict[str, Any], overrides: dict[str, Any] | None = None) -> ServeConfig:
+    """Validate a config dict (a serve or a job config), with dotted-key overrides applied first."""
+    merged = {key: value for key, value in json.loads(json.dumps(data)).items() if key not in _JOB_ONLY_KEYS}
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        node = merged
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"invalid serve config:\n  {dotted}: '{part}' is not a section")
+            node = child
+        node[leaf] = value
+    try:
+        return ServeConfig.model_validate(merged)
+    except ValidationError as error:
+        raise ConfigError(_format(error)) from None
+
+
+def load_serve_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> ServeConfig:
+    """Read a YAML or JSON file (or none: the embedded tiny model on the CPU) and apply overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        file = Path(path)
+        if not file.is_file():
+            raise ConfigError(f"config file not found: {file}")
+        try:
+            loaded = yaml.safe_load(file.read_text())
+        except yaml.YAMLError as error:
+            raise ConfigError(f"config file {file} is not valid YAML/JSON: {error}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {file} must hold a mapping, not {type(loaded).__name__}")
+        data = loaded or {}
+    return build_serve_config(data, overrides)

@@ -1,0 +1,130 @@
+"""Run the endpoint: resolve the model, start Ray and Serve, deploy the app, serve until SIGTERM/SIGINT.
+
+Serve's feature switches are environment variables that Ray reads once, at import, in every process it starts:
+they are set here before anything imports `ray.serve` and before Ray starts its workers (which inherit them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from workload.serve.config import ServeConfig
+
+APP_NAME = "llm-batch"
+EXIT_START_TIMEOUT = 4
+HAPROXY_FOLDER = "h"
+
+
+def feature_env(config: ServeConfig, scratch: str) -> dict[str, str]:
+    """The environment switches for the Serve features in `config.serve`, and HAProxy's files in `scratch`
+    (its default /tmp/haproxy-serve would be shared by every endpoint on the machine)."""
+    settings = config.serve
+    env = {
+        "RAY_SERVE_ENABLE_HA_PROXY": "1" if settings.haproxy else "0",
+        "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1" if settings.direct_streaming else "0",
+        # Ray Serve LLM logs every prompt by default; prompts are user data.
+        "RAYLLM_ENABLE_REQUEST_PROMPT_LOGS": "0",
+    }
+    if settings.haproxy:
+        # Short: Serve adds a 56-character folder, and HAProxy's admin socket path must fit in sun_path (108).
+        haproxy = os.path.join(scratch, HAPROXY_FOLDER)
+        os.makedirs(haproxy, exist_ok=True)
+        env.update(
+            {
+                "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": os.path.join(haproxy, "haproxy.cfg"),
+                "RAY_SERVE_HAPROXY_SOCKET_PATH": os.path.join(haproxy, "admin.sock"),
+                "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": haproxy,
+                "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": os.path.join(haproxy, "server-state"),
+            }
+        )
+    return env
+
+
+@contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def stop_leftover_haproxy(folder: str) -> list[int]:
+    """SIGTERM the HAProxy processes started for this endpoint (their command line names its own HAProxy folder).
+
+    Ray Serve runs HAProxy in a process group of its own and, when its controller does not shut down in time (seen
+    on 2 busy cores), leaves it running and holding its ports; the next endpoint's HAProxy then cannot bind.
+    Only processes naming this endpoint's unique folder are touched.
+    """
+    stopped = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            arguments = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone, or not ours to read
+        if any(folder.encode() in argument for argument in arguments):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGTERM)
+                stopped.append(int(entry.name))
+    return stopped
+
+
+def _watchdog(ready: threading.Event, timeout_s: float) -> None:
+    if not ready.wait(timeout_s):
+        print(f"llm-batch serve: the endpoint was not ready within {timeout_s:.0f} s; exiting", file=sys.stderr)
+        os._exit(EXIT_START_TIMEOUT)
+
+
+def serve_until_stopped(config: ServeConfig) -> int:
+    """Blocks until SIGTERM or SIGINT; returns the process exit code."""
+    from workload.model_source import resolve_model
+
+    model_path = resolve_model(config.model)  # a missing model stops here, before Ray starts
+    scratch = tempfile.mkdtemp(prefix="lsv-", dir="/tmp")
+    try:
+        with _environment(feature_env(config, scratch)):
+            return _serve(config, model_path)
+    finally:
+        if config.serve.haproxy:
+            stop_leftover_haproxy(os.path.join(scratch, HAPROXY_FOLDER))
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _serve(config: ServeConfig, model_path: str) -> int:
+    from ray import serve
+
+    from workload.runtime import ray_session
+    from workload.serve.app import build_app
+
+    settings = config.serve
+    ready = threading.Event()
+    stop = threading.Event()
+    threading.Thread(target=_watchdog, args=(ready, settings.start_timeout_s), daemon=True).start()
+    with ray_session(config.device):
+        for number in (signal.SIGTERM, signal.SIGINT):  # after ray.init, which installs handlers that just exit
+            signal.signal(number, lambda *_: stop.set())
+        serve.start(http_options={"host": settings.host, "port": settings.port})
+        serve.run(build_app(config, model_path), name=APP_NAME, route_prefix="/", blocking=False)
+        ready.set()
+        url = f"http://{settings.host}:{settings.port}/v1"
+        print(f"llm-batch serve: ready at {url} (model {settings.model_id!r})", flush=True)
+        stop.wait()
+        print("llm-batch serve: stopping", file=sys.stderr, flush=True)
+        serve.shutdown()
+    return 0
