@@ -127,4 +127,4 @@ def test_kuberay_is_told_the_ray_version_the_image_installs() -> None:
         for line in (REPO_ROOT / "requirements" / "gpu.txt").read_text().splitlines()
         if line and not line.startswith("#")
     )
-    assert pinned["ray[data]"] == versions.RAY_VERSION
+    assert pinned["ray[data,serve]"] == versions.RAY_VERSION

