@@ -4,6 +4,7 @@ Protocol (`_lease.json` under the output URI; local and S3 alike, through storag
 - take: create the file only if absent (S3 If-None-Match: *, locally an exclusive link); if it exists and its
   `expires_at` has passed (plus a clock-skew allowance), replace it only if unchanged since read (If-Match);
 - live holder found: refuse at once naming host, pid, start and expiry, or wait for it (`resume.lease_wait_s`);
+  a holder on this same machine and pid namespace whose process is gone (killed) counts as expired at once;
 - renew: every third of the TTL, replace the file only if it is still the version this attempt wrote;
 - lose: a renewal that finds another version, or no renewal for so long that the expiry is near, marks the lease
   lost; `check()` (called before every write or delete of the output) then raises and nothing more is written;
@@ -33,6 +34,34 @@ LEASE = "_lease.json"
 CLOCK_SKEW_S = 5.0  # how far two hosts' clocks may disagree (NTP keeps EC2 within milliseconds)
 
 
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except OSError:
+        return None
+
+
+def _machine() -> str | None:
+    """This boot of this kernel and this pid namespace: where a pid names one process (None off Linux)."""
+    boot = _read("/proc/sys/kernel/random/boot_id")
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+    return f"{boot}/{namespace}" if boot else None
+
+
+def _process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (None: no such process, or a zombie): with the pid, it
+    names one process even after the pid is reused."""
+    stat = _read(f"/proc/{pid}/stat")
+    if stat is None:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()  # the command name, in parentheses, may hold spaces
+    return None if fields[0] == "Z" else fields[19]
+
+
 class LeaseHeldError(RuntimeError):
     """Another live attempt holds the output's lease; this one touched nothing."""
 
@@ -54,9 +83,17 @@ class LeaseRecord:
     renewed_at: str
     expires_at: str
     ttl_s: float
+    machine: str | None = None  # see _machine(); lets an attempt on the same machine see that the holder died
+    process_start: str | None = None
 
     def expires(self) -> datetime:
         return datetime.fromisoformat(self.expires_at)
+
+    def holder_is_gone(self) -> bool:
+        """True only when certain: the holder ran in this machine's pid namespace and its process no longer runs."""
+        if self.machine is None or self.machine != _machine():
+            return False
+        return _process_start(self.pid) != self.process_start
 
     def describe(self) -> str:
         return f"pid {self.pid} on {self.host}, started {self.started_at}, lease expires {self.expires_at}"
@@ -68,8 +105,10 @@ class LeaseRecord:
     def decode(cls, data: bytes) -> LeaseRecord | None:
         """None for a file that is not a lease record (treated as expired: it can protect nothing)."""
         try:
-            return cls(**json.loads(data))
-        except (ValueError, TypeError):
+            value = json.loads(data)
+            known = {name: value[name] for name in cls.__dataclass_fields__ if name in value}
+            return cls(**known)  # a newer version's extra fields are ignored, not taken for a broken lease
+        except (ValueError, TypeError, AttributeError):
             return None
 
 
@@ -99,6 +138,8 @@ class OutputLease:
             renewed_at=_iso(now),
             expires_at=_iso(now + timedelta(seconds=self.ttl_s)),
             ttl_s=self.ttl_s,
+            machine=_machine(),
+            process_start=_process_start(os.getpid()),
         )
 
     def _write(self, expected_version: str | None) -> None:
@@ -115,9 +156,11 @@ class OutputLease:
                     self._write(None)
                     return None
                 holder = LeaseRecord.decode(current[0])
-                if holder is not None and datetime.now(UTC) < holder.expires() + timedelta(seconds=self.clock_skew_s):
+                skew = timedelta(seconds=self.clock_skew_s)
+                if holder is not None and datetime.now(UTC) < holder.expires() + skew and not holder.holder_is_gone():
                     return holder
-                self._write(current[1])  # expired (or unreadable): replace it, unless someone else just did
+                # Expired, unreadable, or its holder died here: replace it, unless someone else just did.
+                self._write(current[1])
                 return None
             except WriteConflict:
                 continue  # another attempt moved first: read again and judge its lease

@@ -4,10 +4,13 @@ take, renew, expire, refuse, wait, lose; and an output store whose lease is lost
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import boto3
 import pytest
@@ -82,6 +85,29 @@ def test_an_expired_lease_is_taken_over_and_its_old_holder_has_lost_it(root: Loc
         old.check()
     old.release()  # must not delete the new holder's lease
     assert _holder(root).token == new.token
+
+
+def test_a_holder_killed_on_this_machine_frees_the_lease_at_once(root: Location) -> None:
+    # A real attempt process takes the lease and dies without releasing it (as SIGKILL leaves it).
+    script = (
+        "import os, sys; from workload.lease import OutputLease; from workload.storage import locate; "
+        "OutputLease(locate(sys.argv[1]), ttl_s=300).acquire(); os._exit(0)"
+    )
+    subprocess.run([sys.executable, "-c", script, root.uri], check=True, timeout=60)
+    dead = _holder(root)
+    assert dead.expires() > datetime.now(UTC) + timedelta(seconds=200), "the dead holder's lease is still live"
+    written = read_bytes(root.child(LEASE))
+
+    # Seen from another machine nobody can tell that the holder died: the lease holds until it expires.
+    elsewhere = {**json.loads(written), "machine": "another-boot/pid:[4026531836]"}
+    write_bytes_atomic(root.child(LEASE), json.dumps(elsewhere).encode())
+    with pytest.raises(LeaseHeldError):
+        OutputLease(root, ttl_s=30).acquire()
+
+    write_bytes_atomic(root.child(LEASE), written)
+    lease = OutputLease(root, ttl_s=30)
+    lease.acquire()  # on the holder's own machine its process is gone: no wait for the expiry
+    assert _holder(root).token == lease.token
 
 
 def test_the_holder_stops_before_its_expiry_even_if_nobody_took_over(root: Location) -> None:
