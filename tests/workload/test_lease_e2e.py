@@ -94,6 +94,7 @@ def test_a_second_attempt_is_refused_or_waits_while_the_first_runs(
     assert first.poll() is None, "the refusals raced a finished attempt: they proved nothing"
     after = _committed_state(case.output)
     assert {k: after.get(k) for k in before} == before, "a refused attempt deleted or changed committed files"
+    assert not list_files(case.output.child("_failed.json")), "a refused attempt left a failure note"
 
     waiter = start_job(["run", "--config", str(waiting)])
     code, log = finish(first, timeout=600)

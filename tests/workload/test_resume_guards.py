@@ -1,7 +1,8 @@
-"""What a rerun refuses before it changes anything, through the CLI as the image runs it, on local files and on a
-real S3-speaking server: an output leased by a live attempt (also with --restart), and changed input.
+"""A rerun against input edited in place (same size, other rows) is refused naming the file, through the CLI as the
+image runs it, on local files and on a real S3-speaking server. (A live lease refusing `run` and `--restart` is
+shown with the real job in test_lease_e2e.py.)
 
-No engine starts here: the inputs hold only rows that fail validation, whose shards commit without one.
+No engine starts here: the input holds only rows that fail validation, whose shards commit without one.
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ import boto3
 import pytest
 
 from tests.workload.jobrun import run_job, write_config
-from workload.lease import LeaseRecord, OutputLease
 from workload.storage import list_files, locate, read_bytes
 
-EXIT_OUTPUT_MISMATCH, EXIT_LEASE_HELD = 3, 4
+EXIT_OUTPUT_MISMATCH = 3
 
 
 @dataclass
@@ -74,25 +74,3 @@ def test_input_edited_in_place_same_size_is_refused_naming_the_file(case: Case, 
     # Refused before any work: the results and markers are untouched; only the failure note is new.
     assert {k: v for k, v in after.items() if not k.endswith("_failed.json")} == before
     assert "content changed" in json.loads(after[case.output_uri.rstrip("/") + "/_failed.json"])["reason"]
-
-
-def test_a_live_lease_refuses_a_run_and_a_restart_touching_nothing(case: Case, tmp_path: Path) -> None:
-    case.write_input(ORIGINAL)
-    config = write_config(tmp_path / "job.yaml", case.input_uri, case.output_uri, tmp_path / "models")
-    code, log = run_job(["run", "--config", str(config)], timeout=120)
-    assert code == 0, log
-
-    holder = OutputLease(locate(case.output_uri), ttl_s=120)  # a live attempt, as another process would hold it
-    holder.acquire()
-    record = LeaseRecord.decode(read_bytes(holder.location))
-    assert record is not None
-    before = _snapshot(case.output_uri)
-    for flags in ([], ["--restart"]):
-        code, log = run_job(["run", "--config", str(config), *flags], timeout=120)
-        assert code == EXIT_LEASE_HELD, log
-        refusal = [line for line in log.splitlines() if "held by another live attempt" in line]
-        assert len(refusal) == 1, log
-        for part in (f"pid {record.pid}", record.host, record.started_at, record.expires_at):
-            assert part in refusal[0]
-        assert _snapshot(case.output_uri) == before  # no note, no delete, no manifest entry
-    holder.release()
