@@ -15,6 +15,8 @@ __all__ = ["ENTRYPOINT", "main"]
 
 EXIT_BAD_CONFIG = 2
 EXIT_OUTPUT_MISMATCH = 3
+EXIT_LEASE_HELD = 4  # another live attempt holds the output: this one changed nothing (retry later, or wait)
+EXIT_LEASE_LOST = 5  # this attempt lost the output's lease mid-run and stopped writing; another one owns it now
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -76,33 +78,29 @@ def _validate(config: JobConfig) -> int:
     return 0
 
 
-def _record_failure(config: JobConfig, error: BaseException) -> None:
-    """Leave `_failed.json` beside the output, so a scheduler waiting for summary.json learns why at once."""
-    from workload.output import OutputStore
-
-    try:
-        OutputStore(config.output.uri).write_failure(type(error).__name__, str(error))
-    except Exception as write_error:  # the original failure matters more than this note about it
-        print(f"llm-batch: could not record the failure: {write_error}", file=sys.stderr)
-
-
 def _run(config: JobConfig) -> int:
+    # run_job leaves `_failed.json` beside the output for every failure it raises (while it holds the output's
+    # lease), so a scheduler waiting for summary.json learns why at once; a refused or lost lease leaves none.
     from workload.job import OutputMismatchError, run_job
+    from workload.lease import LeaseHeldError, LeaseLostError
     from workload.model_source import ModelSourceError
     from workload.rows import InputError
     from workload.storage import StorageError
 
     try:
         outcome = run_job(config)
+    except LeaseHeldError as error:
+        print(f"llm-batch: refused: {error}", file=sys.stderr)
+        return EXIT_LEASE_HELD
+    except LeaseLostError as error:
+        print(f"llm-batch: stopped: {error}; nothing was written after the loss", file=sys.stderr)
+        return EXIT_LEASE_LOST
     except OutputMismatchError as error:
-        _record_failure(config, error)
         print(f"llm-batch: {error}", file=sys.stderr)
         return EXIT_OUTPUT_MISMATCH
-    except (InputError, ModelSourceError, StorageError) as error:
-        _record_failure(config, error)
+    except (InputError, ModelSourceError, StorageError):
         raise
     except Exception as error:
-        _record_failure(config, error)
         print(f"llm-batch: the run failed: {type(error).__name__}: {error}", file=sys.stderr)
         raise
     return outcome.exit_code

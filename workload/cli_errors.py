@@ -31,7 +31,8 @@ PROJECT_PACKAGES = frozenset({"infra", "workload", "monitoring"})
 
 HELP_EPILOG = (
     "exit codes: 0 done; 1 failed (the check or the run); 2 bad input (usage, file, config, stack, price); "
-    "69 AWS or network (credentials, endpoint, API error). Add --debug for a traceback."
+    "69 AWS or network (credentials, endpoint, API error); `workload run` also 3, 4, 5 (docs/cli.md). "
+    "Add --debug for a traceback."
 )
 
 

@@ -156,6 +156,18 @@ class ResumeConfig(_Strict):
     grace_period_s: float = Field(
         90.0, gt=0, description="After SIGTERM: seconds to commit finished shards and exit (Spot gives 120)."
     )
+    lease_ttl_s: float = Field(
+        120.0,
+        ge=10,
+        description="Life of an attempt's lease on its output, renewed every third of it while the attempt lives: "
+        "a dead attempt blocks the next one for at most this long (plus 5 s for clock skew).",
+    )
+    lease_wait_s: float = Field(
+        0.0,
+        ge=0,
+        description="When another live attempt holds the output's lease: 0 refuses at once (exit code 4); "
+        "more waits up to this many seconds for it to finish or expire.",
+    )
 
 
 class JobConfig(_Strict):

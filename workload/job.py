@@ -1,8 +1,11 @@
-"""One run of the batch job: validate, resume, stream rows through the pipeline, commit shard by shard, summarise.
+"""One run of the batch job: lease, validate, resume, stream rows through the pipeline, commit shard by shard,
+summarise.
 
 The driver owns the input and the commits; Ray runs the stages. Rows are numbered by their place in the input and
 grouped into fixed shards of `output.shard_rows`, so every attempt agrees on which row belongs to which shard and a
-rerun sends the engine only the rows of shards not yet committed.
+rerun sends the engine only the rows of shards not yet committed. Before anything else the attempt takes the
+output's lease (workload/lease.py), so two attempts never write one output at once; an attempt that loses it
+stops before its next write.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import pyarrow as pa
 
 from workload import failpoints
 from workload.config import JobConfig
+from workload.lease import LeaseLostError, OutputLease, hold_lease
 from workload.metric_sinks import open_metrics
 from workload.metrics import BatchReport, RunMetrics
 from workload.model_source import resolve_model
@@ -31,7 +35,7 @@ from workload.results import (
     passthrough_types,
 )
 from workload.rows import ValidatedInput, ValidRow, input_files, read_input
-from workload.storage import size_of
+from workload.storage import content_version
 from workload.summary import build_summary, print_summary
 
 
@@ -55,18 +59,65 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
-def _input_fingerprint(config: JobConfig) -> str:
-    listing = [(f.uri, size_of(f)) for f in input_files(config.input)]
-    return hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
+def _input_listing(config: JobConfig) -> dict[str, dict[str, Any]]:
+    """Each input file's size and content version (S3 ETag, local mtime): what the output was made from."""
+    listing = {}
+    for file in input_files(config.input):
+        size, version = content_version(file)
+        listing[file.uri] = {"size": size, "version": version}
+    return listing
+
+
+def _fingerprint(listing: dict[str, dict[str, Any]]) -> str:
+    return hashlib.sha256(json.dumps(listing, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _legacy_fingerprint(listing: dict[str, dict[str, Any]]) -> str:
+    """The fingerprint of outputs made before content versions were recorded: names and sizes only."""
+    pairs = [(uri, entry["size"]) for uri, entry in sorted(listing.items())]
+    return hashlib.sha256(json.dumps(pairs).encode()).hexdigest()[:16]
+
+
+def _changed_inputs(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]]) -> list[str]:
+    changes = []
+    for uri in sorted(old.keys() | new.keys()):
+        if uri not in new:
+            changes.append(f"{uri} (removed)")
+        elif uri not in old:
+            changes.append(f"{uri} (added)")
+        elif old[uri] != new[uri]:
+            what = "size" if old[uri]["size"] != new[uri]["size"] else "content"
+            changes.append(f"{uri} ({what} changed)")
+    return changes
+
+
+def _check_same_input(store: OutputStore, config: JobConfig, manifest: dict[str, Any], listing: dict) -> None:
+    recorded = manifest.get("input_files")
+    if recorded is None:  # an output begun before versions were recorded: names and sizes are all it can compare
+        if manifest["input_fingerprint"] != _legacy_fingerprint(listing):
+            raise OutputMismatchError(
+                f"{store.root.uri} holds output of a different input (files or sizes changed under "
+                f"{config.input.uri}). Use a new output URI, or --restart to start over."
+            )
+        manifest.update(input_files=listing, input_fingerprint=_fingerprint(listing))
+        return
+    changed = _changed_inputs(recorded, listing)
+    if changed:
+        raise OutputMismatchError(
+            f"{store.root.uri} holds output of a different input; changed since it was made: {', '.join(changed)}. "
+            "Use a new output URI, or --restart to start over."
+        )
 
 
 def _start_attempt(store: OutputStore, config: JobConfig, rows_in: int) -> tuple[dict[str, Any], int]:
     """Check the output against this config (refusing to mix), then record a new attempt."""
     manifest = store.read_manifest()
+    listing = _input_listing(config)
     identity = {
         "config_hash": config.output_hash(),
         "output_affecting": config.output_affecting(),
-        "input_fingerprint": _input_fingerprint(config),
+        "input_fingerprint": _fingerprint(listing),
+        "input_files": listing,
         "rows_in": rows_in,
     }
     if manifest is not None and config.resume.mode == "resume":
@@ -77,11 +128,7 @@ def _start_attempt(store: OutputStore, config: JobConfig, rows_in: int) -> tuple
                 f"{store.root.uri} holds output made with other settings: {', '.join(changed)} changed. "
                 "Use a new output URI, or --restart (resume.mode=restart) to delete the old output first."
             )
-        if manifest["input_fingerprint"] != identity["input_fingerprint"]:
-            raise OutputMismatchError(
-                f"{store.root.uri} holds output of a different input (files or sizes changed under "
-                f"{config.input.uri}). Use a new output URI, or --restart to start over."
-            )
+        _check_same_input(store, config, manifest, listing)
     if manifest is None or config.resume.mode == "restart":
         store.reset()
         manifest = {**identity, "attempts": []}
@@ -174,7 +221,9 @@ def _batch_report(items: list[dict[str, Any]]) -> BatchReport:
     )
 
 
-def _run_engine(committer: _ShardCommitter, config: JobConfig, progress: Progress, stop: Any) -> bool:
+def _run_engine(
+    committer: _ShardCommitter, config: JobConfig, progress: Progress, stop: Any, lease: OutputLease
+) -> bool:
     """Stream the pending rows through Ray Data LLM; returns False if stopped by a signal."""
     import ray.data
 
@@ -196,17 +245,39 @@ def _run_engine(committer: _ShardCommitter, config: JobConfig, progress: Progres
     for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
         ok, failed, out_tokens = committer.take(batch)
         progress.advance(ok, failed, out_tokens)
+        lease.check()  # a lost lease stops the engine work now, not only at the next commit
         if stop.stopped:
             return False
     return True
 
 
 def run_job(config: JobConfig) -> RunOutcome:
-    """Run (or resume) the job; the summary is written once every shard of the input is committed."""
+    """Take the output's lease, then run (or resume) the job; the summary is written once every shard of the input
+    is committed.
+
+    Raises LeaseHeldError (nothing touched) when another live attempt holds the output, LeaseLostError (nothing
+    written after the loss) when this one loses it. Any other failure is recorded in `_failed.json` while the
+    lease is still held, so the note can never land on another attempt's output.
+    """
+    started = time.monotonic()
+    store_root = OutputStore(config.output.uri).root
+    with hold_lease(store_root, config.resume.lease_ttl_s, config.resume.lease_wait_s) as lease:
+        store = OutputStore(config.output.uri, guard=lease.check)
+        try:
+            return _run_attempt(config, store, lease, started)
+        except LeaseLostError:
+            raise
+        except Exception as error:
+            try:
+                store.write_failure(type(error).__name__, str(error))
+            except Exception as write_error:  # the original failure matters more than this note about it
+                print(f"[llm-batch] could not record the failure: {write_error}", file=sys.stderr)
+            raise
+
+
+def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, started: float) -> RunOutcome:
     from workload.runtime import StopSignal, ray_session
 
-    started = time.monotonic()
-    store = OutputStore(config.output.uri)
     store.clear_notes()
     validated = read_input(config.input, config.sampling)
     manifest, attempt = _start_attempt(store, config, validated.rows_in)
@@ -232,7 +303,7 @@ def run_job(config: JobConfig) -> RunOutcome:
         committer.commit_ready()  # shards with no valid rows (only bad ones) commit at once
         if committer.buffers and not stop.stopped:
             with ray_session(config.device):
-                completed = _run_engine(committer, config, progress, stop)
+                completed = _run_engine(committer, config, progress, stop, lease)
             # Stopped by a signal: every shard complete so far is committed; the rest is redone next time.
             completed = completed and not committer.buffers
         # The handler stays ours until the summary is written: a SIGTERM after the last commit lets the run

@@ -8,18 +8,24 @@ Layout under the output URI:
     _failed.json                     the last attempt failed (why); removed when an attempt starts
     _interrupted.json                the last attempt was stopped by SIGTERM; a rerun resumes
     _manifest.json                   what the output was made with (config hash, input fingerprint, attempts)
+    _lease.json                      the live attempt's lease (workload/lease.py); absent between attempts
     summary.json                     written last, once every shard is committed
 
 A shard commit writes its parts to _pending/ (each write atomic), then the marker (atomic), then moves the parts
 into results/ and errors/. A run killed before the marker leaves only _pending/ files, which the next attempt
 deletes; killed after it, the next attempt finishes the move (roll forward). So results/ never holds a row
 of an uncommitted shard, on a local disk (rename) as on S3 (single-object PUT and copy, no rename needed).
+
+Only the holder of the output's lease writes here: every write, move and delete first calls the store's `guard`
+(the lease's `check`), so an attempt that lost its lease stops before its next change.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -83,12 +89,33 @@ def _shard_of(name: str) -> int | None:
     return int(number) if number.isdigit() else None
 
 
+def _no_guard() -> None:
+    pass
+
+
 class OutputStore:
-    def __init__(self, uri: str) -> None:
+    def __init__(self, uri: str, guard: Callable[[], None] = _no_guard) -> None:
         self.root: Location = locate(uri)
+        self._guard = guard  # raises when this process may no longer change the output (its lease is lost)
+        # Shards whose marker names files found neither published nor pending: redone, and their stale files
+        # replaced, by this attempt (filled by `recover`).
+        self.untrusted: dict[int, list[str]] = {}
 
     def _at(self, relative: str) -> Location:
         return self.root.child(*relative.split("/"))
+
+    # Every change to the output goes through these three, behind the guard.
+    def _write(self, location: Location, data: bytes, metadata: dict[str, str] | None = None) -> None:
+        self._guard()
+        write_bytes_atomic(location, data, metadata)
+
+    def _delete(self, location: Location) -> None:
+        self._guard()
+        delete_file(location)
+
+    def _move(self, source: Location, target: Location) -> None:
+        self._guard()
+        move(source, target)
 
     def _read_json(self, relative: str) -> dict[str, Any] | None:
         location = self._at(relative)
@@ -98,7 +125,7 @@ class OutputStore:
         return value if isinstance(value, dict) else None
 
     def _write_json(self, relative: str, value: dict[str, Any]) -> None:
-        write_bytes_atomic(self._at(relative), json.dumps(value, indent=2, sort_keys=True).encode())
+        self._write(self._at(relative), json.dumps(value, indent=2, sort_keys=True).encode())
 
     # --- run identity -------------------------------------------------------------------------------------
     def read_manifest(self) -> dict[str, Any] | None:
@@ -110,9 +137,10 @@ class OutputStore:
     def reset(self) -> None:
         """Delete everything the job writes here (an explicit restart); nothing else below the URI."""
         for folder in (RESULTS, ERRORS, COMMITS, PENDING):
+            self._guard()
             delete_tree(self._at(folder))
         for name in (MANIFEST, SUMMARY, FAILURE, INTERRUPTED):
-            delete_file(self._at(name))
+            self._delete(self._at(name))
 
     # --- shards -------------------------------------------------------------------------------------------
     def committed(self) -> dict[int, ShardCommit]:
@@ -123,25 +151,54 @@ class OutputStore:
             commits[commit.shard] = commit
         return commits
 
+    def _relative(self, location: Location) -> str:
+        return location.uri[len(self.root.uri) + 1 :]
+
     def recover(self) -> dict[int, ShardCommit]:
-        """Finish what a killed attempt left: roll committed shards forward, delete uncommitted parts."""
-        commits = self.committed()
-        for commit in commits.values():
-            self._publish(commit)
+        """Finish what a killed attempt left: roll committed shards forward, delete parts no marker names.
+
+        Returns the shards that are committed and whole. A marker whose files are neither published nor pending
+        is reported and not trusted: its shard is redone. No file of a shard that has a marker is deleted here.
+        """
+        markers = self.committed()
+        pending = {self._relative(f)[len(PENDING) + 1 :] for f in list_files(self._at(PENDING))}
+        published = {self._relative(f) for folder in (RESULTS, ERRORS) for f in list_files(self._at(folder))}
+        self.untrusted = {}
+        for number, commit in markers.items():
+            missing = [name for name in commit.files if name not in pending and name not in published]
+            if missing:
+                self.untrusted[number] = missing
+                print(
+                    f"[llm-batch] shard {number}: its marker names {', '.join(missing)}, found neither published "
+                    "nor pending; not trusted, the shard is redone",
+                    file=sys.stderr,
+                )
+                continue
+            for name in commit.files:
+                if name in pending:
+                    # On S3 a move is copy + delete; a kill between the two is finished by the next recover().
+                    self._move(self._at(f"{PENDING}/{name}"), self._at(name))
         for folder in (PENDING, RESULTS, ERRORS):
             for part in list_files(self._at(folder)):
                 shard = _shard_of(part.path)
                 stale_temporary = part.path.rsplit("/", 1)[-1].startswith(".")
-                if shard is None or shard not in commits or stale_temporary:
-                    delete_file(part)
-        return commits
+                if shard is None or shard not in markers or stale_temporary:
+                    self._delete(part)
+        return {shard: commit for shard, commit in markers.items() if shard not in self.untrusted}
 
     def _publish(self, commit: ShardCommit) -> None:
         for relative in commit.files:
             pending = self._at(f"{PENDING}/{relative}")
             if exists(pending):
-                # On S3 a move is copy + delete; a kill between the two is finished by the next recover().
-                move(pending, self._at(relative))
+                self._move(pending, self._at(relative))
+        if commit.shard in self.untrusted:
+            # The shard was redone: a published part of the old commit that the new one does not name would
+            # show its rows twice.
+            for folder in (RESULTS, ERRORS):
+                name = _part_name(commit.shard, folder)
+                if name not in commit.files:
+                    self._delete(self._at(name))
+            del self.untrusted[commit.shard]
 
     def commit_shard(
         self,
@@ -156,12 +213,12 @@ class OutputStore:
             buffer = io.BytesIO()
             pq.write_table(results, buffer, compression="zstd")
             name = _part_name(shard, RESULTS)
-            write_bytes_atomic(self._at(f"{PENDING}/{name}"), buffer.getvalue())
+            self._write(self._at(f"{PENDING}/{name}"), buffer.getvalue())
             files.append(name)
         if errors:
             name = _part_name(shard, ERRORS)
             lines = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in errors)
-            write_bytes_atomic(self._at(f"{PENDING}/{name}"), lines.encode())
+            self._write(self._at(f"{PENDING}/{name}"), lines.encode())
             files.append(name)
         failpoints.reached(failpoints.SHARD_PARTS_WRITTEN)
         commit = ShardCommit(
@@ -187,7 +244,7 @@ class OutputStore:
         short = reason.encode("ascii", "replace").decode()[:900]
         body = {"reason": reason, **extra, "at": utc_now()}
         data = json.dumps(body, indent=2, sort_keys=True).encode()
-        write_bytes_atomic(self._at(name), data, metadata={"reason": short})
+        self._write(self._at(name), data, metadata={"reason": short})
 
     def write_failure(self, error_type: str, message: str) -> None:
         reason = f"{error_type}: {message}"
@@ -199,8 +256,8 @@ class OutputStore:
 
     def clear_notes(self) -> None:
         """A new attempt starts: the last one's failure or interruption note no longer describes the output."""
-        delete_file(self._at(FAILURE))
-        delete_file(self._at(INTERRUPTED))
+        self._delete(self._at(FAILURE))
+        self._delete(self._at(INTERRUPTED))
 
     def read_interrupted(self) -> dict[str, Any] | None:
         return self._read_json(INTERRUPTED)

@@ -9,9 +9,12 @@ AWS_ENDPOINT_URL_S3, which boto3 reads itself. Parquet input is read with pyarro
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -22,6 +25,10 @@ import pyarrow.fs as pafs
 
 class StorageError(OSError):
     """A storage operation failed; the message names the URI."""
+
+
+class WriteConflict(StorageError):
+    """A conditional write or delete found the file not in the state it expected (someone else changed it)."""
 
 
 @cache
@@ -131,6 +138,21 @@ def size_of(location: Location) -> int:
     return int(_s3_client().head_object(Bucket=location.bucket, Key=location.key)["ContentLength"])
 
 
+def content_version(location: Location) -> tuple[int, str]:
+    """Size and a version that changes when the content does: the ETag on S3 (derived from the bytes, so an
+    identical re-upload keeps it), the modification time in nanoseconds locally (hashing every input is not cheap)."""
+    if not location.is_s3:
+        stat = Path(location.path).stat()
+        return stat.st_size, f"mtime_ns:{stat.st_mtime_ns}"
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        head = _s3_client().head_object(Bucket=location.bucket, Key=location.key)
+    except (BotoCoreError, ClientError) as error:
+        raise _s3_error("check", location, error) from error
+    return int(head["ContentLength"]), f"etag:{head['ETag'].strip(chr(34))}"
+
+
 def read_bytes(location: Location) -> bytes:
     try:
         if not location.is_s3:
@@ -192,3 +214,114 @@ def delete_tree(location: Location) -> None:
         return
     for file in list_files(location):
         delete_file(file)
+
+
+# --- compare-and-swap on one small file (the output lease) -----------------------------------------------------
+# S3: conditional requests (If-None-Match: * to create, If-Match: <ETag> to replace or delete); the version is
+# the ETag. Local: a hash of the content is the version, and every check-then-write runs under an flock on a
+# hidden sibling file, which the kernel releases when the process dies, so a crash never leaves it locked.
+
+
+def _precondition_failed(error: Exception) -> bool:
+    code = str(getattr(error, "response", {}).get("Error", {}).get("Code", ""))
+    # 412: the condition failed; 409: a concurrent conditional write won; 404: an If-Match target is gone.
+    return code in {"PreconditionFailed", "412", "ConditionalRequestConflict", "409", "NoSuchKey", "404"}
+
+
+def _local_version(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+@contextlib.contextmanager
+def _local_lock(target: Path) -> Iterator[None]:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.with_name(f".{target.name}.lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def read_versioned(location: Location) -> tuple[bytes, str] | None:
+    """The file's bytes and version, or None when it does not exist."""
+    if not location.is_s3:
+        try:
+            data = Path(location.path).read_bytes()
+        except FileNotFoundError:
+            return None
+        return data, _local_version(data)
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        response = _s3_client().get_object(Bucket=location.bucket, Key=location.key)
+        return bytes(response["Body"].read()), str(response["ETag"])
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
+            return None
+        raise _s3_error("read", location, error) from error
+    except BotoCoreError as error:
+        raise _s3_error("read", location, error) from error
+
+
+def _local_write_new(target: Path, data: bytes) -> None:
+    temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    temporary.write_bytes(data)
+    try:
+        os.link(temporary, target)  # atomic, and fails if the target exists: an exclusive create of a whole file
+    finally:
+        temporary.unlink()
+
+
+def write_if(location: Location, data: bytes, version: str | None) -> str:
+    """Write only if the file is still at `version` (None: only if it does not exist); returns the new version.
+
+    Raises WriteConflict when the condition fails."""
+    if location.is_s3:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        condition = {"IfNoneMatch": "*"} if version is None else {"IfMatch": version}
+        try:
+            response = _s3_client().put_object(Bucket=location.bucket, Key=location.key, Body=data, **condition)
+        except ClientError as error:
+            if _precondition_failed(error):
+                raise WriteConflict(f"{location.uri} changed under a conditional write: {error}") from error
+            raise _s3_error("write", location, error) from error
+        except BotoCoreError as error:
+            raise _s3_error("write", location, error) from error
+        return str(response["ETag"])
+    target = Path(location.path)
+    with _local_lock(target):
+        current = read_versioned(location)
+        if (current[1] if current else None) != version:
+            raise WriteConflict(f"{location.uri} changed under a conditional write")
+        if version is None:
+            try:
+                _local_write_new(target, data)
+            except FileExistsError as error:
+                raise WriteConflict(f"{location.uri} was created by someone else") from error
+        else:
+            write_bytes_atomic(location, data)
+    return _local_version(data)
+
+
+def delete_if(location: Location, version: str) -> None:
+    """Delete only if the file is still at `version`; raises WriteConflict otherwise."""
+    if location.is_s3:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            _s3_client().delete_object(Bucket=location.bucket, Key=location.key, IfMatch=version)
+        except ClientError as error:
+            if _precondition_failed(error):
+                raise WriteConflict(f"{location.uri} changed under a conditional delete: {error}") from error
+            raise _s3_error("delete", location, error) from error
+        except BotoCoreError as error:
+            raise _s3_error("delete", location, error) from error
+        return
+    target = Path(location.path)
+    with _local_lock(target):
+        current = read_versioned(location)
+        if current is None or current[1] != version:
+            raise WriteConflict(f"{location.uri} changed under a conditional delete")
+        target.unlink()

@@ -79,3 +79,27 @@ def test_reset_removes_only_what_the_job_writes(output_uri: str) -> None:
     assert store.committed() == {}
     assert store.read_manifest() is None and store.read_summary() is None
     assert read_bytes(neighbour) == b"not ours"
+
+
+def test_a_marker_whose_files_are_gone_is_reported_not_trusted_and_its_shard_redone(output_uri: str, capsys) -> None:
+    store = OutputStore(output_uri)
+    store.commit_shard(0, _table(["a"]), [], STATS, attempt=1)
+    store.commit_shard(1, _table(["b"]), [{"id": "c", "error_type": "x"}], STATS, attempt=1)
+    # Shard 1's result file vanished (deleted by hand, or by an attempt that ran without a lease): its marker
+    # names a file that is neither published nor pending.
+    delete_file(store.root.child("results", "part-000001.parquet"))
+
+    commits = store.recover()
+
+    assert set(commits) == {0}
+    assert store.untrusted == {1: ["results/part-000001.parquet"]}
+    assert "shard 1" in capsys.readouterr().err
+    # Nothing of a shard with a marker is deleted: shard 1's surviving errors file and its marker stay.
+    assert _names(store, "errors") == ["part-000001.jsonl"]
+    assert set(store.committed()) == {0, 1}
+
+    # The redo commits shard 1 again without errors: the old commit's errors file must not survive beside it.
+    store.commit_shard(1, _table(["b", "c"]), [], STATS, attempt=2)
+    assert _names(store, "results") == ["part-000000.parquet", "part-000001.parquet"]
+    assert _names(store, "errors") == []
+    assert store.committed()[1].attempt == 2 and store.untrusted == {}
