@@ -44,6 +44,10 @@ _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _TAG_KEY = re.compile(r"^[\w .:/=+@-]{1,128}$")
 
 
+# How long a nightly attempt waits for an earlier attempt's lease on the same output before giving up.
+NIGHTLY_LEASE_WAIT_S = 300.0
+
+
 class StackConfigError(ValueError):
     """The stack's config is invalid; the message names each bad key (dotted, under `llm-batch:`)."""
 
@@ -436,6 +440,9 @@ class StackConfig(_Section):
         data: dict[str, Any] = copy.deepcopy(self.job.job_overrides)
         data["input"] = {**data.get("input", {}), "uri": input_uri}
         data["output"] = {**data.get("output", {}), "uri": output_uri}
+        # A Spot replacement or a RayJob retry can start while the old attempt still commits under its lease:
+        # wait for it (a lease lives resume.lease_ttl_s, 120 s by default) rather than fail the night.
+        data["resume"] = {"lease_wait_s": NIGHTLY_LEASE_WAIT_S, **data.get("resume", {})}
         model = data.setdefault("model", {})
         if self.job.model_source is not None:
             model.setdefault("source", self.job.model_source)

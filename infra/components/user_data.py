@@ -29,6 +29,10 @@ SPOT_POLL_S = 5
 DEFAULT_GRACE_PERIOD_S = ResumeConfig().grace_period_s
 # The job's own failure marker (workload.output.FAILURE); the state machine looks for it under the output.
 FAILURE_MARKER = "_failed.json"
+# The job's exit codes when another attempt owns the night's output (workload/cli.py EXIT_LEASE_HELD and
+# EXIT_LEASE_LOST): the output is not this node's to mark failed. tests/infra/test_boot_failure.py keeps them equal.
+LEASE_HELD_EXIT = 4
+LEASE_LOST_EXIT = 5
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,7 @@ def render_user_data(settings: BootSettings) -> str:
     marker = failure_marker(settings.output_prefix_uri)
     marker_bucket = shlex.quote(marker.bucket)
     marker_key = f'{shlex.quote(marker.key_before)}"${{night}}"{shlex.quote(marker.key_after)}'
+    lease_held, lease_lost = LEASE_HELD_EXIT, LEASE_LOST_EXIT
     return f"""#!/bin/bash
 # llm-batch small tier: run tonight's batch job once, then set the group's desired capacity back to 0.
 set -euo pipefail
@@ -158,7 +163,17 @@ stand_down() {{
     echo "llm-batch: Spot interruption; leaving the group's capacity to the replacement instance"
     exit "${{status}}"
   fi
-  if [ "${{status}}" -ne 0 ]; then
+  if [ "${{STAGE}}" = "running the job" ] && [ "${{status}}" -eq {lease_lost} ]; then
+    # Another attempt took the output's lease (say, the replacement of an instance that outlived its grace):
+    # the output and the group's capacity are that attempt's now.
+    echo "llm-batch: the job lost its output's lease to another attempt; leaving the output and capacity to it"
+    exit "${{status}}"
+  fi
+  if [ "${{STAGE}}" = "running the job" ] && [ "${{status}}" -eq {lease_held} ]; then
+    # Still held after resume.lease_wait_s: a live attempt elsewhere owns the output. Marking it failed would
+    # fail that attempt's night; this node only stands down.
+    echo "llm-batch: another live attempt holds the night's output; nothing recorded on it"
+  elif [ "${{status}}" -ne 0 ]; then
     record_failure "${{status}}"
   fi
   echo "llm-batch: standing down (exit status ${{status}})"

@@ -164,3 +164,29 @@ def test_the_small_plans_node_may_write_exactly_the_failure_marker(plan_for: Any
     assert 'local key=output/"${night}"/_failed.json' in script
     assert f'put-object --bucket {name} --key "${{key}}"' in script
     assert "trap stand_down EXIT" in script
+
+
+def test_lease_exit_codes_are_the_jobs() -> None:
+    from infra.components import user_data
+    from workload import cli
+
+    assert (user_data.LEASE_HELD_EXIT, user_data.LEASE_LOST_EXIT) == (cli.EXIT_LEASE_HELD, cli.EXIT_LEASE_LOST)
+
+
+def test_a_job_refused_by_a_live_lease_marks_nothing(tmp_path: Path, aws_cli: str, account: dict[str, str]) -> None:
+    """Another attempt owns tonight's output: no _failed.json lands on it; this node stands down."""
+    result = _boot(tmp_path, aws_cli, account, JOB_EXIT="4")
+    assert result.returncode == 4, result.stderr
+    assert "nothing recorded on it" in result.stdout
+    assert boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix=MARKER)["KeyCount"] == 0
+    assert _desired_capacity() == 0
+
+
+def test_a_job_that_lost_its_lease_leaves_output_and_capacity_alone(
+    tmp_path: Path, aws_cli: str, account: dict[str, str]
+) -> None:
+    before = _desired_capacity()
+    result = _boot(tmp_path, aws_cli, account, JOB_EXIT="5")
+    assert result.returncode == 5, result.stderr
+    assert boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix=MARKER)["KeyCount"] == 0
+    assert _desired_capacity() == before

@@ -166,6 +166,7 @@ def test_job_config_renders_what_the_job_loads(tmp_path: Any) -> None:
     assert job.model.source == "Qwen/Qwen2.5-0.5B-Instruct"
     assert job.device == "gpu" and job.engine.max_num_seqs == 256 and job.sampling.max_tokens == 128
     assert job.metrics.sink == "cloudwatch" and job.metrics.stack == "small"
+    assert job.resume.lease_wait_s == 300  # a replacement waits out the old attempt's lease
     assert job.metrics.namespace == config.monitoring.metrics_namespace
     from workload.config import render_config
 
