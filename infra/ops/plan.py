@@ -4,6 +4,10 @@
     python -m infra.plan large --json   # a list of {type, name, parent, inputs, dependencies, ...} objects
     python -m infra.plan large --estimate-json   # the cost estimate's line items as JSON
 
+Every plan shown is gated by the policy rules (`infra.ops.policy.gate`): a violation is printed (resource,
+rule, fix) and the command exits 1, after printing the plan so the mistake can be seen in it.
+`--no-checks` skips that, for callers that run the checks themselves (`capture_plan`, `infra.policy`).
+
 The program runs exactly as `pulumi up` would run it (infra/__main__.py as `__main__`, from infra/, with the
 stack's `config:` from stacks/Pulumi.<stack>.yaml), but the engine and the AWS provider are the mocks of
 `infra.ops.plan_mocks`, since no Pulumi CLI or AWS account is needed to read a plan. Secret values are masked.
@@ -128,7 +132,7 @@ def _stack_exports(stack: str) -> dict[str, Any]:
 def capture_plan(stack: str) -> list[dict[str, Any]]:
     """The stack's plan (see `run_program`), made in a fresh interpreter; raises PlanError when it fails."""
     result = subprocess.run(
-        [sys.executable, "-m", "infra.plan", stack, "--json"],
+        [sys.executable, "-m", "infra.plan", stack, "--json", "--no-checks"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -204,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the plan as a JSON list of resources")
     parser.add_argument("--estimate-json", action="store_true", help="print the monthly cost estimate as JSON")
     parser.add_argument("--details", action="store_true", help="show Kubernetes objects' full manifests in the tree")
+    parser.add_argument(
+        "--no-checks", action="store_true", help="skip the policy gate (the caller runs `infra.policy` itself)"
+    )
     args = parser.parse_args(argv)
     from pulumi import RunError
 
@@ -218,10 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     from infra.pricing.estimate import format_estimate
     from infra.pricing.table import PriceTableError
 
+    checked = 0 if args.no_checks else _gate(plan)
     if args.json:
         json.dump(plan, sys.stdout, indent=1, default=str)
         sys.stdout.write("\n")
-        return 0
+        return checked
     try:
         cost = stack_estimate(args.stack, plan)
     except PriceTableError as error:
@@ -233,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         print(summary(plan))
         print(f"\nwarning: no cost estimate: {error}")
         print(f"warning: no cost estimate: {error}", file=sys.stderr)
-        return 0
+        return checked
     if args.estimate_json:
         json.dump({**cost.model_dump(mode="json"), "total_usd": round(cost.total, 2)}, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -242,6 +250,19 @@ def main(argv: list[str] | None = None) -> int:
         print(summary(plan))
         print()
         print(format_estimate(cost))
+    return checked
+
+
+def _gate(plan: list[dict[str, Any]]) -> int:
+    """1 (and the violations on stderr) when the plan breaks a policy rule, else 0."""
+    from infra.ops.plan_view import NothingMatched
+    from infra.ops.policy import PolicyError, gate
+
+    try:
+        gate(plan)
+    except (PolicyError, NothingMatched) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     return 0
 
 
