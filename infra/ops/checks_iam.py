@@ -134,9 +134,7 @@ def check_kms_admin(plan: Plan) -> list[Violation]:
             matched += 1
             admin = [action for action in KMS_ADMIN_ACTIONS if grants(statement, action)]
             if admin:
-                violations.append(
-                    Violation(name, label(item), f"{_sid(statement)}: grants key administration {admin}")
-                )
+                violations.append(Violation(name, label(item), f"{_sid(statement)}: grants key administration {admin}"))
     require_matches(name, matched, "identity policy statement")
     return violations
 

@@ -398,10 +398,14 @@ def check_images(plan: Plan) -> list[Violation]:
 
 RULES: dict[str, Rule] = {
     "cost-tags": Rule(check_cost_tags, "tag it CostCenter (provider default tags, or its own / tagSpecifications)"),
-    "buckets": Rule(check_buckets, "use the DataBucket component: SSE-KMS with the stack key, public access "
-    "blocked, a policy denying aws:SecureTransport false"),
-    "iam": Rule(check_iam, "name actions and resources; a needed exception goes in infra/ops/iam_allowlist.py "
-    "with its reason"),
+    "buckets": Rule(
+        check_buckets,
+        "use the DataBucket component: SSE-KMS with the stack key, public access "
+        "blocked, a policy denying aws:SecureTransport false",
+    ),
+    "iam": Rule(
+        check_iam, "name actions and resources; a needed exception goes in infra/ops/iam_allowlist.py with its reason"
+    ),
     "launch-templates": Rule(check_launch_templates, "httpTokens required, encrypted volumes, no key pair"),
     "security-groups": Rule(check_security_groups, "allow ingress from security groups or the VPC, never 0.0.0.0/0"),
     "images": Rule(check_images, "immutable tags, scan on push, the stack key, a lifecycle policy, pinned tags"),
