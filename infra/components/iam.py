@@ -88,7 +88,7 @@ def function_identity(
     """
     log_group = aws.cloudwatch.LogGroup(
         f"{name}-logs",
-        name=f"/{naming.PROJECT}/{stack}/{function}",
+        name=f"{naming.log_group_prefix(stack)}{function}",
         retention_in_days=log_retention_days,
         kms_key_id=key_arn,
         opts=opts,

@@ -9,12 +9,15 @@
 - `resource-principals`: a resource policy (key, bucket, topic, queue, secret, repository, endpoint) that
   allows `Principal: *` must narrow it with a condition on who calls (account, ARN, organisation, source);
   a condition on something else (the time, TLS, an encryption context) leaves it open to the world.
+- `key-logs-scope`: a key policy lets CloudWatch Logs use the key only for this stack's log groups
+  (`/llm-batch/<stack>/...` through kms:EncryptionContext:aws:logs:arn), and still for each of them.
 - `lambda-permissions`: every Lambda permission kind (function, layer, URL) names a principal, and a service
   principal is pinned to this account or a source ARN.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -253,6 +256,59 @@ def check_lambda_permissions(plan: Plan) -> list[Violation]:
     return violations
 
 
+LOGS_CONTEXT = "kms:encryptioncontext:aws:logs:arn"
+
+
+def _stack_name(plan: Plan) -> str | None:
+    stacks = [item for item in plan if item["type"] == "pulumi:pulumi:Stack"]
+    return str(stacks[0]["name"]).removeprefix("llm-batch-") if stacks else None
+
+
+def check_key_logs_scope(plan: Plan) -> list[Violation]:
+    name = "key-logs-scope"
+    violations: list[Violation] = []
+    stack = _stack_name(plan)
+    groups = of_type(plan, "aws:cloudwatch/logGroup:LogGroup")
+    matched = 0
+    for key in of_type(plan, "aws:kms/key:Key"):
+        key_arn = str((key.get("outputs") or {}).get("arn"))
+        own = [str((g.get("outputs") or {}).get("arn")) for g in groups if g["inputs"].get("kmsKeyId") == key_arn]
+        for statement in allow_statements(key["inputs"].get("policy")):
+            if not any(service.startswith("logs.") for service in principals(statement, "Service")):
+                continue
+            matched += 1
+            patterns = [
+                value
+                for operator, condition_key, values in _conditions(statement)
+                if condition_key == LOGS_CONTEXT and operator in ("ArnLike", "ArnEquals", "StringLike", "StringEquals")
+                for value in values
+            ]
+            if not patterns:
+                violations.append(
+                    Violation(
+                        name,
+                        label(key),
+                        f"{_sid(statement)}: CloudWatch Logs may use the key "
+                        "for any log group (no kms:EncryptionContext:aws:logs:arn condition)",
+                    )
+                )
+                continue
+            sibling = f"log-group:/llm-batch/{stack}-other/x"
+            for pattern in patterns:
+                prefix = pattern.split("log-group:", 1)[0]
+                if fnmatch.fnmatchcase(prefix + sibling, pattern) or "log-group:*" in pattern:
+                    violations.append(
+                        Violation(name, label(key), f"{_sid(statement)}: {pattern} covers other stacks' log groups")
+                    )
+            for group_arn in own:
+                if not any(fnmatch.fnmatchcase(group_arn, pattern) for pattern in patterns):
+                    violations.append(
+                        Violation(name, label(key), f"{_sid(statement)}: log group {group_arn} cannot use the key")
+                    )
+    require_matches(name, matched, "key policy statement for CloudWatch Logs")
+    return violations
+
+
 RULES: dict[str, Rule] = {
     "passrole": Rule(check_passrole, "name each role that may be passed in full; no wildcard in the role ARN"),
     "kms-admin": Rule(
@@ -266,6 +322,11 @@ RULES: dict[str, Rule] = {
     "resource-principals": Rule(
         check_resource_principals,
         "name the principal, or add a condition on aws:PrincipalAccount/aws:SourceAccount/aws:PrincipalArn",
+    ),
+    "key-logs-scope": Rule(
+        check_key_logs_scope,
+        "condition the logs statement on kms:EncryptionContext:aws:logs:arn = "
+        "arn:...:log-group:/llm-batch/<stack>/* (infra/components/kms.py)",
     ),
     "lambda-permissions": Rule(
         check_lambda_permissions, "name the invoking service or account, with sourceArn or sourceAccount"

@@ -186,6 +186,18 @@ def cross_account_trust_without_external_id(plan: Plan) -> None:
     _add_statement(plan, "aws:iam/role:Role", "cost-report-role", statement, key="assumeRolePolicy")
 
 
+def key_serves_every_stacks_logs(plan: Plan) -> None:
+    def edit(doc: dict[str, Any]) -> None:
+        for statement in doc["Statement"]:
+            if statement.get("Sid") == "CloudWatchLogs":
+                condition = statement["Condition"]["ArnLike"]
+                condition["kms:EncryptionContext:aws:logs:arn"] = (
+                    f"arn:aws:logs:us-west-2:{ACCOUNT}:log-group:/llm-batch/*"
+                )
+
+    _edit_document(_one(plan, "aws:kms/key:Key", "kms-key"), "policy", edit)
+
+
 def imds_v1_on_the_small_node(plan: Plan) -> None:
     _one(plan, "aws:ec2/launchTemplate:LaunchTemplate")["inputs"]["metadataOptions"]["httpTokens"] = "optional"
 
@@ -241,6 +253,7 @@ MUTATIONS = [
     Mutation("large", topic_star_behind_wildcard_account, "resource-principals", "alerts-topic-policy"),
     Mutation("large", irsa_trust_with_wildcard_subject, "trust", "job-identity-job-role"),
     Mutation("small", cross_account_trust_without_external_id, "trust", "cost-report-role"),
+    Mutation("large", key_serves_every_stacks_logs, "key-logs-scope", "kms-key"),
     Mutation("small", imds_v1_on_the_small_node, "launch-templates", "gpu-node-template"),
     Mutation("small", ssh_open_to_the_world, "security-groups", "gpu-node-sg"),
     Mutation("small", bucket_policy_without_tls, "buckets", "storage-bucket"),
