@@ -9,6 +9,9 @@
 - `resource-principals`: a resource policy (key, bucket, topic, queue, secret, repository, endpoint) that
   allows `Principal: *` must narrow it with a condition on who calls (account, ARN, organisation, source);
   a condition on something else (the time, TLS, an encryption context) leaves it open to the world.
+- `service-principals`: a queue, topic or bucket policy lets an AWS service in only on behalf of this
+  account (aws:SourceAccount, aws:SourceArn, ...): otherwise any account's rule, alarm or bucket can make
+  the service deliver into ours (the confused deputy).
 - `key-logs-scope`: a key policy lets CloudWatch Logs use the key only for this stack's log groups
   (`/llm-batch/<stack>/...` through kms:EncryptionContext:aws:logs:arn), and still for each of them.
 - `lambda-permissions`: every Lambda permission kind (function, layer, URL) names a principal, and a service
@@ -256,6 +259,29 @@ def check_lambda_permissions(plan: Plan) -> list[Violation]:
     return violations
 
 
+SERVICE_DOCUMENTS = (
+    "aws:sqs/queuePolicy:QueuePolicy",
+    "aws:sns/topicPolicy:TopicPolicy",
+    "aws:s3/bucketPolicy:BucketPolicy",
+)
+
+
+def check_service_principals(plan: Plan) -> list[Violation]:
+    name = "service-principals"
+    violations: list[Violation] = []
+    matched = 0
+    for item in of_type(plan, *SERVICE_DOCUMENTS):
+        for statement in allow_statements(item["inputs"].get("policy")):
+            matched += 1
+            services = principals(statement, "Service")
+            if services and not narrows_principal(statement):
+                violations.append(
+                    Violation(name, label(item), f"{_sid(statement)}: {services} may act for any account")
+                )
+    require_matches(name, matched, "queue, topic or bucket policy statement")
+    return violations
+
+
 LOGS_CONTEXT = "kms:encryptioncontext:aws:logs:arn"
 
 
@@ -322,6 +348,9 @@ RULES: dict[str, Rule] = {
     "resource-principals": Rule(
         check_resource_principals,
         "name the principal, or add a condition on aws:PrincipalAccount/aws:SourceAccount/aws:PrincipalArn",
+    ),
+    "service-principals": Rule(
+        check_service_principals, "add Condition StringEquals aws:SourceAccount = this account (or aws:SourceArn)"
     ),
     "key-logs-scope": Rule(
         check_key_logs_scope,

@@ -228,6 +228,7 @@ def test_policy_cli_reports_each_check(capsys: pytest.CaptureFixture[str]) -> No
         "kms-admin",
         "trust",
         "resource-principals",
+        "service-principals",
         "key-logs-scope",
         "lambda-permissions",
         "bucket-types",

@@ -167,7 +167,7 @@ def test_iam_allows_listed_resource_star_actions_and_any_deny(small: Plan) -> No
 
 
 def test_iam_catches_an_unlisted_managed_policy(small: Plan) -> None:
-    _one(small, "aws:iam/rolePolicyAttachment:RolePolicyAttachment", "gpu-node-ssm")["inputs"]["policyArn"] = (
+    _one(small, "aws:iam/rolePolicyAttachment:RolePolicyAttachment", "gpu-node-job")["inputs"]["policyArn"] = (
         "arn:aws:iam::aws:policy/AdministratorAccess"
     )
     assert "AWS-managed policy AdministratorAccess is not allowlisted" in _problems("iam", small)

@@ -186,6 +186,13 @@ def cross_account_trust_without_external_id(plan: Plan) -> None:
     _add_statement(plan, "aws:iam/role:Role", "cost-report-role", statement, key="assumeRolePolicy")
 
 
+def queue_open_to_any_accounts_rules(plan: Plan) -> None:
+    def edit(doc: dict[str, Any]) -> None:
+        doc["Statement"][0].pop("Condition")
+
+    _edit_document(_one(plan, "aws:sqs/queuePolicy:QueuePolicy"), "policy", edit)
+
+
 def key_serves_every_stacks_logs(plan: Plan) -> None:
     def edit(doc: dict[str, Any]) -> None:
         for statement in doc["Statement"]:
@@ -223,6 +230,13 @@ def whole_service_in_job_policy(plan: Plan) -> None:
     _add_statement(plan, "aws:iam/policy:Policy", "job-access-policy", statement)
 
 
+def ssm_core_back_on_the_small_node(plan: Plan) -> None:
+    attachment = copy.deepcopy(_one(plan, "aws:iam/rolePolicyAttachment:RolePolicyAttachment", "gpu-node-job"))
+    attachment.update(name="gpu-node-ssm", urn=attachment["urn"] + "-ssm")
+    attachment["inputs"]["policyArn"] = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+    plan.append(attachment)
+
+
 def mutable_image_tags(plan: Plan) -> None:
     _one(plan, "aws:ecr/repository:Repository")["inputs"]["imageTagMutability"] = "MUTABLE"
 
@@ -253,12 +267,14 @@ MUTATIONS = [
     Mutation("large", topic_star_behind_wildcard_account, "resource-principals", "alerts-topic-policy"),
     Mutation("large", irsa_trust_with_wildcard_subject, "trust", "job-identity-job-role"),
     Mutation("small", cross_account_trust_without_external_id, "trust", "cost-report-role"),
+    Mutation("large", queue_open_to_any_accounts_rules, "service-principals", "karpenter-interruptions-policy"),
     Mutation("large", key_serves_every_stacks_logs, "key-logs-scope", "kms-key"),
     Mutation("small", imds_v1_on_the_small_node, "launch-templates", "gpu-node-template"),
     Mutation("small", ssh_open_to_the_world, "security-groups", "gpu-node-sg"),
     Mutation("small", bucket_policy_without_tls, "buckets", "storage-bucket"),
     Mutation("small", untagged_topic, "cost-tags", "alerts-topic"),
     Mutation("small", whole_service_in_job_policy, "iam", "job-access-policy"),
+    Mutation("small", ssm_core_back_on_the_small_node, "iam", "gpu-node-ssm"),
     Mutation("small", mutable_image_tags, "images", "image-repository"),
 ]
 
