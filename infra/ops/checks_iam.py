@@ -4,6 +4,8 @@
   role part of an ARN (`arn:aws:iam::123456789012:role/*`) lets the caller hand any role to a service.
 - `kms-admin`: no identity policy may administer a KMS key (create, put policy, schedule deletion, ...); the
   key policy's administrator statement is where that lives. `kms:Create*` and `kms:Put*` expand to those.
+- `kms-via-service`: an identity policy that lets a role encrypt or decrypt with a key pins the services it
+  goes through (kms:ViaService), so the role's credentials alone cannot decrypt data directly.
 - `trust`: a web-identity (IRSA) trust names one service account exactly, with `sts.amazonaws.com` audience;
   an AWS principal of another account needs `sts:ExternalId`; `*` needs a condition that narrows it.
 - `resource-principals`: a resource policy (key, bucket, topic, queue, secret, repository, endpoint) that
@@ -142,6 +144,31 @@ def check_kms_admin(plan: Plan) -> list[Violation]:
             if admin:
                 violations.append(Violation(name, label(item), f"{_sid(statement)}: grants key administration {admin}"))
     require_matches(name, matched, "identity policy statement")
+    return violations
+
+
+KMS_DATA_ACTIONS = ("kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey", "kms:ReEncryptFrom")
+
+
+def check_kms_via_service(plan: Plan) -> list[Violation]:
+    name = "kms-via-service"
+    violations: list[Violation] = []
+    matched = 0
+    for item, document in _identity_documents(plan):
+        for statement in allow_statements(document):
+            if not any(grants(statement, action) for action in KMS_DATA_ACTIONS):
+                continue
+            matched += 1
+            pinned = [
+                values
+                for operator, key, values in _conditions(statement)
+                if key == "kms:viaservice" and operator in ("StringEquals", "ForAnyValue:StringEquals")
+            ]
+            if not pinned or any(_wild(value) for values in pinned for value in values):
+                violations.append(
+                    Violation(name, label(item), f"{_sid(statement)}: uses a KMS key with no kms:ViaService condition")
+                )
+    require_matches(name, matched, "identity policy statement using a KMS key")
     return violations
 
 
@@ -339,6 +366,11 @@ RULES: dict[str, Rule] = {
     "passrole": Rule(check_passrole, "name each role that may be passed in full; no wildcard in the role ARN"),
     "kms-admin": Rule(
         check_kms_admin, "grant only key use (Decrypt, GenerateDataKey, ...); administration is the key policy's"
+    ),
+    "kms-via-service": Rule(
+        check_kms_via_service,
+        "add Condition StringEquals kms:ViaService = [<service>.<region>.amazonaws.com] "
+        "(infra.components.iam.via_services)",
     ),
     "trust": Rule(
         check_trust,

@@ -226,6 +226,7 @@ def test_policy_cli_reports_each_check(capsys: pytest.CaptureFixture[str]) -> No
         "cost-tag-activation",
         "passrole",
         "kms-admin",
+        "kms-via-service",
         "trust",
         "resource-principals",
         "service-principals",

@@ -75,6 +75,15 @@ def kms_admin_in_job_policy(plan: Plan) -> None:
     _add_statement(plan, "aws:iam/policy:Policy", "job-access-policy", statement)
 
 
+def job_decrypts_directly(plan: Plan) -> None:
+    def edit(doc: dict[str, Any]) -> None:
+        for statement in doc["Statement"]:
+            if statement.get("Sid") == "UseStackKey":
+                statement.pop("Condition")
+
+    _edit_document(_one(plan, "aws:iam/policy:Policy", "job-access-policy"), "policy", edit)
+
+
 def bucket_as_bucket_v2(plan: Plan) -> None:
     bucket = _one(plan, "aws:s3/bucket:Bucket")
     _new(plan, bucket, "aws:s3/bucketV2:BucketV2", "scratch", {"bucket": "llm-batch-small-scratch"})
@@ -253,6 +262,7 @@ MUTATIONS = [
     Mutation("large", passrole_any_role_by_arn, "passrole", "karpenter-controller-policy"),
     Mutation("small", passrole_through_action_wildcard, "passrole", "job-access-policy"),
     Mutation("small", kms_admin_in_job_policy, "kms-admin", "job-access-policy"),
+    Mutation("medium", job_decrypts_directly, "kms-via-service", "job-access-policy"),
     Mutation("small", bucket_as_bucket_v2, "buckets", "aws:s3/bucketV2:BucketV2 scratch"),
     Mutation("small", bucket_as_directory_bucket, "bucket-types", "DirectoryBucket fast"),
     Mutation("medium", hop_limit_two_on_eks_nodes, "node-metadata", "nodes-gpu-lt"),
