@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import runpy
-import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -29,11 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+# Re-exported: tests and tools plan a stack through this module.
+from infra.ops.plan_capture import capture_plan as capture_plan
 from infra.ops.stacks import (
     DEFAULT_REGION,
     PROGRAM_DIR,
     PROJECT,
-    ROOT,
     PlanError,
     read_stack_config,
     region_of,
@@ -127,25 +127,6 @@ def _stack_exports(stack: str) -> dict[str, Any]:
         "outputs": exports,
         "dependencies": [],
     }
-
-
-def capture_plan(stack: str) -> list[dict[str, Any]]:
-    """The stack's plan (see `run_program`), made in a fresh interpreter; raises PlanError when it fails."""
-    result = subprocess.run(
-        [sys.executable, "-m", "infra.plan", stack, "--json", "--no-checks"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    if result.returncode == 2 and result.stderr.strip():
-        # The plan's own error boundary said what is wrong in its last line: pass that on, not the whole log.
-        raise PlanError(f"planning stack '{stack}' failed: {result.stderr.strip().splitlines()[-1]}")
-    if result.returncode != 0:
-        raise PlanError(f"planning stack '{stack}' failed:\n{result.stderr.strip()[-4000:]}")
-    plan: list[dict[str, Any]] = json.loads(result.stdout)
-    return plan
 
 
 def summary(plan: list[dict[str, Any]]) -> str:

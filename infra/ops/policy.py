@@ -496,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {args.plan} is not a plan (a JSON list of resources)", file=sys.stderr)
             return 2
     else:
-        from infra.ops.plan import capture_plan
+        from infra.ops.plan_capture import capture_plan
 
         plan = capture_plan(args.stack)
     lines, clean = report(plan)
