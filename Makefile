@@ -5,8 +5,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 STACK ?= small
+# Outside checkers (parliament) live in their own virtualenv: their dependencies must not move the project's pins.
+CHECKERS_VENV := .venv-checkers
+CHECKERS_STAMP := $(CHECKERS_VENV)/.installed
 
-.PHONY: setup demo test test-fast lint typecheck plan bench requirements clean
+.PHONY: setup checkers demo test test-fast lint typecheck plan bench requirements clean
 
 setup: $(STAMP)
 
@@ -20,6 +23,13 @@ $(STAMP): requirements/cpu.txt package.json
 	npm ci --silent --no-audit --no-fund
 	touch $(STAMP)
 
+checkers: $(CHECKERS_STAMP)
+
+$(CHECKERS_STAMP): requirements/checkers.txt
+	test -x $(CHECKERS_VENV)/bin/python || $(PYTHON) -m venv $(CHECKERS_VENV)
+	$(CHECKERS_VENV)/bin/python -m pip install -q --no-deps -r requirements/checkers.txt
+	touch $(CHECKERS_STAMP)
+
 demo: setup
 	$(PY) -m workload run --config examples/demo.yaml
 
@@ -32,7 +42,7 @@ typecheck: setup
 	$(VENV)/bin/mypy workload infra monitoring tools
 
 # Lint and types first (seconds), then the suite; Ray+vLLM tests hold 7-8 GiB each, so no parallel workers.
-test: lint typecheck
+test: lint typecheck checkers
 	$(VENV)/bin/pytest
 
 test-fast: setup
@@ -48,4 +58,4 @@ requirements:
 	$(PYTHON) tools/pins.py
 
 clean:
-	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache out
+	rm -rf $(VENV) $(CHECKERS_VENV) node_modules .pytest_cache .mypy_cache .ruff_cache out

@@ -48,9 +48,14 @@ def stack_tag_value(stack: str) -> str:
     return prefix(stack)
 
 
+def log_group_prefix(stack: str) -> str:
+    """What every CloudWatch Logs group of the stack is named under; the stack key serves only these."""
+    return f"/{PROJECT}/{stack}/"
+
+
 def job_log_group(stack: str) -> str:
     """The CloudWatch Logs group the job writes to (the node's Docker log driver and the EKS pods)."""
-    return f"/{PROJECT}/{stack}/job"
+    return f"{log_group_prefix(stack)}job"
 
 
 def gpu_group_name(stack: str) -> str:

@@ -49,6 +49,15 @@ def service_role(
     return role
 
 
+def via_services(key_arn: str, *services: str) -> dict[str, Any]:
+    """A condition that lets a role use a key only through the named AWS services (kms:ViaService), in the
+    key's region: a role that only ever reaches the key through S3, Secrets Manager or SNS cannot decrypt
+    with it directly, so its credentials alone do not open the key."""
+    _, partition, _, region, *_ = key_arn.split(":")
+    suffix = "amazonaws.com.cn" if partition == "aws-cn" else "amazonaws.com"
+    return {"StringEquals": {"kms:ViaService": [f"{service}.{region}.{suffix}" for service in services]}}
+
+
 def deny_insecure_transport(action: str, resource: str | list[str]) -> dict[str, Any]:
     """A resource-policy statement refusing `action` on `resource` to anyone not calling over TLS."""
     return {
@@ -88,7 +97,7 @@ def function_identity(
     """
     log_group = aws.cloudwatch.LogGroup(
         f"{name}-logs",
-        name=f"/{naming.PROJECT}/{stack}/{function}",
+        name=f"{naming.log_group_prefix(stack)}{function}",
         retention_in_days=log_retention_days,
         kms_key_id=key_arn,
         opts=opts,

@@ -16,6 +16,7 @@ import pulumi_aws as aws
 
 from infra import naming
 from infra.aws_context import AwsContext
+from infra.components.iam import via_services
 
 
 @dataclass(frozen=True)
@@ -82,10 +83,12 @@ def job_policy(
                 "Resource": [f"{bucket_arn}/{prefix}*" for prefix in sorted(write_prefixes)],
             },
             {
+                # Objects (SSE-KMS) and secrets are the job's only uses of the key; never direct.
                 "Sid": "UseStackKey",
                 "Effect": "Allow",
                 "Action": ["kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"],
                 "Resource": key_arn,
+                "Condition": via_services(key_arn, "s3", "secretsmanager"),
             },
             {
                 "Sid": "ReadJobSecrets",

@@ -67,8 +67,10 @@ class KarpenterArgs:
     tags: dict[str, str] = field(default_factory=dict)
 
 
-def queue_policy(queue_arn: str) -> dict[str, Any]:
-    """EventBridge (and SQS itself) may send; nobody may use the queue without TLS."""
+def queue_policy(queue_arn: str, account_id: str) -> dict[str, Any]:
+    """EventBridge (and SQS itself) may send, for this account's rules only (no other account's rule can
+    target the queue: the confused-deputy guard AWS documents for EventBridge targets); nobody may use the
+    queue without TLS."""
     return {
         "Version": "2012-10-17",
         "Statement": [
@@ -78,6 +80,7 @@ def queue_policy(queue_arn: str) -> dict[str, Any]:
                 "Principal": {"Service": ["events.amazonaws.com", "sqs.amazonaws.com"]},
                 "Action": "sqs:SendMessage",
                 "Resource": queue_arn,
+                "Condition": {"StringEquals": {"aws:SourceAccount": account_id}},
             },
             deny_insecure_transport("sqs:*", queue_arn),
         ],
@@ -318,7 +321,7 @@ class Karpenter(pulumi.ComponentResource):
         aws.sqs.QueuePolicy(
             f"{name}-interruptions-policy",
             queue_url=queue.url,
-            policy=queue.arn.apply(lambda arn: json.dumps(queue_policy(arn))),
+            policy=queue.arn.apply(lambda arn: json.dumps(queue_policy(arn, args.context.account_id))),
             opts=child,
         )
         for event, pattern in INTERRUPTION_EVENTS.items():

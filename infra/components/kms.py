@@ -81,8 +81,12 @@ def launcher_statements(role_arns: Sequence[str]) -> list[dict[str, Any]]:
     ]
 
 
-def key_policy(context: AwsContext, launcher_role_arns: Sequence[str] = ()) -> dict[str, Any]:
-    """The key policy; in a key policy `Resource: "*"` means this key."""
+def key_policy(context: AwsContext, launcher_role_arns: Sequence[str] = (), stack: str = "") -> dict[str, Any]:
+    """The key policy; in a key policy `Resource: "*"` means this key.
+
+    CloudWatch Logs may use the key only for this stack's log groups (`/llm-batch/<stack>/...`), so another
+    stack's (or anyone's) group in the account cannot be encrypted with, or read through, this key.
+    """
     logs_principal = f"logs.{context.region}.{context.dns_suffix}"
     return {
         "Version": "2012-10-17",
@@ -124,7 +128,9 @@ def key_policy(context: AwsContext, launcher_role_arns: Sequence[str] = ()) -> d
                 "Resource": "*",
                 "Condition": {
                     "ArnLike": {
-                        "kms:EncryptionContext:aws:logs:arn": context.arn("logs", f"log-group:/{naming.PROJECT}/*")
+                        "kms:EncryptionContext:aws:logs:arn": context.arn(
+                            "logs", f"log-group:{naming.log_group_prefix(stack)}*"
+                        )
                     }
                 },
             },
@@ -146,7 +152,7 @@ class EncryptionKey(pulumi.ComponentResource):
             description=f"{naming.prefix(args.stack)}: job data, alerts, secrets and logs",
             enable_key_rotation=True,
             deletion_window_in_days=30,
-            policy=json.dumps(key_policy(args.context, args.launcher_role_arns)),
+            policy=json.dumps(key_policy(args.context, args.launcher_role_arns, args.stack)),
             opts=child,
         )
         aws.kms.Alias(f"{name}-alias", name=f"alias/{naming.prefix(args.stack)}", target_key_id=key.key_id, opts=child)

@@ -21,7 +21,7 @@ import pulumi_kubernetes as k8s
 
 from infra import naming, statemachines
 from infra.aws_context import AwsContext
-from infra.components.iam import function_identity, policy_document, service_role
+from infra.components.iam import function_identity, policy_document, service_role, via_services
 from infra.config import StackConfig
 
 FUNCTION_DIR = Path(__file__).resolve().parent.parent / "functions" / "submit_rayjob"
@@ -164,6 +164,7 @@ def run_statements(
             "Effect": "Allow",
             "Action": ["kms:GenerateDataKey", "kms:Decrypt"],
             "Resource": key_arn,
+            "Condition": via_services(key_arn, "s3", "sns"),
         },
     ]
     if group_arn is not None:
@@ -209,6 +210,7 @@ def sweep_statements(
             "Effect": "Allow",
             "Action": ["kms:GenerateDataKey", "kms:Decrypt"],
             "Resource": key_arn,
+            "Condition": via_services(key_arn, "sns"),
         },
     ]
     if group_arn is not None:

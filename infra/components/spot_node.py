@@ -55,6 +55,32 @@ class SpotNodeArgs:
     job_grace_period_s: float = DEFAULT_GRACE_PERIOD_S
 
 
+def session_manager_statements(context: AwsContext) -> list[dict[str, Any]]:
+    """Only what SSM Agent needs for Session Manager (AWS's minimal instance permissions for it, as in the
+    managed AWSCloud9SSMInstanceProfile): register the instance and open the session channels. Not
+    AmazonSSMManagedInstanceCore, which also reads every SSM parameter and document in the account and
+    runs Run Command and patching, none of which this node uses, and which the container could reach."""
+    return [
+        {
+            "Sid": "RegisterWithSessionManager",
+            "Effect": "Allow",
+            "Action": ["ssm:UpdateInstanceInformation"],
+            "Resource": context.arn("ec2", "instance/*"),
+        },
+        {
+            "Sid": "SessionChannels",
+            "Effect": "Allow",
+            "Action": [
+                "ssmmessages:CreateControlChannel",
+                "ssmmessages:CreateDataChannel",
+                "ssmmessages:OpenControlChannel",
+                "ssmmessages:OpenDataChannel",
+            ],
+            "Resource": "*",
+        },
+    ]
+
+
 def stand_down_statements(partition: str, group_arn: str, output_prefix_uri: str) -> list[dict[str, Any]]:
     """What the boot script itself does when it ends: set its own group to 0, and on a failure leave the
     night's `_failed.json` (reading it first, so a marker the job wrote with its reason is kept)."""
@@ -101,10 +127,10 @@ class SpotNode(pulumi.ComponentResource):
             opts=child,
         )
         aws.iam.RolePolicyAttachment(f"{name}-job", role=role.name, policy_arn=args.job_policy_arn, opts=child)
-        aws.iam.RolePolicyAttachment(
-            f"{name}-ssm",
+        aws.iam.RolePolicy(
+            f"{name}-session-manager",
             role=role.name,
-            policy_arn=f"arn:{context.partition}:iam::aws:policy/AmazonSSMManagedInstanceCore",
+            policy=policy_document(session_manager_statements(context)),
             opts=child,
         )
         group_arn_pattern = context.arn("autoscaling", f"autoScalingGroup:*:autoScalingGroupName/{group_name}")

@@ -57,6 +57,12 @@ RESOURCE_STAR_ACTIONS: dict[str, str] = {
     "ce:GetCostAndUsage": "Cost Explorer has no resource-level permission",
     "ce:GetCostForecast": "Cost Explorer has no resource-level permission",
     "pricing:GetProducts": "the Price List API has no resource-level permission",
+    # Session Manager on the small tier's node (infra/components/spot_node.py): the message gateway's
+    # channel actions have no resource-level permission (Service Authorization Reference, ssmmessages).
+    "ssmmessages:CreateControlChannel": "Session Manager channel; no resource-level permission",
+    "ssmmessages:CreateDataChannel": "Session Manager channel; no resource-level permission",
+    "ssmmessages:OpenControlChannel": "Session Manager channel; no resource-level permission",
+    "ssmmessages:OpenDataChannel": "Session Manager channel; no resource-level permission",
 }
 
 RESOURCE_STAR_DOCUMENTS: dict[str, str] = {
@@ -64,7 +70,6 @@ RESOURCE_STAR_DOCUMENTS: dict[str, str] = {
 }
 
 MANAGED_POLICIES: dict[str, str] = {
-    "AmazonSSMManagedInstanceCore": "Session Manager access to nodes that have no SSH and no inbound rules",
     "AmazonEKSClusterPolicy": "required by the EKS control plane's cluster role",
     "AmazonEKSWorkerNodePolicy": "required by EKS worker nodes to join the cluster",
     "AmazonEKS_CNI_Policy": "the VPC CNI's ENI management on worker nodes",

@@ -4,6 +4,10 @@
     python -m infra.plan large --json   # a list of {type, name, parent, inputs, dependencies, ...} objects
     python -m infra.plan large --estimate-json   # the cost estimate's line items as JSON
 
+Every plan shown is gated by the policy rules (`infra.ops.policy.gate`): a violation is printed (resource,
+rule, fix) and the command exits 1, after printing the plan so the mistake can be seen in it.
+`--no-checks` skips that, for callers that run the checks themselves (`capture_plan`, `infra.policy`).
+
 The program runs exactly as `pulumi up` would run it (infra/__main__.py as `__main__`, from infra/, with the
 stack's `config:` from stacks/Pulumi.<stack>.yaml), but the engine and the AWS provider are the mocks of
 `infra.ops.plan_mocks`, since no Pulumi CLI or AWS account is needed to read a plan. Secret values are masked.
@@ -16,7 +20,6 @@ import argparse
 import json
 import os
 import runpy
-import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -25,11 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+# Re-exported: tests and tools plan a stack through this module.
+from infra.ops.plan_capture import capture_plan as capture_plan
 from infra.ops.stacks import (
     DEFAULT_REGION,
     PROGRAM_DIR,
     PROJECT,
-    ROOT,
     PlanError,
     read_stack_config,
     region_of,
@@ -125,25 +129,6 @@ def _stack_exports(stack: str) -> dict[str, Any]:
     }
 
 
-def capture_plan(stack: str) -> list[dict[str, Any]]:
-    """The stack's plan (see `run_program`), made in a fresh interpreter; raises PlanError when it fails."""
-    result = subprocess.run(
-        [sys.executable, "-m", "infra.plan", stack, "--json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    if result.returncode == 2 and result.stderr.strip():
-        # The plan's own error boundary said what is wrong in its last line: pass that on, not the whole log.
-        raise PlanError(f"planning stack '{stack}' failed: {result.stderr.strip().splitlines()[-1]}")
-    if result.returncode != 0:
-        raise PlanError(f"planning stack '{stack}' failed:\n{result.stderr.strip()[-4000:]}")
-    plan: list[dict[str, Any]] = json.loads(result.stdout)
-    return plan
-
-
 def summary(plan: list[dict[str, Any]]) -> str:
     """One line: resources by top-level component, then by type (most first), so a reader sees the plan's shape."""
     by_urn = {item["urn"]: item for item in plan}
@@ -204,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the plan as a JSON list of resources")
     parser.add_argument("--estimate-json", action="store_true", help="print the monthly cost estimate as JSON")
     parser.add_argument("--details", action="store_true", help="show Kubernetes objects' full manifests in the tree")
+    parser.add_argument(
+        "--no-checks", action="store_true", help="skip the policy gate (the caller runs `infra.policy` itself)"
+    )
     args = parser.parse_args(argv)
     from pulumi import RunError
 
@@ -218,10 +206,11 @@ def main(argv: list[str] | None = None) -> int:
     from infra.pricing.estimate import format_estimate
     from infra.pricing.table import PriceTableError
 
+    checked = 0 if args.no_checks else _gate(plan)
     if args.json:
         json.dump(plan, sys.stdout, indent=1, default=str)
         sys.stdout.write("\n")
-        return 0
+        return checked
     try:
         cost = stack_estimate(args.stack, plan)
     except PriceTableError as error:
@@ -233,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         print(summary(plan))
         print(f"\nwarning: no cost estimate: {error}")
         print(f"warning: no cost estimate: {error}", file=sys.stderr)
-        return 0
+        return checked
     if args.estimate_json:
         json.dump({**cost.model_dump(mode="json"), "total_usd": round(cost.total, 2)}, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -242,6 +231,19 @@ def main(argv: list[str] | None = None) -> int:
         print(summary(plan))
         print()
         print(format_estimate(cost))
+    return checked
+
+
+def _gate(plan: list[dict[str, Any]]) -> int:
+    """1 (and the violations on stderr) when the plan breaks a policy rule, else 0."""
+    from infra.ops.plan_view import NothingMatched
+    from infra.ops.policy import PolicyError, gate
+
+    try:
+        gate(plan)
+    except (PolicyError, NothingMatched) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

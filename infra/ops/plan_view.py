@@ -5,8 +5,9 @@ it wires in, so they can all import it without a circle.
 
 from __future__ import annotations
 
+import fnmatch
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,3 +67,55 @@ def statements(document: Any) -> list[Mapping[str, Any]]:
     if not isinstance(parsed, dict):
         return []
     return [statement for statement in as_list(parsed.get("Statement")) if isinstance(statement, dict)]
+
+
+ALL_TIERS = frozenset({"small", "medium", "large"})
+CLUSTER_TIERS = frozenset({"medium", "large"})
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A plan check with the tiers it applies to and the fix its violations call for.
+
+    On a tier outside `tiers` the rule is not run (it has nothing to check there); on its own tiers a rule
+    that matches nothing raises NothingMatched, as every check does.
+    """
+
+    check: Callable[[Plan], list[Violation]]
+    fix: str
+    tiers: frozenset[str] = ALL_TIERS
+
+
+def tier_of(plan: Plan) -> str | None:
+    """The plan's tier, from the stack export `tier` (None when the plan does not say)."""
+    stacks = [item for item in plan if item["type"] == "pulumi:pulumi:Stack"]
+    tier = stacks[0].get("outputs", {}).get("tier") if stacks else None
+    return str(tier) if tier else None
+
+
+def allow_statements(document: Any) -> list[Mapping[str, Any]]:
+    return [statement for statement in statements(document) if statement.get("Effect") == "Allow"]
+
+
+def action_matches(pattern: str, action: str) -> bool:
+    """Whether an IAM action pattern (`*` and `?` wildcards, any case) covers `action`."""
+    return fnmatch.fnmatchcase(action.lower(), pattern.lower())
+
+
+def grants(statement: Mapping[str, Any], action: str) -> bool:
+    """Whether an Allow statement's Action (or NotAction) covers `action`."""
+    if statement.get("Effect") != "Allow":
+        return False
+    if "NotAction" in statement:
+        return not any(action_matches(str(p), action) for p in as_list(statement.get("NotAction")))
+    return any(action_matches(str(p), action) for p in as_list(statement.get("Action")))
+
+
+def principals(statement: Mapping[str, Any], kind: str = "AWS") -> list[str]:
+    """The principals of one kind (AWS, Service, Federated); `Principal: "*"` is the AWS principal `*`."""
+    principal = statement.get("Principal")
+    if principal == "*":
+        return ["*"] if kind == "AWS" else []
+    if not isinstance(principal, dict):
+        return []
+    return [str(value) for value in as_list(principal.get(kind))]

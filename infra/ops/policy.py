@@ -3,7 +3,11 @@
 Each check returns the violations it found and raises `NothingMatched` when the plan held no resource it
 applies to, so a check can never pass by seeing nothing (a renamed type token would otherwise silence it).
 
-    python -m infra.policy small      # run every check over a stack's plan; exit 1 on a violation
+    python -m infra.policy small              # every rule for the stack's tier over its plan; exit 1 on a violation
+    python -m infra.policy --plan plan.json   # the same over a plan saved by `python -m infra.plan STACK --json`
+
+Each rule (`RULES`) declares the tiers it applies to and the fix its violations call for; `infra.plan` runs
+`gate` over every plan it shows, so `make plan` fails on a violation too. docs/security.md states the principles.
 """
 
 from __future__ import annotations
@@ -17,8 +21,18 @@ from collections.abc import Callable, Iterator, Mapping
 from functools import cache
 from typing import Any
 
-from infra.ops import checks_costs, checks_kms, checks_order, iam_allowlist
-from infra.ops.plan_view import NothingMatched, Plan, Resource, Violation, label, require_matches
+from infra.ops import checks_costs, checks_iam, checks_k8s, checks_kms, checks_network, checks_order, iam_allowlist
+from infra.ops.plan_view import (
+    CLUSTER_TIERS,
+    NothingMatched,
+    Plan,
+    Resource,
+    Rule,
+    Violation,
+    label,
+    require_matches,
+    tier_of,
+)
 
 REQUIRED_TAG = "CostCenter"
 OPEN_CIDRS = frozenset({"0.0.0.0/0", "::/0"})
@@ -151,7 +165,7 @@ def check_buckets(plan: Plan) -> list[Violation]:
     """Every bucket: SSE-KMS with a customer key and bucket key, all four public-access blocks, TLS only."""
     name = "buckets"
     violations: list[Violation] = []
-    buckets = _of_type(plan, "aws:s3/bucket:Bucket")
+    buckets = _of_type(plan, *checks_network.CHECKED_BUCKET_TYPES)
     for bucket in buckets:
         label, bucket_id = _label(bucket), bucket["id"]
         arn = str(bucket.get("outputs", {}).get("arn", ""))
@@ -382,23 +396,79 @@ def check_images(plan: Plan) -> list[Violation]:
     return violations
 
 
-CHECKS: dict[str, Callable[[Plan], list[Violation]]] = {
-    "cost-tags": check_cost_tags,
-    "buckets": check_buckets,
-    "iam": check_iam,
-    "launch-templates": check_launch_templates,
-    "security-groups": check_security_groups,
-    "images": check_images,
-    "volume-keys": checks_kms.check_volume_keys,
-    "cost-scope": checks_costs.check_cost_scope,
-    "cost-tag-activation": checks_costs.check_cost_tag_activation,
-    **checks_order.CHECKS,  # dependency order of the EKS tiers (infra/ops/checks_order.py)
+RULES: dict[str, Rule] = {
+    "cost-tags": Rule(check_cost_tags, "tag it CostCenter (provider default tags, or its own / tagSpecifications)"),
+    "buckets": Rule(
+        check_buckets,
+        "use the DataBucket component: SSE-KMS with the stack key, public access "
+        "blocked, a policy denying aws:SecureTransport false",
+    ),
+    "iam": Rule(
+        check_iam, "name actions and resources; a needed exception goes in infra/ops/iam_allowlist.py with its reason"
+    ),
+    "launch-templates": Rule(check_launch_templates, "httpTokens required, encrypted volumes, no key pair"),
+    "security-groups": Rule(check_security_groups, "allow ingress from security groups or the VPC, never 0.0.0.0/0"),
+    "images": Rule(check_images, "immutable tags, scan on push, the stack key, a lifecycle policy, pinned tags"),
+    "volume-keys": Rule(checks_kms.check_volume_keys, "let the launching role use the key (infra/ops/checks_kms.py)"),
+    "cost-scope": Rule(checks_costs.check_cost_scope, "scope cost alarms and budgets to this stack's tags"),
+    "cost-tag-activation": Rule(checks_costs.check_cost_tag_activation, "activate the CostCenter cost tag"),
+    **{
+        name: Rule(check, "make the resource wait for what it names (depends_on)", CLUSTER_TIERS)
+        for name, check in checks_order.CHECKS.items()
+    },
+    **checks_iam.RULES,
+    **checks_network.RULES,
+    **checks_k8s.RULES,
 }
+# Each check by name (every rule, whatever its tiers).
+CHECKS: dict[str, Callable[[Plan], list[Violation]]] = {name: rule.check for name, rule in RULES.items()}
+
+
+class PolicyError(Exception):
+    """A plan broke a rule: the message names each resource, rule and fix."""
+
+
+def rules_for(plan: Plan) -> dict[str, Rule]:
+    """The rules for the plan's tier; a plan that does not say its tier gets every rule."""
+    tier = tier_of(plan)
+    return {name: rule for name, rule in RULES.items() if tier is None or tier in rule.tiers}
 
 
 def run_checks(plan: Plan) -> list[Violation]:
-    """Every check over the plan; raises NothingMatched from the first check that saw nothing."""
-    return [violation for check in CHECKS.values() for violation in check(plan)]
+    """The rules for the plan's tier over it; raises NothingMatched from the first rule that saw nothing."""
+    return [violation for rule in rules_for(plan).values() for violation in rule.check(plan)]
+
+
+def report(plan: Plan) -> tuple[list[str], bool]:
+    """One line per rule (`ok`, `FAIL`, `n/a` for other tiers), each violation with its fix; and whether all passed."""
+    lines: list[str] = []
+    clean = True
+    applicable = rules_for(plan)
+    for name, rule in RULES.items():
+        if name not in applicable:
+            lines.append(f"n/a  {name} (tiers {', '.join(sorted(rule.tiers))})")
+            continue
+        try:
+            violations = rule.check(plan)
+        except NothingMatched as error:
+            lines.append(f"FAIL {name}: {error}")
+            clean = False
+            continue
+        lines.append(f"{'FAIL' if violations else 'ok  '} {name}")
+        for violation in violations:
+            lines.append(f"     {violation}")
+        if violations:
+            lines.append(f"     fix: {rule.fix}")
+        clean = clean and not violations
+    return lines, clean
+
+
+def gate(plan: Plan) -> None:
+    """Raise PolicyError naming every violation (resource, rule, fix) when the plan breaks a rule."""
+    lines, clean = report(plan)
+    if not clean:
+        failed = [line for line in lines if not line.startswith(("ok", "n/a"))]
+        raise PolicyError("the plan breaks the security/policy rules:\n" + "\n".join(failed))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -407,26 +477,31 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m infra.policy",
         description="Policy checks over a plan.",
-        epilog=f"examples: python -m infra.policy small. Exit 1: a check failed. {HELP_EPILOG}",
+        epilog="examples: python -m infra.policy small; python -m infra.policy --plan out/plan-large.json. "
+        f"Exit 1: a check failed. {HELP_EPILOG}",
     )
-    parser.add_argument("stack", help="stack name: stacks/Pulumi.<stack>.yaml holds its config")
+    parser.add_argument("stack", nargs="?", help="stack name: stacks/Pulumi.<stack>.yaml holds its config")
+    parser.add_argument("--plan", metavar="FILE", help="a plan saved by `python -m infra.plan STACK --json`")
     args = parser.parse_args(argv)
-    from infra.ops.plan import capture_plan
-
-    plan = capture_plan(args.stack)
-    failed = False
-    for check_name, check in CHECKS.items():
+    if bool(args.stack) == bool(args.plan):
+        parser.error("give a stack name or --plan FILE (one of them)")
+    if args.plan:
         try:
-            violations = check(plan)
-        except NothingMatched as error:
-            print(f"FAIL {check_name}: {error}")
-            failed = True
-            continue
-        print(f"{'FAIL' if violations else 'ok  '} {check_name}")
-        for violation in violations:
-            print(f"     {violation}")
-        failed = failed or bool(violations)
-    return 1 if failed else 0
+            with open(args.plan, encoding="utf-8") as handle:
+                plan = json.load(handle)
+        except (OSError, json.JSONDecodeError) as error:
+            print(f"error: cannot read plan {args.plan}: {error}", file=sys.stderr)
+            return 2
+        if not isinstance(plan, list):
+            print(f"error: {args.plan} is not a plan (a JSON list of resources)", file=sys.stderr)
+            return 2
+    else:
+        from infra.ops.plan_capture import capture_plan
+
+        plan = capture_plan(args.stack)
+    lines, clean = report(plan)
+    print("\n".join(lines))
+    return 0 if clean else 1
 
 
 if __name__ == "__main__":

@@ -323,11 +323,17 @@ def test_spot_node_launch_template_is_locked_down() -> None:
     role = one(plan, "aws:iam/role:Role")["inputs"]
     assert json.loads(role["assumeRolePolicy"])["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
     attached = {a["inputs"]["policyArn"] for a in of_type(plan, "aws:iam/rolePolicyAttachment:RolePolicyAttachment")}
-    assert attached == {
-        "arn:aws:iam::123456789012:policy/llm-batch-test-job",
-        "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
+    assert attached == {"arn:aws:iam::123456789012:policy/llm-batch-test-job"}
+    inline = {item["name"]: item["inputs"]["policy"] for item in of_type(plan, "aws:iam/rolePolicy:RolePolicy")}
+    session = json.loads(inline["gpu-node-session-manager"])["Statement"]
+    assert {action for statement in session for action in statement["Action"]} == {
+        "ssm:UpdateInstanceInformation",
+        "ssmmessages:CreateControlChannel",
+        "ssmmessages:CreateDataChannel",
+        "ssmmessages:OpenControlChannel",
+        "ssmmessages:OpenDataChannel",
     }
-    stand_down = json.loads(one(plan, "aws:iam/rolePolicy:RolePolicy")["inputs"]["policy"])["Statement"]
+    stand_down = json.loads(inline["gpu-node-stand-down"])["Statement"]
     assert stand_down[0]["Action"] == ["autoscaling:SetDesiredCapacity"]
     assert stand_down[0]["Resource"].endswith(":autoScalingGroupName/llm-batch-test-gpu")
 

@@ -1,0 +1,129 @@
+"""Plan checks on network reach and on what each kind of storage resource gets.
+
+- `eks-endpoint`: a public EKS API endpoint lists CIDRs, and no set of them that together covers the
+  internet (or a block wider than /16): with no list AWS opens it to 0.0.0.0/0.
+- `node-metadata`: nodes of an EKS cluster (managed node group launch templates, Karpenter EC2NodeClasses)
+  keep the IMDS hop limit at 1, so a pod cannot reach the node role's credentials through the metadata
+  service. The small tier's single node runs the job in a container that needs its instance role (hop 2).
+- `bucket-types`: every resource type that creates an S3 bucket is one the `buckets` check knows;
+  a bucket declared another way would escape encryption, public-access and TLS checks.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from infra.ops.plan_view import (
+    CLUSTER_TIERS,
+    Plan,
+    Rule,
+    Violation,
+    as_list,
+    is_node_class,
+    label,
+    of_type,
+    require_matches,
+)
+
+CLUSTER_TYPES = ("eks:index:Cluster", "aws:eks/cluster:Cluster")
+NODE_GROUP_TYPES = ("eks:index:ManagedNodeGroup", "aws:eks/nodeGroup:NodeGroup")
+WIDEST_PREFIX = 16
+# Every type token that creates a bucket; `buckets` (infra/ops/policy.py) checks each of these kinds.
+BUCKET_TYPES = (
+    "aws:s3/bucket:Bucket",
+    "aws:s3/bucketV2:BucketV2",
+    "aws:s3control/bucket:Bucket",
+    "aws:s3/directoryBucket:DirectoryBucket",
+    "aws:s3tables/tableBucket:TableBucket",
+    "aws-native:s3:Bucket",
+    "aws-native:s3express:DirectoryBucket",
+)
+CHECKED_BUCKET_TYPES = ("aws:s3/bucket:Bucket", "aws:s3/bucketV2:BucketV2")
+
+
+def _truthy(value: Any) -> bool:
+    return value is True or str(value).lower() == "true"
+
+
+def endpoint_problems(inputs: dict[str, Any]) -> list[str]:
+    """What makes a cluster's API endpoint reachable from the internet."""
+    config = inputs.get("vpcConfig") or {}
+    public = inputs.get("endpointPublicAccess", config.get("endpointPublicAccess", True))
+    if not _truthy(public):
+        return []
+    cidrs = as_list(inputs.get("publicAccessCidrs") or config.get("publicAccessCidrs"))
+    if not cidrs:
+        return ["public endpoint with no CIDR list: AWS opens it to 0.0.0.0/0"]
+    networks = [ipaddress.ip_network(str(cidr), strict=False) for cidr in cidrs]
+    wide = [str(net) for net in networks if net.prefixlen < WIDEST_PREFIX]
+    v4 = list(ipaddress.collapse_addresses(net for net in networks if net.version == 4))
+    if v4 == [ipaddress.ip_network("0.0.0.0/0")]:
+        return [f"public endpoint CIDRs {cidrs} together cover the whole internet"]
+    if wide:
+        return [f"public endpoint CIDRs {wide} are wider than /{WIDEST_PREFIX}"]
+    return []
+
+
+def check_eks_endpoint(plan: Plan) -> list[Violation]:
+    name = "eks-endpoint"
+    clusters = [item for item in plan if item["type"] in CLUSTER_TYPES]
+    violations = [
+        Violation(name, label(item), problem) for item in clusters for problem in endpoint_problems(item["inputs"])
+    ]
+    require_matches(name, len(clusters), "EKS cluster")
+    return violations
+
+
+def check_node_metadata(plan: Plan) -> list[Violation]:
+    name = "node-metadata"
+    violations: list[Violation] = []
+    templates = {str(item.get("id")): item for item in of_type(plan, "aws:ec2/launchTemplate:LaunchTemplate")}
+    matched = 0
+    for group in (item for item in plan if item["type"] in NODE_GROUP_TYPES):
+        matched += 1
+        template_id = str((group["inputs"].get("launchTemplate") or {}).get("id"))
+        template = templates.get(template_id)
+        if template is None:
+            violations.append(Violation(name, label(group), "no launch template of this plan: IMDS left at defaults"))
+            continue
+        hop = (template["inputs"].get("metadataOptions") or {}).get("httpPutResponseHopLimit")
+        if hop is None or float(hop) != 1:
+            violations.append(
+                Violation(name, label(template), f"IMDS hop limit {hop} on EKS nodes: pods reach the node role")
+            )
+    for item in plan:
+        if item.get("custom") and is_node_class(item["type"]):
+            matched += 1
+            hop = ((item["inputs"].get("spec") or {}).get("metadataOptions") or {}).get("httpPutResponseHopLimit")
+            if hop is None or float(hop) != 1:
+                violations.append(
+                    Violation(name, label(item), f"IMDS hop limit {hop} on EKS nodes: pods reach the node role")
+                )
+    require_matches(name, matched, "EKS node group or EC2NodeClass")
+    return violations
+
+
+def check_bucket_types(plan: Plan) -> list[Violation]:
+    name = "bucket-types"
+    buckets = [item for item in plan if item["type"] in BUCKET_TYPES]
+    violations = [
+        Violation(name, label(item), "a bucket type the bucket checks do not cover (encryption, public access, TLS)")
+        for item in buckets
+        if item["type"] not in CHECKED_BUCKET_TYPES
+    ]
+    require_matches(name, len(buckets), "S3 bucket of any type")
+    return violations
+
+
+RULES: dict[str, Rule] = {
+    "eks-endpoint": Rule(
+        check_eks_endpoint,
+        "keep the endpoint private, or list deployers' CIDRs (/16 or narrower) in eks.endpoint_public_access_cidrs",
+        CLUSTER_TIERS,
+    ),
+    "node-metadata": Rule(
+        check_node_metadata, "set metadataOptions.httpPutResponseHopLimit to 1 on EKS nodes", CLUSTER_TIERS
+    ),
+    "bucket-types": Rule(check_bucket_types, "declare buckets with aws.s3.Bucket (the DataBucket component)"),
+}

@@ -1,0 +1,306 @@
+"""Mutation suite: realistic mistakes injected into a real stack's plan, each caught by the rule meant for it.
+
+Every mutation starts from the plan `plan_for` captured (the Pulumi program under mocks with the stack's own
+config), breaks one thing a newcomer could plausibly write, and asserts that the named rule reports the named
+resource and that `policy.gate` (what `infra.plan` runs) refuses the plan. The last test makes sure every rule
+of the security modules is tripped by some mutation here: a rule no mistake trips does nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from infra.ops import checks_iam, checks_k8s, checks_network, policy
+
+Plan = list[dict[str, Any]]
+ACCOUNT = "123456789012"
+
+
+def _one(plan: Plan, type_token: str, name: str | None = None) -> dict[str, Any]:
+    found = [item for item in plan if item["type"] == type_token and (name is None or item["name"] == name)]
+    assert found, f"no {type_token} {name or ''} in the plan"
+    return found[0]
+
+
+def _edit_document(item: dict[str, Any], key: str, edit: Callable[[dict[str, Any]], None]) -> None:
+    document = json.loads(item["inputs"][key])
+    edit(document)
+    item["inputs"][key] = json.dumps(document)
+
+
+def _add_statement(plan: Plan, type_token: str, name: str, statement: dict[str, Any], key: str = "policy") -> None:
+    _edit_document(_one(plan, type_token, name), key, lambda doc: doc["Statement"].append(statement))
+
+
+def _new(plan: Plan, like: dict[str, Any], type_token: str, name: str, inputs: dict[str, Any]) -> None:
+    """Append a resource of `type_token` under the same provider and parent as `like`."""
+    plan.append(
+        {
+            **copy.deepcopy(like),
+            "type": type_token,
+            "name": name,
+            "urn": f"{like['urn'].rsplit('::', 1)[0]}::{name}",
+            "inputs": inputs,
+            "id": name,
+            "outputs": {},
+        }
+    )
+
+
+# --- the mistakes -----------------------------------------------------------------------------------------
+
+
+def passrole_any_role_by_arn(plan: Plan) -> None:
+    def edit(doc: dict[str, Any]) -> None:
+        for statement in doc["Statement"]:
+            if statement.get("Sid") == "PassNodeRole":
+                statement["Resource"] = f"arn:aws:iam::{ACCOUNT}:role/*"
+
+    _edit_document(_one(plan, "aws:iam/rolePolicy:RolePolicy", "karpenter-controller-policy"), "policy", edit)
+
+
+def passrole_through_action_wildcard(plan: Plan) -> None:
+    statement = {"Effect": "Allow", "Action": "iam:Pass*", "Resource": f"arn:aws:iam::{ACCOUNT}:role/llm-batch-*"}
+    _add_statement(plan, "aws:iam/policy:Policy", "job-access-policy", statement)
+
+
+def kms_admin_in_job_policy(plan: Plan) -> None:
+    statement = {"Sid": "ManageKey", "Effect": "Allow", "Action": ["kms:Create*", "kms:Put*"], "Resource": "*"}
+    _add_statement(plan, "aws:iam/policy:Policy", "job-access-policy", statement)
+
+
+def job_decrypts_directly(plan: Plan) -> None:
+    def edit(doc: dict[str, Any]) -> None:
+        for statement in doc["Statement"]:
+            if statement.get("Sid") == "UseStackKey":
+                statement.pop("Condition")
+
+    _edit_document(_one(plan, "aws:iam/policy:Policy", "job-access-policy"), "policy", edit)
+
+
+def bucket_as_bucket_v2(plan: Plan) -> None:
+    bucket = _one(plan, "aws:s3/bucket:Bucket")
+    _new(plan, bucket, "aws:s3/bucketV2:BucketV2", "scratch", {"bucket": "llm-batch-small-scratch"})
+    plan[-1]["outputs"] = {"arn": "arn:aws:s3:::llm-batch-small-scratch"}
+
+
+def bucket_as_directory_bucket(plan: Plan) -> None:
+    bucket = _one(plan, "aws:s3/bucket:Bucket")
+    _new(plan, bucket, "aws:s3/directoryBucket:DirectoryBucket", "fast", {"bucket": "fast--use1-az4--x-s3"})
+
+
+def hop_limit_two_on_eks_nodes(plan: Plan) -> None:
+    _one(plan, "aws:ec2/launchTemplate:LaunchTemplate", "nodes-gpu-lt")["inputs"]["metadataOptions"][
+        "httpPutResponseHopLimit"
+    ] = 2
+
+
+def hop_limit_two_on_karpenter_nodes(plan: Plan) -> None:
+    node_class = _one(plan, "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass")
+    node_class["inputs"]["spec"]["metadataOptions"]["httpPutResponseHopLimit"] = 2
+
+
+def ray_dashboard_on_internet_load_balancer(plan: Plan) -> None:
+    account = _one(plan, "kubernetes:core/v1:ServiceAccount")
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "ray-dashboard", "namespace": "llm-batch"},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 8265}], "selector": {"ray.io/node-type": "head"}},
+    }
+    _new(plan, account, "kubernetes:core/v1:Service", "ray-dashboard", service)
+
+
+def ray_dashboard_on_internet_ingress(plan: Plan) -> None:
+    account = _one(plan, "kubernetes:core/v1:ServiceAccount")
+    ingress = {
+        "metadata": {
+            "name": "ray",
+            "namespace": "llm-batch",
+            "annotations": {"alb.ingress.kubernetes.io/scheme": "internet-facing"},
+        },
+        "spec": {"ingressClassName": "alb"},
+    }
+    _new(plan, account, "kubernetes:networking.k8s.io/v1:Ingress", "ray", ingress)
+
+
+def lambda_permission_for_everyone(plan: Plan) -> None:
+    function = _one(plan, "aws:lambda/function:Function", "cost-report")
+    inputs = {"action": "lambda:InvokeFunction", "function": function["id"], "principal": "*"}
+    _new(plan, function, "aws:lambda/permission:Permission", "invoke-anyone", inputs)
+
+
+def layer_permission_for_everyone(plan: Plan) -> None:
+    function = _one(plan, "aws:lambda/function:Function", "cost-report")
+    inputs = {"action": "lambda:GetLayerVersion", "layerName": "deps", "versionNumber": 1, "principal": "*"}
+    _new(plan, function, "aws:lambda/layerVersionPermission:LayerVersionPermission", "layer-anyone", inputs)
+
+
+def public_eks_endpoint_without_cidrs(plan: Plan) -> None:
+    _one(plan, "eks:index:Cluster")["inputs"]["endpointPublicAccess"] = True
+
+
+def public_eks_endpoint_split_internet(plan: Plan) -> None:
+    cluster = _one(plan, "eks:index:Cluster")["inputs"]
+    cluster.update(endpointPublicAccess=True, publicAccessCidrs=["0.0.0.0/1", "128.0.0.0/1"])
+
+
+def key_policy_star_behind_irrelevant_condition(plan: Plan) -> None:
+    statement = {
+        "Sid": "DecryptForReaders",
+        "Effect": "Allow",
+        "Principal": {"AWS": "*"},
+        "Action": "kms:Decrypt",
+        "Resource": "*",
+        "Condition": {"Bool": {"aws:SecureTransport": "true"}},
+    }
+    _add_statement(plan, "aws:kms/key:Key", "kms-key", statement)
+
+
+def topic_star_behind_wildcard_account(plan: Plan) -> None:
+    statement = {
+        "Sid": "AnyonePublishes",
+        "Effect": "Allow",
+        "Principal": "*",
+        "Action": "sns:Publish",
+        "Resource": "*",
+        "Condition": {"StringLike": {"aws:PrincipalAccount": "*"}},
+    }
+    _add_statement(plan, "aws:sns/topicPolicy:TopicPolicy", "alerts-topic-policy", statement)
+
+
+def irsa_trust_with_wildcard_subject(plan: Plan) -> None:
+    def edit(doc: dict[str, Any]) -> None:
+        condition = doc["Statement"][0]["Condition"]
+        equals = condition.pop("StringEquals")
+        sub = next(key for key in equals if key.endswith(":sub"))
+        condition["StringLike"] = {sub: "system:serviceaccount:*"}
+        condition["StringEquals"] = {key: value for key, value in equals.items() if key != sub}
+
+    _edit_document(_one(plan, "aws:iam/role:Role", "job-identity-job-role"), "assumeRolePolicy", edit)
+
+
+def cross_account_trust_without_external_id(plan: Plan) -> None:
+    statement = {
+        "Effect": "Allow",
+        "Principal": {"AWS": "arn:aws:iam::999999999999:root"},
+        "Action": "sts:AssumeRole",
+    }
+    _add_statement(plan, "aws:iam/role:Role", "cost-report-role", statement, key="assumeRolePolicy")
+
+
+def queue_open_to_any_accounts_rules(plan: Plan) -> None:
+    def edit(doc: dict[str, Any]) -> None:
+        doc["Statement"][0].pop("Condition")
+
+    _edit_document(_one(plan, "aws:sqs/queuePolicy:QueuePolicy"), "policy", edit)
+
+
+def key_serves_every_stacks_logs(plan: Plan) -> None:
+    def edit(doc: dict[str, Any]) -> None:
+        for statement in doc["Statement"]:
+            if statement.get("Sid") == "CloudWatchLogs":
+                condition = statement["Condition"]["ArnLike"]
+                condition["kms:EncryptionContext:aws:logs:arn"] = (
+                    f"arn:aws:logs:us-west-2:{ACCOUNT}:log-group:/llm-batch/*"
+                )
+
+    _edit_document(_one(plan, "aws:kms/key:Key", "kms-key"), "policy", edit)
+
+
+def imds_v1_on_the_small_node(plan: Plan) -> None:
+    _one(plan, "aws:ec2/launchTemplate:LaunchTemplate")["inputs"]["metadataOptions"]["httpTokens"] = "optional"
+
+
+def ssh_open_to_the_world(plan: Plan) -> None:
+    group = _one(plan, "aws:ec2/securityGroup:SecurityGroup", "gpu-node-sg")
+    group["inputs"]["ingress"] = [{"protocol": "tcp", "fromPort": 22, "toPort": 22, "cidrBlocks": ["0.0.0.0/0"]}]
+
+
+def bucket_policy_without_tls(plan: Plan) -> None:
+    def edit(doc: dict[str, Any]) -> None:
+        doc["Statement"] = [s for s in doc["Statement"] if s.get("Sid") != "DenyInsecureTransport"]
+
+    _edit_document(_one(plan, "aws:s3/bucketPolicy:BucketPolicy"), "policy", edit)
+
+
+def untagged_topic(plan: Plan) -> None:
+    _one(plan, "aws:sns/topic:Topic")["provider"] = None
+
+
+def whole_service_in_job_policy(plan: Plan) -> None:
+    statement = {"Effect": "Allow", "Action": "s3:*", "Resource": "arn:aws:s3:::llm-batch-small-data-*"}
+    _add_statement(plan, "aws:iam/policy:Policy", "job-access-policy", statement)
+
+
+def ssm_core_back_on_the_small_node(plan: Plan) -> None:
+    attachment = copy.deepcopy(_one(plan, "aws:iam/rolePolicyAttachment:RolePolicyAttachment", "gpu-node-job"))
+    attachment.update(name="gpu-node-ssm", urn=attachment["urn"] + "-ssm")
+    attachment["inputs"]["policyArn"] = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+    plan.append(attachment)
+
+
+def mutable_image_tags(plan: Plan) -> None:
+    _one(plan, "aws:ecr/repository:Repository")["inputs"]["imageTagMutability"] = "MUTABLE"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    stack: str
+    mistake: Callable[[Plan], None]
+    rule: str
+    resource: str  # the label ("<type> <name>") the violation must name
+
+
+MUTATIONS = [
+    Mutation("large", passrole_any_role_by_arn, "passrole", "karpenter-controller-policy"),
+    Mutation("small", passrole_through_action_wildcard, "passrole", "job-access-policy"),
+    Mutation("small", kms_admin_in_job_policy, "kms-admin", "job-access-policy"),
+    Mutation("medium", job_decrypts_directly, "kms-via-service", "job-access-policy"),
+    Mutation("small", bucket_as_bucket_v2, "buckets", "aws:s3/bucketV2:BucketV2 scratch"),
+    Mutation("small", bucket_as_directory_bucket, "bucket-types", "DirectoryBucket fast"),
+    Mutation("medium", hop_limit_two_on_eks_nodes, "node-metadata", "nodes-gpu-lt"),
+    Mutation("large", hop_limit_two_on_karpenter_nodes, "node-metadata", "EC2NodeClass"),
+    Mutation("large", ray_dashboard_on_internet_load_balancer, "k8s-exposure", "Service ray-dashboard"),
+    Mutation("medium", ray_dashboard_on_internet_ingress, "k8s-exposure", "Ingress ray"),
+    Mutation("small", lambda_permission_for_everyone, "lambda-permissions", "invoke-anyone"),
+    Mutation("small", layer_permission_for_everyone, "lambda-permissions", "layer-anyone"),
+    Mutation("large", public_eks_endpoint_without_cidrs, "eks-endpoint", "eks-cluster"),
+    Mutation("medium", public_eks_endpoint_split_internet, "eks-endpoint", "eks-cluster"),
+    Mutation("small", key_policy_star_behind_irrelevant_condition, "resource-principals", "kms-key"),
+    Mutation("large", topic_star_behind_wildcard_account, "resource-principals", "alerts-topic-policy"),
+    Mutation("large", irsa_trust_with_wildcard_subject, "trust", "job-identity-job-role"),
+    Mutation("small", cross_account_trust_without_external_id, "trust", "cost-report-role"),
+    Mutation("large", queue_open_to_any_accounts_rules, "service-principals", "karpenter-interruptions-policy"),
+    Mutation("large", key_serves_every_stacks_logs, "key-logs-scope", "kms-key"),
+    Mutation("small", imds_v1_on_the_small_node, "launch-templates", "gpu-node-template"),
+    Mutation("small", ssh_open_to_the_world, "security-groups", "gpu-node-sg"),
+    Mutation("small", bucket_policy_without_tls, "buckets", "storage-bucket"),
+    Mutation("small", untagged_topic, "cost-tags", "alerts-topic"),
+    Mutation("small", whole_service_in_job_policy, "iam", "job-access-policy"),
+    Mutation("small", ssm_core_back_on_the_small_node, "iam", "gpu-node-ssm"),
+    Mutation("small", mutable_image_tags, "images", "image-repository"),
+]
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: f"{m.stack}-{m.mistake.__name__}")
+def test_mutation_is_caught_by_its_rule(plan_for: Callable[[str], Plan], mutation: Mutation) -> None:
+    plan = copy.deepcopy(plan_for(mutation.stack))
+    assert policy.RULES[mutation.rule].check(plan) == [], "the real plan must pass the rule before the mistake"
+    mutation.mistake(plan)
+    violations = policy.RULES[mutation.rule].check(plan)
+    assert any(mutation.resource in violation.resource for violation in violations), violations
+    with pytest.raises(policy.PolicyError, match=f"(?s){mutation.rule}.*fix: "):
+        policy.gate(plan)
+
+
+def test_every_security_rule_is_tripped_by_a_mutation() -> None:
+    rules = {*checks_iam.RULES, *checks_network.RULES, *checks_k8s.RULES}
+    classic = {"cost-tags", "buckets", "iam", "launch-templates", "security-groups", "images"}
+    assert (rules | classic) - {mutation.rule for mutation in MUTATIONS} == set()
