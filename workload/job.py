@@ -12,19 +12,21 @@ import json
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from workload import failpoints
-from workload.config import JobConfig
+from workload.config import ConfigError, JobConfig, seeded_cpu_conflict
 from workload.metric_sinks import open_metrics
 from workload.metrics import BatchReport, RunMetrics
 from workload.model_source import resolve_model
 from workload.output import OutputStore, ShardCommit, utc_now
 from workload.progress import Progress
 from workload.results import (
+    EngineCrashLoopError,
     ShardBuffer,
     classify_inference_error,
     finish_reason,
@@ -102,8 +104,10 @@ class _ShardCommitter:
         pending: set[int],
         attempt: int,
         metrics: RunMetrics,
+        on_commit: Callable[[], None],
     ) -> None:
         self.store, self.config, self.attempt, self.metrics = store, config, attempt, metrics
+        self.on_commit = on_commit
         shard_rows = config.output.shard_rows
         self.rows_by_pos = {r.position: r for r in validated.rows}
         self.types = passthrough_types(validated.rows)
@@ -121,12 +125,15 @@ class _ShardCommitter:
         return [r for r in self.rows_by_pos.values() if r.position // shard_rows in self.buffers]
 
     def commit_ready(self) -> None:
-        for shard in sorted(s for s, b in self.buffers.items() if b.complete):
+        ready = sorted(s for s, b in self.buffers.items() if b.complete)
+        for shard in ready:
             buffer = self.buffers.pop(shard)
             table = buffer.table(self.rows_by_pos, self.types) if buffer.results else None
             self.commits.append(
                 self.store.commit_shard(shard, table, buffer.error_records(), buffer.stats(), self.attempt)
             )
+        if ready:
+            self.on_commit()
 
     def take(self, batch: pa.Table) -> tuple[int, int, int]:
         """Route one batch of engine output; returns (rows ok, rows failed, output tokens)."""
@@ -140,7 +147,7 @@ class _ShardCommitter:
             engine_batches[item.get("batch_uuid") or ""].append(item)
             message = item.get("__inference_error__") or ""
             if message:
-                buffer.errors.append(row.failed(classify_inference_error(message), message))
+                buffer.errors.append(row.failed(*classify_inference_error(message)))
                 failed += 1
                 continue
             num_in, num_out = int(item["num_input_tokens"]), int(item["num_generated_tokens"])
@@ -185,20 +192,52 @@ def _run_engine(committer: _ShardCommitter, config: JobConfig, progress: Progres
         return True
     model_path = resolve_model(config.model)
     table = engine_input(
-        [r.position for r in rows], [r.prompt for r in rows], [r.messages for r in rows], [r.sampling for r in rows]
+        [r.position for r in rows],
+        [r.prompt for r in rows],
+        [r.messages for r in rows],
+        [r.sampling for r in rows],
+        [r.id for r in rows],
     )
     blocks = input_blocks(table, config.batch_size)
     has_messages = any(row.messages is not None for row in rows)
-    dataset = build_pipeline(ray.data.from_arrow(blocks), config, model_path, chat_template=has_messages)
+    dataset = build_pipeline(
+        ray.data.from_arrow(blocks), config, model_path, chat_template=has_messages, seeded=_seeded(rows)
+    )
     # Every ray.init (ours, and the one build_processor makes) installs a SIGTERM handler that exits at once,
     # without committing: take the signal back just before the work starts.
     stop.install()
-    for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
-        ok, failed, out_tokens = committer.take(batch)
-        progress.advance(ok, failed, out_tokens)
-        if stop.stopped:
-            return False
+    try:
+        for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
+            ok, failed, out_tokens = committer.take(batch)
+            progress.advance(ok, failed, out_tokens)
+            if stop.stopped:
+                return False
+    except Exception as error:
+        loop = _crash_loop_in(error)
+        if loop is not None:
+            raise EngineCrashLoopError(loop) from None
+        raise
     return True
+
+
+def _seeded(rows: list[ValidRow]) -> bool:
+    return any(row.sampling.get("seed") is not None for row in rows)
+
+
+def _crash_loop_in(error: BaseException) -> str | None:
+    """The engine guard's crash-loop verdict, from under the layers Ray wraps a stage's exception in."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, EngineCrashLoopError):
+            return str(current.args[0]) if current.args else str(current)
+        current = current.__cause__ or current.__context__
+    text = str(error)
+    marker = f"{EngineCrashLoopError.__name__}: "
+    if marker in text:
+        return text[text.index(marker) + len(marker) :].strip().splitlines()[0]
+    return None
 
 
 def run_job(config: JobConfig) -> RunOutcome:
@@ -209,6 +248,9 @@ def run_job(config: JobConfig) -> RunOutcome:
     store = OutputStore(config.output.uri)
     store.clear_notes()
     validated = read_input(config.input, config.sampling)
+    problem = seeded_cpu_conflict(config, _seeded(validated.rows))
+    if problem:  # a row's own seed meets engine settings that would crash on it: stop before any work
+        raise ConfigError(problem)
     manifest, attempt = _start_attempt(store, config, validated.rows_in)
     failpoints.reached(failpoints.ATTEMPT_STARTED)
     committed = store.recover()
@@ -223,9 +265,15 @@ def run_job(config: JobConfig) -> RunOutcome:
             f"[llm-batch] attempt {attempt}: resuming, {len(committed)}/{shard_count} shards already committed",
             file=sys.stderr,
         )
+
+    def record_wall_time() -> None:
+        # Kept current at every commit, so an attempt that is killed still reports its time up to then.
+        manifest["attempts"][-1]["wall_s"] = round(time.monotonic() - started, 3)
+        store.write_manifest(manifest)
+
     completed = True
     with StopSignal(config.resume.grace_period_s) as stop:
-        committer = _ShardCommitter(store, config, validated, pending, attempt, metrics)
+        committer = _ShardCommitter(store, config, validated, pending, attempt, metrics, record_wall_time)
         rejected = sum(len(b.errors) for b in committer.buffers.values())
         progress.advance(0, rejected, 0)
         metrics.rows_rejected(rejected)

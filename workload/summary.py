@@ -30,6 +30,16 @@ def build_summary(config: JobConfig, manifest: dict[str, Any], commits: dict[int
         "started_at": attempts[0]["started_at"],
         "finished_at": utc_now(),
         "attempts": len(attempts),
+        # Each attempt's own time; one that was killed reports its time up to its last commit (killed: true).
+        "attempt_times": [
+            {
+                "attempt": a["attempt"],
+                "started_at": a["started_at"],
+                "wall_s": a.get("wall_s"),
+                "killed": a.get("ended_at") is None,
+            }
+            for a in attempts
+        ],
         "shards": len(commits),
         "model": config.model.source or f"embedded:{TINY_MODEL_VERSION}",
         "device": config.device,
