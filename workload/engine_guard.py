@@ -27,13 +27,14 @@ import copy
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from ray.llm._internal.batch.stages.vllm_engine_stage import vLLMEngineStageUDF, vLLMOutputData
 from ray.llm._internal.common.errors import VLLM_FATAL_ERRORS
 
 from workload import failpoints
-from workload.results import ENGINE_CRASH_PREFIX, EngineCrashLoopError
+from workload.results import ENGINE_CRASH_PREFIX, ENGINE_RESTARTS_COLUMN, EngineCrashLoopError
 
 
 class _EngineDied(BaseException):
@@ -58,6 +59,9 @@ def describe_engine_error(error: BaseException) -> str:
     text = f"{type(error).__name__}: {error}"
     cause = error.__cause__
     return f"{text} (cause: {type(cause).__name__}: {cause})" if cause is not None else text
+
+
+_rebuilt_for_this_batch: ContextVar[list[str]] = ContextVar("rebuilt_for_this_batch")
 
 
 class _Gate:
@@ -104,8 +108,9 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         super().__init__(*args, **kwargs)
         self._crash_retries = crash_retries
         self._max_consecutive_crashes = max_consecutive_crashes
-        self._generation = 0  # bumped at each engine rebuild
+        self._generation = 0  # bumped at each engine death
         self._consecutive_crashes = 0
+        self._engine_dead = False
         self._gate = _Gate()
         self._guard_engine()
 
@@ -136,22 +141,31 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         vLLMEngineStageUDF.__init__(self, *args, **kwargs)
         self._guard_engine()
 
-    async def _restart(self, crash: _Crash) -> None:
+    def _died(self, crash: _Crash) -> None:
+        """Note a death (once, however many batches saw it); the engine is rebuilt when rows next need it, so a
+        verdict reached right after a death costs no engine start."""
         if crash.generation != self._generation:
-            return  # another batch saw the same death and has rebuilt the engine already
+            return  # another batch saw the same death
+        self._generation += 1
+        self._engine_dead = True
         self._consecutive_crashes += 1
+        print(f"[llm-batch] engine died: {crash.message}", flush=True)
         if self._consecutive_crashes > self._max_consecutive_crashes:
             raise EngineCrashLoopError(
                 f"the engine died {self._consecutive_crashes} times in a row with no row answered in between "
                 f"(engine.max_consecutive_crashes={self._max_consecutive_crashes}); last: {crash.message}"
             )
-        print(f"[llm-batch] engine died ({crash.message}); rebuilding it", flush=True)
-        self._rebuild_engine()
-        self._generation += 1
+
+    def _ensure_engine(self) -> None:
+        if self._engine_dead:
+            self._rebuild_engine()
+            self._engine_dead = False
+            _rebuilt_for_this_batch.get().append("rebuilt")
 
     # --- running rows -------------------------------------------------------------------------------------
     async def _run(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """All rows on the current engine; raises _Crash if the engine dies under any of them."""
+        self._ensure_engine()
         generation, batch_uuid = self._generation, uuid.uuid4()
         # Upstream's request builder pops keys off the row it is given (prompt, sampling_params, ...): hand it a
         # copy, so a rerun sees the row whole and every row leaves the stage with the same columns.
@@ -190,18 +204,17 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
             try:
                 outputs += await self._run(half)
             except _Crash as half_crash:
-                await self._restart(half_crash)
+                self._died(half_crash)
                 outputs += await self._split(half, half_crash)
         return outputs
 
     async def _isolate(self, rows: list[dict[str, Any]], crash: _Crash) -> list[dict[str, Any]]:
-        await self._restart(crash)
         for _ in range(self._crash_retries):
             try:
                 return await self._run(rows)
             except _Crash as again:
                 crash = again
-                await self._restart(crash)
+                self._died(crash)
         outputs = await self._split(rows, crash)
         if len(rows) > 1 and all(o["__inference_error__"].startswith(ENGINE_CRASH_PREFIX) for o in outputs):
             raise EngineCrashLoopError(
@@ -215,10 +228,17 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
             async with self._gate.shared():
                 return await self._run(rows)
         except _Crash as crash:
+            self._died(crash)  # at once, so no batch starts on the dead engine meanwhile
             first = crash
         async with self._gate.exclusive():
             return await self._isolate(rows, first)
 
     async def udf(self, batch: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
-        for output in await self._answer(batch):
+        rebuilt: list[str] = []
+        _rebuilt_for_this_batch.set(rebuilt)  # this call runs in its own asyncio task, with its own context
+        outputs = await self._answer(batch)
+        # The driver learns of engine deaths from the rows (actor logs may never reach it): the engine rebuilds this
+        # batch made ride on its first row, so each is counted once.
+        for index, output in enumerate(outputs):
+            output[ENGINE_RESTARTS_COLUMN] = len(rebuilt) if index == 0 else 0
             yield output

@@ -3,9 +3,9 @@
 `LLM_BATCH_FAILPOINT=<name>[:<n>]` SIGKILLs the job's process group (driver, Ray, engine: what a Spot reclaim or
 an OOM kill does) the n-th time (default first) the job reaches <name>. Unset, `reached` costs one dict lookup.
 
-`LLM_BATCH_FAILPOINT=engine_crash_on_row:<id>[,<id>...]` instead makes the real engine actor raise vLLM's fatal engine error
-(EngineDeadError) every time it is handed a row with one of those ids: a poison row. The driver passes the variable on
-to the engine actors' environment (`pipeline.engine_env`); the engine and everything around it stay real.
+`LLM_BATCH_FAILPOINT=engine_crash_on_row:<id>[,<id>...]` instead makes the real engine actor raise vLLM's fatal
+engine error (EngineDeadError) every time it is handed a row with one of those ids: a poison row. The driver passes
+the variable on to the engine actors' environment (`pipeline.engine_env`); the engine and all around it stay real.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from workload.model_source import resolve_model
 from workload.output import OutputStore, ShardCommit, utc_now
 from workload.progress import Progress
 from workload.results import (
+    ENGINE_RESTARTS_COLUMN,
     EngineCrashLoopError,
     ShardBuffer,
     classify_inference_error,
@@ -119,6 +120,7 @@ class _ShardCommitter:
             if error.position // shard_rows in pending:
                 self.buffers[error.position // shard_rows].errors.append(error)
         self.commits: list[ShardCommit] = []
+        self.engine_restarts = 0
 
     def engine_rows(self) -> list[ValidRow]:
         shard_rows = self.config.output.shard_rows
@@ -141,6 +143,14 @@ class _ShardCommitter:
         ok = failed = out_tokens = 0
         engine_batches: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for item in batch.to_pylist():
+            restarts = int(item.get(ENGINE_RESTARTS_COLUMN) or 0)
+            if restarts:
+                self.engine_restarts += restarts
+                print(
+                    f"[llm-batch] the engine died and was rebuilt {restarts} time(s) while answering a batch "
+                    f"({self.engine_restarts} this attempt)",
+                    file=sys.stderr,
+                )
             row = self.rows_by_pos[item["_pos"]]
             buffer = self.buffers[row.position // shard_rows]
             buffer.received += 1
@@ -266,14 +276,15 @@ def run_job(config: JobConfig) -> RunOutcome:
             file=sys.stderr,
         )
 
-    def record_wall_time() -> None:
+    def record_attempt() -> None:
         # Kept current at every commit, so an attempt that is killed still reports its time up to then.
         manifest["attempts"][-1]["wall_s"] = round(time.monotonic() - started, 3)
+        manifest["attempts"][-1]["engine_restarts"] = committer.engine_restarts
         store.write_manifest(manifest)
 
     completed = True
     with StopSignal(config.resume.grace_period_s) as stop:
-        committer = _ShardCommitter(store, config, validated, pending, attempt, metrics, record_wall_time)
+        committer = _ShardCommitter(store, config, validated, pending, attempt, metrics, record_attempt)
         rejected = sum(len(b.errors) for b in committer.buffers.values())
         progress.advance(0, rejected, 0)
         metrics.rows_rejected(rejected)
@@ -287,8 +298,7 @@ def run_job(config: JobConfig) -> RunOutcome:
         # finish its bookkeeping rather than killing it halfway (the default action).
         interrupted = stop.stopped
         manifest["attempts"][-1]["ended_at"] = utc_now()
-        manifest["attempts"][-1]["wall_s"] = round(time.monotonic() - started, 3)
-        store.write_manifest(manifest)
+        record_attempt()
         if not completed:
             metrics.close()
             left = len(committer.buffers)

@@ -24,6 +24,7 @@ _JSON = "json"
 # Stages of ours mark the errors they record, so the driver can name their kind (`classify_inference_error`).
 ENGINE_CRASH_PREFIX = "engine_crash: "  # the row killed the engine on its own (workload/engine_guard.py)
 CHAT_TEMPLATE_PREFIX = "chat_template: "  # the model's chat template rejected the row's messages
+ENGINE_RESTARTS_COLUMN = "engine_restarts"  # engine rebuilds a batch needed (on its first row; 0 on the others)
 
 
 class EngineCrashLoopError(RuntimeError):

@@ -9,23 +9,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from tests.workload.bad_text import STRICT_TEMPLATE
 from workload.config import build_config
 from workload.pipeline import ApplyChatTemplate, engine_kwargs
 from workload.tiny_model import ensure_tiny_model
 
 BASE = {"input": {"uri": "in.jsonl"}, "output": {"uri": "out"}}
-
-# Llama-2/Mistral style: writes the BOS itself, forbids a system role, wants user/assistant turns in turn.
-STRICT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
-    "{% for message in messages %}"
-    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
-    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
-    "<|{{ message['role'] }}|>\n{{ message['content'] }}</s>\n"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
-)
 
 
 def test_a_seed_on_the_cpu_turns_chunked_prefill_off() -> None:
