@@ -37,6 +37,8 @@ from workload.rows import ValidatedInput, ValidRow, input_files, read_input
 from workload.storage import size_of
 from workload.summary import build_summary, print_summary
 
+NOTE_INTERVAL_S = 30.0  # how stale a killed attempt's recorded wall time may be, at most (one manifest write)
+
 
 class OutputMismatchError(RuntimeError):
     """The output holds rows made with settings that would change results; mixing them is refused."""
@@ -121,6 +123,7 @@ class _ShardCommitter:
                 self.buffers[error.position // shard_rows].errors.append(error)
         self.commits: list[ShardCommit] = []
         self.engine_restarts = 0
+        self.noted_at = time.monotonic()
 
     def engine_rows(self) -> list[ValidRow]:
         shard_rows = self.config.output.shard_rows
@@ -134,7 +137,9 @@ class _ShardCommitter:
             self.commits.append(
                 self.store.commit_shard(shard, table, buffer.error_records(), buffer.stats(), self.attempt)
             )
-        if ready:
+        # The attempt's time is noted at each commit, and at least every NOTE_INTERVAL_S while rows arrive.
+        if ready or time.monotonic() - self.noted_at > NOTE_INTERVAL_S:
+            self.noted_at = time.monotonic()
             self.on_commit()
 
     def take(self, batch: pa.Table) -> tuple[int, int, int]:
@@ -277,7 +282,7 @@ def run_job(config: JobConfig) -> RunOutcome:
         )
 
     def record_attempt() -> None:
-        # Kept current at every commit, so an attempt that is killed still reports its time up to then.
+        # Kept current while the attempt runs, so one that is killed still reports its time up to then.
         manifest["attempts"][-1]["wall_s"] = round(time.monotonic() - started, 3)
         manifest["attempts"][-1]["engine_restarts"] = committer.engine_restarts
         store.write_manifest(manifest)
