@@ -107,10 +107,10 @@ class _ShardCommitter:
         pending: set[int],
         attempt: int,
         metrics: RunMetrics,
-        on_commit: Callable[[], None],
+        note_attempt: Callable[[], None],
     ) -> None:
         self.store, self.config, self.attempt, self.metrics = store, config, attempt, metrics
-        self.on_commit = on_commit
+        self.note_attempt = note_attempt
         shard_rows = config.output.shard_rows
         self.rows_by_pos = {r.position: r for r in validated.rows}
         self.types = passthrough_types(validated.rows)
@@ -130,17 +130,20 @@ class _ShardCommitter:
         return [r for r in self.rows_by_pos.values() if r.position // shard_rows in self.buffers]
 
     def commit_ready(self) -> None:
-        ready = sorted(s for s, b in self.buffers.items() if b.complete)
-        for shard in ready:
+        # The attempt's time is noted after each commit, and at least every NOTE_INTERVAL_S while rows arrive.
+        for shard in sorted(s for s, b in self.buffers.items() if b.complete):
             buffer = self.buffers.pop(shard)
             table = buffer.table(self.rows_by_pos, self.types) if buffer.results else None
             self.commits.append(
                 self.store.commit_shard(shard, table, buffer.error_records(), buffer.stats(), self.attempt)
             )
-        # The attempt's time is noted at each commit, and at least every NOTE_INTERVAL_S while rows arrive.
-        if ready or time.monotonic() - self.noted_at > NOTE_INTERVAL_S:
-            self.noted_at = time.monotonic()
-            self.on_commit()
+            self.note()
+        if time.monotonic() - self.noted_at > NOTE_INTERVAL_S:
+            self.note()
+
+    def note(self) -> None:
+        self.noted_at = time.monotonic()
+        self.note_attempt()
 
     def take(self, batch: pa.Table) -> tuple[int, int, int]:
         """Route one batch of engine output; returns (rows ok, rows failed, output tokens)."""
