@@ -76,12 +76,36 @@ class EngineConfig(_Strict):
     max_num_seqs: int = Field(128, ge=1, description="Sequences decoded at once by each engine.")
     max_num_batched_tokens: int | None = Field(None, ge=16, description="Tokens per engine step; None: vLLM's.")
     enable_prefix_caching: bool = Field(True, description="Reuse KV cache across prompts sharing a prefix.")
-    enable_chunked_prefill: bool = Field(True, description="Split long prefills across steps.")
+    enable_chunked_prefill: bool = Field(
+        True,
+        description="Split long prefills across steps. On the CPU it is turned off whenever a sampling seed is set "
+        "(config or any row): vLLM's CPU build cannot rewind a seeded request's generator after a partial prefill "
+        "(`CPU Generator does not use offset`) and the engine dies; max_num_batched_tokens is then raised to "
+        "max_model_len so every prompt prefills in one step. Setting it true with a seed on the CPU is refused.",
+    )
     enforce_eager: bool = Field(False, description="Skip graph capture/compile: faster start, on CPU about equal.")
     dtype: Literal["auto", "float16", "bfloat16", "float32"] = Field("auto", description="Weights and activations.")
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs per engine replica.")
     seed: int = Field(0, description="Engine seed; sampling with a per-row seed is reproducible.")
     cpu_kvcache_space_gib: int = Field(2, ge=1, description="KV cache size on the CPU (VLLM_CPU_KVCACHE_SPACE).")
+    crash_retries: int = Field(
+        1,
+        ge=0,
+        description="Times a batch that was running when the engine died is rerun whole, alone, before it is "
+        "split in halves to find the row(s) that kill the engine (recorded as `engine_crash` errors).",
+    )
+    max_consecutive_crashes: int = Field(
+        12,
+        ge=1,
+        description="Engine deaths per replica with no row answered in between before the run fails as a "
+        "crash loop (`_failed.json`), instead of restarting forever.",
+    )
+    max_actor_restarts: int = Field(
+        3,
+        ge=0,
+        description="Ray restarts of an engine actor that died outright (e.g. killed for memory), and retries "
+        "of its batches; Ray Data's default is unlimited.",
+    )
     extra: dict[str, Any] = Field(
         default_factory=dict, description="Further vLLM engine arguments, passed through unchanged."
     )
@@ -195,6 +219,9 @@ class JobConfig(_Strict):
     def _engine_fits_device(self) -> JobConfig:
         if self.device == "cpu" and self.engine.tensor_parallel_size != 1:
             raise ValueError("engine.tensor_parallel_size must be 1 when device is 'cpu'")
+        problem = seeded_cpu_conflict(self, seeded=self.sampling.seed is not None)
+        if problem:
+            raise ValueError(problem)
         if self.max_replicas is not None and self.max_replicas < self.replicas:
             raise ValueError(f"max_replicas ({self.max_replicas}) is less than replicas ({self.replicas})")
         return self
@@ -212,6 +239,28 @@ class JobConfig(_Strict):
             "input": self.input.model_dump(),
             "shard_rows": self.output.shard_rows,
         }
+
+
+def seeded_cpu_conflict(config: JobConfig, seeded: bool) -> str | None:
+    """Why engine settings the user chose cannot run seeded rows on the CPU, or None. Unset settings are chosen
+    for them instead (`workload.pipeline.engine_kwargs`)."""
+    if config.device != "cpu" or not seeded:
+        return None
+    engine = config.engine
+    if "enable_chunked_prefill" in engine.model_fields_set and engine.enable_chunked_prefill:
+        return (
+            "engine.enable_chunked_prefill is true with a sampling seed on the CPU: vLLM's CPU build kills the "
+            "engine on a seeded request whose prefill is chunked (CPU Generator does not use offset). "
+            "Remove engine.enable_chunked_prefill (the job then turns it off), or drop the seed"
+        )
+    if engine.max_num_batched_tokens is not None and engine.max_num_batched_tokens < engine.max_model_len:
+        return (
+            f"engine.max_num_batched_tokens ({engine.max_num_batched_tokens}) is less than engine.max_model_len "
+            f"({engine.max_model_len}) with a sampling seed on the CPU: a prompt would be prefilled in chunks, "
+            "which kills vLLM's CPU engine for seeded requests. Remove engine.max_num_batched_tokens or raise it "
+            "to max_model_len, or drop the seed"
+        )
+    return None
 
 
 class ConfigError(ValueError):

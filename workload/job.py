@@ -15,13 +15,14 @@ import json
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from workload import failpoints
-from workload.config import JobConfig
+from workload.config import ConfigError, JobConfig, seeded_cpu_conflict
 from workload.lease import LeaseLostError, OutputLease, hold_lease
 from workload.metric_sinks import open_metrics
 from workload.metrics import BatchReport, RunMetrics
@@ -29,6 +30,8 @@ from workload.model_source import resolve_model
 from workload.output import OutputStore, ShardCommit, utc_now
 from workload.progress import Progress
 from workload.results import (
+    ENGINE_RESTARTS_COLUMN,
+    EngineCrashLoopError,
     ShardBuffer,
     classify_inference_error,
     finish_reason,
@@ -37,6 +40,8 @@ from workload.results import (
 from workload.rows import ValidatedInput, ValidRow, input_files, read_input
 from workload.storage import content_version
 from workload.summary import build_summary, print_summary
+
+NOTE_INTERVAL_S = 30.0  # how stale a killed attempt's recorded wall time may be, at most (one manifest write)
 
 
 class OutputMismatchError(RuntimeError):
@@ -149,8 +154,10 @@ class _ShardCommitter:
         pending: set[int],
         attempt: int,
         metrics: RunMetrics,
+        note_attempt: Callable[[], None],
     ) -> None:
         self.store, self.config, self.attempt, self.metrics = store, config, attempt, metrics
+        self.note_attempt = note_attempt
         shard_rows = config.output.shard_rows
         self.rows_by_pos = {r.position: r for r in validated.rows}
         self.types = passthrough_types(validated.rows)
@@ -162,18 +169,28 @@ class _ShardCommitter:
             if error.position // shard_rows in pending:
                 self.buffers[error.position // shard_rows].errors.append(error)
         self.commits: list[ShardCommit] = []
+        self.engine_restarts = 0
+        self.noted_at = time.monotonic()
 
     def engine_rows(self) -> list[ValidRow]:
         shard_rows = self.config.output.shard_rows
         return [r for r in self.rows_by_pos.values() if r.position // shard_rows in self.buffers]
 
     def commit_ready(self) -> None:
+        # The attempt's time is noted after each commit, and at least every NOTE_INTERVAL_S while rows arrive.
         for shard in sorted(s for s, b in self.buffers.items() if b.complete):
             buffer = self.buffers.pop(shard)
             table = buffer.table(self.rows_by_pos, self.types) if buffer.results else None
             self.commits.append(
                 self.store.commit_shard(shard, table, buffer.error_records(), buffer.stats(), self.attempt)
             )
+            self.note()
+        if time.monotonic() - self.noted_at > NOTE_INTERVAL_S:
+            self.note()
+
+    def note(self) -> None:
+        self.noted_at = time.monotonic()
+        self.note_attempt()
 
     def take(self, batch: pa.Table) -> tuple[int, int, int]:
         """Route one batch of engine output; returns (rows ok, rows failed, output tokens)."""
@@ -181,13 +198,21 @@ class _ShardCommitter:
         ok = failed = out_tokens = 0
         engine_batches: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for item in batch.to_pylist():
+            restarts = int(item.get(ENGINE_RESTARTS_COLUMN) or 0)
+            if restarts:
+                self.engine_restarts += restarts
+                print(
+                    f"[llm-batch] the engine died and was rebuilt {restarts} time(s) while answering a batch "
+                    f"({self.engine_restarts} this attempt)",
+                    file=sys.stderr,
+                )
             row = self.rows_by_pos[item["_pos"]]
             buffer = self.buffers[row.position // shard_rows]
             buffer.received += 1
             engine_batches[item.get("batch_uuid") or ""].append(item)
             message = item.get("__inference_error__") or ""
             if message:
-                buffer.errors.append(row.failed(classify_inference_error(message), message))
+                buffer.errors.append(row.failed(*classify_inference_error(message)))
                 failed += 1
                 continue
             num_in, num_out = int(item["num_input_tokens"]), int(item["num_generated_tokens"])
@@ -234,21 +259,55 @@ def _run_engine(
         return True
     model_path = resolve_model(config.model)
     table = engine_input(
-        [r.position for r in rows], [r.prompt for r in rows], [r.messages for r in rows], [r.sampling for r in rows]
+        [r.position for r in rows],
+        [r.prompt for r in rows],
+        [r.messages for r in rows],
+        [r.sampling for r in rows],
+        [r.id for r in rows],
     )
     blocks = input_blocks(table, config.batch_size)
     has_messages = any(row.messages is not None for row in rows)
-    dataset = build_pipeline(ray.data.from_arrow(blocks), config, model_path, chat_template=has_messages)
+    dataset = build_pipeline(
+        ray.data.from_arrow(blocks), config, model_path, chat_template=has_messages, seeded=_seeded(rows)
+    )
     # Every ray.init (ours, and the one build_processor makes) installs a SIGTERM handler that exits at once,
     # without committing: take the signal back just before the work starts.
     stop.install()
-    for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
-        ok, failed, out_tokens = committer.take(batch)
-        progress.advance(ok, failed, out_tokens)
-        lease.check()  # a lost lease stops the engine work now, not only at the next commit
-        if stop.stopped:
-            return False
+    try:
+        for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
+            ok, failed, out_tokens = committer.take(batch)
+            progress.advance(ok, failed, out_tokens)
+            lease.check()  # a lost lease stops the engine work now, not only at the next commit
+            if stop.stopped:
+                return False
+    except LeaseLostError:
+        raise
+    except Exception as error:
+        loop = _crash_loop_in(error)
+        if loop is not None:
+            raise EngineCrashLoopError(loop) from None
+        raise
     return True
+
+
+def _seeded(rows: list[ValidRow]) -> bool:
+    return any(row.sampling.get("seed") is not None for row in rows)
+
+
+def _crash_loop_in(error: BaseException) -> str | None:
+    """The engine guard's crash-loop verdict, from under the layers Ray wraps a stage's exception in."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, EngineCrashLoopError):
+            return str(current.args[0]) if current.args else str(current)
+        current = current.__cause__ or current.__context__
+    text = str(error)
+    marker = f"{EngineCrashLoopError.__name__}: "
+    if marker in text:
+        return text[text.index(marker) + len(marker) :].strip().splitlines()[0]
+    return None
 
 
 def run_job(config: JobConfig) -> RunOutcome:
@@ -280,6 +339,9 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
 
     store.clear_notes()
     validated = read_input(config.input, config.sampling)
+    problem = seeded_cpu_conflict(config, _seeded(validated.rows))
+    if problem:  # a row's own seed meets engine settings that would crash on it: stop before any work
+        raise ConfigError(problem)
     manifest, attempt = _start_attempt(store, config, validated.rows_in)
     failpoints.reached(failpoints.ATTEMPT_STARTED)
     committed = store.recover()
@@ -294,9 +356,16 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
             f"[llm-batch] attempt {attempt}: resuming, {len(committed)}/{shard_count} shards already committed",
             file=sys.stderr,
         )
+
+    def record_attempt() -> None:
+        # Kept current while the attempt runs, so one that is killed still reports its time up to then.
+        manifest["attempts"][-1]["wall_s"] = round(time.monotonic() - started, 3)
+        manifest["attempts"][-1]["engine_restarts"] = committer.engine_restarts
+        store.write_manifest(manifest)
+
     completed = True
     with StopSignal(config.resume.grace_period_s) as stop:
-        committer = _ShardCommitter(store, config, validated, pending, attempt, metrics)
+        committer = _ShardCommitter(store, config, validated, pending, attempt, metrics, record_attempt)
         rejected = sum(len(b.errors) for b in committer.buffers.values())
         progress.advance(0, rejected, 0)
         metrics.rows_rejected(rejected)
@@ -310,8 +379,7 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
         # finish its bookkeeping rather than killing it halfway (the default action).
         interrupted = stop.stopped
         manifest["attempts"][-1]["ended_at"] = utc_now()
-        manifest["attempts"][-1]["wall_s"] = round(time.monotonic() - started, 3)
-        store.write_manifest(manifest)
+        record_attempt()
         if not completed:
             metrics.close()
             left = len(committer.buffers)

@@ -8,13 +8,17 @@ stages, so on GPUs the engine only decodes.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import pyarrow as pa
 import ray.data
-from ray.data.llm import build_processor, vLLMEngineProcessorConfig
+from ray.data.llm import Processor, build_processor, vLLMEngineProcessorConfig
 
+from workload import failpoints
 from workload.config import JobConfig
+from workload.engine_guard import GuardedEngineUDF
+from workload.results import CHAT_TEMPLATE_PREFIX, ENGINE_RESTARTS_COLUMN
 
 # Columns the driver needs back; the rest (token ids, prompts) is dropped before it crosses to the driver.
 RESULT_COLUMNS = (
@@ -24,6 +28,7 @@ RESULT_COLUMNS = (
     "num_generated_tokens",
     "time_taken_llm",
     "batch_uuid",
+    ENGINE_RESTARTS_COLUMN,
 )
 ERROR_COLUMN = "__inference_error__"
 
@@ -31,38 +36,58 @@ ERROR_COLUMN = "__inference_error__"
 class ApplyChatTemplate:
     """CPU stage: rows with `messages` get the model's chat template; rows with `prompt` are sent as written.
 
-    Ray's own ChatTemplateStage needs `messages` in every row; this job accepts both kinds in one input.
+    Ray's own ChatTemplateStage needs `messages` in every row and raises out of the stage on the first row the
+    template rejects; this job accepts both kinds in one input, and a rejected row becomes that row's error
+    (`__inference_error__`, which every later Ray Data LLM stage passes through untouched).
     """
 
     def __init__(self, model_path: str) -> None:
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        # The tokenize stage adds the tokenizer's special tokens; a template that writes the BOS itself would
+        # give chat rows two. Strip the template's copy where the tokenizer adds its own.
+        bos = self.tokenizer.bos_token
+        adds_bos = bos is not None and self.tokenizer("x").input_ids[:1] == [self.tokenizer.bos_token_id]
+        self.strip_bos: str | None = bos if adds_bos else None
+
+    def render(self, messages_json: str) -> str:
+        messages = json.loads(messages_json)
+        add_generation_prompt = messages[-1]["role"] == "user"
+        text = str(
+            self.tokenizer.apply_chat_template(
+                messages,
+                tokenize=False,
+                add_generation_prompt=add_generation_prompt,
+                continue_final_message=not add_generation_prompt,
+            )
+        )
+        if self.strip_bos and text.startswith(self.strip_bos):
+            text = text[len(self.strip_bos) :]
+        return text
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        prompts = []
+        prompts: list[str | None] = []
+        errors: list[str] = []
         for prompt, messages_json in zip(
             batch.column("prompt").to_pylist(), batch.column("messages_json").to_pylist(), strict=True
         ):
-            if messages_json is None:
-                prompts.append(prompt)
-                continue
-            messages = json.loads(messages_json)
-            add_generation_prompt = messages[-1]["role"] == "user"
-            prompts.append(
-                self.tokenizer.apply_chat_template(
-                    messages,
-                    tokenize=False,
-                    add_generation_prompt=add_generation_prompt,
-                    continue_final_message=not add_generation_prompt,
-                )
-            )
+            error = ""
+            if messages_json is not None:
+                try:
+                    prompt = self.render(messages_json)
+                except Exception as failure:  # jinja's TemplateError, transformers' "no chat template", ...
+                    prompt, error = None, f"{CHAT_TEMPLATE_PREFIX}{type(failure).__name__}: {failure}"
+            prompts.append(prompt)
+            errors.append(error)
         batch = batch.drop_columns(["messages_json"])
         index = batch.schema.get_field_index("prompt")
-        return batch.set_column(index, "prompt", pa.array(prompts, pa.string()))
+        batch = batch.set_column(index, "prompt", pa.array(prompts, pa.string()))
+        return batch.append_column(ERROR_COLUMN, pa.array(errors, pa.string()))
 
 
-def engine_kwargs(config: JobConfig) -> dict[str, Any]:
+def engine_kwargs(config: JobConfig, seeded: bool | None = None) -> dict[str, Any]:
+    """vLLM's engine arguments. `seeded`: whether any request carries a sampling seed (default: the config's)."""
     engine = config.engine
     kwargs: dict[str, Any] = {
         "max_model_len": engine.max_model_len,
@@ -79,6 +104,13 @@ def engine_kwargs(config: JobConfig) -> dict[str, Any]:
         kwargs["max_num_batched_tokens"] = engine.max_num_batched_tokens
     if config.device == "gpu":
         kwargs["gpu_memory_utilization"] = engine.gpu_memory_utilization
+    if config.device == "cpu" and (config.sampling.seed is not None if seeded is None else seeded):
+        # vLLM's CPU build kills the engine on a seeded request whose prefill is chunked: the model runner rewinds
+        # the request's generator (gpu_model_runner.py, _bookkeeping_sync) and CPU generators have no offset.
+        # Whether a prefill is chunked depends on what else is queued, so only never chunking is safe.
+        # (`config.seeded_cpu_conflict` refuses explicit settings that contradict this.)
+        kwargs["enable_chunked_prefill"] = False
+        kwargs["max_num_batched_tokens"] = max(kwargs.get("max_num_batched_tokens", 0), engine.max_model_len)
     kwargs.update(engine.extra)
     return kwargs
 
@@ -87,10 +119,13 @@ def engine_env(config: JobConfig) -> dict[str, str]:
     env = {"HF_HUB_OFFLINE": "1"}  # the model is already local (model_source resolved it)
     if config.device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(config.engine.cpu_kvcache_space_gib)
+    failpoint = os.environ.get(failpoints.VARIABLE)
+    if failpoint:  # a test's injected engine crash (failpoints.ENGINE_CRASH_ON_ROW) must reach the engine actors
+        env[failpoints.VARIABLE] = failpoint
     return env
 
 
-def processor_config(config: JobConfig, model_path: str) -> vLLMEngineProcessorConfig:
+def processor_config(config: JobConfig, model_path: str, seeded: bool | None = None) -> vLLMEngineProcessorConfig:
     stages = config.stages
     cpu_stage = {
         "enabled": stages.tokenize_on_cpu,
@@ -103,7 +138,7 @@ def processor_config(config: JobConfig, model_path: str) -> vLLMEngineProcessorC
     )
     return vLLMEngineProcessorConfig(
         model_source=model_path,
-        engine_kwargs=engine_kwargs(config),
+        engine_kwargs=engine_kwargs(config, seeded),
         batch_size=config.batch_size,
         max_concurrent_batches=config.max_concurrent_batches,
         concurrency=concurrency,
@@ -115,6 +150,22 @@ def processor_config(config: JobConfig, model_path: str) -> vLLMEngineProcessorC
         chat_template_stage=False,
         tokenize_stage=cpu_stage,
         detokenize_stage=cpu_stage,
+    )
+
+
+def guard_engine_stage(processor: Processor, config: JobConfig) -> None:
+    """Swap in our crash-isolating engine UDF and bound Ray's own restarts (see workload/engine_guard.py for the
+    upstream code this works around: os._exit(1) on a fatal engine error, max_restarts=-1, max_task_retries=-1)."""
+    stage = processor.get_stage_by_name("vLLMEngineStage")
+    # Not `stage.fn = ...`: the stage validates assignments, and re-running its validator (which has already
+    # popped placement_group_config) would ask Ray for a GPU.
+    object.__setattr__(stage, "fn", GuardedEngineUDF)
+    stage.fn_constructor_kwargs.update(
+        crash_retries=config.engine.crash_retries, max_consecutive_crashes=config.engine.max_consecutive_crashes
+    )
+    # Ray's knobs, passed by Ray Data to the actor's options (map_batches' ray_remote_args).
+    stage.map_batches_kwargs.update(
+        max_restarts=config.engine.max_actor_restarts, max_task_retries=config.engine.max_actor_restarts
     )
 
 
@@ -130,11 +181,13 @@ def engine_input(
     prompts: list[str | None],
     messages: list[list[dict[str, str]] | None],
     sampling: list[dict[str, Any]],
+    ids: list[str] | None = None,
 ) -> pa.Table:
     """The pipeline's input columns (see `build_pipeline`); the job and the benchmark both build them here."""
     return pa.table(
         {
             "_pos": pa.array(positions, pa.int64()),
+            "id": pa.array(ids if ids is not None else [str(p) for p in positions], pa.string()),
             "prompt": pa.array(prompts, pa.string()),
             "messages_json": pa.array([None if m is None else json.dumps(m) for m in messages], pa.string()),
             "sampling_params": pa.array(sampling),
@@ -155,10 +208,11 @@ def build_pipeline(
     model_path: str,
     keep_metrics: bool = False,
     chat_template: bool = True,
+    seeded: bool | None = None,
 ) -> ray.data.Dataset:
     """Lazy: nothing runs until the returned dataset is iterated.
 
-    Input rows: `_pos`, `prompt` (or None), `messages_json` (or None), `sampling_params`.
+    Input rows: `_pos`, `id`, `prompt` (or None), `messages_json` (or None), `sampling_params`.
     Output rows: RESULT_COLUMNS plus `__inference_error__` (empty unless the row failed), and `metrics`
     (vLLM's per-request timings) when keep_metrics is set. With chat_template False (no row has `messages`)
     the chat-template stage, its actor and its tokenizer are left out.
@@ -176,9 +230,10 @@ def build_pipeline(
         )
     columns = RESULT_COLUMNS + (("metrics",) if keep_metrics else ())
     processor = build_processor(
-        processor_config(config, model_path),
+        processor_config(config, model_path, seeded),
         postprocess=_keep(columns),
         preprocess_map_kwargs={"num_cpus": stages.num_cpus},
         postprocess_map_kwargs={"num_cpus": stages.num_cpus},
     )
+    guard_engine_stage(processor, config)
     return processor(templated)

@@ -21,6 +21,15 @@ RESULT_SCHEMA = pa.schema(
     ]
 )
 _JSON = "json"
+# Stages of ours mark the errors they record, so the driver can name their kind (`classify_inference_error`).
+ENGINE_CRASH_PREFIX = "engine_crash: "  # the row killed the engine on its own (workload/engine_guard.py)
+CHAT_TEMPLATE_PREFIX = "chat_template: "  # the model's chat template rejected the row's messages
+ENGINE_RESTARTS_COLUMN = "engine_restarts"  # engine rebuilds a batch needed (on its first row; 0 on the others)
+
+
+class EngineCrashLoopError(RuntimeError):
+    """The engine kept dying and no row could be blamed (workload/engine_guard.py): the run fails, with the reason
+    in _failed.json, rather than restarting the engine forever."""
 
 
 def passthrough_types(rows: list[ValidRow]) -> dict[str, pa.DataType | str]:
@@ -46,11 +55,16 @@ def finish_reason(num_input: int, num_output: int, max_tokens: int, max_model_le
     return "stop"
 
 
-def classify_inference_error(message: str) -> str:
+def classify_inference_error(message: str) -> tuple[str, str]:
+    """(error_type, message) of an error the pipeline recorded for a row."""
+    if message.startswith(ENGINE_CRASH_PREFIX):
+        return "engine_crash", message.removeprefix(ENGINE_CRASH_PREFIX)
+    if message.startswith(CHAT_TEMPLATE_PREFIX):
+        return "chat_template_error", message.removeprefix(CHAT_TEMPLATE_PREFIX)
     # vLLM's wording has changed between releases; both forms name the context limit.
     if "maximum context length" in message or "maximum model length" in message:
-        return "prompt_too_long"
-    return "inference_error"
+        return "prompt_too_long", message
+    return "inference_error", message
 
 
 @dataclass

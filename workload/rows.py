@@ -22,6 +22,7 @@ from workload.storage import Location, StorageError, list_files, locate, read_by
 RESERVED_COLUMNS = frozenset({"generated_text", "num_input_tokens", "num_output_tokens", "finish_reason"})
 _ROW_KEYS = frozenset({"id", "prompt", "messages", "sampling_params"})
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
+_BOM = b"\xef\xbb\xbf"
 
 
 class InputError(ValueError):
@@ -108,7 +109,8 @@ def iter_records(config: InputConfig) -> Iterator[Record]:
     for location in input_files(config):
         try:
             if _format_of(location, config.format) == "jsonl":
-                lines = read_bytes(location).split(b"\n")
+                # A UTF-8 byte order mark is a valid start of a text file, not part of the first record.
+                lines = read_bytes(location).removeprefix(_BOM).split(b"\n")
                 row = 0
                 for number, line in enumerate(lines, start=1):
                     # A blank line carries no record (a trailing newline ends every JSONL file).
@@ -120,7 +122,7 @@ def iter_records(config: InputConfig) -> Iterator[Record]:
             else:
                 table = pq.read_table(location.path, filesystem=location.fs)
                 for row, value in enumerate(table.to_pylist()):
-                    yield Record(position, Origin(location.uri, row, None), value)
+                    yield Record(position, Origin(location.uri, row, None), _unset_struct_fields(value))
                     position += 1
         except StorageError as error:
             raise InputError(str(error)) from error
@@ -128,9 +130,44 @@ def iter_records(config: InputConfig) -> Iterator[Record]:
             raise InputError(f"cannot read {location.uri}: {error}") from error
 
 
+def _unset_struct_fields(value: dict[str, Any]) -> dict[str, Any]:
+    """A Parquet struct column has one set of fields for all rows, so a field one row never set reads back as
+    null: in `sampling_params` that means "not set", not a null value."""
+    sampling = value.get("sampling_params")
+    if isinstance(sampling, dict):
+        value = {**value, "sampling_params": {k: v for k, v in sampling.items() if v is not None}}
+    return value
+
+
+def _lone_surrogate(value: Any, where: str = "") -> str | None:
+    """The place of the first lone UTF-16 surrogate in a parsed value (JSON's "\\ud800" decodes to one): text
+    that no UTF-8 writer, tokenizer or Arrow column can hold."""
+    if isinstance(value, str):
+        for index, char in enumerate(value):
+            if "\ud800" <= char <= "\udfff":
+                return f"{where or 'the row'} (character {index}, U+{ord(char):04X})"
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _lone_surrogate(key, f"a key in {where or 'the row'}") or _lone_surrogate(
+                item, f"{where}.{key}" if where else str(key)
+            )
+            if found:
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _lone_surrogate(item, f"{where}[{index}]")
+            if found:
+                return found
+    return None
+
+
 def _raw_text(raw: bytes | dict[str, Any]) -> tuple[str, str]:
     if isinstance(raw, dict):
-        return json.dumps(raw, default=str, ensure_ascii=False), "utf-8"
+        text = json.dumps(raw, default=str, ensure_ascii=False)
+        if _lone_surrogate(text):  # keep the record writable as UTF-8: escape what UTF-8 cannot hold
+            text = json.dumps(raw, default=str)
+        return text, "utf-8"
     try:
         return raw.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
@@ -156,6 +193,19 @@ def _parse(record: Record) -> dict[str, Any] | RowError:
     if not isinstance(value, dict):
         return _error(record, None, "not_an_object", f"line is JSON {type(value).__name__}, not an object")
     return value
+
+
+def _bad_text(record: Record, parsed: dict[str, Any]) -> RowError | None:
+    where = _lone_surrogate(parsed)
+    if where is None:
+        return None
+    row_id = _row_id(parsed.get("id"))
+    return _error(
+        record,
+        None if row_id is None or _lone_surrogate(row_id) else row_id,  # an id must be writable too
+        "invalid_text",
+        f"lone UTF-16 surrogate in {where}: not valid Unicode text; the row is not repaired",
+    )
 
 
 def _row_id(value: Any) -> str | None:
@@ -188,6 +238,9 @@ def validate_record(record: Record, defaults: SamplingParams) -> ValidRow | RowE
     parsed = _parse(record)
     if isinstance(parsed, RowError):
         return parsed
+    bad_text = _bad_text(record, parsed)
+    if bad_text is not None:
+        return bad_text
     raw_id = parsed.get("id")
     row_id = _row_id(raw_id)
     if "id" not in parsed or raw_id is None:

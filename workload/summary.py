@@ -30,6 +30,19 @@ def build_summary(config: JobConfig, manifest: dict[str, Any], commits: dict[int
         "started_at": attempts[0]["started_at"],
         "finished_at": utc_now(),
         "attempts": len(attempts),
+        # Engine deaths the crash guard recovered from (workload/engine_guard.py); 0 on a healthy night.
+        "engine_restarts": sum(int(a.get("engine_restarts") or 0) for a in attempts),
+        # Each attempt's own time; one that was killed reports its time up to its last commit (killed: true).
+        "attempt_times": [
+            {
+                "attempt": a["attempt"],
+                "started_at": a["started_at"],
+                "wall_s": a.get("wall_s"),
+                "killed": a.get("ended_at") is None,
+                "engine_restarts": a.get("engine_restarts", 0),
+            }
+            for a in attempts
+        ],
         "shards": len(commits),
         "model": config.model.source or f"embedded:{TINY_MODEL_VERSION}",
         "device": config.device,

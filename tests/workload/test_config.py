@@ -87,3 +87,14 @@ def test_models_are_frozen() -> None:
     config = JobConfig.model_validate(BASE)
     with pytest.raises(ValueError):
         config.device = "gpu"  # type: ignore[misc]
+
+
+def test_seeded_cpu_runs_refuse_engine_settings_that_chunk_prefills() -> None:
+    seeded = {**BASE, "sampling": {"seed": 7}}
+    with pytest.raises(ConfigError, match=r"enable_chunked_prefill.*Remove engine\.enable_chunked_prefill"):
+        build_config({**seeded, "engine": {"enable_chunked_prefill": True}})
+    with pytest.raises(ConfigError, match=r"max_num_batched_tokens \(256\) is less than engine\.max_model_len"):
+        build_config({**seeded, "engine": {"max_num_batched_tokens": 256}})
+    build_config(seeded)  # left unset, the job chooses settings that work
+    build_config({**seeded, "device": "gpu", "engine": {"enable_chunked_prefill": True}})  # the GPU is unaffected
+    build_config({**BASE, "engine": {"enable_chunked_prefill": True}})  # no seed, no problem

@@ -1,10 +1,12 @@
 """The job end to end with real Ray Data LLM and real vLLM on the tiny model: local files and S3, every kind of
-bad row, the exact output columns. Each test starts one engine (about a minute on 2 cores)."""
+bad row (bad text, chat rows the template rejects, a BOM: tests/workload/bad_text.py), the exact output columns.
+Each test starts one engine (about a minute on 2 cores); the model is the tiny one with a strict chat template."""
 
 from __future__ import annotations
 
 import io
 import json
+import time
 import uuid
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.workload.bad_text import expected_outcomes, mixed_file_bytes, strict_chat_model
 from tests.workload.jobrun import run_job, write_config, write_jsonl
 
 pytestmark = pytest.mark.slow
@@ -23,6 +26,21 @@ RESULT_COLUMNS = ["id", "generated_text", "num_input_tokens", "num_output_tokens
 @pytest.fixture(scope="module")
 def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="module")
+def strict_model(model_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The `model` config section: the tiny model with a real model's strict chat template."""
+    source = strict_chat_model(model_cache, tmp_path_factory.mktemp("strict") / "model")
+    return {"source": str(source), "cache_dir": str(model_cache)}
+
+
+def _outcomes(result_ids: list, errors: list[dict]) -> dict:
+    """id -> "ok" or error type; fails if any row landed twice."""
+    landed = [(i, "ok") for i in result_ids] + [(e["id"], e["error_type"]) for e in errors]
+    ids = [i for i, _ in landed]
+    assert len(ids) == len(set(ids)), f"a row landed twice: {sorted(ids, key=str)}"
+    return dict(landed)
 
 
 def _good_rows(count: int, prefix: str) -> list[dict]:
@@ -37,7 +55,9 @@ def _good_rows(count: int, prefix: str) -> list[dict]:
     return rows
 
 
-def test_local_folder_of_jsonl_and_parquet_every_bad_row_recorded(tmp_path: Path, model_cache: Path) -> None:
+def test_local_folder_of_jsonl_and_parquet_every_bad_row_recorded(
+    tmp_path: Path, model_cache: Path, strict_model: dict
+) -> None:
     inputs = tmp_path / "in"
     inputs.mkdir()
     bad = [
@@ -54,11 +74,24 @@ def test_local_folder_of_jsonl_and_parquet_every_bad_row_recorded(tmp_path: Path
     with open(inputs / "a.jsonl", "ab") as handle:
         handle.write(b'{"id": "utf", "prompt": "caf\xe9"}\n')
     pq.write_table(pa.table({"id": ["p-0", "p-1"], "prompt": ["parquet one", "parquet two"]}), inputs / "b.parquet")
+    (inputs / "c.jsonl").write_bytes(mixed_file_bytes())
+    # Each row sets other sampling_params fields: the struct column reads back nulls for the fields a row never set.
+    sampling_rows = [
+        {"id": "sp-0", "prompt": "two", "sampling_params": {"max_tokens": 2, "ignore_eos": True}},
+        {"id": "sp-1", "prompt": "warm", "sampling_params": {"temperature": 0.5, "stop": ["zzz"]}},
+        {"id": "sp-2", "prompt": "defaults"},
+        {"id": "sp-3", "prompt": "bad", "sampling_params": {"top_p": 7.0}},
+    ]
+    pq.write_table(pa.Table.from_pylist(sampling_rows), inputs / "e.parquet")
     out = tmp_path / "out"
-    config = write_config(tmp_path / "job.yaml", str(inputs), str(out), model_cache)
+    config = write_config(tmp_path / "job.yaml", str(inputs), str(out), model_cache, model=strict_model)
 
-    code, log = run_job(["run", "--config", str(config)])
+    # a-005 kills the engine whenever it is handed over (failpoints.ENGINE_CRASH_ON_ROW): retried, then isolated.
+    started = time.monotonic()
+    code, log = run_job(["run", "--config", str(config)], env={"LLM_BATCH_FAILPOINT": "engine_crash_on_row:a-005"})
+    elapsed = time.monotonic() - started
     assert code == 0, log
+    assert elapsed < 420, f"the poison row took the run {elapsed:.0f} s"
 
     results = pq.read_table(out / "results")
     assert results.column_names == [*RESULT_COLUMNS, "lang", "priority"]
@@ -66,7 +99,17 @@ def test_local_folder_of_jsonl_and_parquet_every_bad_row_recorded(tmp_path: Path
     ids = results.column("id").to_pylist() + [e["id"] for e in errors]
     expected = [f"a-{i:03d}" for i in range(12)] + ["p-0", "p-1", "exact", "empty", "typed", "bad-sp", "too-long"]
     expected += ["a-000", None, None, None]  # the duplicate, and three rows with no readable id
+    expected += [*expected_outcomes(), "sp-0", "sp-1", "sp-2", "sp-3"]
+    crash = next(e for e in errors if e["error_type"] == "engine_crash")
+    assert crash["id"] == "a-005" and "EngineDeadError" in crash["error_message"]
+    assert "failpoint engine_crash_on_row" in crash["error_message"]
     assert sorted(ids, key=str) == sorted(expected, key=str)
+    mixed = {e["id"]: e for e in errors if e["input_file"].endswith("c.jsonl")}
+    outcomes = _outcomes(results.column("id").to_pylist(), list(mixed.values()))
+    assert {key: outcomes[key] for key in expected_outcomes()} == expected_outcomes()
+    assert "Conversation roles must alternate" in mixed["chat-repeat"]["error_message"]
+    assert "System role not supported" in mixed["chat-system"]["error_message"]
+    assert "U+D800" in mixed["sur-prompt"]["error_message"]
     by_type = {e["error_type"] for e in errors}
     assert by_type == {
         "malformed_json",
@@ -77,6 +120,9 @@ def test_local_folder_of_jsonl_and_parquet_every_bad_row_recorded(tmp_path: Path
         "prompt_too_long",
         "duplicate_id",
         "invalid_utf8",
+        "invalid_text",
+        "chat_template_error",
+        "engine_crash",
     }
     too_long = next(e for e in errors if e["id"] == "too-long")
     assert too_long["input_line"] == 18 and "maximum context length" in too_long["error_message"]
@@ -86,25 +132,34 @@ def test_local_folder_of_jsonl_and_parquet_every_bad_row_recorded(tmp_path: Path
     assert all(0 < r["num_output_tokens"] <= 8 and r["num_input_tokens"] > 0 for r in rows.values())
     assert rows["a-003"]["lang"] == "en" and rows["a-003"]["priority"] == 3
     assert rows["p-1"]["lang"] is None
+    assert rows["sp-0"]["num_output_tokens"] == 2 and {"sp-1", "sp-2"} <= set(rows)
+    sp_error = next(e for e in errors if e["id"] == "sp-3")
+    assert sp_error["error_type"] == "invalid_sampling_params" and "top_p" in sp_error["error_message"]
 
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["rows_in"] == 23 and summary["rows_ok"] == 15 and summary["rows_failed"] == 8
+    assert summary["rows_in"] == 37 and summary["rows_ok"] == 21 and summary["rows_failed"] == 16
+    assert summary["errors_by_type"]["engine_crash"] == 1 and summary["engine_restarts"] >= 2
     assert summary["output_tokens"] == sum(r["num_output_tokens"] for r in rows.values())
     assert summary["input_tokens"] == sum(r["num_input_tokens"] for r in rows.values())
     assert summary["attempts"] == 1 and summary["output_tok_per_s"] > 0
     for key in ("wall_s", "started_at", "finished_at", "model", "config_hash"):
         assert summary[key]
-    assert "llm-batch: 15/23 rows answered" in log
+    assert [a["killed"] for a in summary["attempt_times"]] == [False] and summary["attempt_times"][0]["wall_s"] > 0
+    assert "llm-batch: 21/37 rows answered" in log
+    assert "the engine died and was rebuilt" in log
 
 
-def test_s3_in_and_out_through_a_real_s3_server(tmp_path: Path, model_cache: Path, moto_endpoint: str) -> None:
+def test_s3_in_and_out_through_a_real_s3_server(
+    tmp_path: Path, model_cache: Path, strict_model: dict, moto_endpoint: str
+) -> None:
     bucket = f"data-{uuid.uuid4().hex[:8]}"
     s3 = boto3.client("s3")
     s3.create_bucket(Bucket=bucket)
     rows = [*_good_rows(10, "s"), '{"id": "half']
     s3.put_object(Bucket=bucket, Key="input/2026-11-29/part-0.jsonl", Body="\n".join(map(json.dumps, rows[:-1])))
     s3.put_object(Bucket=bucket, Key="input/2026-11-29/part-1.jsonl", Body=rows[-1])
-    config = write_config(tmp_path / "job.yaml", "unused", "unused", model_cache)
+    s3.put_object(Bucket=bucket, Key="input/2026-11-29/part-2.jsonl", Body=mixed_file_bytes())
+    config = write_config(tmp_path / "job.yaml", "unused", "unused", model_cache, model=strict_model)
 
     code, log = run_job(
         [
@@ -123,7 +178,16 @@ def test_s3_in_and_out_through_a_real_s3_server(tmp_path: Path, model_cache: Pat
     result_keys = [k for k in keys if k.startswith("output/2026-11-29/results/")]
     assert result_keys and not [k for k in keys if "/_pending/" in k]
     tables = [pq.read_table(io.BytesIO(s3.get_object(Bucket=bucket, Key=k)["Body"].read())) for k in result_keys]
-    ids = sorted(i for t in tables for i in t.column("id").to_pylist())
-    assert ids == [f"s-{i:03d}" for i in range(10)]
+    result_ids = [i for t in tables for i in t.column("id").to_pylist()]
+    error_keys = [k for k in keys if k.startswith("output/2026-11-29/errors/")]
+    errors = [
+        json.loads(line)
+        for k in error_keys
+        for line in s3.get_object(Bucket=bucket, Key=k)["Body"].read().decode().splitlines()
+    ]
+    outcomes = _outcomes(result_ids, [e for e in errors if e["input_file"].endswith("part-2.jsonl")])
+    assert {f"s-{i:03d}" for i in range(10)} <= set(result_ids)
+    assert {key: outcomes[key] for key in expected_outcomes()} == expected_outcomes()
     summary = json.loads(s3.get_object(Bucket=bucket, Key="output/2026-11-29/summary.json")["Body"].read())
-    assert summary["rows_in"] == 11 and summary["rows_ok"] == 10 and summary["errors_by_type"] == {"malformed_json": 1}
+    assert summary["rows_in"] == 21 and summary["rows_ok"] == 14
+    assert summary["errors_by_type"] == {"malformed_json": 1, "invalid_text": 4, "chat_template_error": 2}

@@ -139,6 +139,11 @@ def test_local_kills_at_every_commit_point_then_resume(tmp_path: Path, model_cac
     assert code == 0, log
     assert "5/5 shards already committed" in log  # nothing was redone
     _assert_complete(output, attempts=5)
+    times = output.summary()["attempt_times"]
+    assert [t["attempt"] for t in times] == [1, 2, 3, 4, 5]
+    assert times[0]["killed"] and times[0]["wall_s"] is None  # killed before it noted any time
+    assert times[1]["killed"] and times[2]["killed"] and not times[4]["killed"]
+    assert all(t["wall_s"] > 0 for t in times[1:]), times
 
 
 def test_s3_sigterm_then_kills_then_resume(tmp_path: Path, model_cache: Path, moto_endpoint: str) -> None:

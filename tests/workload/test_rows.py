@@ -105,3 +105,56 @@ def test_unreadable_input_stops_before_any_work(tmp_path: Path) -> None:
     (tmp_path / "data.csv").write_text("id,prompt\n")
     with pytest.raises(InputError, match=r"input\.format"):
         read_input(InputConfig(uri=str(tmp_path / "data.csv")), DEFAULTS)
+
+
+def test_lone_surrogates_anywhere_are_invalid_text_and_pairs_are_fine(tmp_path: Path) -> None:
+    # json.dumps writes "\ud800" as an ASCII escape: valid JSON that decodes to text no UTF-8 writer can hold.
+    path = _jsonl(
+        tmp_path / "in.jsonl",
+        [
+            {"id": "prompt", "prompt": "bad \ud800 text"},
+            {"id": "message", "messages": [{"role": "user", "content": "x\udc00"}]},
+            {"id": "id\ud83d", "prompt": "fine"},
+            {"id": "passthrough", "prompt": "fine", "note": ["ok", {"deep": "\udfff"}]},
+            {"id": "key", "prompt": "fine", "meta": {"k\ud800": 1}},
+            {"id": "pair", "prompt": "an emoji \ud83d\ude00 is a surrogate pair"},
+        ],
+    )
+    validated = read_input(InputConfig(uri=str(path)), DEFAULTS)
+    assert [r.id for r in validated.rows] == ["pair"]
+    assert [(e.id, e.error_type) for e in validated.errors] == [
+        ("prompt", "invalid_text"),
+        ("message", "invalid_text"),
+        (None, "invalid_text"),  # an id that cannot be written is no id
+        ("passthrough", "invalid_text"),
+        ("key", "invalid_text"),
+    ]
+    assert "prompt (character 4, U+D800)" in validated.errors[0].error_message
+    assert "messages[0].content" in validated.errors[1].error_message
+    assert "note[1].deep" in validated.errors[3].error_message
+    for error in validated.errors:  # every error record stays writable as UTF-8
+        json.dumps(error.as_record(), ensure_ascii=False).encode()
+
+
+def test_byte_order_mark_is_not_part_of_the_first_row(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"id": "first", "prompt": "hi"}\n{"id": "second", "prompt": "there"}\n')
+    validated = read_input(InputConfig(uri=str(path)), DEFAULTS)
+    assert [r.id for r in validated.rows] == ["first", "second"] and not validated.errors
+
+
+def test_parquet_struct_fields_a_row_never_set_are_not_nulls(tmp_path: Path) -> None:
+    rows = [
+        {"id": "a", "prompt": "x", "sampling_params": {"max_tokens": 3, "ignore_eos": True}},
+        {"id": "b", "prompt": "x", "sampling_params": {"temperature": 0.5, "stop": ["\n"]}},
+        {"id": "c", "prompt": "x"},
+        {"id": "d", "prompt": "x", "sampling_params": {"top_p": 7.0}},
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in.parquet")
+    validated = read_input(InputConfig(uri=str(tmp_path / "in.parquet")), DEFAULTS)
+    by_id = {r.id: r.sampling for r in validated.rows}
+    assert by_id["a"]["max_tokens"] == 3 and by_id["a"]["ignore_eos"] is True and by_id["a"]["temperature"] == 0.0
+    assert by_id["b"]["temperature"] == 0.5 and by_id["b"]["stop"] == ["\n"] and by_id["b"]["max_tokens"] == 16
+    assert by_id["c"] == DEFAULTS.for_engine()
+    [error] = validated.errors
+    assert error.id == "d" and error.error_type == "invalid_sampling_params" and "top_p" in error.error_message

@@ -1,0 +1,99 @@
+"""The pipeline's own pieces without starting Ray: engine arguments, and the chat-template stage on a real
+tokenizer (the tiny model's, re-saved with a template and a BOS rule of a real model's kind)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from tests.workload.bad_text import STRICT_TEMPLATE
+from workload.config import build_config
+from workload.pipeline import ApplyChatTemplate, engine_kwargs
+from workload.tiny_model import ensure_tiny_model
+
+BASE = {"input": {"uri": "in.jsonl"}, "output": {"uri": "out"}}
+
+
+def test_a_seed_on_the_cpu_turns_chunked_prefill_off() -> None:
+    plain = engine_kwargs(build_config(BASE))
+    assert plain["enable_chunked_prefill"] is True and "max_num_batched_tokens" not in plain
+    seeded = engine_kwargs(build_config({**BASE, "sampling": {"seed": 7}, "engine": {"max_model_len": 1024}}))
+    assert seeded["enable_chunked_prefill"] is False and seeded["max_num_batched_tokens"] == 1024
+    # A row's own seed counts as much as the config's.
+    assert engine_kwargs(build_config(BASE), seeded=True)["enable_chunked_prefill"] is False
+    gpu = engine_kwargs(build_config({**BASE, "device": "gpu", "sampling": {"seed": 7}}))
+    assert gpu["enable_chunked_prefill"] is True
+
+
+@pytest.fixture(scope="module")
+def strict_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tokenizers.processors import TemplateProcessing
+    from transformers import AutoTokenizer
+
+    tiny = ensure_tiny_model(tmp_path_factory.mktemp("models"))
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    # Like Llama's tokenizers: plain text gets a BOS when encoded.
+    tokenizer.backend_tokenizer.post_processor = TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", tokenizer.bos_token_id)]
+    )
+    tokenizer.chat_template = STRICT_TEMPLATE
+    target = tmp_path_factory.mktemp("strict")
+    tokenizer.save_pretrained(target)
+    return target
+
+
+def _render(stage: ApplyChatTemplate, rows: list[dict]) -> list[dict]:
+    table = pa.table(
+        {
+            "_pos": list(range(len(rows))),
+            "prompt": [r.get("prompt") for r in rows],
+            "messages_json": [json.dumps(r["messages"]) if "messages" in r else None for r in rows],
+        }
+    )
+    return stage(table).to_pylist()
+
+
+def test_template_failures_are_row_errors_and_chat_rows_get_one_bos(strict_model: Path) -> None:
+    from transformers import AutoTokenizer
+
+    stage = ApplyChatTemplate(str(strict_model))
+    out = _render(
+        stage,
+        [
+            {"messages": [{"role": "user", "content": "hi"}]},
+            {"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]},
+            {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]},
+            {"prompt": "plain text"},
+        ],
+    )
+    assert [o["_pos"] for o in out] == [0, 1, 2, 3]
+    assert out[0]["__inference_error__"] == "" and out[3]["prompt"] == "plain text"
+    assert out[1]["prompt"] is None and out[1]["__inference_error__"].startswith("chat_template: TemplateError")
+    assert "Conversation roles must alternate" in out[1]["__inference_error__"]
+    assert "System role not supported" in out[2]["__inference_error__"]
+
+    # What Ray's tokenize stage does next (special tokens on): exactly one BOS.
+    tokenizer = AutoTokenizer.from_pretrained(strict_model)
+    ids = tokenizer(out[0]["prompt"]).input_ids
+    assert ids[0] == tokenizer.bos_token_id and ids.count(tokenizer.bos_token_id) == 1
+
+
+def test_a_model_without_a_chat_template_fails_chat_rows_only(tmp_path: Path, strict_model: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(strict_model)
+    tokenizer.chat_template = None
+    tokenizer.save_pretrained(tmp_path)
+    config = tmp_path / "tokenizer_config.json"
+    data = json.loads(config.read_text())
+    data.pop("chat_template", None)
+    config.write_text(json.dumps(data))
+    (tmp_path / "chat_template.jinja").unlink(missing_ok=True)
+    out = _render(
+        ApplyChatTemplate(str(tmp_path)), [{"messages": [{"role": "user", "content": "hi"}]}, {"prompt": "p"}]
+    )
+    assert "chat_template" in out[0]["__inference_error__"] and out[0]["prompt"] is None
+    assert out[1]["__inference_error__"] == "" and out[1]["prompt"] == "p"

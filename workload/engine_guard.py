@@ -1,0 +1,244 @@
+"""A bounded answer to an engine crash: retry the batch, then split it until the row(s) that kill the engine stand
+alone, record those as `engine_crash` errors, and answer every other row.
+
+Why a layer of ours: Ray Data LLM's engine stage meets a fatal vLLM error (EngineDeadError) with `os._exit(1)`
+(ray/llm/_internal/batch/stages/vllm_engine_stage.py, `vLLMEngineStageUDF._generate_with_error_handling`, Ray
+2.60), and Ray Data restarts the actor and replays the batch with `max_restarts=-1` and `max_task_retries=-1`
+(ray/data/_internal/execution/operators/actor_pool_map_operator.py, `_apply_default_remote_args`). A row that
+kills the engine therefore kills it forever, and `vLLMEngineProcessorConfig` exposes neither knob. This subclass
+keeps the actor alive instead: it turns the fatal error into an exception of its own before upstream can exit,
+rebuilds the engine in place with upstream's own constructor, and isolates the culprit. Ray's restart knobs are
+still bounded (see `pipeline.guard_engine_stage`) for deaths this layer cannot see (an OOM kill of the actor).
+
+Rules, per engine replica:
+- a batch that was running when the engine died is rerun alone (nothing else in flight on that engine), up to
+  `crash_retries` times: a crash that depends on load (what else was batched with it) passes here;
+- then it is halved, and each half run alone, recursively; a single row that still kills the engine is answered
+  with an `engine_crash` error carrying the engine's message;
+- if every row of the batch killed the engine on its own, the crash is tied to no row (a broken engine, not a
+  poison row): the run fails with `EngineCrashLoopError` instead of recording the whole input as errors;
+- more than `max_consecutive_crashes` engine deaths with no row answered in between also fail the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from ray.llm._internal.batch.stages.vllm_engine_stage import vLLMEngineStageUDF, vLLMOutputData
+from ray.llm._internal.common.errors import VLLM_FATAL_ERRORS
+
+from workload import failpoints
+from workload.results import ENGINE_CRASH_PREFIX, ENGINE_RESTARTS_COLUMN, EngineCrashLoopError
+
+
+class _EngineDied(BaseException):
+    """The engine died under a request. A BaseException on purpose: upstream's per-row handler catches
+    EngineDeadError (to exit the process) and Exception (to record a row error); this passes both untouched."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class _Crash(Exception):
+    """A run of rows ended with the engine dead; `generation` says which engine it was."""
+
+    def __init__(self, message: str, generation: int) -> None:
+        super().__init__(message)
+        self.message, self.generation = message, generation
+
+
+def describe_engine_error(error: BaseException) -> str:
+    """The engine's own words, with the root cause when vLLM chained one."""
+    text = f"{type(error).__name__}: {error}"
+    cause = error.__cause__
+    return f"{text} (cause: {type(cause).__name__}: {cause})" if cause is not None else text
+
+
+_rebuilt_for_this_batch: ContextVar[list[str]] = ContextVar("rebuilt_for_this_batch")
+
+
+class _Gate:
+    """Batches share the engine; a batch under suspicion runs alone, so a crash during it is its own."""
+
+    def __init__(self) -> None:
+        self._condition = asyncio.Condition()
+        self._shared = 0
+        self._exclusive = False
+        self._waiting = 0
+
+    @asynccontextmanager
+    async def shared(self) -> AsyncIterator[None]:
+        async with self._condition:
+            await self._condition.wait_for(lambda: not self._exclusive and not self._waiting)
+            self._shared += 1
+        try:
+            yield
+        finally:
+            async with self._condition:
+                self._shared -= 1
+                self._condition.notify_all()
+
+    @asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        async with self._condition:
+            self._waiting += 1
+            await self._condition.wait_for(lambda: not self._exclusive and self._shared == 0)
+            self._waiting -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            async with self._condition:
+                self._exclusive = False
+                self._condition.notify_all()
+
+
+class GuardedEngineUDF(vLLMEngineStageUDF):
+    """Ray Data LLM's vLLM engine stage with crash isolation (see the module docstring)."""
+
+    def __init__(self, *args: Any, crash_retries: int, max_consecutive_crashes: int, **kwargs: Any) -> None:
+        self._engine_args = (args, kwargs)
+        super().__init__(*args, **kwargs)
+        self._crash_retries = crash_retries
+        self._max_consecutive_crashes = max_consecutive_crashes
+        self._generation = 0  # bumped at each engine death
+        self._consecutive_crashes = 0
+        self._engine_dead = False
+        self._gate = _Gate()
+        self._guard_engine()
+
+    # --- the engine ---------------------------------------------------------------------------------------
+    def _guard_engine(self) -> None:
+        generate: Callable[[dict[str, Any]], Awaitable[Any]] = self.llm.generate_async
+
+        async def guarded(row: dict[str, Any]) -> Any:
+            try:
+                if failpoints.crashes_engine_on(row.get("id")):
+                    raise VLLM_FATAL_ERRORS[0]() from RuntimeError(
+                        f"failpoint {failpoints.ENGINE_CRASH_ON_ROW}: row {row.get('id')!r}"
+                    )
+                return await generate(row)
+            except VLLM_FATAL_ERRORS as error:
+                raise _EngineDied(describe_engine_error(error)) from error
+
+        self.llm.generate_async = guarded
+
+    def _rebuild_engine(self) -> None:
+        """Shut the dead engine down (its processes would be orphaned otherwise) and build a new one exactly as
+        upstream's constructor does."""
+        try:
+            self.llm.shutdown()
+        except Exception as error:  # a dead engine may fail to shut down cleanly; its processes are gone anyway
+            print(f"[llm-batch] engine shutdown after a crash: {error}", flush=True)
+        args, kwargs = self._engine_args
+        vLLMEngineStageUDF.__init__(self, *args, **kwargs)
+        self._guard_engine()
+
+    def _died(self, crash: _Crash) -> None:
+        """Note a death (once, however many batches saw it); the engine is rebuilt when rows next need it, so a
+        verdict reached right after a death costs no engine start."""
+        if crash.generation != self._generation:
+            return  # another batch saw the same death
+        self._generation += 1
+        self._engine_dead = True
+        self._consecutive_crashes += 1
+        print(f"[llm-batch] engine died: {crash.message}", flush=True)
+        if self._consecutive_crashes > self._max_consecutive_crashes:
+            raise EngineCrashLoopError(
+                f"the engine died {self._consecutive_crashes} times in a row with no row answered in between "
+                f"(engine.max_consecutive_crashes={self._max_consecutive_crashes}); last: {crash.message}"
+            )
+
+    def _ensure_engine(self) -> None:
+        if self._engine_dead:
+            self._rebuild_engine()
+            self._engine_dead = False
+            _rebuilt_for_this_batch.get().append("rebuilt")
+
+    # --- running rows -------------------------------------------------------------------------------------
+    async def _run(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """All rows on the current engine; raises _Crash if the engine dies under any of them."""
+        self._ensure_engine()
+        generation, batch_uuid = self._generation, uuid.uuid4()
+        # Upstream's request builder pops keys off the row it is given (prompt, sampling_params, ...): hand it a
+        # copy, so a rerun sees the row whole and every row leaves the stage with the same columns.
+        tasks = [
+            asyncio.ensure_future(self._generate_with_error_handling(copy.deepcopy(row), batch_uuid)) for row in rows
+        ]
+        try:
+            outputs = list(await asyncio.gather(*tasks))
+        except _EngineDied as death:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise _Crash(death.message, generation) from None
+        self._consecutive_crashes = 0
+        return outputs
+
+    def _crash_output(self, row: dict[str, Any], message: str) -> dict[str, Any]:
+        # The same shape as upstream's error rows, so every row of the stage's output has one schema.
+        empty = vLLMOutputData(prompt=str(row.get("prompt") or "")[:200], prompt_token_ids=None, num_input_tokens=0)
+        return {
+            **empty.model_dump(),
+            "request_id": -1,
+            self.IDX_IN_BATCH_COLUMN: row[self.IDX_IN_BATCH_COLUMN],
+            "batch_uuid": uuid.uuid4().hex,
+            "time_taken_llm": -1,
+            "params": "",
+            "__inference_error__": f"{ENGINE_CRASH_PREFIX}{message} (the engine died on this row alone)",
+        }
+
+    async def _split(self, rows: list[dict[str, Any]], crash: _Crash) -> list[dict[str, Any]]:
+        if len(rows) == 1:
+            return [self._crash_output(rows[0], crash.message)]
+        middle = len(rows) // 2
+        outputs: list[dict[str, Any]] = []
+        for half in (rows[:middle], rows[middle:]):
+            try:
+                outputs += await self._run(half)
+            except _Crash as half_crash:
+                self._died(half_crash)
+                outputs += await self._split(half, half_crash)
+        return outputs
+
+    async def _isolate(self, rows: list[dict[str, Any]], crash: _Crash) -> list[dict[str, Any]]:
+        for _ in range(self._crash_retries):
+            try:
+                return await self._run(rows)
+            except _Crash as again:
+                crash = again
+                self._died(crash)
+        outputs = await self._split(rows, crash)
+        if len(rows) > 1 and all(o["__inference_error__"].startswith(ENGINE_CRASH_PREFIX) for o in outputs):
+            raise EngineCrashLoopError(
+                f"every row of a batch of {len(rows)} killed the engine on its own: the crash is tied to no row. "
+                f"Last engine error: {crash.message}"
+            )
+        return outputs
+
+    async def _answer(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        try:
+            async with self._gate.shared():
+                return await self._run(rows)
+        except _Crash as crash:
+            self._died(crash)  # at once, so no batch starts on the dead engine meanwhile
+            first = crash
+        async with self._gate.exclusive():
+            return await self._isolate(rows, first)
+
+    async def udf(self, batch: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+        rebuilt: list[str] = []
+        _rebuilt_for_this_batch.set(rebuilt)  # this call runs in its own asyncio task, with its own context
+        outputs = await self._answer(batch)
+        # The driver learns of engine deaths from the rows (actor logs may never reach it): the engine rebuilds this
+        # batch made ride on its first row, so each is counted once.
+        for index, output in enumerate(outputs):
+            output[ENGINE_RESTARTS_COLUMN] = len(rebuilt) if index == 0 else 0
+            yield output
