@@ -50,6 +50,7 @@ MODULE_MAINS = {
     "infra.run": "infra.ops.run",
     "infra.status": "infra.ops.status",
     "infra.pricing.refresh": "infra.ops.refresh_prices",
+    "infra.ops.deployer_policy": "infra.ops.deployer_policy",
     "workload": "workload.cli",
 }
 
