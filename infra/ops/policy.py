@@ -29,7 +29,11 @@ from infra.ops.plan_view import (
     Resource,
     Rule,
     Violation,
+    as_json,
+    as_list,
+    is_node_class,
     label,
+    of_type,
     require_matches,
     tier_of,
 )
@@ -39,38 +43,19 @@ OPEN_CIDRS = frozenset({"0.0.0.0/0", "::/0"})
 # Instances and volumes launched from a template are tagged by the template, not by provider default tags.
 LAUNCHED_KINDS = ("instance", "volume")
 
-# Shared with the check modules (infra/ops/plan_view.py); NothingMatched, Plan, Resource and Violation are
-# re-exported from here.
+# The plan readers every check module shares (infra/ops/plan_view.py), under the names this module's checks use;
+# NothingMatched, Plan, Resource and Violation are re-exported from here.
 _label = label
 _require_matches = require_matches
-
-
-def _of_type(plan: Plan, *types: str) -> list[Resource]:
-    return [item for item in plan if item.get("custom") and item["type"] in types]
-
-
-def _json(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            return value
-    return value
-
-
-def _as_list(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, list | tuple) else [value]
+_of_type = of_type
+_json = as_json
+_as_list = as_list
+_is_node_class = is_node_class
 
 
 def _truthy(value: Any) -> bool:
     # Launch template EBS flags are strings ("true") in the AWS provider's schema; others are booleans.
     return value is True or (isinstance(value, str) and value.lower() == "true")
-
-
-def _is_node_class(type_token: str) -> bool:
-    return type_token.startswith("kubernetes:karpenter.k8s.aws/") and type_token.endswith(":EC2NodeClass")
 
 
 # --- cost-allocation tags ---------------------------------------------------------------------------------
