@@ -178,3 +178,13 @@ def test_the_entry_points_use_the_boundary(tmp_path: Path) -> None:
 def test_the_plan_command_catches_its_own_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert plan_tool.main(["nosuch"]) == EXIT_BAD_INPUT
     assert "no stack file" in _one_clean_line(capsys.readouterr().err)
+
+
+def test_a_failed_run_is_exit_1_not_bad_input() -> None:
+    """A project error that is a failure of the run itself (the engine's crash loop) carries its own exit code."""
+    from workload.cli_errors import EXIT_BAD_INPUT, EXIT_FAILED, describe
+    from workload.config import ConfigError
+    from workload.results import EngineCrashLoopError
+
+    assert describe(EngineCrashLoopError("every row of a batch killed the engine")).exit_code == EXIT_FAILED
+    assert describe(ConfigError("engine.max_num_seqs: must be at least 1")).exit_code == EXIT_BAD_INPUT

@@ -116,8 +116,9 @@ def describe(error: BaseException) -> CommandError:
         return CommandError(f"malformed YAML{where}: {problem}", "fix the file")
     if type(error).__module__.split(".")[0] in PROJECT_PACKAGES:
         # The project's own errors (PlanError, OutputsError, ConfigError, ...) are written to be read: their
-        # message names the problem and the fix.
-        return CommandError(_one_line(str(error)))
+        # message names the problem and the fix. Most are bad input; a failure of the run itself says so with its
+        # own `exit_code` (EngineCrashLoopError).
+        return CommandError(_one_line(str(error)), exit_code=getattr(error, "exit_code", EXIT_BAD_INPUT))
     if isinstance(error, ConnectionError | TimeoutError):
         return CommandError(f"network error: {_one_line(str(error))}", "check the network and the endpoint", EXIT_AWS)
     return CommandError(

@@ -31,6 +31,8 @@ class EngineCrashLoopError(RuntimeError):
     """The engine kept dying and no row could be blamed (workload/engine_guard.py): the run fails, with the reason
     in _failed.json, rather than restarting the engine forever."""
 
+    exit_code = 1  # the run failed; the command's input was fine (workload/cli_errors.py reads this)
+
 
 def passthrough_types(rows: list[ValidRow]) -> dict[str, pa.DataType | str]:
     """One Arrow type per pass-through column, decided over the whole input so every shard has one schema.

@@ -35,13 +35,15 @@ def build_summary(config: JobConfig, manifest: dict[str, Any], commits: dict[int
         # Each attempt's own time; one that was killed reports its time up to its last commit (killed: true).
         "attempt_times": [
             {
-                "attempt": a["attempt"],
+                # Attempts are numbered from 1 in the order they started (a manifest written before the number
+                # was recorded has none).
+                "attempt": a.get("attempt", number),
                 "started_at": a["started_at"],
                 "wall_s": a.get("wall_s"),
                 "killed": a.get("ended_at") is None,
                 "engine_restarts": a.get("engine_restarts", 0),
             }
-            for a in attempts
+            for number, a in enumerate(attempts, start=1)
         ],
         "shards": len(commits),
         "model": config.model.source or f"embedded:{TINY_MODEL_VERSION}",
