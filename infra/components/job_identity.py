@@ -12,7 +12,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.components import irsa
-from infra.k8s.common import base_labels
+from infra.k8s.common import base_labels, pod_security_labels
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,9 @@ class JobIdentity(pulumi.ComponentResource):
         )
         self.namespace = namespace = k8s.core.v1.Namespace(
             f"{name}-namespace",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=args.namespace, labels=base_labels("namespace")),
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=args.namespace, labels={**base_labels("namespace"), **pod_security_labels()}
+            ),
             opts=pulumi.ResourceOptions(parent=self, provider=provider),
         )
         k8s.core.v1.ServiceAccount(

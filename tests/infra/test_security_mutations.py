@@ -117,6 +117,21 @@ def ray_dashboard_on_internet_load_balancer(plan: Plan) -> None:
     _new(plan, account, "kubernetes:core/v1:Service", "ray-dashboard", service)
 
 
+def job_namespace_without_pod_security(plan: Plan) -> None:
+    namespace = _one(plan, "kubernetes:core/v1:Namespace", "job-identity-namespace")
+    namespace["inputs"]["metadata"]["labels"].pop("pod-security.kubernetes.io/enforce")
+
+
+def debug_pod_with_host_path_in_job_namespace(plan: Plan) -> None:
+    account = _one(plan, "kubernetes:core/v1:ServiceAccount")
+    container = {"name": "debug", "image": "busybox@sha256:" + "0" * 64, "securityContext": {"privileged": True}}
+    pod = {
+        "metadata": {"name": "debug", "namespace": "llm-batch"},
+        "spec": {"containers": [container], "volumes": [{"name": "host", "hostPath": {"path": "/"}}]},
+    }
+    _new(plan, account, "kubernetes:core/v1:Pod", "debug", pod)
+
+
 def ray_dashboard_on_internet_ingress(plan: Plan) -> None:
     account = _one(plan, "kubernetes:core/v1:ServiceAccount")
     ingress = {
@@ -269,6 +284,8 @@ MUTATIONS = [
     Mutation("large", hop_limit_two_on_karpenter_nodes, "node-metadata", "EC2NodeClass"),
     Mutation("large", ray_dashboard_on_internet_load_balancer, "k8s-exposure", "Service ray-dashboard"),
     Mutation("medium", ray_dashboard_on_internet_ingress, "k8s-exposure", "Ingress ray"),
+    Mutation("medium", job_namespace_without_pod_security, "pod-security", "job-identity-namespace"),
+    Mutation("large", debug_pod_with_host_path_in_job_namespace, "pod-security", "Pod debug"),
     Mutation("small", lambda_permission_for_everyone, "lambda-permissions", "invoke-anyone"),
     Mutation("small", layer_permission_for_everyone, "lambda-permissions", "layer-anyone"),
     Mutation("large", public_eks_endpoint_without_cidrs, "eks-endpoint", "eks-cluster"),
