@@ -1,7 +1,9 @@
-"""The job's identity in the cluster: its namespace, its service account and the IAM role behind it (IRSA).
+"""The job's identity in the cluster: its namespace, its service accounts and the IAM roles behind them (IRSA).
 
-The role carries the one job policy every tier uses (`JobAccess`: its bucket prefixes, key, secrets, log
-group, image and metrics namespace), and only the job's service account in the job's namespace can assume it.
+Each role carries the one job policy every tier uses (`JobAccess`: its bucket prefixes, key, secrets, log
+group, image and metrics namespace), and only its own service account in the job's namespace can assume it.
+The head and the GPU workers have separate accounts: KubeRay binds the head's to the autoscaler's Role, while
+the workers' account has no Kubernetes rights and mounts no API token (its IRSA token is projected regardless).
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.components import irsa
-from infra.k8s.common import base_labels, pod_security_labels
+from infra.k8s.common import WORKER_COMPONENT, base_labels, pod_security_labels
 
 
 @dataclass(frozen=True)
 class JobIdentityArgs:
     namespace: str
     service_account: str
+    worker_service_account: str
     job_policy_arn: pulumi.Input[str]
     oidc_provider_arn: pulumi.Input[str]
     oidc_provider_url: pulumi.Input[str]
@@ -62,6 +65,26 @@ class JobIdentity(pulumi.ComponentResource):
                 labels=base_labels("job"),
                 annotations={"eks.amazonaws.com/role-arn": role.arn},
             ),
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[namespace]),
+        )
+        worker_role = irsa.service_account_role(
+            f"{name}-worker",
+            oidc_provider_arn=args.oidc_provider_arn,
+            oidc_provider_url=args.oidc_provider_url,
+            namespace=args.namespace,
+            service_account=args.worker_service_account,
+            policy_arns=[args.job_policy_arn],
+            parent=self,
+        )
+        k8s.core.v1.ServiceAccount(
+            f"{name}-worker-service-account",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=args.worker_service_account,
+                namespace=args.namespace,
+                labels=base_labels(WORKER_COMPONENT),
+                annotations={"eks.amazonaws.com/role-arn": worker_role.arn},
+            ),
+            automount_service_account_token=False,
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[namespace]),
         )
         self.role_arn = role.arn

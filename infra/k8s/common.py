@@ -15,6 +15,8 @@ APP_LABEL = "app.kubernetes.io/name"
 APP_NAME = "llm-batch"
 PART_OF_LABEL = "app.kubernetes.io/part-of"
 COMPONENT_LABEL = "app.kubernetes.io/component"
+# The component of the GPU workers' pods and of their service account (which the plan's rules look for).
+WORKER_COMPONENT = "ray-worker"
 
 # One label marks which pool a node belongs to, whether a managed node group or Karpenter made it, so a pod's
 # nodeSelector reads the same in the medium and the large tier.

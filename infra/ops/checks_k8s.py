@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from infra.k8s.common import COMPONENT_LABEL, WORKER_COMPONENT
 from infra.ops.plan_view import CLUSTER_TIERS, Plan, Resource, Rule, Violation, label, require_matches
 
 SCHEME = "service.beta.kubernetes.io/aws-load-balancer-scheme"
@@ -156,6 +157,56 @@ def check_pod_security(plan: Plan) -> list[Violation]:
     return violations
 
 
+BINDINGS = (
+    "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding",
+    "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding",
+)
+
+
+def _metadata(item: Resource) -> dict[str, Any]:
+    return dict(item["inputs"].get("metadata") or {})
+
+
+def _binds(subject: dict[str, Any], account: str, namespace: str) -> bool:
+    """Whether a (Cluster)RoleBinding subject covers `namespace/account`: by name, or through the groups every
+    service account (of the namespace) belongs to."""
+    if subject.get("kind") == "ServiceAccount":
+        return subject.get("name") == account and subject.get("namespace", namespace) == namespace
+    groups = {"system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"}
+    return subject.get("kind") == "Group" and subject.get("name") in groups
+
+
+def check_worker_identity(plan: Plan) -> list[Violation]:
+    """The GPU workers' service account mounts no Kubernetes API token and no binding grants it any rights."""
+    name = "worker-identity"
+    namespaces = {_metadata(item).get("name") for item in _job_namespaces(plan)}
+    accounts = [
+        item
+        for item in plan
+        if item.get("custom")
+        and item["type"] == "kubernetes:core/v1:ServiceAccount"
+        and _metadata(item).get("namespace") in namespaces
+        and (_metadata(item).get("labels") or {}).get(COMPONENT_LABEL) == WORKER_COMPONENT
+    ]
+    require_matches(name, len(accounts), "GPU worker service account")
+    violations = [
+        Violation(name, label(item), "mounts a Kubernetes API token (automountServiceAccountToken is not false)")
+        for item in accounts
+        if item["inputs"].get("automountServiceAccountToken") is not False
+    ]
+    for binding in (item for item in plan if item.get("custom") and item["type"] in BINDINGS):
+        binding_namespace = _metadata(binding).get("namespace")
+        for account in accounts:
+            account_name, namespace = _metadata(account)["name"], _metadata(account)["namespace"]
+            if binding_namespace not in (None, namespace):
+                continue
+            if any(_binds(subject, account_name, namespace) for subject in binding["inputs"].get("subjects") or []):
+                violations.append(
+                    Violation(name, label(binding), f"grants Kubernetes rights to {namespace}/{account_name}")
+                )
+    return violations
+
+
 RULES: dict[str, Rule] = {
     "k8s-exposure": Rule(
         check_k8s_exposure,
@@ -167,6 +218,12 @@ RULES: dict[str, Rule] = {
         "label the job namespace pod-security.kubernetes.io/enforce=restricted (+ enforce-version) and give every pod "
         "runAsNonRoot, a RuntimeDefault seccomp profile, allowPrivilegeEscalation false, capabilities drop ALL, "
         "no host namespaces or hostPath (infra/k8s/rayjob.py shows how)",
+        CLUSTER_TIERS,
+    ),
+    "worker-identity": Rule(
+        check_worker_identity,
+        "keep the GPU workers' service account at automountServiceAccountToken: false with no (Cluster)RoleBinding; "
+        "their S3 access comes from the IRSA token, which stays",
         CLUSTER_TIERS,
     ),
 }

@@ -148,7 +148,9 @@ def test_workers_take_spot_gpus_and_tolerate_their_taint() -> None:
     assert container["name"] == "ray-worker"
     assert container["resources"]["limits"][GPU_RESOURCE] == 1
     assert container["resources"]["requests"] == container["resources"]["limits"]
-    assert pod["serviceAccountName"] == _head(rayjob)["serviceAccountName"] == "llm-batch-job"
+    assert _head(rayjob)["serviceAccountName"] == "llm-batch-job"
+    # Their own account (KubeRay binds the head's to the autoscaler's Role) and no Kubernetes API token.
+    assert pod["serviceAccountName"] == "llm-batch-worker" and pod["automountServiceAccountToken"] is False
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
 
 

@@ -132,6 +132,21 @@ def debug_pod_with_host_path_in_job_namespace(plan: Plan) -> None:
     _new(plan, account, "kubernetes:core/v1:Pod", "debug", pod)
 
 
+def api_token_back_on_the_workers(plan: Plan) -> None:
+    account = _one(plan, "kubernetes:core/v1:ServiceAccount", "job-identity-worker-service-account")
+    account["inputs"]["automountServiceAccountToken"] = True
+
+
+def workers_bound_to_edit(plan: Plan) -> None:
+    account = _one(plan, "kubernetes:core/v1:ServiceAccount")
+    binding = {
+        "metadata": {"name": "workers-edit", "namespace": "llm-batch"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"kind": "ServiceAccount", "name": "llm-batch-worker", "namespace": "llm-batch"}],
+    }
+    _new(plan, account, "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding", "workers-edit", binding)
+
+
 def ray_dashboard_on_internet_ingress(plan: Plan) -> None:
     account = _one(plan, "kubernetes:core/v1:ServiceAccount")
     ingress = {
@@ -286,6 +301,8 @@ MUTATIONS = [
     Mutation("medium", ray_dashboard_on_internet_ingress, "k8s-exposure", "Ingress ray"),
     Mutation("medium", job_namespace_without_pod_security, "pod-security", "job-identity-namespace"),
     Mutation("large", debug_pod_with_host_path_in_job_namespace, "pod-security", "Pod debug"),
+    Mutation("large", api_token_back_on_the_workers, "worker-identity", "job-identity-worker-service-account"),
+    Mutation("medium", workers_bound_to_edit, "worker-identity", "RoleBinding workers-edit"),
     Mutation("small", lambda_permission_for_everyone, "lambda-permissions", "invoke-anyone"),
     Mutation("small", layer_permission_for_everyone, "lambda-permissions", "layer-anyone"),
     Mutation("large", public_eks_endpoint_without_cidrs, "eks-endpoint", "eks-cluster"),
