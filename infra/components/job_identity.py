@@ -14,7 +14,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.components import irsa
+from infra.components.kuberay import OPERATOR_NAMESPACE
 from infra.k8s.common import WORKER_COMPONENT, base_labels, pod_security_labels
+from infra.k8s.network_policy import ray_head_ingress
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,15 @@ class JobIdentity(pulumi.ComponentResource):
                 annotations={"eks.amazonaws.com/role-arn": worker_role.arn},
             ),
             automount_service_account_token=False,
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[namespace]),
+        )
+        # Ray's head runs code with the job's role for whoever reaches its ports (infra/k8s/network_policy.py).
+        k8s.networking.v1.NetworkPolicy(
+            f"{name}-ray-head-ingress",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name="ray-head-ingress", namespace=args.namespace, labels=base_labels("network-policy")
+            ),
+            spec=ray_head_ingress(args.namespace, OPERATOR_NAMESPACE),
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[namespace]),
         )
         self.role_arn = role.arn

@@ -29,6 +29,7 @@ from infra.k8s.common import (
     gpu_toleration,
 )
 from infra.k8s.head_group import RAY_AUTOSCALER, RAYJOB_SUBMITTER
+from infra.k8s.network_policy import SUBMITTER_COMPONENT
 from workload.config import JobConfig, build_config, render_config
 from workload.entrypoint import MODELS_DIR
 
@@ -462,7 +463,7 @@ def _submitter_template(args: RayJobArgs) -> dict[str, Any]:
     head nodes, as the image's user, with no Kubernetes API token (it talks to the Ray dashboard only).
     """
     return {
-        "metadata": {"labels": {**base_labels("ray-job-submitter"), **args.labels}},
+        "metadata": {"labels": {**base_labels(SUBMITTER_COMPONENT), **args.labels}},
         "spec": {
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,

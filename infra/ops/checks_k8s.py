@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from infra.k8s.common import COMPONENT_LABEL, WORKER_COMPONENT
+from infra.k8s.network_policy import RAY_NODE_TYPE
 from infra.ops.plan_view import CLUSTER_TIERS, Plan, Resource, Rule, Violation, label, require_matches
 
 SCHEME = "service.beta.kubernetes.io/aws-load-balancer-scheme"
@@ -207,6 +208,70 @@ def check_worker_identity(plan: Plan) -> list[Violation]:
     return violations
 
 
+EKS_CLUSTER = "eks:index:Cluster"
+NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+
+
+def _peer_problem(peer: dict[str, Any]) -> str | None:
+    """Why a NetworkPolicy `from` peer admits more than named pods of this namespace or a named namespace."""
+    if "ipBlock" in peer:
+        return f"admits the address block {peer['ipBlock'].get('cidr')}"
+    namespaces = peer.get("namespaceSelector")
+    if namespaces is not None and not (namespaces.get("matchLabels") or namespaces.get("matchExpressions")):
+        return "admits every namespace (empty namespaceSelector)"
+    pods = peer.get("podSelector")
+    if namespaces is None and not ((pods or {}).get("matchLabels") or (pods or {}).get("matchExpressions")):
+        return "admits every pod of the namespace (empty podSelector)"
+    return None
+
+
+def ray_policy_problems(spec: dict[str, Any]) -> list[str]:
+    """What lets a NetworkPolicy on the Ray head admit more than the cluster's own pods, submitter and operator."""
+    if "Ingress" not in (spec.get("policyTypes") or ["Ingress"]):
+        return ["does not restrict ingress (policyTypes lacks Ingress)"]
+    problems = []
+    for index, rule in enumerate(spec.get("ingress") or []):
+        peers = rule.get("from") or []
+        if not peers:
+            problems.append(f"ingress[{index}] has no `from`: admits every source")
+        problems += [f"ingress[{index}] {problem}" for problem in map(_peer_problem, peers) if problem]
+    return problems
+
+
+def check_ray_network_policy(plan: Plan) -> list[Violation]:
+    """The VPC CNI enforces NetworkPolicy, and one in the job namespace limits who reaches Ray's head."""
+    name = "ray-network-policy"
+    clusters = [item for item in plan if item["type"] == EKS_CLUSTER]
+    require_matches(name, len(clusters), "EKS cluster")
+    violations = [
+        Violation(name, label(item), "the vpc-cni addon does not enforce NetworkPolicy (enableNetworkPolicy)")
+        for item in clusters
+        if not _truthy((item["inputs"].get("vpcCniOptions") or {}).get("enableNetworkPolicy"))
+    ]
+    namespaces = {_metadata(item).get("name") for item in _job_namespaces(plan)}
+    head_policies = [
+        item
+        for item in plan
+        if item.get("custom")
+        and item["type"] == NETWORK_POLICY
+        and _metadata(item).get("namespace") in namespaces
+        and ((item["inputs"].get("spec") or {}).get("podSelector") or {}).get("matchLabels", {}).get(RAY_NODE_TYPE)
+        in ("head", None)
+    ]
+    if not head_policies:
+        violations += [
+            Violation(name, label(item), "no NetworkPolicy limits ingress to the Ray head")
+            for item in _job_namespaces(plan)
+        ]
+    for item in head_policies:
+        violations += [Violation(name, label(item), p) for p in ray_policy_problems(item["inputs"].get("spec") or {})]
+    return violations
+
+
+def _truthy(value: Any) -> bool:
+    return value is True or str(value).lower() == "true"
+
+
 RULES: dict[str, Rule] = {
     "k8s-exposure": Rule(
         check_k8s_exposure,
@@ -224,6 +289,12 @@ RULES: dict[str, Rule] = {
         check_worker_identity,
         "keep the GPU workers' service account at automountServiceAccountToken: false with no (Cluster)RoleBinding; "
         "their S3 access comes from the IRSA token, which stays",
+        CLUSTER_TIERS,
+    ),
+    "ray-network-policy": Rule(
+        check_ray_network_policy,
+        "turn on the vpc-cni addon's enableNetworkPolicy and admit to Ray's head only the cluster's Ray pods, the "
+        "submitter and the KubeRay operator's namespace (infra/k8s/network_policy.py)",
         CLUSTER_TIERS,
     ),
 }

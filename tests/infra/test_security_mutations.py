@@ -147,6 +147,15 @@ def workers_bound_to_edit(plan: Plan) -> None:
     _new(plan, account, "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding", "workers-edit", binding)
 
 
+def network_policy_enforcement_off(plan: Plan) -> None:
+    _one(plan, "eks:index:Cluster")["inputs"].pop("vpcCniOptions")
+
+
+def ray_head_open_to_every_namespace(plan: Plan) -> None:
+    policy = _one(plan, "kubernetes:networking.k8s.io/v1:NetworkPolicy", "job-identity-ray-head-ingress")
+    policy["inputs"]["spec"]["ingress"].append({"from": [{"namespaceSelector": {}}], "ports": [{"port": 8265}]})
+
+
 def ray_dashboard_on_internet_ingress(plan: Plan) -> None:
     account = _one(plan, "kubernetes:core/v1:ServiceAccount")
     ingress = {
@@ -303,6 +312,8 @@ MUTATIONS = [
     Mutation("large", debug_pod_with_host_path_in_job_namespace, "pod-security", "Pod debug"),
     Mutation("large", api_token_back_on_the_workers, "worker-identity", "job-identity-worker-service-account"),
     Mutation("medium", workers_bound_to_edit, "worker-identity", "RoleBinding workers-edit"),
+    Mutation("medium", network_policy_enforcement_off, "ray-network-policy", "eks-cluster"),
+    Mutation("large", ray_head_open_to_every_namespace, "ray-network-policy", "job-identity-ray-head-ingress"),
     Mutation("small", lambda_permission_for_everyone, "lambda-permissions", "invoke-anyone"),
     Mutation("small", layer_permission_for_everyone, "lambda-permissions", "layer-anyone"),
     Mutation("large", public_eks_endpoint_without_cidrs, "eks-endpoint", "eks-cluster"),
