@@ -156,6 +156,17 @@ def ray_head_open_to_every_namespace(plan: Plan) -> None:
     policy["inputs"]["spec"]["ingress"].append({"from": [{"namespaceSelector": {}}], "ports": [{"port": 8265}]})
 
 
+def endpoint_without_policy(plan: Plan) -> None:
+    _one(plan, "aws:ec2/vpcEndpoint:VpcEndpoint", "network-ecr-dkr")["inputs"].pop("policy")
+
+
+def endpoint_policy_for_any_account(plan: Plan) -> None:
+    def edit(doc: dict[str, Any]) -> None:
+        doc["Statement"][0]["Condition"] = {"StringLike": {"aws:PrincipalAccount": "*"}}
+
+    _edit_document(_one(plan, "aws:ec2/vpcEndpoint:VpcEndpoint", "network-sts"), "policy", edit)
+
+
 def ray_dashboard_on_internet_ingress(plan: Plan) -> None:
     account = _one(plan, "kubernetes:core/v1:ServiceAccount")
     ingress = {
@@ -314,6 +325,8 @@ MUTATIONS = [
     Mutation("medium", workers_bound_to_edit, "worker-identity", "RoleBinding workers-edit"),
     Mutation("medium", network_policy_enforcement_off, "ray-network-policy", "eks-cluster"),
     Mutation("large", ray_head_open_to_every_namespace, "ray-network-policy", "job-identity-ray-head-ingress"),
+    Mutation("medium", endpoint_without_policy, "endpoint-policies", "network-ecr-dkr"),
+    Mutation("large", endpoint_policy_for_any_account, "endpoint-policies", "network-sts"),
     Mutation("small", lambda_permission_for_everyone, "lambda-permissions", "invoke-anyone"),
     Mutation("small", layer_permission_for_everyone, "lambda-permissions", "layer-anyone"),
     Mutation("large", public_eks_endpoint_without_cidrs, "eks-endpoint", "eks-cluster"),
