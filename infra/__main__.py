@@ -227,7 +227,7 @@ if config.tier in ("medium", "large"):
     k8s_opts = pulumi.ResourceOptions(provider=providers.aws, depends_on=[nodes])
     identity = JobIdentity(
         "job-identity",
-        JobIdentityArgs(eks.namespace, eks.service_account, job_access.policy_arn, **oidc),
+        JobIdentityArgs(eks.namespace, eks.service_account, eks.worker_service_account, job_access.policy_arn, **oidc),
         cluster.provider,
         k8s_opts,
     )

@@ -158,7 +158,11 @@ class EksConfig(_Section):
         PodSize(cpu="6", memory="24Gi", gpus=1), description="Ray worker pod requests (= limits)."
     )
     namespace: str = Field(NAMESPACE, description="Kubernetes namespace of the job's pods.")
-    service_account: str = Field("llm-batch-job", description="Service account the job's pods run as (IRSA).")
+    service_account: str = Field("llm-batch-job", description="Service account the Ray head runs as (IRSA).")
+    worker_service_account: str = Field(
+        "llm-batch-worker",
+        description="Service account of the GPU workers: the job's IRSA role, no Kubernetes API token or rights.",
+    )
     job_backoff_limit: int = Field(2, ge=0, le=10, description="RayJob retries, each on a fresh cluster.")
     job_ttl_after_finished_s: int = Field(
         60, ge=0, le=3600, description="Seconds a finished run's cluster is kept for its logs."
@@ -196,7 +200,7 @@ class EksConfig(_Section):
             )
         return value
 
-    @field_validator("namespace", "service_account")
+    @field_validator("namespace", "service_account", "worker_service_account")
     @classmethod
     def _dns_label(cls, value: str, info: Any) -> str:
         return check_dns_label(value, info.field_name)

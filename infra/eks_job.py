@@ -46,6 +46,7 @@ def base_rayjob_args(
         namespace=eks.namespace,
         image=image,
         service_account=eks.service_account,
+        worker_service_account=eks.worker_service_account,
         ray_version=versions.RAY_VERSION,
         job=job,
         head=HeadSpec(size=eks.head_size),

@@ -72,6 +72,9 @@ class EksCluster(pulumi.ComponentResource):
             public_access_cidrs=public or None,
             authentication_mode=eks.AuthenticationMode.API,
             create_oidc_provider=True,
+            # The vpc-cni addon enforces NetworkPolicy objects (Ray's head policy among them); off, they are
+            # stored and ignored.
+            vpc_cni_options=eks.VpcCniOptionsArgs(enable_network_policy=True),
             encryption_config_key_arn=args.key_arn,
             enabled_cluster_log_types=CONTROL_PLANE_LOGS,
             # Nodes come from launch templates this program declares (NodeGroups) and from Karpenter.

@@ -1,7 +1,9 @@
-"""The job's identity in the cluster: its namespace, its service account and the IAM role behind it (IRSA).
+"""The job's identity in the cluster: its namespace, its service accounts and the IAM roles behind them (IRSA).
 
-The role carries the one job policy every tier uses (`JobAccess`: its bucket prefixes, key, secrets, log
-group, image and metrics namespace), and only the job's service account in the job's namespace can assume it.
+Each role carries the one job policy every tier uses (`JobAccess`: its bucket prefixes, key, secrets, log
+group, image and metrics namespace), and only its own service account in the job's namespace can assume it.
+The head and the GPU workers have separate accounts: KubeRay binds the head's to the autoscaler's Role, while
+the workers' account has no Kubernetes rights and mounts no API token (its IRSA token is projected regardless).
 """
 
 from __future__ import annotations
@@ -12,13 +14,16 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.components import irsa
-from infra.k8s.common import base_labels
+from infra.components.kuberay import OPERATOR_NAMESPACE
+from infra.k8s.common import WORKER_COMPONENT, base_labels, pod_security_labels
+from infra.k8s.network_policy import ray_head_ingress
 
 
 @dataclass(frozen=True)
 class JobIdentityArgs:
     namespace: str
     service_account: str
+    worker_service_account: str
     job_policy_arn: pulumi.Input[str]
     oidc_provider_arn: pulumi.Input[str]
     oidc_provider_url: pulumi.Input[str]
@@ -49,7 +54,9 @@ class JobIdentity(pulumi.ComponentResource):
         )
         self.namespace = namespace = k8s.core.v1.Namespace(
             f"{name}-namespace",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=args.namespace, labels=base_labels("namespace")),
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=args.namespace, labels={**base_labels("namespace"), **pod_security_labels()}
+            ),
             opts=pulumi.ResourceOptions(parent=self, provider=provider),
         )
         k8s.core.v1.ServiceAccount(
@@ -60,6 +67,35 @@ class JobIdentity(pulumi.ComponentResource):
                 labels=base_labels("job"),
                 annotations={"eks.amazonaws.com/role-arn": role.arn},
             ),
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[namespace]),
+        )
+        worker_role = irsa.service_account_role(
+            f"{name}-worker",
+            oidc_provider_arn=args.oidc_provider_arn,
+            oidc_provider_url=args.oidc_provider_url,
+            namespace=args.namespace,
+            service_account=args.worker_service_account,
+            policy_arns=[args.job_policy_arn],
+            parent=self,
+        )
+        k8s.core.v1.ServiceAccount(
+            f"{name}-worker-service-account",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=args.worker_service_account,
+                namespace=args.namespace,
+                labels=base_labels(WORKER_COMPONENT),
+                annotations={"eks.amazonaws.com/role-arn": worker_role.arn},
+            ),
+            automount_service_account_token=False,
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[namespace]),
+        )
+        # Ray's head runs code with the job's role for whoever reaches its ports (infra/k8s/network_policy.py).
+        k8s.networking.v1.NetworkPolicy(
+            f"{name}-ray-head-ingress",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name="ray-head-ingress", namespace=args.namespace, labels=base_labels("network-policy")
+            ),
+            spec=ray_head_ingress(args.namespace, OPERATOR_NAMESPACE),
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[namespace]),
         )
         self.role_arn = role.arn

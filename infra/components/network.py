@@ -7,6 +7,7 @@ the traffic) never pay NAT's per-GB charge; interface endpoints (ECR, STS, logs,
 from __future__ import annotations
 
 import ipaddress
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -31,6 +32,31 @@ class NetworkArgs:
     existing_private_subnet_ids: Sequence[str] = ()
     # Extra tags on the private subnets, e.g. a Karpenter discovery tag from the EKS component.
     private_subnet_tags: Mapping[str, str] = field(default_factory=dict)
+
+
+# Which of this account's condition keys each interface endpoint's policy pins. sts: IRSA's
+# AssumeRoleWithWebIdentity is unauthenticated, so it has no principal account: the role it assumes (the
+# resource) must be this account's. ECR: the EKS add-ons' images (vpc-cni, kube-proxy, coredns) live in AWS's own
+# registry accounts, so only the caller is pinned. Everything else: the caller, and for logs the log groups too.
+_ENDPOINT_KEYS: dict[str, tuple[str, ...]] = {
+    "sts": ("aws:ResourceAccount",),
+    "logs": ("aws:PrincipalAccount", "aws:ResourceAccount"),
+}
+
+
+def endpoint_policy(service: str, account_id: str) -> str:
+    """The interface endpoint's policy: only this account's principals (or, for sts, roles) pass through it, so
+    a stolen credential of another account cannot use the VPC's endpoints to move data out."""
+    keys = _ENDPOINT_KEYS.get(service, ("aws:PrincipalAccount",))
+    statement = {
+        "Sid": "ThisAccountOnly",
+        "Effect": "Allow",
+        "Principal": "*",
+        "Action": "*",
+        "Resource": "*",
+        "Condition": {"StringEquals": {key: account_id for key in keys}},
+    }
+    return json.dumps({"Version": "2012-10-17", "Statement": [statement]})
 
 
 def subnet_cidrs(vpc_cidr: str, az_count: int) -> tuple[list[str], list[str]]:
@@ -234,6 +260,7 @@ class Network(pulumi.ComponentResource):
                 vpc_id=self.vpc_id,
                 service_name=f"com.amazonaws.{args.context.region}.{service}",
                 vpc_endpoint_type="Interface",
+                policy=endpoint_policy(service, args.context.account_id),
                 private_dns_enabled=True,
                 subnet_ids=self.private_subnet_ids,
                 security_group_ids=[group.id],

@@ -6,6 +6,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from infra.versions import KUBERNETES_VERSION
+
 # A manifest is the plain dict `kubectl apply` would take.
 Manifest = dict[str, Any]
 
@@ -13,6 +15,8 @@ APP_LABEL = "app.kubernetes.io/name"
 APP_NAME = "llm-batch"
 PART_OF_LABEL = "app.kubernetes.io/part-of"
 COMPONENT_LABEL = "app.kubernetes.io/component"
+# The component of the GPU workers' pods and of their service account (which the plan's rules look for).
+WORKER_COMPONENT = "ray-worker"
 
 # One label marks which pool a node belongs to, whether a managed node group or Karpenter made it, so a pod's
 # nodeSelector reads the same in the medium and the large tier.
@@ -86,3 +90,15 @@ def base_labels(component: str) -> dict[str, str]:
 def gpu_toleration() -> dict[str, str]:
     """Lets a pod onto the tainted GPU nodes; only pods that request a GPU carry it."""
     return {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+
+
+def pod_security_labels() -> dict[str, str]:
+    """The namespace labels that make the API server refuse any pod below the `restricted` Pod Security level.
+
+    The version is pinned to the cluster's, so an upgrade that tightens `restricted` is a deliberate change here
+    rather than pods refused on the night after the upgrade.
+    """
+    return {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": f"v{KUBERNETES_VERSION}",
+    }

@@ -20,6 +20,7 @@ from infra.k8s.common import (
     GPU_RESOURCE,
     HEAD_POOL,
     POOL_LABEL,
+    WORKER_COMPONENT,
     Manifest,
     base_labels,
     check_dns_label,
@@ -28,6 +29,7 @@ from infra.k8s.common import (
     gpu_toleration,
 )
 from infra.k8s.head_group import RAY_AUTOSCALER, RAYJOB_SUBMITTER
+from infra.k8s.network_policy import SUBMITTER_COMPONENT
 from workload.config import JobConfig, build_config, render_config
 from workload.entrypoint import MODELS_DIR
 
@@ -132,7 +134,10 @@ class RayJobArgs(_Strict):
     name: str = Field(description="RayJob name; the ConfigMap is `<name>-config`.")
     namespace: str
     image: str = Field(description="The job image, pinned by tag or digest (never 'latest').")
-    service_account: str = Field(description="Service account with the job's S3 and KMS access (IRSA).")
+    service_account: str = Field(description="The head's service account: the job's S3 and KMS access (IRSA).")
+    worker_service_account: str = Field(
+        description="The GPU workers' service account: the same IRSA access, no Kubernetes rights or API token."
+    )
     ray_version: str = Field(description="Ray version inside the image; KubeRay uses it to configure the cluster.")
     job: JobConfig = Field(description="The job config; mounted into the head as YAML.")
     head: HeadSpec = HeadSpec()
@@ -171,7 +176,7 @@ class RayJobArgs(_Strict):
     def _name(cls, value: str) -> str:
         return check_dns_label(value, "RayJob name", MAX_RAYJOB_NAME)
 
-    @field_validator("namespace", "service_account")
+    @field_validator("namespace", "service_account", "worker_service_account")
     @classmethod
     def _label(cls, value: str, info: Any) -> str:
         return check_dns_label(value, info.field_name)
@@ -395,12 +400,16 @@ def _worker_template(args: RayJobArgs) -> dict[str, Any]:
         "volumeMounts": _ray_mounts(),
     }
     return {
-        "metadata": _pod_metadata(args, "ray-worker"),
+        "metadata": _pod_metadata(args, WORKER_COMPONENT),
         "spec": _with_hub_token(
             args,
             {
-                # Workers read input and write output shards themselves: they need the same S3/KMS identity.
-                "serviceAccountName": args.service_account,
+                # Workers read input and write output shards themselves: they need the job's S3/KMS identity,
+                # but not the head's service account, which KubeRay binds to the autoscaler's Role. Their own
+                # account has no Kubernetes rights, and no API token is mounted: the IRSA token is a separate
+                # projected volume the EKS pod identity webhook adds whatever automountServiceAccountToken says.
+                "serviceAccountName": args.worker_service_account,
+                "automountServiceAccountToken": False,
                 "nodeSelector": dict(args.workers.node_selector),
                 "tolerations": [gpu_toleration()],
                 "terminationGracePeriodSeconds": args.termination_grace_s,
@@ -454,7 +463,7 @@ def _submitter_template(args: RayJobArgs) -> dict[str, Any]:
     head nodes, as the image's user, with no Kubernetes API token (it talks to the Ray dashboard only).
     """
     return {
-        "metadata": {"labels": {**base_labels("ray-job-submitter"), **args.labels}},
+        "metadata": {"labels": {**base_labels(SUBMITTER_COMPONENT), **args.labels}},
         "spec": {
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,

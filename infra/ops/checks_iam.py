@@ -180,12 +180,18 @@ def _conditions(statement: Mapping[str, Any]) -> Iterator[tuple[str, str, list[s
                 yield str(operator), str(key).lower(), [str(value) for value in as_list(values)]
 
 
-def narrows_principal(statement: Mapping[str, Any]) -> bool:
+# An interface endpoint's policy grants nothing (the identity and resource policies still must); it limits what
+# passes through the endpoint, so pinning the resource to this account narrows it as pinning the caller does.
+# That is how the sts endpoint is limited: IRSA's AssumeRoleWithWebIdentity has no calling account.
+ENDPOINT_NARROWING_KEYS = NARROWING_KEYS | {"aws:resourceaccount"}
+
+
+def narrows_principal(statement: Mapping[str, Any], keys: frozenset[str] = NARROWING_KEYS) -> bool:
     """Whether a condition limits who may call to known accounts, ARNs, an organisation or a source."""
     for operator, key, values in _conditions(statement):
         if operator.endswith("IfExists") or operator.startswith("Not") or operator == "Null":
             continue  # absent keys pass IfExists; Not* and Null say who is excluded, not who is let in
-        if key in NARROWING_KEYS and values and not any(value.strip("*?") == "" for value in values):
+        if key in keys and values and not any(value.strip("*?") == "" for value in values):
             return True
     return False
 
@@ -253,7 +259,8 @@ def check_resource_principals(plan: Plan) -> list[Violation]:
             matched += 1
             if statement.get("Effect") != "Allow" or "*" not in principals(statement, "AWS"):
                 continue
-            if not narrows_principal(statement):
+            endpoint = item["type"] == "aws:ec2/vpcEndpoint:VpcEndpoint"
+            if not narrows_principal(statement, ENDPOINT_NARROWING_KEYS if endpoint else NARROWING_KEYS):
                 violations.append(
                     Violation(
                         name,

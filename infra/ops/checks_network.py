@@ -7,18 +7,24 @@
   service. The small tier's single node runs the job in a container that needs its instance role (hop 2).
 - `bucket-types`: every resource type that creates an S3 bucket is one the `buckets` check knows;
   a bucket declared another way would escape encryption, public-access and TLS checks.
+- `endpoint-policies`: every interface VPC endpoint has a policy whose every Allow is pinned to this account
+  (aws:PrincipalAccount or aws:ResourceAccount), so another account's credentials cannot use it to move data.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Any
 
+from infra.ops.checks_iam import own_account
 from infra.ops.plan_view import (
     CLUSTER_TIERS,
     Plan,
     Rule,
     Violation,
+    allow_statements,
+    as_json,
     as_list,
     is_node_class,
     label,
@@ -63,6 +69,49 @@ def endpoint_problems(inputs: dict[str, Any]) -> list[str]:
     if wide:
         return [f"public endpoint CIDRs {wide} are wider than /{WIDEST_PREFIX}"]
     return []
+
+
+ACCOUNT_KEYS = ("aws:PrincipalAccount", "aws:ResourceAccount")
+_ACCOUNT_ID = re.compile(r"^\d{12}$")
+
+
+def endpoint_policy_problems(policy: Any, account: str | None) -> list[str]:
+    """What lets an interface endpoint carry requests beyond this account's principals or resources."""
+    if not policy:
+        return ["no endpoint policy: the default allows any principal of any account"]
+    problems = []
+    for statement in allow_statements(as_json(policy)):
+        pinned = {
+            key: as_list(values)
+            for operator, block in (statement.get("Condition") or {}).items()
+            if operator in ("StringEquals", "ForAnyValue:StringEquals")
+            for key, values in block.items()
+            if key in ACCOUNT_KEYS
+        }
+        if not pinned:
+            problems.append(f"statement {statement.get('Sid', '')!r} is not limited by {' or '.join(ACCOUNT_KEYS)}")
+            continue
+        for key, values in pinned.items():
+            strange = [str(value) for value in values if not _ACCOUNT_ID.match(str(value)) or str(value) != account]
+            if account is not None and strange:
+                problems.append(f"{key} admits {strange}, not this account ({account})")
+    return problems
+
+
+def check_endpoint_policies(plan: Plan) -> list[Violation]:
+    name = "endpoint-policies"
+    endpoints = [
+        item
+        for item in of_type(plan, "aws:ec2/vpcEndpoint:VpcEndpoint")
+        if item["inputs"].get("vpcEndpointType") == "Interface"
+    ]
+    require_matches(name, len(endpoints), "interface VPC endpoint")
+    account = own_account(plan)
+    return [
+        Violation(name, label(item), problem)
+        for item in endpoints
+        for problem in endpoint_policy_problems(item["inputs"].get("policy"), account)
+    ]
 
 
 def check_eks_endpoint(plan: Plan) -> list[Violation]:
@@ -126,4 +175,9 @@ RULES: dict[str, Rule] = {
         check_node_metadata, "set metadataOptions.httpPutResponseHopLimit to 1 on EKS nodes", CLUSTER_TIERS
     ),
     "bucket-types": Rule(check_bucket_types, "declare buckets with aws.s3.Bucket (the DataBucket component)"),
+    "endpoint-policies": Rule(
+        check_endpoint_policies,
+        "give the endpoint a policy pinned to this account (infra/components/network.py endpoint_policy)",
+        CLUSTER_TIERS,
+    ),
 }

@@ -5,6 +5,7 @@ The rules (for Allow statements; Deny statements only take permissions away):
 - a wildcard inside an action name only when listed in `ACTION_WILDCARDS`;
 - `Resource: "*"` only for actions listed in `RESOURCE_STAR_ACTIONS` (AWS has no resource-level permission
   for them) or in a document kind listed in `RESOURCE_STAR_DOCUMENTS`;
+- the action `*` only in a document kind listed in `WHOLE_SERVICE_DOCUMENTS` (a perimeter that grants nothing);
 - AWS-managed policies only when listed in `MANAGED_POLICIES`.
 
 Add an entry here, with its reason, rather than weakening a check.
@@ -65,8 +66,17 @@ RESOURCE_STAR_ACTIONS: dict[str, str] = {
     "ssmmessages:OpenDataChannel": "Session Manager channel; no resource-level permission",
 }
 
+_ENDPOINT_PERIMETER = (
+    "an interface endpoint's policy grants nothing (identity and resource policies still must); it limits what "
+    "passes through the endpoint, and the endpoint-policies rule pins each statement to this account"
+)
 RESOURCE_STAR_DOCUMENTS: dict[str, str] = {
     "aws:kms/key:Key": 'in a key policy `Resource: "*"` means the key the policy is attached to',
+    "aws:ec2/vpcEndpoint:VpcEndpoint": _ENDPOINT_PERIMETER,
+}
+
+WHOLE_SERVICE_DOCUMENTS: dict[str, str] = {
+    "aws:ec2/vpcEndpoint:VpcEndpoint": _ENDPOINT_PERIMETER,
 }
 
 MANAGED_POLICIES: dict[str, str] = {

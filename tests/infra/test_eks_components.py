@@ -56,6 +56,8 @@ def test_cluster_endpoint_is_private_and_secrets_encrypted() -> None:
     assert "audit" in cluster["enabledClusterLogTypes"]
     assert cluster["privateSubnetIds"] == ["subnet-a", "subnet-b"]
     assert "publicSubnetIds" not in cluster
+    # The vpc-cni addon enforces NetworkPolicy (Ray's head policy, infra/k8s/network_policy.py).
+    assert cluster["vpcCniOptions"]["enableNetworkPolicy"] is True
 
 
 def test_public_cidrs_open_the_endpoint_to_them_only() -> None:
@@ -173,22 +175,42 @@ def test_job_identity_role_is_assumable_only_by_the_job_service_account() -> Non
     def build() -> None:
         JobIdentity(
             "identity",
-            JobIdentityArgs("llm-batch", "llm-batch-job", policy_arn, OIDC_ARN, OIDC_URL),
+            JobIdentityArgs("llm-batch", "llm-batch-job", "llm-batch-worker", policy_arn, OIDC_ARN, OIDC_URL),
             _k8s_provider(),
         )
 
     plan = register(build)
-    role = one(plan, "aws:iam/role:Role")
+    role = one(plan, "aws:iam/role:Role", "identity-job-role")
     trust = _trust(role)
     assert trust["Principal"] == {"Federated": OIDC_ARN}
     assert trust["Condition"]["StringEquals"] == {
         f"{OIDC_URL}:sub": "system:serviceaccount:llm-batch:llm-batch-job",
         f"{OIDC_URL}:aud": "sts.amazonaws.com",
     }
-    assert one(plan, "aws:iam/rolePolicyAttachment:RolePolicyAttachment")["inputs"]["policyArn"] == policy_arn
-    account = one(plan, "kubernetes:core/v1:ServiceAccount")["inputs"]["metadata"]
-    assert account["namespace"] == "llm-batch" and account["name"] == "llm-batch-job"
-    assert account["annotations"]["eks.amazonaws.com/role-arn"] == role["outputs"]["arn"]
+    attachments = of_type(plan, "aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+    assert [attachment["inputs"]["policyArn"] for attachment in attachments] == [policy_arn, policy_arn]
+    account = one(plan, "kubernetes:core/v1:ServiceAccount", "identity-service-account")["inputs"]
+    assert account["metadata"]["namespace"] == "llm-batch" and account["metadata"]["name"] == "llm-batch-job"
+    assert account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == role["outputs"]["arn"]
+    # The GPU workers: their own role, assumable only by their own account, which mounts no API token.
+    worker_role = one(plan, "aws:iam/role:Role", "identity-worker-role")
+    assert _trust(worker_role)["Condition"]["StringEquals"][f"{OIDC_URL}:sub"] == (
+        "system:serviceaccount:llm-batch:llm-batch-worker"
+    )
+    worker = one(plan, "kubernetes:core/v1:ServiceAccount", "identity-worker-service-account")["inputs"]
+    assert worker["metadata"]["name"] == "llm-batch-worker" and worker["automountServiceAccountToken"] is False
+    assert worker["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == worker_role["outputs"]["arn"]
+    # Ray's head admits only the cluster's Ray pods, the submitter (job API) and the operator's namespace.
+    policy = one(plan, "kubernetes:networking.k8s.io/v1:NetworkPolicy")["inputs"]
+    assert policy["metadata"]["namespace"] == "llm-batch"
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"ray.io/node-type": "head"}}
+    peers = [rule["from"] for rule in policy["spec"]["ingress"]]
+    assert peers == [
+        [{"podSelector": {"matchLabels": {"ray.io/is-ray-node": "yes"}}}],
+        [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": "ray-job-submitter"}}}],
+        [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kuberay-system"}}}],
+    ]
+    assert [rule.get("ports") for rule in policy["spec"]["ingress"]][1:] == [[{"protocol": "TCP", "port": 8265}]] * 2
     assert one(plan, "kubernetes:core/v1:Namespace")["inputs"]["metadata"]["name"] == "llm-batch"
 
 

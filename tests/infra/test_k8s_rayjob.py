@@ -23,6 +23,7 @@ from infra.k8s.rayjob import (
     render_ray_cluster_spec,
     render_rayjob,
 )
+from infra.ops.checks_k8s import pod_security_problems, pod_specs
 from infra.ops.stacks import offline_config
 from tests.infra.crd_schema import assert_valid, crd_errors
 from tests.infra.k8s_fixtures import IMAGE, job_config, large_args, medium_args
@@ -67,6 +68,33 @@ def test_rayjob_and_its_cluster_match_the_kuberay_crds(crds_dir: Path, tier: str
         "spec": render_ray_cluster_spec(args),
     }
     assert_valid(cluster, crds_dir)
+
+
+@pytest.mark.parametrize("tier", sorted(TIERS))
+def test_every_pod_of_the_rayjob_passes_restricted_pod_security(tier: str) -> None:
+    """Head, GPU workers, submitter and the autoscaler sidecar: the job namespace enforces `restricted`, so a pod
+    spec below it would be refused by the API server on the night."""
+    rayjob = render_rayjob(_night(TIERS[tier]()))
+    pods = dict(pod_specs(rayjob))
+    assert set(pods) == {
+        "spec.submitterPodTemplate.spec",
+        "spec.rayClusterSpec.headGroupSpec.template.spec",
+        "spec.rayClusterSpec.workerGroupSpecs[0].template.spec",
+    }
+    assert {where: pod_security_problems(pod) for where, pod in pods.items()} == {where: [] for where in pods}
+
+
+def test_pod_security_check_names_each_gap() -> None:
+    rayjob = render_rayjob(large_args())
+    head = rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    head["securityContext"].pop("runAsNonRoot")
+    head["volumes"].append({"name": "host", "hostPath": {"path": "/var/run"}})
+    rayjob["spec"]["rayClusterSpec"]["autoscalerOptions"]["securityContext"] = {}
+    problems = dict(pod_specs(rayjob))["spec.rayClusterSpec.headGroupSpec.template.spec"]
+    found = pod_security_problems(problems)
+    assert "hostPath volume host" in found
+    assert "container ray-head may run as root (runAsNonRoot is not true)" in found
+    assert "container autoscaler does not drop ALL capabilities" in found
 
 
 def test_strict_check_catches_a_misspelt_field(crds_dir: Path) -> None:
@@ -120,7 +148,9 @@ def test_workers_take_spot_gpus_and_tolerate_their_taint() -> None:
     assert container["name"] == "ray-worker"
     assert container["resources"]["limits"][GPU_RESOURCE] == 1
     assert container["resources"]["requests"] == container["resources"]["limits"]
-    assert pod["serviceAccountName"] == _head(rayjob)["serviceAccountName"] == "llm-batch-job"
+    assert _head(rayjob)["serviceAccountName"] == "llm-batch-job"
+    # Their own account (KubeRay binds the head's to the autoscaler's Role) and no Kubernetes API token.
+    assert pod["serviceAccountName"] == "llm-batch-worker" and pod["automountServiceAccountToken"] is False
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
 
 

@@ -117,6 +117,56 @@ def ray_dashboard_on_internet_load_balancer(plan: Plan) -> None:
     _new(plan, account, "kubernetes:core/v1:Service", "ray-dashboard", service)
 
 
+def job_namespace_without_pod_security(plan: Plan) -> None:
+    namespace = _one(plan, "kubernetes:core/v1:Namespace", "job-identity-namespace")
+    namespace["inputs"]["metadata"]["labels"].pop("pod-security.kubernetes.io/enforce")
+
+
+def debug_pod_with_host_path_in_job_namespace(plan: Plan) -> None:
+    account = _one(plan, "kubernetes:core/v1:ServiceAccount")
+    container = {"name": "debug", "image": "busybox@sha256:" + "0" * 64, "securityContext": {"privileged": True}}
+    pod = {
+        "metadata": {"name": "debug", "namespace": "llm-batch"},
+        "spec": {"containers": [container], "volumes": [{"name": "host", "hostPath": {"path": "/"}}]},
+    }
+    _new(plan, account, "kubernetes:core/v1:Pod", "debug", pod)
+
+
+def api_token_back_on_the_workers(plan: Plan) -> None:
+    account = _one(plan, "kubernetes:core/v1:ServiceAccount", "job-identity-worker-service-account")
+    account["inputs"]["automountServiceAccountToken"] = True
+
+
+def workers_bound_to_edit(plan: Plan) -> None:
+    account = _one(plan, "kubernetes:core/v1:ServiceAccount")
+    binding = {
+        "metadata": {"name": "workers-edit", "namespace": "llm-batch"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"kind": "ServiceAccount", "name": "llm-batch-worker", "namespace": "llm-batch"}],
+    }
+    _new(plan, account, "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding", "workers-edit", binding)
+
+
+def network_policy_enforcement_off(plan: Plan) -> None:
+    _one(plan, "eks:index:Cluster")["inputs"].pop("vpcCniOptions")
+
+
+def ray_head_open_to_every_namespace(plan: Plan) -> None:
+    policy = _one(plan, "kubernetes:networking.k8s.io/v1:NetworkPolicy", "job-identity-ray-head-ingress")
+    policy["inputs"]["spec"]["ingress"].append({"from": [{"namespaceSelector": {}}], "ports": [{"port": 8265}]})
+
+
+def endpoint_without_policy(plan: Plan) -> None:
+    _one(plan, "aws:ec2/vpcEndpoint:VpcEndpoint", "network-ecr-dkr")["inputs"].pop("policy")
+
+
+def endpoint_policy_for_any_account(plan: Plan) -> None:
+    def edit(doc: dict[str, Any]) -> None:
+        doc["Statement"][0]["Condition"] = {"StringLike": {"aws:PrincipalAccount": "*"}}
+
+    _edit_document(_one(plan, "aws:ec2/vpcEndpoint:VpcEndpoint", "network-sts"), "policy", edit)
+
+
 def ray_dashboard_on_internet_ingress(plan: Plan) -> None:
     account = _one(plan, "kubernetes:core/v1:ServiceAccount")
     ingress = {
@@ -269,6 +319,14 @@ MUTATIONS = [
     Mutation("large", hop_limit_two_on_karpenter_nodes, "node-metadata", "EC2NodeClass"),
     Mutation("large", ray_dashboard_on_internet_load_balancer, "k8s-exposure", "Service ray-dashboard"),
     Mutation("medium", ray_dashboard_on_internet_ingress, "k8s-exposure", "Ingress ray"),
+    Mutation("medium", job_namespace_without_pod_security, "pod-security", "job-identity-namespace"),
+    Mutation("large", debug_pod_with_host_path_in_job_namespace, "pod-security", "Pod debug"),
+    Mutation("large", api_token_back_on_the_workers, "worker-identity", "job-identity-worker-service-account"),
+    Mutation("medium", workers_bound_to_edit, "worker-identity", "RoleBinding workers-edit"),
+    Mutation("medium", network_policy_enforcement_off, "ray-network-policy", "eks-cluster"),
+    Mutation("large", ray_head_open_to_every_namespace, "ray-network-policy", "job-identity-ray-head-ingress"),
+    Mutation("medium", endpoint_without_policy, "endpoint-policies", "network-ecr-dkr"),
+    Mutation("large", endpoint_policy_for_any_account, "endpoint-policies", "network-sts"),
     Mutation("small", lambda_permission_for_everyone, "lambda-permissions", "invoke-anyone"),
     Mutation("small", layer_permission_for_everyone, "lambda-permissions", "layer-anyone"),
     Mutation("large", public_eks_endpoint_without_cidrs, "eks-endpoint", "eks-cluster"),
