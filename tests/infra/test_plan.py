@@ -234,7 +234,17 @@ def test_policy_cli_reports_each_check(capsys: pytest.CaptureFixture[str]) -> No
         "lambda-permissions",
         "bucket-types",
     )
-    cluster_only = ("eks-access-order", "k8s-order", "eks-endpoint", "node-metadata", "k8s-exposure")
+    cluster_only = (
+        "eks-access-order",
+        "k8s-order",
+        "eks-endpoint",
+        "node-metadata",
+        "k8s-exposure",
+        "pod-security",
+        "worker-identity",
+        "ray-network-policy",
+        "endpoint-policies",
+    )
     lines = [line.split()[:2] for line in out.splitlines()]
     assert sorted(lines) == sorted([["ok", check] for check in ok] + [["n/a", check] for check in cluster_only])
 
