@@ -298,25 +298,30 @@ def build_config(data: dict[str, Any], overrides: dict[str, Any] | None = None) 
         raise ConfigError(_format_validation_error(error)) from None
 
 
+def read_config_file(path: str | Path | None) -> dict[str, Any]:
+    """A YAML or JSON config file as a mapping ({} for none); ConfigError names the file and what is wrong."""
+    if path is None:
+        return {}
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"config file not found: {file}")
+    try:
+        loaded = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(error, "problem", None) or error
+        raise ConfigError(f"config file {file} is not valid YAML/JSON{where}: {problem}") from None
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ConfigError(f"config file {file} must hold a mapping, not {type(loaded).__name__}")
+    return loaded or {}
+
+
 def load_config(
     path: str | Path | None, overrides: dict[str, Any] | None = None, defaults: dict[str, Any] | None = None
 ) -> JobConfig:
     """Read a YAML or JSON config file (or none) and apply overrides; `defaults` (dotted keys) fill only gaps."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        file = Path(path)
-        if not file.is_file():
-            raise ConfigError(f"config file not found: {file}")
-        try:
-            loaded = yaml.safe_load(file.read_text())
-        except yaml.YAMLError as error:
-            mark = getattr(error, "problem_mark", None)
-            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-            problem = getattr(error, "problem", None) or error
-            raise ConfigError(f"config file {file} is not valid YAML/JSON{where}: {problem}") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"config file {file} must hold a mapping, not {type(loaded).__name__}")
-        data = loaded or {}
+    data = read_config_file(path)
     for dotted, value in (defaults or {}).items():
         node: Any = data
         for part in dotted.split("."):

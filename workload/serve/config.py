@@ -13,10 +13,9 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from workload.config import ConfigError, EngineConfig, JobConfig, ModelConfig
+from workload.config import ConfigError, EngineConfig, JobConfig, ModelConfig, read_config_file
 
 DEFAULT_MODEL_ID = "llm-batch"
 
@@ -127,16 +126,5 @@ def build_serve_config(data: dict[str, Any], overrides: dict[str, Any] | None = 
 
 def load_serve_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> ServeConfig:
     """Read a YAML or JSON file (or none: the embedded tiny model on the CPU) and apply overrides."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        file = Path(path)
-        if not file.is_file():
-            raise ConfigError(f"config file not found: {file}")
-        try:
-            loaded = yaml.safe_load(file.read_text())
-        except yaml.YAMLError as error:
-            raise ConfigError(f"config file {file} is not valid YAML/JSON: {error}") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"config file {file} must hold a mapping, not {type(loaded).__name__}")
-        data = loaded or {}
+    data = read_config_file(path)
     return build_serve_config(data, overrides)
