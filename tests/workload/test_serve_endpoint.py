@@ -224,10 +224,13 @@ def test_a_burst_of_concurrent_requests_all_succeed(endpoint: str) -> None:
         body = _completion(max_tokens=12, ignore_eos=True) if index % 2 else _chat(max_tokens=12, ignore_eos=True)
         path = "/v1/completions" if index % 2 else "/v1/chat/completions"
         if index % 3 == 0:
-            with httpx.stream("POST", f"{endpoint}{path}", json={**body, "stream": True}, timeout=300) as response:
+            # Count tokens from the stream's usage, not its events: under load the server may carry several
+            # tokens in one event (Ray Serve batches stream chunks), so counting events undercounts.
+            streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
+            with httpx.stream("POST", f"{endpoint}{path}", json=streamed, timeout=300) as response:
                 events = _stream_events(response)
-                tokens = sum(1 for event in events if event["choices"] and _text_of(event["choices"][0]) is not None)
-                return response.status_code, tokens
+                assert any(event["choices"] and _text_of(event["choices"][0]) for event in events), events
+                return response.status_code, events[-1]["usage"]["completion_tokens"]
         response = httpx.post(f"{endpoint}{path}", json=body, timeout=300)
         return response.status_code, response.json()["usage"]["completion_tokens"]
 
