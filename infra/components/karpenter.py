@@ -308,9 +308,7 @@ def _item(index: int) -> Callable[[list[str]], str]:
     return lambda items: items[index]
 
 
-def node_manifests(
-    args: KarpenterArgs, node_role_name: str, volume_key_arn: str | None
-) -> tuple[Manifest, Manifest]:
+def node_manifests(args: KarpenterArgs, node_role_name: str, volume_key_arn: str | None) -> tuple[Manifest, Manifest]:
     """The EC2NodeClass and NodePool this component applies (also what the CRD tests validate)."""
     node_class = render_node_class(
         NodeClassArgs(

@@ -63,7 +63,7 @@ def node_role(name: str, partition: str, parent: pulumi.Resource, role_name: str
 
 
 def launch_template(
-    name: str, volume_gib: int, key_arn: pulumi.Input[str], tags: dict[str, str], parent: pulumi.Resource
+    name: str, volume_gib: int, tags: dict[str, str], parent: pulumi.Resource, *, key_arn: pulumi.Input[str]
 ) -> aws.ec2.LaunchTemplate:
     """IMDSv2 only (hop limit 1: pods get credentials through IRSA, never the node's), gp3 root encrypted with
     the stack key, no SSH key, cost tags on the instances and volumes (default tags do not reach what an ASG
@@ -109,7 +109,7 @@ class NodeGroups(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         self.node_role = node_role(f"{name}-node", args.partition, self)
 
-        head_lt = launch_template(f"{name}-head", args.volume_gib, args.volume_key_arn, args.tags, self)
+        head_lt = launch_template(f"{name}-head", args.volume_gib, args.tags, self, key_arn=args.volume_key_arn)
         eks.ManagedNodeGroup(
             f"{name}-head",
             cluster=args.cluster,
@@ -132,7 +132,7 @@ class NodeGroups(pulumi.ComponentResource):
 
         self.gpu_group_name = None
         if args.gpu_instance_type is not None:
-            gpu_lt = launch_template(f"{name}-gpu", args.volume_gib, args.volume_key_arn, args.tags, self)
+            gpu_lt = launch_template(f"{name}-gpu", args.volume_gib, args.tags, self, key_arn=args.volume_key_arn)
             self.gpu_group_name = f"{args.cluster_name}-gpu"
             eks.ManagedNodeGroup(
                 f"{name}-gpu",

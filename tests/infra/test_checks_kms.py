@@ -107,9 +107,7 @@ def test_a_node_volume_on_another_key_is_reported(plan_for: Callable[[str], Plan
     """The large tier's us-east-1 billing key is in the plan too, but it is not the stack key."""
     plan = _copy(plan_for, "large")
     other = next(
-        item
-        for item in plan
-        if item["type"] == "aws:kms/key:Key" and item["urn"] != plan_select.stack_key(plan)["urn"]
+        item for item in plan if item["type"] == "aws:kms/key:Key" and item["urn"] != plan_select.stack_key(plan)["urn"]
     )
     (template,) = [item for item in plan if item["name"] == "nodes-head-lt"]
     template["inputs"]["blockDeviceMappings"][0]["ebs"]["kmsKeyId"] = other["outputs"]["arn"]
