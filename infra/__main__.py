@@ -50,9 +50,10 @@ providers = Providers("providers", ProvidersArgs(region=config.region, tags=tags
 aws_opts = pulumi.ResourceOptions(provider=providers.aws)
 context = aws_context.lookup(providers.aws)
 
-# The small tier's Spot node is launched by EC2 Auto Scaling, whose service-linked role must be let into the
-# key that encrypts its root volume (EKS node volumes use AWS's own EBS key).
-volume_launchers = [aws_context.service_linked_role_arn(providers.aws)] if config.tier == "small" else []
+# Node volumes are encrypted with the stack key. EC2 Auto Scaling launches the small tier's Spot node and every
+# EKS managed node group's nodes as its service-linked role, which only the key policy can let in; Karpenter
+# launches with its controller's role, which the key reaches through IAM (infra/components/karpenter.py).
+volume_launchers = [aws_context.service_linked_role_arn(providers.aws)]
 key = EncryptionKey(
     "kms", EncryptionKeyArgs(stack=stack, context=context, launcher_role_arns=volume_launchers), aws_opts
 )
@@ -217,6 +218,7 @@ if config.tier in ("medium", "large"):
             head_instance_type=eks.head_instance_type,
             head_nodes=eks.head_nodes,
             volume_gib=eks.node_volume_gib,
+            volume_key_arn=key.key_arn,
             gpu_instance_type=None if eks.karpenter_enabled else eks.gpu_instance_type,
             gpu_max_nodes=eks.gpu_max_nodes,
             tags=tags,
@@ -244,6 +246,7 @@ if config.tier in ("medium", "large"):
                 subnet_count=config.network.subnet_count,
                 ami_alias=eks.ami_alias,
                 volume_gib=eks.node_volume_gib,
+                volume_key_arn=key.key_arn,
                 node_pool=eks.node_pool,
                 tag_existing_subnets=not config.network.create_vpc,
                 tags=tags,

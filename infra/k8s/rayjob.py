@@ -380,6 +380,10 @@ def _head_template(args: RayJobArgs) -> dict[str, Any]:
             args,
             {
                 "serviceAccountName": args.service_account,
+                # A Kubernetes API token only for KubeRay's autoscaler sidecar (it scales the worker group
+                # through the API as this account); Ray itself never calls the API, and the IRSA token is a
+                # separate projected volume.
+                "automountServiceAccountToken": args.autoscaling,
                 "nodeSelector": dict(args.head.node_selector),
                 "terminationGracePeriodSeconds": args.termination_grace_s,
                 "securityContext": _pod_security(),

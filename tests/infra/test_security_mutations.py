@@ -106,6 +106,26 @@ def hop_limit_two_on_karpenter_nodes(plan: Plan) -> None:
     node_class["inputs"]["spec"]["metadataOptions"]["httpPutResponseHopLimit"] = 2
 
 
+def eks_node_volume_on_aws_ebs_key(plan: Plan) -> None:
+    # The template as it was before issue 20: encrypted, but with AWS's own EBS key.
+    for device in _one(plan, "aws:ec2/launchTemplate:LaunchTemplate", "nodes-gpu-lt")["inputs"]["blockDeviceMappings"]:
+        del device["ebs"]["kmsKeyId"]
+
+
+def karpenter_node_volume_on_aws_ebs_key(plan: Plan) -> None:
+    node_class = _one(plan, "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass")
+    for device in node_class["inputs"]["spec"]["blockDeviceMappings"]:
+        del device["ebs"]["kmsKeyID"]
+
+
+def key_policy_without_auto_scaling_role(plan: Plan) -> None:
+    # Node volumes moved to the stack key, but the key policy forgot the role that launches the head nodes.
+    def edit(doc: dict[str, Any]) -> None:
+        doc["Statement"] = [s for s in doc["Statement"] if not s.get("Sid", "").startswith("VolumeLaunchers")]
+
+    _edit_document(_one(plan, "aws:kms/key:Key", "kms-key"), "policy", edit)
+
+
 def ray_dashboard_on_internet_load_balancer(plan: Plan) -> None:
     account = _one(plan, "kubernetes:core/v1:ServiceAccount")
     service = {
@@ -344,6 +364,9 @@ MUTATIONS = [
     Mutation("small", whole_service_in_job_policy, "iam", "job-access-policy"),
     Mutation("small", ssm_core_back_on_the_small_node, "iam", "gpu-node-ssm"),
     Mutation("small", mutable_image_tags, "images", "image-repository"),
+    Mutation("medium", eks_node_volume_on_aws_ebs_key, "volume-keys", "nodes-gpu-lt"),
+    Mutation("large", karpenter_node_volume_on_aws_ebs_key, "volume-keys", "EC2NodeClass"),
+    Mutation("large", key_policy_without_auto_scaling_role, "volume-keys", "nodes-head-lt"),
 ]
 
 
@@ -360,5 +383,5 @@ def test_mutation_is_caught_by_its_rule(plan_for: Callable[[str], Plan], mutatio
 
 def test_every_security_rule_is_tripped_by_a_mutation() -> None:
     rules = {*checks_iam.RULES, *checks_network.RULES, *checks_k8s.RULES}
-    classic = {"cost-tags", "buckets", "iam", "launch-templates", "security-groups", "images"}
+    classic = {"cost-tags", "buckets", "iam", "launch-templates", "security-groups", "images", "volume-keys"}
     assert (rules | classic) - {mutation.rule for mutation in MUTATIONS} == set()
