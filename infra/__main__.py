@@ -161,6 +161,7 @@ observability = Observability(
         alert_email=config.alert_email,
         billing_provider=providers.billing,
         account_billing_alarm=config.monitoring.account_billing_alarm,
+        serve=config.serve.watch if config.serve.enabled else None,
     ),
     aws_opts,
 )

@@ -25,12 +25,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from infra import naming, versions
 from infra.k8s.common import check_dns_label, quantity_value
-from infra.k8s.head_group import RayHead, Requests, head_group_shortfall, pods_on_head_group
+from infra.k8s.head_group import SERVE_REPORTER, RayHead, Requests, head_group_shortfall, pods_on_head_group
 from infra.k8s.instance_types import NODE_MEMORY_SHARE, NODE_RESERVED_CPU, shape_of
 from infra.k8s.karpenter import NodePoolArgs
 from infra.k8s.network_policy import SERVE_PORT
 from infra.k8s.rayjob import PodSize
-from monitoring.alarms import AlarmThresholds
+from monitoring.alarms import AlarmThresholds, ServeWatch
 from workload import entrypoint
 from workload.config import DEFAULT_METRICS_NAMESPACE, ConfigError, JobConfig, ResumeConfig, build_config
 from workload.serve.config import ServeConfig, build_serve_config
@@ -297,6 +297,12 @@ class ServeSection(_Section):
         description="Also an internal AWS load balancer in front of the endpoint (never internet-facing); "
         "off: a ClusterIP Service, reached from inside the cluster or by kubectl port-forward.",
     )
+    alarm_latency_p95_ms: float = Field(
+        30000, gt=0, description="The endpoint's p95 request latency over this (ms) for two periods alarms."
+    )
+    alarm_error_ratio: float = Field(
+        0.02, gt=0, le=1, description="5xx answers / requests in a 5-minute period over this alarms."
+    )
     endpoint_overrides: dict[str, Any] = Field(
         default_factory=dict,
         description="Merged into the endpoint's `serve` settings (workload.serve.config.ServeSettings), e.g. "
@@ -329,10 +335,16 @@ class ServeSection(_Section):
 
     @property
     def ray_head(self) -> RayHead:
-        """The RayService's head on the head group, with KubeRay's autoscaler sidecar (replicas autoscale)."""
-        return RayHead(
-            "RayService", Requests(cpu=self.head_size.cpu, memory=self.head_size.memory), autoscaler=True, submitter=False
-        )
+        """The RayService's head on the head group: with its metrics reporter, and KubeRay's autoscaler sidecar
+        (replicas autoscale)."""
+        cpu = quantity_value(self.head_size.cpu) + quantity_value(SERVE_REPORTER.cpu)
+        memory = quantity_value(self.head_size.memory) + quantity_value(SERVE_REPORTER.memory)
+        requests = Requests(cpu=f"{round(cpu * 1000)}m", memory=f"{round(memory / 2**20)}Mi")
+        return RayHead("RayService", requests, autoscaler=True, submitter=False)
+
+    @property
+    def watch(self) -> ServeWatch:
+        return ServeWatch(self.alarm_latency_p95_ms, self.alarm_error_ratio, self.max_replicas)
 
 
 class ScheduleConfig(_Section):

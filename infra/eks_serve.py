@@ -34,6 +34,9 @@ def rayservice_args(config: StackConfig, stack: str, image: str, hub_token_secre
         protect_from_consolidation=eks.karpenter_enabled,
         labels={"llm-batch.io/stack": stack},
         hub_token_secret_arn=hub_token_secret_arn,
+        stack=stack,
+        metrics_namespace=config.monitoring.metrics_namespace,
+        region=config.region,
     )
 
 

@@ -33,7 +33,7 @@ from infra.k8s.common import (
     gpu_toleration,
     quantity_value,
 )
-from infra.k8s.head_group import RAY_AUTOSCALER
+from infra.k8s.head_group import RAY_AUTOSCALER, SERVE_REPORTER
 from infra.k8s.network_policy import SERVE_PORT
 from infra.k8s.rayjob import RAY_API_VERSION, PodSize, _container_security, _pod_security
 from workload.entrypoint import MODELS_DIR
@@ -59,6 +59,8 @@ INTERNAL_LB_ANNOTATIONS = {
     "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
 }
 SERVE_POOL = "serve"
+# Ray's Prometheus export on each node (KubeRay's default port, set here so the reporter can rely on it).
+METRICS_PORT = 8080
 SERVICE_COMPONENT = "rayservice"
 # KubeRay names the RayCluster `<rayservice>-<5 chars>` and its Services after it: the same room as a RayJob's.
 MAX_NAME = 40
@@ -89,6 +91,9 @@ class RayServiceArgs(_Strict):
     idle_timeout_s: int = Field(300, ge=0, description="An idle worker (no replica) is removed after this.")
     labels: dict[str, str] = Field(default_factory=dict)
     hub_token_secret_arn: str | None = None
+    stack: str = Field(description="The Stack dimension of the endpoint's metrics.")
+    metrics_namespace: str
+    region: str
 
     @field_validator("name")
     @classmethod
@@ -220,6 +225,7 @@ def _head_template(args: RayServiceArgs) -> dict[str, Any]:
             {"name": "dashboard", "containerPort": 8265},
             {"name": "client", "containerPort": 10001},
             {"name": "serve", "containerPort": SERVE_PORT},
+            {"name": "metrics", "containerPort": METRICS_PORT},
         ],
         "env": _env(),
         "resources": args.head_size.resources(),
@@ -234,10 +240,30 @@ def _head_template(args: RayServiceArgs) -> dict[str, Any]:
                 "serviceAccountName": args.service_account,
                 "nodeSelector": {POOL_LABEL: HEAD_POOL},
                 "securityContext": _pod_security(),
-                "containers": [container],
+                # KubeRay treats the first container as Ray's; the reporter comes after it.
+                "containers": [container, _reporter(args)],
                 "volumes": _volumes(args.head_models_volume),
             },
         ),
+    }
+
+
+def _reporter(args: RayServiceArgs) -> dict[str, Any]:
+    """The sidecar publishing the endpoint's latency, errors and replicas (`python -m workload.serve_reporter`)
+    from the head's Prometheus export; the head's service account carries the job role's PutMetricData."""
+    return {
+        "name": "serve-reporter",
+        "image": args.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [
+            "python", "-m", "workload.serve_reporter",
+            "--namespace", args.metrics_namespace,
+            "--stack", args.stack,
+            "--region", args.region,
+            "--url", f"http://127.0.0.1:{METRICS_PORT}/metrics",
+        ],  # fmt: skip
+        "resources": {"requests": SERVE_REPORTER.as_dict(), "limits": SERVE_REPORTER.as_dict()},
+        "securityContext": _container_security(),
     }
 
 
@@ -299,7 +325,11 @@ def render_rayservice(args: RayServiceArgs) -> Manifest:
         "headGroupSpec": {
             # Unlike the job's head, this one runs tasks: Serve's ingress replicas need a CPU, and on the head
             # they need no GPU node, so an idle endpoint (0 engine replicas) holds no GPU at all.
-            "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": str(head_cpus)},
+            "rayStartParams": {
+                "dashboard-host": "0.0.0.0",
+                "num-cpus": str(head_cpus),
+                "metrics-export-port": str(METRICS_PORT),
+            },
             "template": _head_template(args),
         },
         "workerGroupSpecs": [
