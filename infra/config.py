@@ -277,8 +277,11 @@ class ServeSection(_Section):
         16, ge=1, description="Requests in flight per replica that Serve's autoscaler aims for; more adds replicas."
     )
     busy_hours_per_day: float = Field(
-        8, ge=0, le=24, description="Hours a day the endpoint has traffic, for the estimate: max_replicas GPU nodes "
-        "then, min_replicas the rest of the day."
+        8,
+        ge=0,
+        le=24,
+        description="Hours a day the endpoint has traffic, for the estimate: max_replicas GPU nodes "
+        "then, min_replicas the rest of the day.",
     )
     instance_type: str = Field("g5.xlarge", description="GPU instance type of the endpoint's own node pool.")
     capacity_type: Literal["on-demand", "spot"] = Field(
@@ -545,7 +548,7 @@ class StackConfig(_Section):
                 "device": "gpu",
                 "replicas": max(self.serve.min_replicas, 1),
                 "max_replicas": self.serve.max_replicas,
-                "serve.host": "0.0.0.0",  # noqa: S104 - inside the pod; the NetworkPolicy admits the VPC only
+                "serve.host": "0.0.0.0",  # inside the pod; the NetworkPolicy admits the VPC only
                 "serve.port": SERVE_PORT,
                 "serve.haproxy": False,
                 "serve.direct_streaming": False,

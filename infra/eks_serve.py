@@ -13,7 +13,9 @@ from infra.k8s.rayservice import RayServiceArgs, render_rayservice, workers_for
 RAYSERVICE_NAME = "llm-batch-serve"
 
 
-def rayservice_args(config: StackConfig, stack: str, image: str, hub_token_secret_arn: str | None = None) -> RayServiceArgs:
+def rayservice_args(
+    config: StackConfig, stack: str, image: str, hub_token_secret_arn: str | None = None
+) -> RayServiceArgs:
     eks, serve = config.eks, config.serve
     return RayServiceArgs(
         name=RAYSERVICE_NAME,
@@ -40,7 +42,9 @@ def rayservice_args(config: StackConfig, stack: str, image: str, hub_token_secre
     )
 
 
-def rayservice_manifest(config: StackConfig, stack: str, image: str, hub_token_secret_arn: str | None = None) -> Manifest:
+def rayservice_manifest(
+    config: StackConfig, stack: str, image: str, hub_token_secret_arn: str | None = None
+) -> Manifest:
     return render_rayservice(rayservice_args(config, stack, image, hub_token_secret_arn))
 
 

@@ -155,13 +155,19 @@ def serve_widgets(stack: str, namespace: str, region: str, serve: ServeWatch) ->
             [
                 _metric(namespace, stack, mn.SERVE_REQUESTS, "Sum", period, id="requests", label="requests"),
                 _metric(namespace, stack, mn.SERVE_ERRORS, "Sum", period, id="errors", label="5xx"),
-                [{"expression": "IF(requests > 0, errors / requests)", "id": "ratio", "label": "error ratio",
-                  "yAxis": "right"}],
+                [
+                    {
+                        "expression": "IF(requests > 0, errors / requests)",
+                        "id": "ratio",
+                        "label": "error ratio",
+                        "yAxis": "right",
+                    }
+                ],
             ],
             annotations={
                 "horizontal": [{"label": "error ratio alarm", "value": serve.error_ratio_max, "yAxis": "right"}]
             },
-        ),  # fmt: skip
+        ),
         _graph(
             "Endpoint replicas",
             region,

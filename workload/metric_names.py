@@ -82,7 +82,9 @@ ALL_METRICS = (
 )
 
 # The online endpoint's (the RayService's), published each interval by `workload.serve_reporter` beside its head.
-SERVE_REQUESTS = MetricName("ServeRequests", "Count", Scope.STACK, "HTTP requests the endpoint answered in the interval")
+SERVE_REQUESTS = MetricName(
+    "ServeRequests", "Count", Scope.STACK, "HTTP requests the endpoint answered in the interval"
+)
 SERVE_ERRORS = MetricName("ServeErrors", "Count", Scope.STACK, "requests answered with a 5xx in the interval")
 SERVE_LATENCY_P95 = MetricName(
     "ServeLatencyP95", "Milliseconds", Scope.STACK, "95th percentile end-to-end latency of the interval's requests"

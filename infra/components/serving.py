@@ -103,7 +103,9 @@ class Serving(pulumi.ComponentResource):
                 capacity_type="SPOT" if args.capacity_type == "spot" else "ON_DEMAND",
                 instance_types=[args.instance_type],
                 # 0 until Ray asks for a replica's worker; the cluster autoscaler sizes it, so Pulumi leaves it be.
-                scaling_config=aws.eks.NodeGroupScalingConfigArgs(min_size=0, desired_size=0, max_size=args.max_workers),
+                scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                    min_size=0, desired_size=0, max_size=args.max_workers
+                ),
                 ignore_scaling_changes=True,
                 launch_template=aws.eks.NodeGroupLaunchTemplateArgs(id=lt.id, version=lt.latest_version.apply(str)),
                 labels={POOL_LABEL: SERVE_POOL},
@@ -144,4 +146,3 @@ class Serving(pulumi.ComponentResource):
             lambda m: f"{m['metadata']['name']}-serve-svc.{m['metadata']['namespace']}.svc.cluster.local"
         )
         self.register_outputs({"service_host": self.service_host})
-

@@ -167,7 +167,7 @@ def serve_config_v2(args: RayServiceArgs) -> dict[str, Any]:
     return {
         # One proxy, on the head: the serve Service targets the head only, and workers come and go with replicas.
         "proxy_location": "HeadOnly",
-        "http_options": {"host": "0.0.0.0", "port": SERVE_PORT},  # noqa: S104 - the NetworkPolicy decides who
+        "http_options": {"host": "0.0.0.0", "port": SERVE_PORT},  # the NetworkPolicy decides who reaches it
         "applications": [
             {
                 "name": APP_NAME,
@@ -256,12 +256,18 @@ def _reporter(args: RayServiceArgs) -> dict[str, Any]:
         "image": args.image,
         "imagePullPolicy": "IfNotPresent",
         "command": [
-            "python", "-m", "workload.serve_reporter",
-            "--namespace", args.metrics_namespace,
-            "--stack", args.stack,
-            "--region", args.region,
-            "--url", f"http://127.0.0.1:{METRICS_PORT}/metrics",
-        ],  # fmt: skip
+            "python",
+            "-m",
+            "workload.serve_reporter",
+            "--namespace",
+            args.metrics_namespace,
+            "--stack",
+            args.stack,
+            "--region",
+            args.region,
+            "--url",
+            f"http://127.0.0.1:{METRICS_PORT}/metrics",
+        ],
         "resources": {"requests": SERVE_REPORTER.as_dict(), "limits": SERVE_REPORTER.as_dict()},
         "securityContext": _container_security(),
     }
