@@ -218,7 +218,7 @@ def check_worker_identity(plan: Plan) -> list[Violation]:
 
 EKS_CLUSTER = "eks:index:Cluster"
 # RFC 1918: where a VPC's addresses lie; the Serve port may be opened to a block inside them, never wider.
-_PRIVATE_BLOCKS = tuple(ipaddress.ip_network(block) for block in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
+_PRIVATE_BLOCKS = tuple(ipaddress.IPv4Network(block) for block in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
 
 
@@ -227,7 +227,7 @@ def _private_block(cidr: Any) -> bool:
         network = ipaddress.ip_network(str(cidr))
     except ValueError:
         return False
-    return any(network.subnet_of(block) for block in _PRIVATE_BLOCKS if network.version == block.version)
+    return isinstance(network, ipaddress.IPv4Network) and any(network.subnet_of(block) for block in _PRIVATE_BLOCKS)
 
 
 def _peer_problem(peer: dict[str, Any], serve_only: bool = False) -> str | None:

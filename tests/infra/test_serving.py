@@ -276,3 +276,36 @@ def test_serve_config_targets_the_engine_deployment_by_its_serve_llm_name() -> N
 
     (app,) = serve_config_v2(rayservice_args(config, "medium", "r/i:1"))["applications"]
     assert app["deployments"][0]["name"] == llm_deployment_name("org/m.v1") == "LLMServer:org--m_v1"
+
+
+def test_the_network_rule_admits_the_vpc_on_the_serve_port_only() -> None:
+    def rule(cidr: str, port: int) -> dict[str, Any]:
+        return {"ingress": [{"from": [{"ipBlock": {"cidr": cidr}}], "ports": [{"protocol": "TCP", "port": port}]}]}
+
+    assert checks_k8s.ray_policy_problems(rule("10.40.0.0/16", SERVE_PORT)) == []
+    assert checks_k8s.ray_policy_problems(rule("0.0.0.0/0", SERVE_PORT)) == [
+        "ingress[0] admits the address block 0.0.0.0/0"
+    ]
+    assert checks_k8s.ray_policy_problems(rule("10.40.0.0/16", 6379)) == [
+        "ingress[0] admits the address block 10.40.0.0/16"
+    ]
+    unbounded = {"ingress": [{"from": [{"ipBlock": {"cidr": "10.40.0.0/16"}}]}]}  # every port
+    assert checks_k8s.ray_policy_problems(unbounded) == ["ingress[0] admits the address block 10.40.0.0/16"]
+
+
+def test_pod_security_reads_every_pod_of_the_rayservice() -> None:
+    config = _config("large", **SERVE_ON)
+    manifest = rayservice_manifest(config, "large", "r/i:1", "arn:secret")
+    pods = dict(checks_k8s.pod_specs(manifest))
+    head = "spec.rayClusterConfig.headGroupSpec.template.spec"
+    worker = "spec.rayClusterConfig.workerGroupSpecs[0].template.spec"
+    assert set(pods) == {head, worker}
+    # The head's containers: Ray, the metrics reporter and KubeRay's autoscaler sidecar; the hub token's init.
+    assert [c["name"] for c in pods[head]["containers"]] == ["ray-head", "serve-reporter", "autoscaler"]
+    assert all(checks_k8s.pod_security_problems(pod) == [] for pod in pods.values())
+    bad = json.loads(json.dumps(manifest))
+    bad["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["securityContext"] = {
+        "privileged": True
+    }
+    problems = checks_k8s.pod_security_problems(dict(checks_k8s.pod_specs(bad))[worker])
+    assert "container ray-worker is privileged" in problems
