@@ -309,3 +309,18 @@ def test_pod_security_reads_every_pod_of_the_rayservice() -> None:
     }
     problems = checks_k8s.pod_security_problems(dict(checks_k8s.pod_specs(bad))[worker])
     assert "container ray-worker is privileged" in problems
+
+
+def test_plan_set_overrides_reach_the_config_and_bad_ones_are_named() -> None:
+    from infra.ops.plan import parse_sets
+    from infra.ops.stacks import PlanError
+
+    sets = parse_sets(["serve.enabled=true", "serve.max_replicas=3", "eks.head_instance_type=m5.2xlarge"])
+    assert sets == {"serve.enabled": True, "serve.max_replicas": 3, "eks.head_instance_type": "m5.2xlarge"}
+    config = _config("large", **sets)
+    assert config.serve.enabled and config.serve.max_replicas == 3
+    assert config.monitoring.batch_latency_p95_max_s == 180  # the file's own nested keys are kept
+    with pytest.raises(PlanError, match="expected KEY=VALUE"):
+        parse_sets(["serve.enabled"])
+    with pytest.raises(PlanError, match="not an object"):
+        read_stack_config("large", {"region.x": 1})
