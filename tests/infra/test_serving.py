@@ -27,7 +27,7 @@ from infra.ops.plan import capture_plan
 from infra.ops.policy import gate
 from infra.ops.stacks import read_stack_config
 from infra.pricing.estimate import NIGHTS_PER_MONTH, estimate
-from infra.pricing.stack_costs import estimate_inputs, run_hourly_usd
+from infra.pricing.stack_costs import capacity_pools, estimate_inputs, run_hourly_usd
 from infra.pricing.table import load_prices
 from monitoring.alarms import serve_alarms
 from tests.infra.conftest import Plan
@@ -243,6 +243,11 @@ def test_estimate_prices_the_endpoint_gpu_hours(tier: str) -> None:
     assert result.subtotal("serving") == pytest.approx(2 * busy_hours * on_demand + 2 * 200 * busy_hours / 730 * 0.08)
     # The job's own price per hour (its cost per token) is the nightly pool's, whatever the endpoint costs.
     assert run_hourly_usd(config, PRICES) == run_hourly_usd(_config(tier), PRICES)
+    # The quota check counts the endpoint at its largest beside the night's nodes: both may run at once.
+    required, _ = capacity_pools(config, PRICES)
+    assert [(p.instance_type, p.count, p.capacity) for p in required if p.name.startswith("endpoint")] == [
+        ("g5.xlarge", 2, "on-demand")
+    ]
     # One replica kept warm adds the rest of the day for one node; Spot capacity is priced at Spot.
     warm = _config(tier, **SERVE_ON, **{"serve.min_replicas": 1, "serve.capacity_type": "spot"})
     items = [
