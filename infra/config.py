@@ -209,8 +209,9 @@ class EksConfig(_Section):
 
     @property
     def ray_heads(self) -> list[RayHead]:
-        """Every Ray head on the head group: the nightly RayJob's (with its autoscaler sidecar when Ray
-        autoscales, Karpenter's tier, and its submitter pod). A feature adding a Ray cluster adds its head here."""
+        """The nightly RayJob's Ray head on the head group (with its autoscaler sidecar when Ray autoscales,
+        Karpenter's tier, and its submitter pod). The online endpoint's RayService head, configured outside this
+        section, joins it in `StackConfig._serve_fits` (`ServeSection.ray_head`)."""
         return [
             RayHead(
                 "nightly RayJob",
