@@ -34,7 +34,7 @@ from infra.components.serving import Serving, ServingArgs
 from infra.components.spot_node import SpotNode, SpotNodeArgs
 from infra.config import from_pulumi
 from infra.eks_job import base_rayjob_args
-from infra.eks_serve import RAYSERVICE_NAME, rayservice_manifest, serve_max_workers
+from infra.eks_serve import RAYSERVICE_NAME, rayservice_manifest, serve_worker_ceiling
 from infra.k8s.karpenter import DISCOVERY_TAG
 from infra.k8s.network_policy import SERVE_PORT
 from infra.k8s.rayservice import pod_labels
@@ -312,7 +312,7 @@ if config.tier in ("medium", "large"):
                 vpc_cidr=network.vpc_cidr,
                 instance_type=config.serve.instance_type,
                 capacity_type=config.serve.capacity_type,
-                max_workers=serve_max_workers(config),
+                max_workers=serve_worker_ceiling(config),
                 gpus_per_worker=config.serve.worker_size.gpus,
                 node_role=None if eks.karpenter_enabled else nodes.node_role,
                 private_subnet_ids=network.private_subnet_ids,

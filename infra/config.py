@@ -211,7 +211,7 @@ class EksConfig(_Section):
     def ray_heads(self) -> list[RayHead]:
         """The nightly RayJob's Ray head on the head group (with its autoscaler sidecar when Ray autoscales,
         Karpenter's tier, and its submitter pod). The online endpoint's RayService head, configured outside this
-        section, joins it in `StackConfig._serve_fits` (`ServeSection.ray_head`)."""
+        section, joins it in `StackConfig._serve_fits` (`ServeSection.ray_heads`)."""
         return [
             RayHead(
                 "nightly RayJob",
@@ -338,13 +338,17 @@ class ServeSection(_Section):
         return self
 
     @property
-    def ray_head(self) -> RayHead:
-        """The RayService's head on the head group: with its metrics reporter, and KubeRay's autoscaler sidecar
-        (replicas autoscale)."""
+    def ray_heads(self) -> list[RayHead]:
+        """The RayService's heads on the head group, each with its metrics reporter and KubeRay's autoscaler
+        sidecar (replicas autoscale): the serving cluster's, and the new cluster's that KubeRay starts beside it
+        while it upgrades the RayService (a new image), until traffic has switched."""
         cpu = quantity_value(self.head_size.cpu) + quantity_value(SERVE_REPORTER.cpu)
         memory = quantity_value(self.head_size.memory) + quantity_value(SERVE_REPORTER.memory)
         requests = Requests(cpu=f"{round(cpu * 1000)}m", memory=f"{round(memory / 2**20)}Mi")
-        return RayHead("RayService", requests, autoscaler=True, submitter=False)
+        return [
+            RayHead(name, requests, autoscaler=True, submitter=False)
+            for name in ("RayService", "RayService upgrade (new cluster)")
+        ]
 
     @property
     def watch(self) -> ServeWatch:
@@ -520,7 +524,7 @@ class StackConfig(_Section):
                 "one Spot node is the nightly run's"
             )
         eks = self.eks
-        pods = pods_on_head_group([*eks.ray_heads, self.serve.ray_head], karpenter=eks.karpenter_enabled)
+        pods = pods_on_head_group([*eks.ray_heads, *self.serve.ray_heads], karpenter=eks.karpenter_enabled)
         shortfall = head_group_shortfall(pods, shape_of(eks.head_instance_type), eks.head_nodes)
         if shortfall is not None:
             raise ValueError(

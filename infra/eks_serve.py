@@ -48,7 +48,12 @@ def rayservice_manifest(
     return render_rayservice(rayservice_args(config, stack, image, hub_token_secret_arn))
 
 
-def serve_max_workers(config: StackConfig) -> int:
-    """GPU worker pods (one node each) the endpoint holds at `serve.max_replicas`."""
+def serve_worker_ceiling(config: StackConfig) -> int:
+    """The most GPU worker pods the endpoint may hold at once: `serve.max_replicas` worth, plus `serve.min_replicas`
+    worth for the new cluster KubeRay brings up beside the old one while it upgrades the RayService (a new image
+    or cluster spec; its default `NewCluster` strategy switches traffic only once the new cluster serves)."""
     serve = config.serve
-    return workers_for(serve.max_replicas, serve.worker_size.gpus, config.serve_config().engine.tensor_parallel_size)
+    tp = config.serve_config().engine.tensor_parallel_size
+    return workers_for(serve.max_replicas, serve.worker_size.gpus, tp) + workers_for(
+        serve.min_replicas, serve.worker_size.gpus, tp
+    )

@@ -40,6 +40,7 @@ class ServingArgs:
     vpc_cidr: pulumi.Input[str]
     instance_type: str
     capacity_type: str  # "on-demand" or "spot"
+    # The most worker pods at once (infra.eks_serve.serve_worker_ceiling): the pool's node ceiling.
     max_workers: int
     gpus_per_worker: int
     # Medium: a managed node group of the endpoint's own, built with this role and subnets.
@@ -58,7 +59,8 @@ def serve_node_pool(args: ServingArgs) -> Manifest:
     shape = shape_of(args.instance_type)
     per_node = max(1, shape.gpus // args.gpus_per_worker)
     nodes = math.ceil(args.max_workers / per_node)
-    assert args.node_class is not None
+    if args.node_class is None:
+        raise ValueError("the endpoint's NodePool needs the stack's EC2NodeClass (large tier)")
     return render_node_pool(
         NodePoolArgs(
             name=SERVE_NODE_POOL,

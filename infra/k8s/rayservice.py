@@ -352,6 +352,10 @@ def render_rayservice(args: RayServiceArgs) -> Manifest:
     spec: dict[str, Any] = {
         "serveConfigV2": yaml.safe_dump(serve_config_v2(args), sort_keys=False),
         "rayClusterConfig": cluster,
+        # KubeRay's default, stated because the sizing depends on it: a changed cluster spec (a new image) brings
+        # up a whole new cluster and switches traffic once it serves, so for a while there are two heads and the
+        # new cluster's min workers (infra.config counts the head; infra.eks_serve.serve_worker_ceiling the nodes).
+        "upgradeStrategy": {"type": "NewCluster"},
     }
     if args.internal_load_balancer:
         spec["serveService"] = _serve_service(args)

@@ -275,6 +275,16 @@ def test_serve_alarms_are_accepted_by_cloudwatch_and_watch_the_reporter_metrics(
     assert at_max.threshold == config.serve.max_replicas
 
 
+def test_the_endpoint_pool_leaves_room_for_an_upgrade_s_new_cluster() -> None:
+    from infra.eks_serve import serve_worker_ceiling
+
+    assert serve_worker_ceiling(_config("large", **SERVE_ON)) == 2  # min 0: the new cluster starts with no worker
+    warm = _config("large", **SERVE_ON, **{"serve.min_replicas": 1, "serve.max_replicas": 3})
+    assert serve_worker_ceiling(warm) == 4
+    manifest = rayservice_manifest(warm, "large", "r/i:1")
+    assert manifest["spec"]["upgradeStrategy"] == {"type": "NewCluster"}
+
+
 def test_serve_config_targets_the_engine_deployment_by_its_serve_llm_name() -> None:
     config = _config("medium", **SERVE_ON, **{"serve.endpoint_overrides": {"model_id": "org/m.v1"}})
     from infra.eks_serve import rayservice_args
