@@ -176,6 +176,42 @@ def ray_head_open_to_every_namespace(plan: Plan) -> None:
     policy["inputs"]["spec"]["ingress"].append({"from": [{"namespaceSelector": {}}], "ports": [{"port": 8265}]})
 
 
+def _endpoint(*, internal_load_balancer: bool = False) -> dict[str, Any]:
+    """The online endpoint's RayService as the program renders it with serve.enabled (infra/eks_serve.py)."""
+    from infra.config import decode_pulumi_values, load_stack_config
+    from infra.eks_serve import rayservice_manifest
+    from infra.ops.stacks import read_stack_config
+
+    overrides = {
+        "serve.enabled": True,
+        "eks.head_instance_type": "m5.2xlarge",
+        "serve.internal_load_balancer": internal_load_balancer,
+    }
+    values, _ = read_stack_config("large", overrides)
+    return rayservice_manifest(load_stack_config("large", decode_pulumi_values(values)), "large", "r/w:1")
+
+
+def endpoint_on_internet_load_balancer(plan: Plan) -> None:
+    manifest = _endpoint(internal_load_balancer=True)
+    manifest["spec"]["serveService"]["metadata"]["annotations"] = {}  # the internal scheme forgotten
+    _new(plan, _one(plan, "kubernetes:core/v1:ServiceAccount"), "kubernetes:ray.io/v1:RayService", "endpoint", manifest)
+
+
+def endpoint_worker_privileged(plan: Plan) -> None:
+    manifest = _endpoint()
+    worker = manifest["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]
+    worker["containers"][0]["securityContext"] = {"privileged": True}
+    _new(plan, _one(plan, "kubernetes:core/v1:ServiceAccount"), "kubernetes:ray.io/v1:RayService", "endpoint", manifest)
+
+
+def ray_ports_opened_to_the_vpc(plan: Plan) -> None:
+    """The Serve port's VPC rule copied onto GCS: the VPC may reach the Serve port, never Ray's own."""
+    policy = _one(plan, "kubernetes:networking.k8s.io/v1:NetworkPolicy", "job-identity-ray-head-ingress")
+    policy["inputs"]["spec"]["ingress"].append(
+        {"from": [{"ipBlock": {"cidr": "10.40.0.0/16"}}], "ports": [{"protocol": "TCP", "port": 6379}]}
+    )
+
+
 def endpoint_without_policy(plan: Plan) -> None:
     _one(plan, "aws:ec2/vpcEndpoint:VpcEndpoint", "network-ecr-dkr")["inputs"].pop("policy")
 
@@ -339,6 +375,9 @@ MUTATIONS = [
     Mutation("large", hop_limit_two_on_karpenter_nodes, "node-metadata", "EC2NodeClass"),
     Mutation("large", ray_dashboard_on_internet_load_balancer, "k8s-exposure", "Service ray-dashboard"),
     Mutation("medium", ray_dashboard_on_internet_ingress, "k8s-exposure", "Ingress ray"),
+    Mutation("medium", endpoint_on_internet_load_balancer, "k8s-exposure", "RayService endpoint"),
+    Mutation("large", endpoint_worker_privileged, "pod-security", "RayService endpoint"),
+    Mutation("medium", ray_ports_opened_to_the_vpc, "ray-network-policy", "job-identity-ray-head-ingress"),
     Mutation("medium", job_namespace_without_pod_security, "pod-security", "job-identity-namespace"),
     Mutation("large", debug_pod_with_host_path_in_job_namespace, "pod-security", "Pod debug"),
     Mutation("large", api_token_back_on_the_workers, "worker-identity", "job-identity-worker-service-account"),
