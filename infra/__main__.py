@@ -320,6 +320,7 @@ if config.tier in ("medium", "large"):
                 node_role=None if eks.karpenter_enabled else nodes.node_role,
                 private_subnet_ids=network.private_subnet_ids,
                 volume_gib=eks.node_volume_gib,
+                volume_key_arn=key.key_arn,
                 node_class=eks.node_pool.node_class if eks.karpenter_enabled else None,
                 depends_on=[kuberay, identity, *([karpenter] if karpenter else [])],
                 tags=tags,

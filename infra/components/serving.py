@@ -47,6 +47,8 @@ class ServingArgs:
     node_role: aws.iam.Role | None
     private_subnet_ids: pulumi.Input[Sequence[str]]
     volume_gib: int
+    # The stack key the endpoint's node volumes are encrypted with (the volume-keys rule).
+    volume_key_arn: pulumi.Input[str]
     # Large: a Karpenter NodePool of its own, on the stack's EC2NodeClass; None on the medium tier.
     node_class: str | None
     # What the custom resources wait for: the KubeRay chart (the RayService CRD), the job namespace, Karpenter.
@@ -94,7 +96,7 @@ class Serving(pulumi.ComponentResource):
         if args.node_class is None:
             if args.node_role is None:
                 raise ValueError("the medium tier's endpoint needs the node role for its own node group")
-            lt = launch_template(f"{name}-gpu", args.volume_gib, args.tags, self)
+            lt = launch_template(f"{name}-gpu", args.volume_gib, args.tags, self, key_arn=args.volume_key_arn)
             group = eks.ManagedNodeGroup(
                 f"{name}-gpu",
                 cluster=args.cluster,
