@@ -2,13 +2,16 @@
 builds Serve LLM's app, and the autoscaling override names a deployment that app really has.
 
 Built with Ray Serve's own application builder (what `serve deploy` does before it starts anything), over the
-job's tiny demo model; no Ray cluster or engine is started.
+job's tiny demo model; no engine is started. The builder starts a local Ray in this process, which the test shuts
+down: a Ray left connected here makes every later in-process job's `ray.init` fail (seen in CI).
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator
 
+import pytest
 import yaml
 
 from infra.config import decode_pulumi_values, load_stack_config
@@ -16,6 +19,18 @@ from infra.eks_serve import rayservice_manifest
 from infra.ops.stacks import read_stack_config
 
 
+@pytest.fixture
+def no_ray_left_behind() -> Iterator[None]:
+    import ray
+
+    assert not ray.is_initialized(), "an earlier test left Ray connected in this process"
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@pytest.mark.usefixtures("no_ray_left_behind")
 def test_the_serve_config_builds_the_endpoint_app_and_overrides_its_engine_deployment(tmp_path, monkeypatch) -> None:
     from ray.serve._private.build_app import build_app
 
