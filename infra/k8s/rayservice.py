@@ -205,14 +205,7 @@ def _mounts() -> list[dict[str, Any]]:
 
 
 def _with_hub_token(args: RayServiceArgs, pod: dict[str, Any]) -> dict[str, Any]:
-    if args.hub_token_secret_arn is None:
-        return pod
-    container = pod["containers"][0]
-    container["env"] = [*container["env"], *hub_token.container_env()]
-    container["volumeMounts"] = [*container["volumeMounts"], hub_token.container_mount()]
-    pod["initContainers"] = [hub_token.init_container(args.image, args.hub_token_secret_arn, _container_security())]
-    pod["volumes"] = [*pod["volumes"], hub_token.volume()]
-    return pod
+    return hub_token.with_token(pod, args.image, args.hub_token_secret_arn, _container_security())
 
 
 def _head_template(args: RayServiceArgs) -> dict[str, Any]:
