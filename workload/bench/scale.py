@@ -50,18 +50,30 @@ def write_input(folder: Path, rows: int) -> dict[str, int]:
     for file in range(FILES):
         lines = []
         for i in range(file * per_file, min(rows, (file + 1) * per_file)):
-            if i % BAD_EVERY == BAD_EVERY - 1:
+            if i % BAD_EVERY == BAD_EVERY - 1:  # checked first: a row is bad, a repeat, or good
                 lines.append(f'{{"id": "bad-{i}", "prompt": ')
                 counts["bad"] += 1
             elif i % DUPLICATE_EVERY == DUPLICATE_EVERY - 1:
-                # 500 rows back: near a file's start that is a row of the file before it.
-                lines.append(json.dumps({"id": f"r-{max(i - 500, 0)}", "prompt": "again"}))
+                # About 500 rows back: near a file's start that is a row of the file before it.
+                lines.append(json.dumps({"id": f"r-{_good_row_before(i - 500)}", "prompt": "again"}))
                 counts["duplicate"] += 1
             else:
                 lines.append(json.dumps({"id": f"r-{i}", "prompt": f"Question {i % 97}: why?"}))
                 counts["good"] += 1
         (folder / f"part-{file:03d}.jsonl").write_text("\n".join(lines) + "\n")
     return counts
+
+
+def _is_good(i: int) -> bool:
+    return i % BAD_EVERY != BAD_EVERY - 1 and i % DUPLICATE_EVERY != DUPLICATE_EVERY - 1
+
+
+def _good_row_before(i: int) -> int:
+    """The nearest good row at or before `i` (row 0 is good): the id a repeated row repeats."""
+    i = max(i, 0)
+    while not _is_good(i):
+        i -= 1
+    return i
 
 
 def _job_config(profile: BenchProfile, model_path: str, run_dir: Path) -> dict[str, Any]:
