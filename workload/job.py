@@ -268,6 +268,7 @@ def _run_engine(
     stop: Any,
     lease: OutputLease,
     timings: dict[str, float],
+    memory: dict[str, float],
 ) -> bool:
     """Stream the pending shards' rows from the input through Ray Data LLM; returns False if stopped by a signal."""
     from workload.input_stream import id_pass, input_stream
@@ -295,6 +296,7 @@ def _run_engine(
     # Every ray.init (ours, and the one build_processor makes) installs a SIGTERM handler that exits at once,
     # without committing: take the signal back just before the work starts.
     stop.install()
+    memory["before_stream"] = _driver_rss_mib()
     try:
         for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
             ok, failed, rejected, out_tokens = committer.take(batch)
@@ -367,6 +369,15 @@ def _driver_peak_rss_mib() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
+def _driver_rss_mib() -> float:
+    """The driver's resident memory now."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return round(int(statm.read().split()[1]) * resource.getpagesize() / (1 << 20), 1)
+    except OSError:  # not Linux: the peak is the best figure there is
+        return _driver_peak_rss_mib()
+
+
 def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, started: float) -> RunOutcome:
     from workload.runtime import StopSignal, ray_session
 
@@ -376,6 +387,9 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
     known = previous.get("input_files") if previous and config.resume.mode == "resume" else None
     plan = plan_input(config.input, known)
     timings["plan_s"] = round(time.monotonic() - started, 3)
+    # Where the driver's memory went: its peak up to the end of the plan (the only time it reads input bytes),
+    # its size when the rows start to stream (Ray and the pipeline built), and its peak over the whole attempt.
+    memory = {"peak_after_plan": _driver_peak_rss_mib()}
     manifest, attempt = _start_attempt(store, config, plan, previous)
     failpoints.reached(failpoints.ATTEMPT_STARTED)
     committed = store.recover()
@@ -398,6 +412,7 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
         entry["wall_s"] = round(time.monotonic() - started, 3)
         entry["engine_restarts"] = committer.engine_restarts
         entry["driver_peak_rss_mib"] = _driver_peak_rss_mib()
+        entry["driver_rss_mib"] = memory
         entry["timings_s"] = {k: v for k, v in timings.items() if k != "t0"}
         store.write_manifest(manifest)
 
@@ -406,7 +421,7 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
         committer = _ShardCommitter(store, config, plan.rows_in, pending, {}, attempt, metrics, record_attempt)
         if pending and not stop.stopped:
             with ray_session(config.device):
-                completed = _run_engine(committer, config, plan, progress, stop, lease, timings)
+                completed = _run_engine(committer, config, plan, progress, stop, lease, timings, memory)
             # Stopped by a signal: every shard complete so far is committed; the rest is redone next time.
             completed = completed and not committer.pending
         # The handler stays ours until the summary is written: a SIGTERM after the last commit lets the run
