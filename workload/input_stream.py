@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import pickle
+import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,25 @@ from workload.rows import (
 )
 from workload.storage import Location
 
+
+def _arrow_type(annotation: Any) -> pa.DataType:
+    """The Arrow type of a sampling field, from its annotation (`int | None` is a nullable int64)."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) is list:
+        return pa.list_(_arrow_type(args[0]))
+    if args and typing.get_origin(annotation) is not list:
+        return _arrow_type(args[0])
+    known = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}
+    if annotation not in known:
+        raise TypeError(f"no Arrow type for a sampling field of type {annotation!r}")
+    return known[annotation]
+
+
+# One explicit type for every row's `sampling_params`: inferred per block, a field no row of a block set (an empty
+# `stop` list, a null seed) would get another type than in the next block, and Ray cannot concatenate the two.
+SAMPLING_TYPE = pa.struct(
+    [(name, _arrow_type(field.annotation)) for name, field in SamplingParams.model_fields.items()]
+)
 BLOCK_ROWS = 1024  # rows per block a reader yields: small enough to stream, big enough to batch
 BLOCK_BYTES = 16 << 20
 ERROR_COLUMN = "__inference_error__"
@@ -318,18 +338,14 @@ def _validated(batch: pa.Table, defaults: SamplingParams, duplicates: dict[str, 
         for name, value in values.items():
             columns[name].append(value)
     types = {
+        "sampling_params": SAMPLING_TYPE,
         "_pos": pa.int64(),
         "_row": pa.int64(),
         "_line": pa.int64(),
         "_max_tokens": pa.int64(),
         "_passthrough": pa.binary(),
     }
-    return pa.table(
-        {
-            name: pa.array(values, types.get(name, pa.string()) if name != "sampling_params" else None)
-            for name, values in columns.items()
-        }
-    )
+    return pa.table({name: pa.array(values, types.get(name, pa.string())) for name, values in columns.items()})
 
 
 def input_stream(
