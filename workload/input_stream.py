@@ -283,7 +283,7 @@ ENGINE_FIELDS = ("_pos", "id", "prompt", "messages_json", "sampling_params", "_m
 ERROR_FIELDS = ("_file", "_row", "_line", "_raw", "_raw_encoding", "_error_type", ERROR_COLUMN)
 
 
-def _validated(batch: pa.Table, defaults: SamplingParams, duplicates: dict[str, int]) -> pa.Table:
+def _validated(batch: pa.Table, defaults: SamplingParams, duplicates: dict[str, int], rejected: bool) -> pa.Table:
     """One block of records as the engine's input: valid rows with their engine fields, bad rows as error rows
     (`__inference_error__` set, so every Ray Data LLM stage passes them through to the driver untouched)."""
     columns: dict[str, list[Any]] = {name: [] for name in ENGINE_FIELDS + ERROR_FIELDS}
@@ -301,6 +301,8 @@ def _validated(batch: pa.Table, defaults: SamplingParams, duplicates: dict[str, 
                 "duplicate_id",
                 f"id {outcome.id!r} appeared earlier",
             )
+        if isinstance(outcome, ValidRow) == rejected:
+            continue  # the other read's row
         if isinstance(outcome, ValidRow):
             values = {
                 "_pos": outcome.position,
@@ -355,12 +357,18 @@ def input_stream(
     shard_rows: int,
     shards: set[int],
     num_cpus: float,
+    rejected: bool,
 ) -> ray.data.Dataset:
-    """The rows of `shards`, validated: the pipeline's input (see workload/pipeline.py's build_pipeline)."""
+    """The rows of `shards`, validated: the valid ones (the pipeline's input, see workload/pipeline.py's
+    build_pipeline), or with `rejected` the ones that failed validation, as error rows.
+
+    The two are separate reads of the same files, joined after the engine stages (`Dataset.union`): a batch of
+    only failed rows inside Ray Data LLM's stages gets other column types than its neighbours, which Ray Data
+    then cannot concatenate (a null column where the others hold a struct)."""
     files = plan.files_with(shards, shard_rows)
     return read_records(files, shard_rows, shards, num_cpus).map_batches(
         _validated,
-        fn_kwargs={"defaults": defaults, "duplicates": duplicates},
+        fn_kwargs={"defaults": defaults, "duplicates": duplicates, "rejected": rejected},
         batch_format="pyarrow",
         batch_size=None,
         num_cpus=num_cpus,

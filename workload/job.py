@@ -286,13 +286,25 @@ def _run_engine(
         raise ConfigError(problem)
     committer.types = facts.types
     model_path = resolve_model(config.model) if facts.valid_rows else ""
-    rows = input_stream(
-        plan, config.sampling, duplicates, config.output.shard_rows, committer.pending, config.stages.num_cpus
-    )
+
+    def rows(rejected: bool) -> Any:
+        return input_stream(
+            plan,
+            config.sampling,
+            duplicates,
+            config.output.shard_rows,
+            committer.pending,
+            config.stages.num_cpus,
+            rejected,
+        )
+
+    # Rows that failed validation never enter the engine's stages: they go straight to their shards.
+    dataset = rows(rejected=True)
     if facts.valid_rows:
-        dataset = build_pipeline(rows, config, model_path, chat_template=facts.has_messages, seeded=facts.seeded)
-    else:  # every row failed validation: they go straight to their shards, and no engine starts
-        dataset = rows
+        answered = build_pipeline(
+            rows(False), config, model_path, chat_template=facts.has_messages, seeded=facts.seeded
+        )
+        dataset = answered.union(dataset)
     # Every ray.init (ours, and the one build_processor makes) installs a SIGTERM handler that exits at once,
     # without committing: take the signal back just before the work starts.
     stop.install()
