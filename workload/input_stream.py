@@ -8,9 +8,9 @@ driver holds only what is per file (the plan) or per shard, never per row.
    one (id, first position) per id that repeats. The same pass decides one Arrow type per pass-through column,
    whether any row has `messages` and whether any row is seeded, over the whole input.
 3. Main stream (cluster): read again, only the files and rows of shards not yet committed; validate; a row whose
-   id repeats and is not that id's first is a `duplicate_id` error. Bad rows travel on as error rows (Ray Data
-   LLM's stages pass `__inference_error__` rows through untouched), with their file, line and raw bytes, so
-   every row reaches the driver exactly once, in its shard.
+   id repeats and is not that id's first is a `duplicate_id` error. The valid rows go to the engine's stages;
+   a second read yields the bad rows as error rows, with their file, line and raw bytes, joined after the
+   stages, so every row reaches the driver exactly once, in its shard.
 """
 
 from __future__ import annotations
@@ -284,8 +284,8 @@ ERROR_FIELDS = ("_file", "_row", "_line", "_raw", "_raw_encoding", "_error_type"
 
 
 def _validated(batch: pa.Table, defaults: SamplingParams, duplicates: dict[str, int], rejected: bool) -> pa.Table:
-    """One block of records as the engine's input: valid rows with their engine fields, bad rows as error rows
-    (`__inference_error__` set, so every Ray Data LLM stage passes them through to the driver untouched)."""
+    """One block of records: the valid ones as the engine's input, or (`rejected`) the bad ones as error rows
+    (`__inference_error__` set, with the record's file, line, row and raw bytes)."""
     columns: dict[str, list[Any]] = {name: [] for name in ENGINE_FIELDS + ERROR_FIELDS}
     fallback = defaults.for_engine()
     for record in _records(batch):
