@@ -178,8 +178,19 @@ def run_scale(profile: BenchProfile, out: Path, model_cache: Path) -> dict[str, 
             except RuntimeError as error:
                 errors[str(rows)] = str(error)
                 say(f"scale {rows} rows FAILED: {error}")
+            # Written after every size, so a run cut short still leaves the sizes it finished.
+            scorecard = _scorecard(profile, sizes, errors, reproducibility)
+            (out / "scorecard.json").write_text(json.dumps(scorecard, indent=2))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    (out / "scorecard.md").write_text(scale_markdown(scorecard["scale"]))
+    say("done:\n" + scale_markdown(scorecard["scale"]))
+    return scorecard
+
+
+def _scorecard(
+    profile: BenchProfile, sizes: dict[str, dict[str, Any]], errors: dict[str, str], reproducibility: dict[str, Any]
+) -> dict[str, Any]:
     memory_growth = _growth(sizes, "driver_peak_rss_gib") if len(sizes) > 1 else None
     first_request_growth = _growth(sizes, "time_to_first_engine_request_s") if len(sizes) > 1 else None
     scale = {
@@ -215,9 +226,6 @@ def run_scale(profile: BenchProfile, out: Path, model_cache: Path) -> dict[str, 
         "scale": scale,
         "reproducibility": reproducibility,
     }
-    (out / "scorecard.json").write_text(json.dumps(scorecard, indent=2))
-    (out / "scorecard.md").write_text(scale_markdown(scale))
-    say("done:\n" + scale_markdown(scale))
     return scorecard
 
 
