@@ -376,18 +376,28 @@ def run_job(config: JobConfig) -> RunOutcome:
             raise
 
 
+def _proc_status_mib(key: str) -> float | None:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(f"{key}:"):
+                    return round(int(line.split()[1]) / 1024, 1)  # reported in kB
+    except OSError:
+        pass
+    return None
+
+
 def _driver_peak_rss_mib() -> float:
-    """The driver's own peak resident memory so far (Linux reports ru_maxrss in KiB)."""
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    """The driver's own peak resident memory so far: VmHWM, which starts afresh at exec. (ru_maxrss does not: a
+    process started by a large one, as pytest or a benchmark start the job, inherits its parent's peak.)"""
+    peak = _proc_status_mib("VmHWM")
+    return peak if peak is not None else round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def _driver_rss_mib() -> float:
     """The driver's resident memory now."""
-    try:
-        with open("/proc/self/statm") as statm:
-            return round(int(statm.read().split()[1]) * resource.getpagesize() / (1 << 20), 1)
-    except OSError:  # not Linux: the peak is the best figure there is
-        return _driver_peak_rss_mib()
+    current = _proc_status_mib("VmRSS")
+    return current if current is not None else _driver_peak_rss_mib()
 
 
 def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, started: float) -> RunOutcome:

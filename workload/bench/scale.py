@@ -33,7 +33,7 @@ TARGET_MEMORY_GROWTH = 1.3  # driver peak RSS at the largest size over the small
 TARGET_FIRST_REQUEST_GROWTH = 1.5  # time to the first engine request, largest size over smallest, at most
 PROJECT_TO = (10_000_000, 100_000_000)
 SCALE_DEFINITIONS = {
-    "driver_peak_rss_gib": "the job driver's own peak resident memory (getrusage ru_maxrss), from the manifest",
+    "driver_peak_rss_gib": "the job driver's own peak resident memory (VmHWM of its process), from the manifest",
     "time_to_first_engine_request_s": "from the job's start to its first engine request, estimated at the "
     "driver: the first answer's arrival minus that answer's time in the engine (vLLM's time_taken_llm)",
     "wall_s": "wall clock around `python -m workload run` (process start to exit)",
