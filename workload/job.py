@@ -272,7 +272,7 @@ def _run_engine(
 ) -> bool:
     """Stream the pending shards' rows from the input through Ray Data LLM; returns False if stopped by a signal."""
     from workload.input_stream import id_pass, input_stream, stream_read_concurrency
-    from workload.pipeline import build_pipeline, start_engines_before_reading
+    from workload.pipeline import build_pipeline
 
     started = time.monotonic()
     stop.install()  # ray.init installed its own SIGTERM handler, which exits at once
@@ -299,7 +299,6 @@ def _run_engine(
             stream_read_concurrency(config.max_replicas or config.replicas),
         )
 
-    start_engines_before_reading()  # before the datasets exist: each copies Ray Data's settings when it is made
     # Rows that failed validation never enter the engine's stages: they go straight to their shards.
     dataset = rows(rejected=True)
     if facts.valid_rows:

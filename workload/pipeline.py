@@ -13,7 +13,6 @@ from typing import Any
 
 import pyarrow as pa
 import ray.data
-from ray.data import DataContext
 from ray.data.llm import Processor, build_processor, vLLMEngineProcessorConfig
 
 from workload import failpoints
@@ -208,21 +207,6 @@ def input_blocks(table: pa.Table, batch_size: int) -> list[pa.Table]:
     would serialise them, and one-row blocks would drown the scheduler in tiny tasks."""
     block_rows = max(batch_size, 1) * 4
     return [table.slice(start, block_rows) for start in range(0, table.num_rows, block_rows)]
-
-
-# The engine's start (vLLM import, model fetch and load, compile) is the job's longest fixed cost, paid again on every
-# resume. Read and validation tasks racing ahead of it only take CPU from it and fill the object store with rows no
-# engine can take yet: on 2 cores, the first engine request came 2.07x later at 200,000 rows than at 20,000.
-ENGINE_START_WAIT_S = 3600
-
-
-def start_engines_before_reading() -> None:
-    """The next execution starts every stage's actors, the engines' included, before its first read task runs.
-
-    An engine that cannot start within ENGINE_START_WAIT_S (no GPU node ever came) fails the attempt with Ray Data's
-    "Timed out while starting actors" rather than leaving the head waiting all night. A failure in an actor's
-    constructor fails the start at once (Ray restarts no actor whose creation failed, with or without this)."""
-    DataContext.get_current().wait_for_min_actors_s = ENGINE_START_WAIT_S
 
 
 def build_pipeline(
