@@ -103,9 +103,12 @@ class _Gate:
 class GuardedEngineUDF(vLLMEngineStageUDF):
     """Ray Data LLM's vLLM engine stage with crash isolation (see the module docstring)."""
 
-    def __init__(self, *args: Any, crash_retries: int, max_consecutive_crashes: int, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, crash_retries: int, max_consecutive_crashes: int, keep_metrics: bool = True, **kwargs: Any
+    ) -> None:
         self._engine_args = (args, kwargs)
         super().__init__(*args, **kwargs)
+        self._keep_metrics = keep_metrics
         self._crash_retries = crash_retries
         self._max_consecutive_crashes = max_consecutive_crashes
         self._generation = 0  # bumped at each engine death
@@ -241,9 +244,11 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         # batch made ride on its first row, so each is counted once.
         for index, output in enumerate(outputs):
             output[ENGINE_RESTARTS_COLUMN] = len(rebuilt) if index == 0 else 0
-            if output.get("__inference_error__") and output.get("metrics") is None:
-                # A failed row's `metrics` is None; in a batch where every row failed, Arrow types that column as
-                # null, and Ray Data cannot then join the batch with others whose `metrics` is a struct (its
-                # _backfill_missing_fields recurses into the null column). Left out, it is filled in as missing.
+            if not self._keep_metrics or (output.get("__inference_error__") and output.get("metrics") is None):
+                # `metrics` is the one struct the engine adds. Where a batch's rows all lack it (failed rows, or a
+                # row that skipped the engine, as a chat-template rejection does, which a later stage fills with
+                # None), Arrow types it as null, and Ray Data cannot then join that batch with others whose
+                # `metrics` is a struct (its _backfill_missing_fields recurses into the null column). The job
+                # never reads it, so only the benchmark, whose rows all reach the engine, keeps it.
                 output.pop("metrics", None)
             yield output

@@ -160,7 +160,7 @@ def processor_config(config: JobConfig, model_path: str, seeded: bool | None = N
     )
 
 
-def guard_engine_stage(processor: Processor, config: JobConfig) -> None:
+def guard_engine_stage(processor: Processor, config: JobConfig, keep_metrics: bool = True) -> None:
     """Swap in our crash-isolating engine UDF and bound Ray's own restarts (see workload/engine_guard.py for the
     upstream code this works around: os._exit(1) on a fatal engine error, max_restarts=-1, max_task_retries=-1)."""
     stage = processor.get_stage_by_name("vLLMEngineStage")
@@ -168,7 +168,9 @@ def guard_engine_stage(processor: Processor, config: JobConfig) -> None:
     # popped placement_group_config) would ask Ray for a GPU.
     object.__setattr__(stage, "fn", GuardedEngineUDF)
     stage.fn_constructor_kwargs.update(
-        crash_retries=config.engine.crash_retries, max_consecutive_crashes=config.engine.max_consecutive_crashes
+        crash_retries=config.engine.crash_retries,
+        max_consecutive_crashes=config.engine.max_consecutive_crashes,
+        keep_metrics=keep_metrics,
     )
     # Ray's knobs, passed by Ray Data to the actor's options (map_batches' ray_remote_args).
     stage.map_batches_kwargs.update(
@@ -244,5 +246,5 @@ def build_pipeline(
         preprocess_map_kwargs={"num_cpus": stages.num_cpus},
         postprocess_map_kwargs={"num_cpus": stages.num_cpus},
     )
-    guard_engine_stage(processor, config)
+    guard_engine_stage(processor, config, keep_metrics)
     return processor(templated)
