@@ -34,6 +34,7 @@ from ray.llm._internal.batch.stages.vllm_engine_stage import vLLMEngineStageUDF,
 from ray.llm._internal.common.errors import VLLM_FATAL_ERRORS
 
 from workload import failpoints
+from workload.node_stages import local_model
 from workload.results import ENGINE_CRASH_PREFIX, ENGINE_RESTARTS_COLUMN, EngineCrashLoopError
 
 
@@ -103,7 +104,17 @@ class _Gate:
 class GuardedEngineUDF(vLLMEngineStageUDF):
     """Ray Data LLM's vLLM engine stage with crash isolation (see the module docstring)."""
 
-    def __init__(self, *args: Any, crash_retries: int, max_consecutive_crashes: int, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        crash_retries: int,
+        max_consecutive_crashes: int,
+        model_config: dict[str, Any],
+        **kwargs: Any,
+    ) -> None:
+        # The model is fetched on this node, by this actor (workload/node_stages.py says why not by upstream);
+        # a rebuilt engine reuses the folder.
+        kwargs["model"] = local_model(model_config)
         self._engine_args = (args, kwargs)
         super().__init__(*args, **kwargs)
         self._crash_retries = crash_retries

@@ -26,7 +26,6 @@ from workload.config import ConfigError, JobConfig, seeded_cpu_conflict
 from workload.lease import LeaseLostError, OutputLease, hold_lease
 from workload.metric_sinks import open_metrics
 from workload.metrics import BatchReport, RunMetrics
-from workload.model_source import resolve_model
 from workload.output import OutputStore, ShardCommit, utc_now
 from workload.progress import Progress
 from workload.results import (
@@ -257,7 +256,6 @@ def _run_engine(
     rows = committer.engine_rows()
     if not rows:
         return True
-    model_path = resolve_model(config.model)
     table = engine_input(
         [r.position for r in rows],
         [r.prompt for r in rows],
@@ -267,9 +265,8 @@ def _run_engine(
     )
     blocks = input_blocks(table, config.batch_size)
     has_messages = any(row.messages is not None for row in rows)
-    dataset = build_pipeline(
-        ray.data.from_arrow(blocks), config, model_path, chat_template=has_messages, seeded=_seeded(rows)
-    )
+    # No model on the driver: each node running a stage fetches config.model itself (workload/node_stages.py).
+    dataset = build_pipeline(ray.data.from_arrow(blocks), config, chat_template=has_messages, seeded=_seeded(rows))
     # Every ray.init (ours, and the one build_processor makes) installs a SIGTERM handler that exits at once,
     # without committing: take the signal back just before the work starts.
     stop.install()
