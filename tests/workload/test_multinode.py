@@ -1,0 +1,176 @@
+"""The job on a real multi-node Ray cluster (tests/workload/cluster_box.py): the RayJob manifest's head, two GPU
+workers each with a disk of its own, the model on a moto S3 server, the job submitted with the manifest's
+entrypoint. One cluster start serves both tests; the second kills a worker, so it runs last."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from infra.eks_job import base_rayjob_args, night_manifests
+from infra.k8s.rayjob import RayJobArgs
+from infra.ops.stacks import offline_config
+from tests.infra.k8s_fixtures import IMAGE
+from tests.workload import cluster_box
+from workload.config import build_config
+from workload.model_source import COMPLETE_MARKER
+from workload.tiny_model import ensure_tiny_model
+
+pytestmark = pytest.mark.slow
+
+ROWS = 240
+SHARD_ROWS = 20
+JOB_TIMEOUT_S = 300
+# The engine and stage sizes that fit 2 shared cores; everything else is the medium tier's job config as rendered.
+CPU_STAND_IN = {
+    "engine.max_model_len": 512,
+    "engine.max_num_seqs": 16,
+    "engine.enforce_eager": True,
+    "batch_size": 8,
+    "max_concurrent_batches": 2,
+    "stages.batch_size": 8,
+    "sampling.max_tokens": 48,
+    "sampling.ignore_eos": True,
+    "output.shard_rows": SHARD_ROWS,
+    # No CloudWatch here; the metrics path is tested elsewhere.
+    "metrics.sink": "none",
+    "metrics.log_group": None,
+}
+
+
+@pytest.fixture(scope="module")
+def bucket(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Input rows and the tiny model (as an s3:// model folder) on the moto server."""
+    name = f"multinode-{uuid.uuid4().hex[:8]}"
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket=name)
+    model = ensure_tiny_model(tmp_path_factory.mktemp("model"))
+    for file in sorted(p for p in model.iterdir() if p.is_file()):
+        s3.put_object(Bucket=name, Key=f"models/tiny/{file.name}", Body=file.read_bytes())
+    rows = "".join(json.dumps({"id": f"r{i:04d}", "prompt": f"Summarise ticket {i} in one line."}) + "\n" for i in range(ROWS))
+    s3.put_object(Bucket=name, Key="in/rows.jsonl", Body=rows.encode())
+    return name
+
+
+def _args(bucket: str) -> RayJobArgs:
+    base = base_rayjob_args(offline_config("medium"), "medium", IMAGE, bucket)
+    overrides: dict[str, Any] = {**CPU_STAND_IN, "model.source": f"s3://{bucket}/models/tiny"}
+    job = build_config(base.job.model_dump(mode="json"), overrides)
+    return RayJobArgs.model_validate({**base.model_dump(), "job": job})
+
+
+@pytest.fixture(scope="module")
+def cluster(bucket: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster_box.Cluster]:
+    reason = cluster_box.can_run()
+    if reason:
+        pytest.skip(reason)
+    # The manifests only fix the cluster's shape here; each test renders its own night (input, output).
+    rayjob, config_map = cluster_box.load_manifests(
+        night_manifests(_args(bucket), run_id="box", input_uri=f"s3://{bucket}/in/", output_uri=f"s3://{bucket}/o/")
+    )
+    box = cluster_box.Cluster(rayjob, config_map, tmp_path_factory.mktemp("cluster"))
+    try:
+        box.start()
+        yield box
+    finally:
+        box.stop()
+
+
+def _night(cluster: cluster_box.Cluster, bucket: str, run: str) -> str:
+    """Render this run's ConfigMap and put it where every node's pod mounts it; returns the output URI."""
+    output = f"s3://{bucket}/out/{run}/"
+    rayjob, config_map = cluster_box.load_manifests(
+        night_manifests(_args(bucket), run_id=run, input_uri=f"s3://{bucket}/in/", output_uri=output)
+    )
+    spec = rayjob["spec"]["rayClusterSpec"]
+    assert spec["headGroupSpec"]["rayStartParams"] == cluster.spec["headGroupSpec"]["rayStartParams"]
+    assert rayjob["spec"]["entrypoint"] == cluster.rayjob["spec"]["entrypoint"]
+    cluster.rayjob, cluster.config_map = rayjob, config_map
+    for node in [cluster.head, *cluster.workers]:
+        assert node is not None
+        for name, text in config_map["data"].items():
+            (node.root / "config" / name).write_text(text)
+    return output
+
+
+def _results(bucket: str, output: str) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+    import pyarrow.fs as pafs
+
+    from workload.storage import _s3_filesystem
+
+    prefix = output[len("s3://") :] + "results"
+    fs: pafs.FileSystem = _s3_filesystem()
+    files = fs.get_file_info(pafs.FileSelector(prefix, recursive=True))
+    rows: list[dict[str, Any]] = []
+    for info in files:
+        if info.path.endswith(".parquet"):
+            rows += pq.read_table(info.path, filesystem=fs).to_pylist()
+    return rows
+
+
+def _summary(output: str) -> dict[str, Any]:
+    bucket, prefix = output[len("s3://") :].split("/", 1)
+    return dict(json.loads(boto3.client("s3").get_object(Bucket=bucket, Key=f"{prefix}summary.json")["Body"].read()))
+
+
+def _weights(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.suffix in {".safetensors", ".bin", ".pt"}]
+
+
+def test_each_worker_fetches_the_model_into_its_own_cache(cluster: cluster_box.Cluster, bucket: str) -> None:
+    output = _night(cluster, bucket, "first")
+    started = time.monotonic()
+    status, logs = cluster.wait(cluster.submit(), JOB_TIMEOUT_S)
+    assert status == "SUCCEEDED", logs[-6000:]
+    print(f"job wall time {time.monotonic() - started:.1f} s")
+    ids = Counter(row["id"] for row in _results(bucket, output))
+    assert len(ids) == ROWS and set(ids.values()) == {1}
+    # One engine on each worker (each has one GPU), none on the head.
+    engines = [a for a in cluster.actors("GuardedEngineUDF") if a["state"] == "DEAD"] or cluster.actors("GuardedEngineUDF")
+    head_node = {n["node_id"] for n in cluster.alive_nodes() if n.get("is_head_node")}
+    engine_nodes = {a["node_id"] for a in engines}
+    assert len(engine_nodes) == len(cluster.workers) and not engine_nodes & head_node, engines
+    for worker in cluster.workers:
+        copies = list(worker.models.rglob(COMPLETE_MARKER))
+        assert len(copies) == 1, worker.name
+        assert _weights(copies[0].parent), f"{worker.name} has no weights in its own cache"
+    assert cluster.head is not None
+    assert not _weights(cluster.head.models), "the head fetched weights"
+
+
+def _first_commit(output: str, timeout_s: float) -> None:
+    bucket, prefix = output[len("s3://") :].split("/", 1)
+    s3 = boto3.client("s3")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}_commits/").get("KeyCount", 0):
+            return
+        time.sleep(0.5)
+    raise TimeoutError("no shard committed")
+
+
+def test_a_lost_worker_costs_only_its_work_in_flight(cluster: cluster_box.Cluster, bucket: str) -> None:
+    """Runs last: it kills a worker node (SIGKILL to its raylet and every process on it, as a Spot reclaim does)
+    once the first shard is committed; the run finishes on the other worker."""
+    output = _night(cluster, bucket, "lost")
+    started = time.monotonic()
+    job = cluster.submit()
+    _first_commit(output, JOB_TIMEOUT_S)
+    lost = cluster.workers[-1]
+    lost.kill()
+    print(f"killed {lost.name} {time.monotonic() - started:.1f} s after submission")
+    status, logs = cluster.wait(job, JOB_TIMEOUT_S)
+    print(logs[-4000:])
+    assert status == "SUCCEEDED", logs[-6000:]
+    print(f"job wall time {time.monotonic() - started:.1f} s")
+    ids = Counter(row["id"] for row in _results(bucket, output))
+    assert len(ids) == ROWS and set(ids.values()) == {1}
