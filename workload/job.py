@@ -169,6 +169,10 @@ class _ShardCommitter:
                 self.buffers[error.position // shard_rows].errors.append(error)
         self.commits: list[ShardCommit] = []
         self.engine_restarts = 0
+        # A batch whose node was lost is rerun by Ray; rows it had already handed on can arrive twice. The first
+        # answer is kept, so every row is written once, and the repeats are counted.
+        self.seen: set[int] = set()
+        self.rows_redelivered = 0
         self.noted_at = time.monotonic()
 
     def engine_rows(self) -> list[ValidRow]:
@@ -205,6 +209,10 @@ class _ShardCommitter:
                     f"({self.engine_restarts} this attempt)",
                     file=sys.stderr,
                 )
+            if item["_pos"] in self.seen:
+                self.rows_redelivered += 1
+                continue
+            self.seen.add(item["_pos"])
             row = self.rows_by_pos[item["_pos"]]
             buffer = self.buffers[row.position // shard_rows]
             buffer.received += 1
@@ -358,6 +366,7 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
         # Kept current while the attempt runs, so one that is killed still reports its time up to then.
         manifest["attempts"][-1]["wall_s"] = round(time.monotonic() - started, 3)
         manifest["attempts"][-1]["engine_restarts"] = committer.engine_restarts
+        manifest["attempts"][-1]["rows_redelivered"] = committer.rows_redelivered
         store.write_manifest(manifest)
 
     completed = True

@@ -19,6 +19,7 @@ and the image is this checkout (PYTHONPATH) with this virtualenv's interpreter f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -95,14 +96,10 @@ class Node:
         except psutil.NoSuchProcess:
             victims = []
         for victim in victims:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 victim.send_signal(signal.SIGKILL)
-            except psutil.NoSuchProcess:
-                pass
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.process.wait(30)
 
 
@@ -213,10 +210,24 @@ class Cluster:
         from ray.util.state import list_nodes
 
         try:
-            nodes = list_nodes(address=self.dashboard_url, filters=[("state", "=", "ALIVE")], raise_on_missing_output=False)
+            nodes = list_nodes(
+                address=self.dashboard_url, filters=[("state", "=", "ALIVE")], raise_on_missing_output=False
+            )
         except Exception:  # the dashboard is still starting
             return []
         return [node.__dict__ if hasattr(node, "__dict__") else dict(node) for node in nodes]
+
+    def all_nodes(self) -> list[dict[str, Any]]:
+        from ray.util.state import list_nodes
+
+        return [dict(n.__dict__) for n in list_nodes(address=self.dashboard_url, raise_on_missing_output=False)]
+
+    def tasks(self, name_part: str) -> list[dict[str, Any]]:
+        """Every attempt of every task whose name holds `name_part` (a rerun is an attempt_number above 0)."""
+        from ray.util.state import list_tasks
+
+        found = list_tasks(address=self.dashboard_url, limit=10000, raise_on_missing_output=False, detail=True)
+        return [dict(t.__dict__) for t in found if name_part in (t.name or "")]
 
     def submit(self) -> str:
         from ray.job_submission import JobSubmissionClient

@@ -110,7 +110,7 @@ def _resolve_in_child(uri: str, cache: str, out: str) -> None:
 
 def test_actors_on_one_node_share_one_download(tmp_path, s3_model, get_log) -> None:
     """Four processes (the actors of one node) ask at once: one downloads, the others wait and reuse it."""
-    uri, original = s3_model
+    uri, _ = s3_model
     cache = str(tmp_path / "node")
     context = multiprocessing.get_context("fork")
     children = [

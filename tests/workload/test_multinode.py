@@ -55,7 +55,9 @@ def bucket(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> str:
     model = ensure_tiny_model(tmp_path_factory.mktemp("model"))
     for file in sorted(p for p in model.iterdir() if p.is_file()):
         s3.put_object(Bucket=name, Key=f"models/tiny/{file.name}", Body=file.read_bytes())
-    rows = "".join(json.dumps({"id": f"r{i:04d}", "prompt": f"Summarise ticket {i} in one line."}) + "\n" for i in range(ROWS))
+    rows = "".join(
+        json.dumps({"id": f"r{i:04d}", "prompt": f"Summarise ticket {i} in one line."}) + "\n" for i in range(ROWS)
+    )
     s3.put_object(Bucket=name, Key="in/rows.jsonl", Body=rows.encode())
     return name
 
@@ -102,8 +104,8 @@ def _night(cluster: cluster_box.Cluster, bucket: str, run: str) -> str:
 
 
 def _results(bucket: str, output: str) -> list[dict[str, Any]]:
-    import pyarrow.parquet as pq
     import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
 
     from workload.storage import _s3_filesystem
 
@@ -135,7 +137,9 @@ def test_each_worker_fetches_the_model_into_its_own_cache(cluster: cluster_box.C
     ids = Counter(row["id"] for row in _results(bucket, output))
     assert len(ids) == ROWS and set(ids.values()) == {1}
     # One engine on each worker (each has one GPU), none on the head.
-    engines = [a for a in cluster.actors("GuardedEngineUDF") if a["state"] == "DEAD"] or cluster.actors("GuardedEngineUDF")
+    engines = [a for a in cluster.actors("GuardedEngineUDF") if a["state"] == "DEAD"] or cluster.actors(
+        "GuardedEngineUDF"
+    )
     head_node = {n["node_id"] for n in cluster.alive_nodes() if n.get("is_head_node")}
     engine_nodes = {a["node_id"] for a in engines}
     assert len(engine_nodes) == len(cluster.workers) and not engine_nodes & head_node, engines
@@ -174,3 +178,23 @@ def test_a_lost_worker_costs_only_its_work_in_flight(cluster: cluster_box.Cluste
     print(f"job wall time {time.monotonic() - started:.1f} s")
     ids = Counter(row["id"] for row in _results(bucket, output))
     assert len(ids) == ROWS and set(ids.values()) == {1}
+    # What the loss cost: the engine batches Ray reran (the lost node's in flight), and rows that reached the
+    # driver twice (dropped there, counted in the attempt's record).
+    dead = {n["node_id"] for n in cluster.all_nodes() if n["state"] == "DEAD"}
+    assert len(dead) == 1
+    engine_tasks = cluster.tasks("GuardedEngineUDF")
+    rerun = [t for t in engine_tasks if t["attempt_number"] > 0]
+    assert not {t["node_id"] for t in rerun} & dead  # reruns ran on the surviving worker
+    lost_in_flight = [t for t in engine_tasks if t["node_id"] in dead and t["state"] != "FINISHED"]
+    bucket_name, prefix = output[len("s3://") :].split("/", 1)
+    manifest = json.loads(
+        boto3.client("s3").get_object(Bucket=bucket_name, Key=f"{prefix}_manifest.json")["Body"].read()
+    )
+    (attempt,) = manifest["attempts"]
+    block_rows = 4 * int(cluster_box.yaml.safe_load(cluster.config_map["data"]["job.yaml"])["batch_size"])
+    print(
+        f"lost node: {len(lost_in_flight)} engine batches in flight, {len(rerun)} rerun on the other worker "
+        f"(at most {len(rerun) * block_rows} rows re-done); {attempt['rows_redelivered']} rows reached the driver "
+        "twice and were dropped"
+    )
+    assert len(rerun) * block_rows <= ROWS

@@ -100,8 +100,6 @@ def test_a_model_without_a_chat_template_fails_chat_rows_only(tmp_path: Path, st
     data.pop("chat_template", None)
     config.write_text(json.dumps(data))
     (tmp_path / "chat_template.jinja").unlink(missing_ok=True)
-    out = _render(
-        _stage(tmp_path), [{"messages": [{"role": "user", "content": "hi"}]}, {"prompt": "p"}]
-    )
+    out = _render(_stage(tmp_path), [{"messages": [{"role": "user", "content": "hi"}]}, {"prompt": "p"}])
     assert "chat_template" in out[0]["__inference_error__"] and out[0]["prompt"] is None
     assert out[1]["__inference_error__"] == "" and out[1]["prompt"] == "p"
