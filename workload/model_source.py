@@ -53,6 +53,13 @@ def _cache_root(config: ModelConfig) -> Path:
     return Path(os.path.expanduser(config.cache_dir))
 
 
+def is_hub_id(source: str | None) -> bool:
+    """Whether `model.source` names a Hugging Face hub repository (owner/name) rather than a folder or prefix."""
+    if source is None or source.startswith("s3://") or source.startswith((".", "/", "~")):
+        return False
+    return source.count("/") == 1 and not Path(source).expanduser().exists()
+
+
 def model_label(config: ModelConfig) -> str:
     """What names the model before any node has it, without touching storage: the folder each node will hold
     it in (the same path on every node), or the hub id. Ray Data LLM records it (telemetry) and vLLM serves
@@ -62,10 +69,7 @@ def model_label(config: ModelConfig) -> str:
         return str(cache / TINY_MODEL_VERSION)
     if source.startswith("s3://"):
         return str(cache / "s3" / locate(source).path)
-    local = Path(source).expanduser()
-    if source.startswith((".", "/", "~")) or local.exists() or source.count("/") != 1:
-        return str(local.resolve())
-    return source
+    return source if is_hub_id(source) else str(Path(source).expanduser().resolve())
 
 
 @contextmanager

@@ -18,7 +18,7 @@ from ray.data.llm import Processor, build_processor, vLLMEngineProcessorConfig
 from workload import failpoints
 from workload.config import JobConfig, ModelConfig
 from workload.engine_guard import GuardedEngineUDF
-from workload.model_source import model_label
+from workload.model_source import is_hub_id, model_label
 from workload.node_stages import NodeDetokenizeUDF, NodeTokenizeUDF, local_model
 from workload.results import CHAT_TEMPLATE_PREFIX, ENGINE_RESTARTS_COLUMN
 
@@ -118,7 +118,11 @@ def engine_kwargs(config: JobConfig, seeded: bool | None = None) -> dict[str, An
 
 
 def engine_env(config: JobConfig) -> dict[str, str]:
-    env = {"HF_HUB_OFFLINE": "1"}  # vLLM loads the folder each actor fetched (workload/node_stages.py)
+    env: dict[str, str] = {}
+    if not is_hub_id(config.model.source):
+        # vLLM and transformers load the folder each actor fetched (workload/node_stages.py); no hub lookups.
+        # A hub id is fetched by the actors themselves, so they keep the node's own hub settings.
+        env["HF_HUB_OFFLINE"] = "1"
     if config.device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(config.engine.cpu_kvcache_space_gib)
     failpoint = os.environ.get(failpoints.VARIABLE)

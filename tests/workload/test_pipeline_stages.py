@@ -103,3 +103,12 @@ def test_a_model_without_a_chat_template_fails_chat_rows_only(tmp_path: Path, st
     out = _render(_stage(tmp_path), [{"messages": [{"role": "user", "content": "hi"}]}, {"prompt": "p"}])
     assert "chat_template" in out[0]["__inference_error__"] and out[0]["prompt"] is None
     assert out[1]["__inference_error__"] == "" and out[1]["prompt"] == "p"
+
+
+def test_actors_may_reach_the_hub_only_for_a_hub_model() -> None:
+    """Each actor fetches the model itself: a hub id needs the hub; a folder or s3:// copy is loaded offline."""
+    from workload.pipeline import engine_env
+
+    assert engine_env(build_config(BASE))["HF_HUB_OFFLINE"] == "1"
+    assert engine_env(build_config({**BASE, "model": {"source": "s3://b/models/x"}}))["HF_HUB_OFFLINE"] == "1"
+    assert "HF_HUB_OFFLINE" not in engine_env(build_config({**BASE, "model": {"source": "org/model"}}))
