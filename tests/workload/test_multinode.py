@@ -27,6 +27,8 @@ from workload.tiny_model import ensure_tiny_model
 pytestmark = pytest.mark.slow
 
 ROWS = 240
+# Enough that the engines are still busy when the first shard commits and the worker is killed.
+LOST_ROWS = 1200
 SHARD_ROWS = 20
 JOB_TIMEOUT_S = 300
 # The engine and stage sizes that fit 2 shared cores; everything else is the medium tier's job config as rendered.
@@ -55,10 +57,9 @@ def bucket(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> str:
     model = ensure_tiny_model(tmp_path_factory.mktemp("model"))
     for file in sorted(p for p in model.iterdir() if p.is_file()):
         s3.put_object(Bucket=name, Key=f"models/tiny/{file.name}", Body=file.read_bytes())
-    rows = "".join(
-        json.dumps({"id": f"r{i:04d}", "prompt": f"Summarise ticket {i} in one line."}) + "\n" for i in range(ROWS)
-    )
-    s3.put_object(Bucket=name, Key="in/rows.jsonl", Body=rows.encode())
+    for folder, count in (("in", ROWS), ("in-lost", LOST_ROWS)):
+        rows = "".join(json.dumps({"id": f"r{i:04d}", "prompt": f"Summarise ticket {i}."}) + "\n" for i in range(count))
+        s3.put_object(Bucket=name, Key=f"{folder}/rows.jsonl", Body=rows.encode())
     return name
 
 
@@ -86,11 +87,11 @@ def cluster(bucket: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[c
         box.stop()
 
 
-def _night(cluster: cluster_box.Cluster, bucket: str, run: str) -> str:
+def _night(cluster: cluster_box.Cluster, bucket: str, run: str, folder: str = "in") -> str:
     """Render this run's ConfigMap and put it where every node's pod mounts it; returns the output URI."""
     output = f"s3://{bucket}/out/{run}/"
     rayjob, config_map = cluster_box.load_manifests(
-        night_manifests(_args(bucket), run_id=run, input_uri=f"s3://{bucket}/in/", output_uri=output)
+        night_manifests(_args(bucket), run_id=run, input_uri=f"s3://{bucket}/{folder}/", output_uri=output)
     )
     spec = rayjob["spec"]["rayClusterSpec"]
     assert spec["headGroupSpec"]["rayStartParams"] == cluster.spec["headGroupSpec"]["rayStartParams"]
@@ -165,7 +166,7 @@ def _first_commit(output: str, timeout_s: float) -> None:
 def test_a_lost_worker_costs_only_its_work_in_flight(cluster: cluster_box.Cluster, bucket: str) -> None:
     """Runs last: it kills a worker node (SIGKILL to its raylet and every process on it, as a Spot reclaim does)
     once the first shard is committed; the run finishes on the other worker."""
-    output = _night(cluster, bucket, "lost")
+    output = _night(cluster, bucket, "lost", "in-lost")
     started = time.monotonic()
     job = cluster.submit()
     _first_commit(output, JOB_TIMEOUT_S)
@@ -177,7 +178,7 @@ def test_a_lost_worker_costs_only_its_work_in_flight(cluster: cluster_box.Cluste
     assert status == "SUCCEEDED", logs[-6000:]
     print(f"job wall time {time.monotonic() - started:.1f} s")
     ids = Counter(row["id"] for row in _results(bucket, output))
-    assert len(ids) == ROWS and set(ids.values()) == {1}
+    assert len(ids) == LOST_ROWS and set(ids.values()) == {1}
     # What the loss cost: the engine batches Ray reran (the lost node's in flight), and rows that reached the
     # driver twice (dropped there, counted in the attempt's record).
     dead = {n["node_id"] for n in cluster.all_nodes() if n["state"] == "DEAD"}
@@ -197,4 +198,5 @@ def test_a_lost_worker_costs_only_its_work_in_flight(cluster: cluster_box.Cluste
         f"(at most {len(rerun) * block_rows} rows re-done); {attempt['rows_redelivered']} rows reached the driver "
         "twice and were dropped"
     )
-    assert len(rerun) * block_rows <= ROWS
+    assert rerun, "no engine batch was in flight on the lost worker: it was killed too late to test anything"
+    assert len(rerun) * block_rows < LOST_ROWS / 2
