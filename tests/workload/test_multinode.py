@@ -163,6 +163,13 @@ def _first_commit(output: str, timeout_s: float) -> None:
     raise TimeoutError("no shard committed")
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 16, open: with engine batches in flight on the killed worker the run fails with "
+    "ActorUnavailableError. pipeline.guard_engine_stage bounds max_task_retries to engine.max_actor_restarts (3); "
+    "Ray spends those retries in seconds on the dead actor's refused connection, before it marks the node dead "
+    "and restarts the actor, so Ray Data fails the dataset. Seen 2026-11-30 (docs/model-and-nodes.md).",
+)
 def test_a_lost_worker_costs_only_its_work_in_flight(cluster: cluster_box.Cluster, bucket: str) -> None:
     """Runs last: it kills a worker node (SIGKILL to its raylet and every process on it, as a Spot reclaim does)
     once the first shard is committed; the run finishes on the other worker."""
