@@ -7,8 +7,9 @@ Why a layer of ours: Ray Data LLM's engine stage meets a fatal vLLM error (Engin
 (ray/data/_internal/execution/operators/actor_pool_map_operator.py, `_apply_default_remote_args`). A row that
 kills the engine therefore kills it forever, and `vLLMEngineProcessorConfig` exposes neither knob. This subclass
 keeps the actor alive instead: it turns the fatal error into an exception of its own before upstream can exit,
-rebuilds the engine in place with upstream's own constructor, and isolates the culprit. Ray's restart knobs are
-still bounded (see `pipeline.guard_engine_stage`) for deaths this layer cannot see (an OOM kill of the actor).
+rebuilds the engine in place with upstream's own constructor, and isolates the culprit. Ray's actor restarts are
+still bounded (see `pipeline.guard_engine_stage`) for deaths this layer cannot see (an OOM kill of the actor, a lost
+node); the batches of a restarted actor are retried on it, unbounded, as upstream does.
 
 Rules, per engine replica:
 - a batch that was running when the engine died is rerun alone (nothing else in flight on that engine), up to

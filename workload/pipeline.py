@@ -178,10 +178,12 @@ def guard_engine_stage(processor: Processor, config: JobConfig) -> None:
     stage.fn_constructor_kwargs.update(
         crash_retries=config.engine.crash_retries, max_consecutive_crashes=config.engine.max_consecutive_crashes
     )
-    # Ray's knobs, passed by Ray Data to the actor's options (map_batches' ray_remote_args).
-    stage.map_batches_kwargs.update(
-        max_restarts=config.engine.max_actor_restarts, max_task_retries=config.engine.max_actor_restarts
-    )
+    # Ray's knobs, passed by Ray Data to the actor's options (map_batches' ray_remote_args). Restarts are bounded:
+    # an actor killed over and over (a batch that runs it out of memory) stops the run. Its batches' retries are
+    # not: a batch of a lost node waits for the restarted actor, and Ray spends a retry each time it finds the
+    # actor unreachable or still restarting (a new node and an engine start: minutes), so any finite budget
+    # fails the run on a lost node (seen with 3). An actor out of restarts fails its batches at once.
+    stage.map_batches_kwargs.update(max_restarts=config.engine.max_actor_restarts, max_task_retries=-1)
 
 
 def fetch_model_on_each_node(processor: Processor, model: ModelConfig) -> None:

@@ -40,6 +40,7 @@ from workload.entrypoint import MODELS_DIR
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHM_SIZE = "1g"
 OBJECT_STORE_BYTES = 400 * 2**20  # per node; the tiny model's blocks need little, and memory here is shared
+POD_LABEL = "llm-batch-box-pod"  # a Ray node label naming the box's node, so a Ray node id maps to its Node
 
 
 def can_run() -> str | None:
@@ -160,7 +161,7 @@ class Cluster:
             f"mount --bind {shlex.quote(str(binds['tmp']))} /tmp",
             "mkdir -p /tmp/home",
             "exec ray start --block --disable-usage-stats --node-ip-address=127.0.0.1 "
-            f"--object-store-memory={OBJECT_STORE_BYTES} "
+            f"--object-store-memory={OBJECT_STORE_BYTES} --labels={POD_LABEL}={name} "
             f"--dashboard-agent-listen-port={free_port()} --metrics-export-port={free_port()} "
             + " ".join(shlex.quote(flag) for flag in flags),
         ]
@@ -190,10 +191,18 @@ class Cluster:
         )
         self._wait_for_nodes(1, timeout_s)
         (group,) = self.spec["workerGroupSpecs"]
-        for index in range(int(group["replicas"])):
-            flags = [f"--address=127.0.0.1:{self.gcs_port}", *ray_start_flags(group)]
-            self.workers.append(self._start(f"worker-{index}", group, flags, worker=True))
+        for _ in range(int(group["replicas"])):
+            self.add_worker()
         self._wait_for_nodes(1 + len(self.workers), timeout_s)
+
+    def add_worker(self) -> Node:
+        """A new worker pod of the manifest's worker group, with empty volumes of its own: what KubeRay starts
+        when a worker pod is lost (the group's `replicas` is fixed when autoscaling is off)."""
+        (group,) = self.spec["workerGroupSpecs"]
+        flags = [f"--address=127.0.0.1:{self.gcs_port}", *ray_start_flags(group)]
+        node = self._start(f"worker-{len(self.workers)}", group, flags, worker=True)
+        self.workers.append(node)
+        return node
 
     def _wait_for_nodes(self, count: int, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -221,6 +230,14 @@ class Cluster:
         from ray.util.state import list_nodes
 
         return [dict(n.__dict__) for n in list_nodes(address=self.dashboard_url, raise_on_missing_output=False)]
+
+    def node_named(self, ray_node_id: str) -> Node | None:
+        """The box's node behind a Ray node id."""
+        for state in self.all_nodes():
+            if state["node_id"] == ray_node_id:
+                name = (state.get("labels") or {}).get(POD_LABEL)
+                return next((n for n in [self.head, *self.workers] if n is not None and n.name == name), None)
+        return None
 
     def tasks(self, name_part: str) -> list[dict[str, Any]]:
         """Every attempt of every task whose name holds `name_part` (a rerun is an attempt_number above 0)."""
