@@ -164,8 +164,8 @@ def _name(cluster: cluster_box.Cluster, ray_node_id: str | None) -> str | None:
     return node.name if node is not None else None
 
 
-def _busy_worker(cluster: cluster_box.Cluster, timeout_s: float = 30) -> cluster_box.Node:
-    """A worker whose engine has a batch in hand right now."""
+def _busy_worker(cluster: cluster_box.Cluster, timeout_s: float = 30) -> tuple[cluster_box.Node, str]:
+    """A worker whose engine has a batch in hand right now, and its Ray node id."""
     deadline = time.monotonic() + timeout_s
     seen: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
@@ -175,7 +175,7 @@ def _busy_worker(cluster: cluster_box.Cluster, timeout_s: float = 30) -> cluster
                 continue
             node = cluster.node_named(task["node_id"])
             if node is not None and node in cluster.workers:
-                return node
+                return node, str(task["node_id"])
         time.sleep(0.5)
     states = Counter((t["state"], _name(cluster, t["node_id"])) for t in seen)
     pytest.fail(f"no engine batch in flight on a worker after the first commit: {states}")
@@ -187,18 +187,17 @@ class Night:
     status: str
     logs: str
     lost: cluster_box.Node
+    lost_id: str  # its Ray node id
     replacement: cluster_box.Node
-    nodes_before: set[str]
 
 
 @pytest.fixture(scope="module")
 def night(cluster: cluster_box.Cluster, bucket: str) -> Night:
     output = _night(cluster, bucket, "night")
-    nodes_before = {n["node_id"] for n in cluster.alive_nodes()}
     started = time.monotonic()
     job = cluster.submit()
     _first_commit(output, JOB_TIMEOUT_S)
-    lost = _busy_worker(cluster)
+    lost, lost_id = _busy_worker(cluster)
     lost.kill()
     killed_at = time.monotonic()
     replacement = cluster.add_worker()
@@ -207,7 +206,7 @@ def night(cluster: cluster_box.Cluster, bucket: str) -> Night:
         f"killed {lost.name} {killed_at - started:.1f} s after submission; job wall time "
         f"{time.monotonic() - started:.1f} s ({time.monotonic() - killed_at:.1f} s after the kill)"
     )
-    return Night(output, status, logs, lost, replacement, nodes_before)
+    return Night(output, status, logs, lost, lost_id, replacement)
 
 
 def test_each_worker_fetches_the_model_into_its_own_cache(cluster: cluster_box.Cluster, night: Night) -> None:
@@ -233,13 +232,16 @@ def test_a_lost_worker_costs_only_its_work_in_flight(cluster: cluster_box.Cluste
     other batch was answered once, and every row was written once."""
     assert night.status == "SUCCEEDED", night.logs[-6000:]
     dead = {n["node_id"] for n in cluster.all_nodes() if n["state"] == "DEAD"}
-    assert len(dead) == 1 and dead <= night.nodes_before
-    assert {_name(cluster, node) for node in dead} == {night.lost.name}
-    batches = _engine_batches(cluster)
-    rerun = {t["task_id"] for t in batches if t["attempt_number"] > 0}
-    assert {_name(cluster, t["node_id"]) for t in batches if t["attempt_number"] > 0} == {night.replacement.name}
+    assert dead == {night.lost_id}
+    # Each attempt of a batch is a task record; those Ray made while the actor was unreachable or restarting
+    # failed at once. The attempt that answered a rerun batch ran on the new worker.
+    answered = [t for t in _engine_batches(cluster) if t["state"] == "FINISHED"]
+    # A batch answered again: rerun after its attempt died with the node, or recomputed because its answer was
+    # only in the lost node's object store.
+    rerun = [t for t in answered if t["attempt_number"] > 0]
+    assert {_name(cluster, t["node_id"]) for t in answered if t["attempt_number"] > 0} <= {night.replacement.name}
     # One engine batch per input file (asserted), so the rows re-done are the rerun batches' files.
-    assert len({t["task_id"] for t in batches}) == FILES
+    assert len({t["task_id"] for t in answered}) == FILES
     bucket, prefix = night.output[len("s3://") :].split("/", 1)
     manifest = json.loads(boto3.client("s3").get_object(Bucket=bucket, Key=f"{prefix}_manifest.json")["Body"].read())
     (attempt,) = manifest["attempts"]
