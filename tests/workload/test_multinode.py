@@ -143,15 +143,13 @@ def _weights(folder: Path) -> list[Path]:
     return [p for p in folder.rglob("*") if p.suffix in {".safetensors", ".bin", ".pt"}]
 
 
-def _first_commit(output: str, timeout_s: float) -> None:
-    bucket, prefix = output[len("s3://") :].split("/", 1)
-    s3 = boto3.client("s3")
+def _first_answer(cluster: cluster_box.Cluster, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}_commits/").get("KeyCount", 0):
+        if any(t["state"] == "FINISHED" for t in _engine_batches(cluster)):
             return
         time.sleep(0.5)
-    raise TimeoutError("no shard committed")
+    raise TimeoutError("no engine batch answered")
 
 
 def _engine_batches(cluster: cluster_box.Cluster) -> list[dict[str, Any]]:
@@ -196,7 +194,9 @@ def night(cluster: cluster_box.Cluster, bucket: str) -> Night:
     output = _night(cluster, bucket, "night")
     started = time.monotonic()
     job = cluster.submit()
-    _first_commit(output, JOB_TIMEOUT_S)
+    # Not the first commit: the driver gets rows in bursts (most of them once Ray Data has finished, seen
+    # 2026-12-01), so a commit comes too late to find work in flight. The first answered engine batch is mid-run.
+    _first_answer(cluster, JOB_TIMEOUT_S)
     lost, lost_id = _busy_worker(cluster)
     lost.kill()
     killed_at = time.monotonic()
@@ -218,7 +218,7 @@ def test_each_worker_fetches_the_model_into_its_own_cache(cluster: cluster_box.C
     # One engine on each worker (each has one GPU), none on the head: the lost worker's engine moved to the new one.
     engines = cluster.actors("GuardedEngineUDF")
     engine_nodes = {_name(cluster, a["node_id"]) for a in engines}
-    assert engine_nodes <= {w.name for w in cluster.workers} and len(engines) == 2, engines
+    assert len(engines) == 2 and "head" not in engine_nodes, engines
     for worker in cluster.workers:
         copies = list(worker.models.rglob(COMPLETE_MARKER))
         assert len(copies) == 1, worker.name
