@@ -103,8 +103,8 @@ class EngineConfig(_Strict):
     max_actor_restarts: int = Field(
         3,
         ge=0,
-        description="Ray restarts of an engine actor that died outright (e.g. killed for memory), and retries "
-        "of its batches; Ray Data's default is unlimited.",
+        description="Ray restarts of an engine actor that died outright (killed for memory, or its node lost); "
+        "Ray Data's default is unlimited. Its batches are retried on the restarted actor, however long it takes.",
     )
     extra: dict[str, Any] = Field(
         default_factory=dict, description="Further vLLM engine arguments, passed through unchanged."

@@ -7,8 +7,9 @@ Why a layer of ours: Ray Data LLM's engine stage meets a fatal vLLM error (Engin
 (ray/data/_internal/execution/operators/actor_pool_map_operator.py, `_apply_default_remote_args`). A row that
 kills the engine therefore kills it forever, and `vLLMEngineProcessorConfig` exposes neither knob. This subclass
 keeps the actor alive instead: it turns the fatal error into an exception of its own before upstream can exit,
-rebuilds the engine in place with upstream's own constructor, and isolates the culprit. Ray's restart knobs are
-still bounded (see `pipeline.guard_engine_stage`) for deaths this layer cannot see (an OOM kill of the actor).
+rebuilds the engine in place with upstream's own constructor, and isolates the culprit. Ray's actor restarts are
+still bounded (see `pipeline.guard_engine_stage`) for deaths this layer cannot see (an OOM kill of the actor, a lost
+node); the batches of a restarted actor are retried on it, unbounded, as upstream does.
 
 Rules, per engine replica:
 - a batch that was running when the engine died is rerun alone (nothing else in flight on that engine), up to
@@ -34,6 +35,7 @@ from ray.llm._internal.batch.stages.vllm_engine_stage import vLLMEngineStageUDF,
 from ray.llm._internal.common.errors import VLLM_FATAL_ERRORS
 
 from workload import failpoints
+from workload.node_stages import local_model
 from workload.results import ENGINE_CRASH_PREFIX, ENGINE_RESTARTS_COLUMN, EngineCrashLoopError
 
 
@@ -104,8 +106,17 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
     """Ray Data LLM's vLLM engine stage with crash isolation (see the module docstring)."""
 
     def __init__(
-        self, *args: Any, crash_retries: int, max_consecutive_crashes: int, keep_metrics: bool = True, **kwargs: Any
+        self,
+        *args: Any,
+        crash_retries: int,
+        max_consecutive_crashes: int,
+        model_config: dict[str, Any],
+        keep_metrics: bool = True,
+        **kwargs: Any,
     ) -> None:
+        # The model is fetched on this node, by this actor (workload/node_stages.py says why not by upstream);
+        # a rebuilt engine reuses the folder.
+        kwargs["model"] = local_model(model_config)
         self._engine_args = (args, kwargs)
         super().__init__(*args, **kwargs)
         self._keep_metrics = keep_metrics

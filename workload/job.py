@@ -29,7 +29,6 @@ from workload.input_plan import REJECTED_PREFIX, InputPlan, passthrough_of, plan
 from workload.lease import LeaseLostError, OutputLease, hold_lease
 from workload.metric_sinks import open_metrics
 from workload.metrics import BatchReport, RunMetrics
-from workload.model_source import resolve_model
 from workload.output import OutputStore, ShardCommit, utc_now
 from workload.progress import Progress
 from workload.results import (
@@ -166,6 +165,11 @@ class _ShardCommitter:
         self.buffers: dict[int, ShardBuffer] = {}
         self.commits: list[ShardCommit] = []
         self.engine_restarts = 0
+        # A batch whose node was lost is rerun by Ray; rows it had already handed on can arrive twice. The first
+        # answer is kept, so every row is written once, and the repeats are counted. Positions are kept per shard
+        # in flight only: a row of a shard no longer pending belongs to a shard already committed.
+        self.seen: dict[int, set[int]] = defaultdict(set)
+        self.rows_redelivered = 0
         self.noted_at = time.monotonic()
         self.first_request_at: float | None = None
 
@@ -177,10 +181,19 @@ class _ShardCommitter:
             buffer = self.buffers[shard] = ShardBuffer(shard, size)
         return buffer
 
+    def _redelivered(self, shard: int, position: int) -> bool:
+        seen = self.seen[shard] if shard in self.pending else None
+        if seen is None or position in seen:
+            self.rows_redelivered += 1
+            return True
+        seen.add(position)
+        return False
+
     def commit_ready(self) -> None:
         # The attempt's time is noted after each commit, and at least every NOTE_INTERVAL_S while rows arrive.
         for shard in sorted(s for s, b in self.buffers.items() if b.complete):
             buffer = self.buffers.pop(shard)
+            self.seen.pop(shard, None)
             table = buffer.table(self.types) if buffer.results else None
             self.commits.append(
                 self.store.commit_shard(shard, table, buffer.error_records(), buffer.stats(), self.attempt)
@@ -210,7 +223,10 @@ class _ShardCommitter:
                     file=sys.stderr,
                 )
             position = int(item["_pos"])
-            buffer = self._buffer(position // shard_rows)
+            shard = position // shard_rows
+            if self._redelivered(shard, position):
+                continue
+            buffer = self._buffer(shard)
             buffer.received += 1
             message = item.get("__inference_error__") or ""
             if message.startswith(REJECTED_PREFIX):  # failed validation: never reached an engine
@@ -285,7 +301,6 @@ def _run_engine(
     if problem:  # a row's own seed meets engine settings that would crash on it: stop before any engine starts
         raise ConfigError(problem)
     committer.types = facts.types
-    model_path = resolve_model(config.model) if facts.valid_rows else ""
 
     def rows(rejected: bool) -> Any:
         return input_stream(
@@ -302,9 +317,8 @@ def _run_engine(
     # Rows that failed validation never enter the engine's stages: they go straight to their shards.
     dataset = rows(rejected=True)
     if facts.valid_rows:
-        answered = build_pipeline(
-            rows(False), config, model_path, chat_template=facts.has_messages, seeded=facts.seeded
-        )
+        # No model on the driver: each node running a stage fetches config.model itself (workload/node_stages.py).
+        answered = build_pipeline(rows(False), config, chat_template=facts.has_messages, seeded=facts.seeded)
         dataset = answered.union(dataset)
     # Every ray.init (ours, and the one build_processor makes) installs a SIGTERM handler that exits at once,
     # without committing: take the signal back just before the work starts.
@@ -434,6 +448,7 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
         entry = manifest["attempts"][-1]
         entry["wall_s"] = round(time.monotonic() - started, 3)
         entry["engine_restarts"] = committer.engine_restarts
+        entry["rows_redelivered"] = committer.rows_redelivered
         entry["driver_peak_rss_mib"] = _driver_peak_rss_mib()
         entry["driver_rss_mib"] = memory
         entry["timings_s"] = {k: v for k, v in timings.items() if k != "t0"}

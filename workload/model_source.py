@@ -1,43 +1,188 @@
-"""Turn `model.source` into a local folder vLLM can load: embedded tiny model, local path, s3:// prefix or hub id."""
+"""Turn `model.source` into a local folder vLLM can load: embedded tiny model, local path, s3:// prefix or hub id.
+
+Where this runs: on every node that runs an engine, tokenizer or chat-template actor, inside that actor, never on
+the driver. On a Ray cluster the driver sits on a head node that runs no actor, and each worker (a pod, an
+instance) has its own disk: a folder the driver filled would be on the wrong machine. So each node fetches the
+model into its own `model.cache_dir`, once: the first actor on the node takes a file lock and downloads into a
+staging folder that is renamed into place whole; the other actors on that node wait on the lock and then find
+the finished folder. A download killed halfway leaves only a staging folder, never a model that looks whole.
+
+s3:// files go through boto3's transfer manager: each large file is fetched as parallel ranged GETs written
+straight to disk (never whole in memory), several files at once.
+"""
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from workload.config import ModelConfig
-from workload.storage import StorageError, list_files, locate, read_bytes, size_of, write_bytes_atomic
-from workload.tiny_model import ensure_tiny_model
+from workload.storage import StorageError, locate
+from workload.tiny_model import TINY_MODEL_VERSION, ensure_tiny_model
+
+# Written last into a finished s3:// copy: the listing it was made from. A folder without it is not a model.
+COMPLETE_MARKER = ".llm-batch-complete.json"
+# Parts of 32 MiB, 16 in flight per file: near S3's per-connection throughput at a few hundred MiB in memory
+# at most (s3transfer bounds its queues), for files from a few MiB to tens of GiB.
+PART_BYTES = 32 * 2**20
+PARALLEL_REQUESTS = 16
 
 
 class ModelSourceError(RuntimeError):
     """The model cannot be had; raised before any engine starts."""
 
 
+@dataclass(frozen=True)
+class _Remote:
+    key: str
+    relative: str
+    size: int
+    etag: str
+
+
 def _cache_root(config: ModelConfig) -> Path:
     return Path(os.path.expanduser(config.cache_dir))
 
 
-def _from_s3(uri: str, cache: Path) -> Path:
-    """Copy an s3:// prefix once into the cache (files already there with the same size are kept)."""
+def is_hub_id(source: str | None) -> bool:
+    """Whether `model.source` names a Hugging Face hub repository (owner/name) rather than a folder or prefix."""
+    if source is None or source.startswith("s3://") or source.startswith((".", "/", "~")):
+        return False
+    return source.count("/") == 1 and not Path(source).expanduser().exists()
+
+
+def model_label(config: ModelConfig) -> str:
+    """What names the model before any node has it, without touching storage: the folder each node will hold
+    it in (the same path on every node), or the hub id. Ray Data LLM records it (telemetry) and vLLM serves
+    under it; nothing is downloaded for it."""
+    cache, source = _cache_root(config), config.source
+    if source is None:
+        return str(cache / TINY_MODEL_VERSION)
+    if source.startswith("s3://"):
+        return str(cache / "s3" / locate(source).path)
+    return source if is_hub_id(source) else str(Path(source).expanduser().resolve())
+
+
+@contextmanager
+def _node_lock(cache: Path, source: str) -> Iterator[None]:
+    """One fetch of `source` at a time on this node; the kernel drops the lock if the holder dies."""
+    locks = cache / ".locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    name = hashlib.sha256(source.encode()).hexdigest()[:16]
+    with open(locks / f"{name}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _s3_client(parallel: int) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    # A connection per concurrent part request, and retries with backoff for a throttled or reset GET.
+    return boto3.client(
+        "s3", config=Config(max_pool_connections=parallel + 4, retries={"mode": "adaptive", "max_attempts": 5})
+    )
+
+
+def _list_remote(client: Any, uri: str) -> list[_Remote]:
+    from botocore.exceptions import BotoCoreError, ClientError
+
     source = locate(uri)
-    target = cache / "s3" / source.path
+    folder = source.key.rstrip("/") + "/" if source.key else ""
     try:
-        files = list_files(source)
-    except (OSError, StorageError) as error:
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=source.bucket, Prefix=folder)
+        objects = [obj for page in pages for obj in page.get("Contents", [])]
+    except (BotoCoreError, ClientError) as error:
         raise ModelSourceError(f"model.source {uri}: cannot list it: {error}") from error
+    return sorted(
+        (
+            _Remote(obj["Key"], obj["Key"][len(folder) :], int(obj["Size"]), str(obj.get("ETag", "")).strip('"'))
+            for obj in objects
+            if not obj["Key"].endswith("/")
+        ),
+        key=lambda remote: remote.key,
+    )
+
+
+def _listing(files: list[_Remote]) -> list[list[Any]]:
+    return [[f.relative, f.size, f.etag] for f in files]
+
+
+def _is_complete(target: Path, files: list[_Remote]) -> bool:
+    try:
+        recorded = json.loads((target / COMPLETE_MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(recorded.get("files") == _listing(files))
+
+
+def _download_all(client: Any, bucket: str, files: list[_Remote], staging: Path) -> None:
+    from boto3.s3.transfer import TransferConfig, create_transfer_manager
+
+    transfer = TransferConfig(
+        multipart_threshold=PART_BYTES,
+        multipart_chunksize=PART_BYTES,
+        max_concurrency=PARALLEL_REQUESTS,
+    )
+    with create_transfer_manager(client, transfer) as manager:
+        futures = []
+        for file in files:
+            local = staging / file.relative
+            local.parent.mkdir(parents=True, exist_ok=True)
+            futures.append((file, manager.download(bucket, file.key, str(local))))
+        for file, future in futures:
+            try:
+                future.result()
+            except Exception as error:
+                raise ModelSourceError(f"model.source s3://{bucket}/{file.key}: download failed: {error}") from error
+    for file in files:
+        got = (staging / file.relative).stat().st_size
+        if got != file.size:
+            raise ModelSourceError(f"model.source s3://{bucket}/{file.key}: got {got} bytes of {file.size}")
+
+
+def _from_s3(uri: str, cache: Path) -> Path:
+    """This node's copy of an s3:// prefix, fetched once and kept while the prefix lists the same files."""
+    try:
+        source = locate(uri)
+    except StorageError as error:
+        raise ModelSourceError(f"model.source {uri}: {error}") from error
+    target = cache / "s3" / source.path
+    client = _s3_client(PARALLEL_REQUESTS)
+    files = _list_remote(client, uri)
     if not files:
         raise ModelSourceError(f"model.source {uri}: no files under that prefix")
-    root = source.path.rstrip("/")
-    for file in files:
-        relative = file.path[len(root) + 1 :]
-        local = target / relative
-        size = size_of(file)
-        if local.is_file() and local.stat().st_size == size:
-            continue
-        write_bytes_atomic(locate(str(local)), read_bytes(file))
-    if not (target / "config.json").is_file():
+    if "config.json" not in {f.relative for f in files}:
         raise ModelSourceError(f"model.source {uri}: no config.json under that prefix; is it a model folder?")
+    if _is_complete(target, files):
+        return target
+    with _node_lock(cache, uri):
+        if _is_complete(target, files):  # another actor on this node fetched it while we waited
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        try:
+            _download_all(client, source.bucket, files, staging)
+            (staging / COMPLETE_MARKER).write_text(json.dumps({"source": uri, "files": _listing(files)}))
+            if target.exists():  # an older copy (the prefix changed since): set it aside, then swap
+                stale = Path(tempfile.mkdtemp(prefix=f".{target.name}-stale-", dir=target.parent))
+                os.rename(target, stale / "model")
+                shutil.rmtree(stale, ignore_errors=True)
+            os.rename(staging, target)  # atomic: other actors see the whole model or none
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return target
 
 
@@ -59,6 +204,7 @@ def _from_hub(repo_id: str, cache: Path) -> Path:
         # A short timeout: with no network this fails in seconds instead of stalling a GPU node.
         os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "10")
         os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "30")
+        # The hub client streams each file to an .incomplete file and renames it, with parallel file downloads.
         return Path(snapshot_download(repo_id, cache_dir=hub_cache))
     except (HfHubHTTPError, OSError, ValueError) as error:
         raise ModelSourceError(
@@ -68,11 +214,13 @@ def _from_hub(repo_id: str, cache: Path) -> Path:
 
 
 def resolve_model(config: ModelConfig) -> str:
-    """A local folder holding the model's config and tokenizer (and weights, unless load_format is dummy)."""
+    """This node's local folder holding the model's config and tokenizer (and weights, unless load_format is
+    dummy), fetching it into `config.cache_dir` first if this node does not have it yet."""
     cache = _cache_root(config)
     source = config.source
     if source is None:
-        return str(ensure_tiny_model(cache))
+        with _node_lock(cache, TINY_MODEL_VERSION):  # one build per node, not one per actor
+            return str(ensure_tiny_model(cache))
     if source.startswith("s3://"):
         return str(_from_s3(source, cache))
     local = Path(source).expanduser()
@@ -82,4 +230,5 @@ def resolve_model(config: ModelConfig) -> str:
         return str(local.resolve())
     if source.startswith((".", "/", "~")) or source.count("/") != 1:
         raise ModelSourceError(f"model.source {source}: no such local folder, and not a hub id (owner/name)")
-    return str(_from_hub(source, cache))
+    with _node_lock(cache, source):
+        return str(_from_hub(source, cache))

@@ -16,8 +16,10 @@ import ray.data
 from ray.data.llm import Processor, build_processor, vLLMEngineProcessorConfig
 
 from workload import failpoints
-from workload.config import JobConfig
+from workload.config import JobConfig, ModelConfig
 from workload.engine_guard import GuardedEngineUDF
+from workload.model_source import is_hub_id, model_label
+from workload.node_stages import NodeDetokenizeUDF, NodeTokenizeUDF, local_model
 from workload.results import CHAT_TEMPLATE_PREFIX, ENGINE_RESTARTS_COLUMN
 
 # Columns the driver needs back; the rest (token ids, prompts) is dropped before it crosses to the driver.
@@ -44,10 +46,10 @@ class ApplyChatTemplate:
     (`__inference_error__`, which every later Ray Data LLM stage passes through untouched).
     """
 
-    def __init__(self, model_path: str) -> None:
+    def __init__(self, model_config: dict[str, Any]) -> None:
         from transformers import AutoTokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.tokenizer = AutoTokenizer.from_pretrained(local_model(model_config))
         # The tokenize stage adds the tokenizer's special tokens; a template that writes the BOS itself would
         # give chat rows two. Strip the template's copy where the tokenizer adds its own.
         bos = self.tokenizer.bos_token
@@ -123,7 +125,11 @@ def engine_kwargs(config: JobConfig, seeded: bool | None = None) -> dict[str, An
 
 
 def engine_env(config: JobConfig) -> dict[str, str]:
-    env = {"HF_HUB_OFFLINE": "1"}  # the model is already local (model_source resolved it)
+    env: dict[str, str] = {}
+    if not is_hub_id(config.model.source):
+        # vLLM and transformers load the folder each actor fetched (workload/node_stages.py); no hub lookups.
+        # A hub id is fetched by the actors themselves, so they keep the node's own hub settings.
+        env["HF_HUB_OFFLINE"] = "1"
     if config.device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(config.engine.cpu_kvcache_space_gib)
     failpoint = os.environ.get(failpoints.VARIABLE)
@@ -132,7 +138,9 @@ def engine_env(config: JobConfig) -> dict[str, str]:
     return env
 
 
-def processor_config(config: JobConfig, model_path: str, seeded: bool | None = None) -> vLLMEngineProcessorConfig:
+def processor_config(config: JobConfig, model: ModelConfig, seeded: bool | None = None) -> vLLMEngineProcessorConfig:
+    """Ray Data LLM's config; `model_source` is only a label here: each stage actor fetches `model` on its own
+    node (`fetch_model_on_each_node`), so the driver never downloads anything."""
     stages = config.stages
     cpu_stage = {
         "enabled": stages.tokenize_on_cpu,
@@ -144,7 +152,7 @@ def processor_config(config: JobConfig, model_path: str, seeded: bool | None = N
         config.replicas if config.max_replicas is None else (config.replicas, config.max_replicas)
     )
     return vLLMEngineProcessorConfig(
-        model_source=model_path,
+        model_source=model_label(model),
         engine_kwargs=engine_kwargs(config, seeded),
         batch_size=config.batch_size,
         max_concurrent_batches=config.max_concurrent_batches,
@@ -172,10 +180,26 @@ def guard_engine_stage(processor: Processor, config: JobConfig, keep_metrics: bo
         max_consecutive_crashes=config.engine.max_consecutive_crashes,
         keep_metrics=keep_metrics,
     )
-    # Ray's knobs, passed by Ray Data to the actor's options (map_batches' ray_remote_args).
-    stage.map_batches_kwargs.update(
-        max_restarts=config.engine.max_actor_restarts, max_task_retries=config.engine.max_actor_restarts
-    )
+    # Ray's knobs, passed by Ray Data to the actor's options (map_batches' ray_remote_args). Restarts are bounded:
+    # an actor killed over and over (a batch that runs it out of memory) stops the run. Its batches' retries are
+    # not: a batch of a lost node waits for the restarted actor, and Ray spends a retry each time it finds the
+    # actor unreachable or still restarting (a new node and an engine start: minutes), so any finite budget
+    # fails the run on a lost node (seen with 3). An actor out of restarts fails its batches at once.
+    stage.map_batches_kwargs.update(max_restarts=config.engine.max_actor_restarts, max_task_retries=-1)
+
+
+def fetch_model_on_each_node(processor: Processor, model: ModelConfig) -> None:
+    """Every stage that loads the model gets its config and fetches the model on its own node
+    (workload/node_stages.py); the engine's UDF is swapped by `guard_engine_stage`."""
+    config = model.model_dump(mode="json")
+    for name, udf in (("TokenizeStage", NodeTokenizeUDF), ("DetokenizeStage", NodeDetokenizeUDF)):
+        try:
+            stage = processor.get_stage_by_name(name)
+        except ValueError:  # the stage is turned off (stages.tokenize_on_cpu false)
+            continue
+        object.__setattr__(stage, "fn", udf)  # not `stage.fn = `: see guard_engine_stage
+        stage.fn_constructor_kwargs["model_config"] = config
+    processor.get_stage_by_name("vLLMEngineStage").fn_constructor_kwargs["model_config"] = config
 
 
 def _keep(columns: tuple[str, ...]) -> Any:
@@ -214,7 +238,7 @@ def input_blocks(table: pa.Table, batch_size: int) -> list[pa.Table]:
 def build_pipeline(
     dataset: ray.data.Dataset,
     config: JobConfig,
-    model_path: str,
+    model_path: str | None = None,
     keep_metrics: bool = False,
     chat_template: bool = True,
     seeded: bool | None = None,
@@ -227,13 +251,18 @@ def build_pipeline(
     Output rows: RESULT_COLUMNS plus `__inference_error__` (empty unless the row failed), and `metrics`
     (vLLM's per-request timings) when keep_metrics is set. With chat_template False (no row has `messages`)
     the chat-template stage, its actor and its tokenizer are left out.
+
+    The model: each actor fetches `config.model` on its own node; `model_path` instead names a folder that is
+    already on every node (the benchmark's one-node runs).
     """
     stages = config.stages
+    model = config.model if model_path is None else config.model.model_copy(update={"source": model_path})
+    model_config = model.model_dump(mode="json")
     templated = dataset
     if chat_template:
         templated = dataset.map_batches(
             ApplyChatTemplate,
-            fn_constructor_kwargs={"model_path": model_path},
+            fn_constructor_kwargs={"model_config": model_config},
             batch_size=stages.batch_size,
             num_cpus=stages.num_cpus,
             compute=ray.data.ActorPoolStrategy(size=stages.concurrency),
@@ -241,10 +270,11 @@ def build_pipeline(
         )
     columns = RESULT_COLUMNS + (("metrics",) if keep_metrics else ())
     processor = build_processor(
-        processor_config(config, model_path, seeded),
+        processor_config(config, model, seeded),
         postprocess=_keep(columns),
         preprocess_map_kwargs={"num_cpus": stages.num_cpus},
         postprocess_map_kwargs={"num_cpus": stages.num_cpus},
     )
     guard_engine_stage(processor, config, keep_metrics)
+    fetch_model_on_each_node(processor, model)
     return processor(templated)

@@ -83,8 +83,9 @@ class HeadSpec(_Strict):
     )
     models_volume: str = Field(
         "20Gi",
-        description="Size limit of the head's /models emptyDir (node disk); the driver may fetch a model's "
-        "config and tokenizer, never runs the engine.",
+        description="Size limit of the head's /models emptyDir (node disk). The driver fetches no model (each "
+        "worker fetches its own, docs/model-and-nodes.md); this only keeps stray library caches off the "
+        "container's writable layer.",
     )
     node_selector: dict[str, str] = Field(
         default_factory=lambda: {POOL_LABEL: HEAD_POOL}, description="Where the head runs: on-demand nodes."

@@ -1,14 +1,17 @@
-"""Where the model comes from: the embedded tiny model, a local folder, an s3:// prefix, a hub id offline."""
+"""Where the model comes from: the embedded tiny model, a local folder, an s3:// prefix, a hub id offline; and an
+s3:// model fetched once per node (lock, whole-folder rename, ranged reads), on a moto server."""
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import uuid
 from pathlib import Path
 
 import boto3
 import pytest
 
+from workload import model_source
 from workload.config import ModelConfig
 from workload.model_source import ModelSourceError, resolve_model
 
@@ -47,3 +50,116 @@ def test_missing_local_folder_is_named(tmp_path) -> None:
         resolve_model(ModelConfig(source=str(tmp_path / "nope"), cache_dir=str(tmp_path)))
     with pytest.raises(ModelSourceError, match=r"no config\.json"):
         resolve_model(ModelConfig(source=str(tmp_path), cache_dir=str(tmp_path)))
+
+
+# --- one fetch per node ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def s3_model(tmp_path: Path, moto_endpoint: str) -> tuple[str, Path]:
+    """The tiny model under an s3:// prefix on the moto server, with a weights file large enough for ranged GETs
+    at the part size the tests set (256 KiB)."""
+    source = Path(resolve_model(ModelConfig(cache_dir=str(tmp_path / "build"))))
+    bucket = f"models-{uuid.uuid4().hex[:8]}"
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket=bucket)
+    for file in sorted(p for p in source.iterdir() if p.is_file()):
+        s3.put_object(Bucket=bucket, Key=f"tiny/{file.name}", Body=file.read_bytes())
+    return f"s3://{bucket}/tiny", source
+
+
+@pytest.fixture
+def get_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every GetObject the code under test sends (key and Range), one JSON line each, from any process forked
+    after this: boto3's own event hooks on the session its clients come from."""
+    log = tmp_path / "gets.jsonl"
+    session = boto3.session.Session()
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", session)
+
+    def record(params: dict, **_: object) -> None:
+        with open(log, "a") as handle:
+            handle.write(json.dumps({"key": params["Key"], "range": params.get("Range")}) + "\n")
+
+    session.events.register("provide-client-params.s3.GetObject", record)
+    monkeypatch.setattr(model_source, "PART_BYTES", 256 * 2**10)
+    return log
+
+
+def _gets(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_large_files_come_as_parallel_ranged_reads_into_a_whole_folder(tmp_path, s3_model, get_log) -> None:
+    uri, original = s3_model
+    local = Path(resolve_model(ModelConfig(source=uri, cache_dir=str(tmp_path / "node"))))
+    weights = next(p.name for p in original.iterdir() if p.suffix == ".safetensors")
+    assert (original / weights).stat().st_size > 3 * 256 * 2**10  # several parts at 256 KiB
+    for file in original.iterdir():
+        if file.is_file():
+            assert (local / file.name).read_bytes() == file.read_bytes(), file.name
+    ranges = [g["range"] for g in _gets(get_log) if g["key"].endswith(weights)]
+    assert len(ranges) >= 3 and all(r and r.startswith("bytes=") for r in ranges)
+    assert (local / model_source.COMPLETE_MARKER).is_file()
+    # Nothing half-made is left beside it.
+    assert [p.name for p in local.parent.iterdir()] == [local.name]
+
+
+def _resolve_in_child(uri: str, cache: str, out: str) -> None:
+    Path(out).write_text(resolve_model(ModelConfig(source=uri, cache_dir=cache)))
+
+
+def test_actors_on_one_node_share_one_download(tmp_path, s3_model, get_log) -> None:
+    """Four processes (the actors of one node) ask at once: one downloads, the others wait and reuse it."""
+    uri, _ = s3_model
+    cache = str(tmp_path / "node")
+    context = multiprocessing.get_context("fork")
+    children = [
+        context.Process(target=_resolve_in_child, args=(uri, cache, str(tmp_path / f"out{i}"))) for i in range(4)
+    ]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(120)
+        assert child.exitcode == 0
+    paths = {(tmp_path / f"out{i}").read_text() for i in range(4)}
+    assert len(paths) == 1
+    config_gets = [g for g in _gets(get_log) if g["key"].endswith("/config.json")]
+    assert len(config_gets) == 1  # fetched once, not once per actor
+    # A later actor start (a restarted engine) finds it complete and downloads nothing.
+    before = len(_gets(get_log))
+    assert resolve_model(ModelConfig(source=uri, cache_dir=cache)) in paths
+    assert len(_gets(get_log)) == before
+
+
+def test_a_killed_download_is_never_taken_for_a_model(tmp_path, s3_model, get_log) -> None:
+    uri, _ = s3_model
+    config = ModelConfig(source=uri, cache_dir=str(tmp_path / "node"))
+    target = Path(model_source.model_label(config))
+    # What a download killed halfway by the old code, or by hand, leaves: the folder without its marker.
+    target.mkdir(parents=True)
+    (target / "config.json").write_text("{}")
+    local = Path(resolve_model(config))
+    assert local == target and json.loads((local / "config.json").read_text())["architectures"]
+    assert _gets(get_log)  # fetched again
+    # The prefix changes (a new file): the node's copy is replaced, not reused.
+    bucket, prefix = uri[len("s3://") :].split("/", 1)
+    boto3.client("s3").put_object(Bucket=bucket, Key=f"{prefix}/generation_config.json", Body=b"{}")
+    assert (Path(resolve_model(config)) / "generation_config.json").is_file()
+
+
+def test_the_driver_names_the_model_without_touching_storage(tmp_path) -> None:
+    """`model_label` is what the driver passes to Ray Data LLM: a path each node will fill, not a download."""
+    config = ModelConfig(source="s3://no-such-bucket/models/x", cache_dir=str(tmp_path))
+    assert model_source.model_label(config) == str(tmp_path / "s3" / "no-such-bucket" / "models" / "x")
+    assert not any(tmp_path.iterdir())
+    assert model_source.model_label(ModelConfig(source="org/model", cache_dir=str(tmp_path))) == "org/model"
+
+
+def test_a_prefix_that_is_no_model_is_named(tmp_path, s3_model) -> None:
+    uri, _ = s3_model
+    bucket = uri[len("s3://") :].split("/", 1)[0]
+    boto3.client("s3").put_object(Bucket=bucket, Key="notes/readme.txt", Body=b"hi")
+    with pytest.raises(ModelSourceError, match=r"no config\.json"):
+        resolve_model(ModelConfig(source=f"s3://{bucket}/notes", cache_dir=str(tmp_path / "node")))
+    with pytest.raises(ModelSourceError, match="no files under that prefix"):
+        resolve_model(ModelConfig(source=f"s3://{bucket}/nothing", cache_dir=str(tmp_path / "node")))

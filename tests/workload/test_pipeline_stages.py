@@ -4,13 +4,14 @@ tokenizer (the tiny model's, re-saved with a template and a BOS rule of a real m
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from tests.workload.bad_text import STRICT_TEMPLATE
-from workload.config import build_config
+from workload.config import ModelConfig, build_config
 from workload.pipeline import ApplyChatTemplate, engine_kwargs
 from workload.tiny_model import ensure_tiny_model
 
@@ -42,7 +43,13 @@ def strict_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tokenizer.chat_template = STRICT_TEMPLATE
     target = tmp_path_factory.mktemp("strict")
     tokenizer.save_pretrained(target)
+    shutil.copy(tiny / "config.json", target / "config.json")  # a model folder, as model.source must name
     return target
+
+
+def _stage(folder: Path) -> ApplyChatTemplate:
+    """The stage as the pipeline builds it: it gets the model's config and finds the model itself."""
+    return ApplyChatTemplate(ModelConfig(source=str(folder)).model_dump(mode="json"))
 
 
 def _render(stage: ApplyChatTemplate, rows: list[dict]) -> list[dict]:
@@ -59,7 +66,7 @@ def _render(stage: ApplyChatTemplate, rows: list[dict]) -> list[dict]:
 def test_template_failures_are_row_errors_and_chat_rows_get_one_bos(strict_model: Path) -> None:
     from transformers import AutoTokenizer
 
-    stage = ApplyChatTemplate(str(strict_model))
+    stage = _stage(strict_model)
     out = _render(
         stage,
         [
@@ -87,16 +94,24 @@ def test_a_model_without_a_chat_template_fails_chat_rows_only(tmp_path: Path, st
     tokenizer = AutoTokenizer.from_pretrained(strict_model)
     tokenizer.chat_template = None
     tokenizer.save_pretrained(tmp_path)
+    shutil.copy(strict_model / "config.json", tmp_path / "config.json")
     config = tmp_path / "tokenizer_config.json"
     data = json.loads(config.read_text())
     data.pop("chat_template", None)
     config.write_text(json.dumps(data))
     (tmp_path / "chat_template.jinja").unlink(missing_ok=True)
-    out = _render(
-        ApplyChatTemplate(str(tmp_path)), [{"messages": [{"role": "user", "content": "hi"}]}, {"prompt": "p"}]
-    )
+    out = _render(_stage(tmp_path), [{"messages": [{"role": "user", "content": "hi"}]}, {"prompt": "p"}])
     assert "chat_template" in out[0]["__inference_error__"] and out[0]["prompt"] is None
     assert out[1]["__inference_error__"] == "" and out[1]["prompt"] == "p"
+
+
+def test_actors_may_reach_the_hub_only_for_a_hub_model() -> None:
+    """Each actor fetches the model itself: a hub id needs the hub; a folder or s3:// copy is loaded offline."""
+    from workload.pipeline import engine_env
+
+    assert engine_env(build_config(BASE))["HF_HUB_OFFLINE"] == "1"
+    assert engine_env(build_config({**BASE, "model": {"source": "s3://b/models/x"}}))["HF_HUB_OFFLINE"] == "1"
+    assert "HF_HUB_OFFLINE" not in engine_env(build_config({**BASE, "model": {"source": "org/model"}}))
 
 
 def test_a_row_rejected_by_validation_keeps_its_error_and_is_not_rendered(strict_model: Path) -> None:
@@ -108,6 +123,6 @@ def test_a_row_rejected_by_validation_keeps_its_error_and_is_not_rendered(strict
             "__inference_error__": ["rejected: line is not valid JSON", ""],
         }
     )
-    out = ApplyChatTemplate(str(strict_model))(table).to_pylist()
+    out = _stage(strict_model)(table).to_pylist()
     assert out[0]["__inference_error__"] == "rejected: line is not valid JSON" and out[0]["prompt"] is None
     assert out[1]["__inference_error__"] == "" and "hi" in out[1]["prompt"]

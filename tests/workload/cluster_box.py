@@ -1,0 +1,283 @@
+"""A real multi-node Ray cluster on this one machine, shaped by the RayJob manifest `infra/k8s/rayjob.py` renders.
+
+What is read from the manifest, not copied: the head's and the workers' `rayStartParams` and the resources of their
+Ray containers (turned into `ray start` flags as KubeRay does: num-cpus from the CPU limit, memory from the memory
+limit, num-gpus from `nvidia.com/gpu`), the mount paths of the job config, the model cache and /dev/shm, the
+ConfigMap's job file, and the entrypoint, which is submitted through Ray's job submission API as KubeRay's
+submitter does. So the head runs no actor (num-cpus 0), and each GPU worker holds one engine.
+
+Each node runs in its own mount namespace (`unshare --mount --propagation private`, root only) with private folders
+bound where the pod has its own volumes: /models (the models emptyDir), /etc/llm-batch (the ConfigMap),
+/dev/shm (a tmpfs, as the pod's memory-backed emptyDir) and /tmp (the pod's own filesystem: Ray's session and
+logs). What one node writes there the others never see. All nodes share the host's network, so 127.0.0.1 reaches
+the moto server the tests start.
+
+Where it stands in for what cannot run here: the GPUs are Ray's logical `GPU` resources of the worker nodes (the
+engines run on vLLM's CPU build: `VLLM_CPU_KVCACHE_SPACE` in the worker environment stands in for GPU memory),
+and the image is this checkout (PYTHONPATH) with this virtualenv's interpreter first on PATH.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from infra.k8s.common import GPU_RESOURCE, quantity_value
+from workload.entrypoint import MODELS_DIR
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SHM_SIZE = "1g"
+OBJECT_STORE_BYTES = 400 * 2**20  # per node; the tiny model's blocks need little, and memory here is shared
+POD_LABEL = "llm-batch-box-pod"  # a Ray node label naming the box's node, so a Ray node id maps to its Node
+
+
+def can_run() -> str | None:
+    """Why the cluster cannot start here, or None."""
+    if os.geteuid() != 0:
+        return "separate mount namespaces per node need root (unshare --mount)"
+    if shutil.which("unshare") is None:
+        return "util-linux's unshare is not installed"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def ray_start_flags(group: dict[str, Any]) -> list[str]:
+    """`ray start` flags for one group of the RayCluster spec: its rayStartParams plus what KubeRay derives from
+    the Ray container's resource limits when the params do not set it."""
+    params = {key: str(value) for key, value in group.get("rayStartParams", {}).items()}
+    limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
+    params.setdefault("num-cpus", str(int(quantity_value(str(limits["cpu"])))))
+    params.setdefault("memory", str(int(quantity_value(str(limits["memory"])))))
+    if GPU_RESOURCE in limits:
+        params.setdefault("num-gpus", str(limits[GPU_RESOURCE]))
+    return [f"--{key}={value}" for key, value in sorted(params.items())]
+
+
+def volume_mounts(group: dict[str, Any]) -> dict[str, str]:
+    """Volume name -> mount path in the group's Ray container."""
+    container = group["template"]["spec"]["containers"][0]
+    return {mount["name"]: mount["mountPath"] for mount in container["volumeMounts"]}
+
+
+@dataclass
+class Node:
+    name: str
+    root: Path  # on the host: models/, config/, tmp/ of this node
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def models(self) -> Path:
+        return self.root / "models"
+
+    def kill(self) -> None:
+        """SIGKILL the node: `ray start --block`, its raylet, object store and every worker and engine process."""
+        import psutil
+
+        try:
+            parent = psutil.Process(self.process.pid)
+            victims = [parent, *parent.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            victims = []
+        for victim in victims:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                victim.send_signal(signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(30)
+
+
+@dataclass
+class Cluster:
+    rayjob: dict[str, Any]
+    config_map: dict[str, Any]
+    workdir: Path
+    gcs_port: int = field(default_factory=free_port)
+    dashboard_port: int = field(default_factory=free_port)
+    head: Node | None = None
+    workers: list[Node] = field(default_factory=list)
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return dict(self.rayjob["spec"]["rayClusterSpec"])
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def _env(self, worker: bool) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}",
+            PYTHONPATH=str(REPO_ROOT),
+            HF_HOME=f"{MODELS_DIR}/huggingface",  # as the image sets it
+            HF_HUB_OFFLINE="1",
+            TMPDIR="/tmp",
+            # A pod's own home: no ~/.ray/auth_token of this machine's, so Ray's token auth stays off as in a
+            # pod (`ray start` turns it on when it finds a token there).
+            HOME="/tmp/home",
+            RAY_USAGE_STATS_ENABLED="0",
+            PYTHONUNBUFFERED="1",
+        )
+        for name in ("RAY_ADDRESS", "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR"):
+            env.pop(name, None)
+        if worker:
+            env["VLLM_CPU_KVCACHE_SPACE"] = "1"  # the stand-in for the GPU's memory: small, the machine is shared
+        return env
+
+    def _start(self, name: str, group: dict[str, Any], flags: list[str], worker: bool) -> Node:
+        root = self.workdir / name
+        mounts = volume_mounts(group)
+        binds = {"models": root / "models", "job-config": root / "config", "tmp": root / "tmp"}
+        for folder in binds.values():
+            folder.mkdir(parents=True, exist_ok=True)
+        config_file = self.config_map["data"]
+        for file_name, text in config_file.items():
+            (root / "config" / file_name).write_text(text)
+        for path in (mounts["models"], mounts["job-config"]):
+            Path(path).mkdir(parents=True, exist_ok=True)  # mount points on the host; stay empty there
+        script = [
+            f"mount --bind {shlex.quote(str(binds['models']))} {shlex.quote(mounts['models'])}",
+            f"mount --bind {shlex.quote(str(binds['job-config']))} {shlex.quote(mounts['job-config'])}",
+            f"mount -t tmpfs -o size={SHM_SIZE} tmpfs {shlex.quote(mounts['dshm'])}",
+            # Last: the host paths bound above may lie under /tmp.
+            f"mount --bind {shlex.quote(str(binds['tmp']))} /tmp",
+            "mkdir -p /tmp/home",
+            "exec ray start --block --disable-usage-stats --node-ip-address=127.0.0.1 "
+            f"--object-store-memory={OBJECT_STORE_BYTES} --labels={POD_LABEL}={name} "
+            f"--dashboard-agent-listen-port={free_port()} --metrics-export-port={free_port()} "
+            + " ".join(shlex.quote(flag) for flag in flags),
+        ]
+        log = self.workdir / f"{name}.log"
+        process = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "bash", "-ec", "\n".join(script)],
+            env=self._env(worker),
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        return Node(name, root, process, log)
+
+    def start(self, timeout_s: float = 120) -> None:
+        head_group = self.spec["headGroupSpec"]
+        self.head = self._start(
+            "head",
+            head_group,
+            [
+                "--head",
+                f"--port={self.gcs_port}",
+                f"--dashboard-port={self.dashboard_port}",
+                "--include-dashboard=true",
+                *ray_start_flags(head_group),
+            ],
+            worker=False,
+        )
+        self._wait_for_nodes(1, timeout_s)
+        (group,) = self.spec["workerGroupSpecs"]
+        for _ in range(int(group["replicas"])):
+            self.add_worker()
+        self._wait_for_nodes(1 + len(self.workers), timeout_s)
+
+    def add_worker(self) -> Node:
+        """A new worker pod of the manifest's worker group, with empty volumes of its own: what KubeRay starts
+        when a worker pod is lost (the group's `replicas` is fixed when autoscaling is off)."""
+        (group,) = self.spec["workerGroupSpecs"]
+        flags = [f"--address=127.0.0.1:{self.gcs_port}", *ray_start_flags(group)]
+        node = self._start(f"worker-{len(self.workers)}", group, flags, worker=True)
+        self.workers.append(node)
+        return node
+
+    def _wait_for_nodes(self, count: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for node in [self.head, *self.workers]:
+                if node is not None and node.process.poll() is not None:
+                    raise RuntimeError(f"{node.name} exited: {node.log.read_text()[-3000:]}")
+            if len(self.alive_nodes()) >= count:
+                return
+            time.sleep(1)
+        raise TimeoutError(f"{count} Ray nodes did not come up in {timeout_s:.0f} s")
+
+    def alive_nodes(self) -> list[dict[str, Any]]:
+        from ray.util.state import list_nodes
+
+        try:
+            nodes = list_nodes(
+                address=self.dashboard_url, filters=[("state", "=", "ALIVE")], raise_on_missing_output=False
+            )
+        except Exception:  # the dashboard is still starting
+            return []
+        return [node.__dict__ if hasattr(node, "__dict__") else dict(node) for node in nodes]
+
+    def all_nodes(self) -> list[dict[str, Any]]:
+        from ray.util.state import list_nodes
+
+        return [dict(n.__dict__) for n in list_nodes(address=self.dashboard_url, raise_on_missing_output=False)]
+
+    def node_named(self, ray_node_id: str) -> Node | None:
+        """The box's node behind a Ray node id."""
+        for state in self.all_nodes():
+            if state["node_id"] == ray_node_id:
+                name = (state.get("labels") or {}).get(POD_LABEL)
+                return next((n for n in [self.head, *self.workers] if n is not None and n.name == name), None)
+        return None
+
+    def tasks(self, name_part: str) -> list[dict[str, Any]]:
+        """Every attempt of every task whose name holds `name_part` (a rerun is an attempt_number above 0)."""
+        from ray.util.state import list_tasks
+
+        found = list_tasks(address=self.dashboard_url, limit=10000, raise_on_missing_output=False, detail=True)
+        return [dict(t.__dict__) for t in found if name_part in (t.name or "")]
+
+    def submit(self) -> str:
+        from ray.job_submission import JobSubmissionClient
+
+        return str(JobSubmissionClient(self.dashboard_url).submit_job(entrypoint=self.rayjob["spec"]["entrypoint"]))
+
+    def wait(self, job_id: str, timeout_s: float) -> tuple[str, str]:
+        from ray.job_submission import JobStatus, JobSubmissionClient
+
+        client = JobSubmissionClient(self.dashboard_url)
+        deadline = time.monotonic() + timeout_s
+        status = client.get_job_status(job_id)
+        while status not in {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}:
+            if time.monotonic() > deadline:
+                client.stop_job(job_id)
+                break
+            time.sleep(2)
+            status = client.get_job_status(job_id)
+        return str(status), client.get_job_logs(job_id)
+
+    def actors(self, class_part: str) -> list[dict[str, Any]]:
+        from ray.util.state import list_actors
+
+        found = list_actors(address=self.dashboard_url, limit=1000, raise_on_missing_output=False, detail=True)
+        return [dict(a.__dict__) for a in found if class_part in (a.class_name or "")]
+
+    def stop(self) -> None:
+        for node in [*self.workers, self.head]:
+            if node is not None and node.process.poll() is None:
+                node.kill()
+
+
+def load_manifests(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(RayJob, ConfigMap) from what the renderer returned, after a YAML round trip as kubectl would apply it."""
+    by_kind = {obj["kind"]: yaml.safe_load(yaml.safe_dump(obj)) for obj in objects}
+    return by_kind["RayJob"], by_kind["ConfigMap"]
