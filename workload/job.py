@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import queue
 import resource
 import sys
+import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -325,12 +327,13 @@ def _run_engine(
     stop.install()
     memory["before_stream"] = _driver_rss_mib()
     try:
-        for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
-            ok, failed, rejected, out_tokens = committer.take(batch)
-            if committer.first_request_at is not None and "first_engine_request_s" not in timings:
-                timings["first_answer_s"] = round(time.monotonic() - timings["t0"], 3)
-                timings["first_engine_request_s"] = round(committer.first_request_at - timings["t0"], 3)
-            progress.advance(ok, failed + rejected, out_tokens)
+        for batch in _batches_or_ticks(dataset):
+            if batch is not None:
+                ok, failed, rejected, out_tokens = committer.take(batch)
+                if committer.first_request_at is not None and "first_engine_request_s" not in timings:
+                    timings["first_answer_s"] = round(time.monotonic() - timings["t0"], 3)
+                    timings["first_engine_request_s"] = round(committer.first_request_at - timings["t0"], 3)
+                progress.advance(ok, failed + rejected, out_tokens)
             lease.check()  # a lost lease stops the engine work now, not only at the next commit
             if stop.stopped:
                 return False
@@ -342,6 +345,41 @@ def _run_engine(
             raise EngineCrashLoopError(loop) from None
         raise
     return True
+
+
+_END = object()
+TICK_S = 1.0
+
+
+def _batches_or_ticks(dataset: Any) -> Iterator[pa.Table | None]:
+    """The dataset's output batches, with a None at least every TICK_S while none comes.
+
+    Ray Data can hold a task's rows until the task ends (a small input is one block, answered whole), so a loop
+    that only wakes on a batch would see a SIGTERM, or a lost lease, only then: after the grace period, when the
+    stop timer has hard-exited without the `_interrupted.json` note. A thread reads the batches; the caller
+    wakes on each tick. At a stop the thread is left behind, blocked in Ray, and ends with the process."""
+    handoff: queue.Queue[Any] = queue.Queue(maxsize=2)
+
+    def pump() -> None:
+        try:
+            for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
+                handoff.put(batch)
+            handoff.put(_END)
+        except BaseException as error:  # handed to the caller's thread, which raises it as its own
+            handoff.put(error)
+
+    threading.Thread(target=pump, name="llm-batch-output", daemon=True).start()
+    while True:
+        try:
+            item = handoff.get(timeout=TICK_S)
+        except queue.Empty:
+            yield None
+            continue
+        if item is _END:
+            return
+        if isinstance(item, BaseException):
+            raise item
+        yield item
 
 
 def _partitions() -> int:
