@@ -172,7 +172,9 @@ def build_image() -> str:
     mounts = [f"{conf}:/etc/pip.conf:ro"]
     if CA_BUNDLE.is_file():
         mounts.append(f"{CA_BUNDLE}:{CA_BUNDLE}:ro")
-    mounts += [f"{folder}:{folder}:ro" for folder in folders]
+    # A file:// index's pages link to files beside it (/opt/pypi/simple -> /opt/pypi/files): mount its parent.
+    roots = sorted({folder.parent if folder.name == "simple" else folder for folder in folders})
+    mounts += [f"{root}:{root}:ro" for root in roots]
     command = ["build", "--network", "host", "--platform", PLATFORM, "-f", str(DOCKERFILE), "-t", reference]
     for key, value in build_args(base).items():
         command += ["--build-arg", f"{key}={value}"]

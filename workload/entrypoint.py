@@ -46,9 +46,11 @@ JOB_GID = 1000
 # The root filesystem is read-only. Scratch (Ray's session folder under /tmp/ray, compile caches, temp files) goes
 # to a tmpfs here, and HOME points into it so libraries that cache under ~ (vLLM, Triton, matplotlib) write there.
 SCRATCH_DIR = "/tmp"
-SCRATCH_SIZE = "4g"
-# The hub token, a file the job reads through HF_TOKEN_PATH: never an environment value or an argument.
-HUB_TOKEN_PATH = "/var/run/llm-batch/secrets/hub_token"
+SCRATCH_SIZE_GIB = 4
+# The hub token, a file the job reads through HF_TOKEN_PATH: never an environment value or an argument. Its
+# folder is mounted read-only (a folder, so a tier without a token mounts it empty and public models still load).
+HUB_TOKEN_DIR = "/var/run/llm-batch/secrets"
+HUB_TOKEN_PATH = f"{HUB_TOKEN_DIR}/hub_token"
 # Seconds between SIGTERM and SIGKILL beyond the job's own grace period (resume.grace_period_s): time for Ray
 # and vLLM to exit once the finished shards are committed and `_interrupted.json` is written.
 STOP_MARGIN_S = 20
@@ -60,11 +62,11 @@ TOKEN_ENV: dict[str, str] = {"HF_TOKEN_PATH": HUB_TOKEN_PATH}
 @dataclass(frozen=True)
 class HostPaths:
     """Where a host keeps what the container mounts: the model cache (writable by JOB_UID), the job config
-    (mounted read-only at CONFIG_PATH) and the hub token file (read-only at HUB_TOKEN_PATH)."""
+    (read-only at CONFIG_PATH) and the folder holding the hub token file, if any (read-only at HUB_TOKEN_DIR)."""
 
     models: str
     config: str
-    hub_token: str
+    secrets: str
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
@@ -88,7 +90,7 @@ def docker_run_flags(host: HostPaths, stop_timeout: int) -> list[str]:
         f"{JOB_UID}:{JOB_GID}",
         "--read-only",
         "--tmpfs",
-        f"{SCRATCH_DIR}:rw,nosuid,nodev,size={SCRATCH_SIZE},mode=1777",
+        f"{SCRATCH_DIR}:rw,nosuid,nodev,size={SCRATCH_SIZE_GIB}g,mode=1777",
         "--cap-drop",
         "ALL",
         "--security-opt",
@@ -100,7 +102,7 @@ def docker_run_flags(host: HostPaths, stop_timeout: int) -> list[str]:
         "-v",
         f"{host.config}:{CONFIG_PATH}:ro",
         "-v",
-        f"{host.hub_token}:{HUB_TOKEN_PATH}:ro",
+        f"{host.secrets}:{HUB_TOKEN_DIR}:ro",
     ]
     for key, value in {**ENV, **TOKEN_ENV}.items():
         flags += ["-e", f"{key}={value}"]
@@ -124,4 +126,10 @@ def pod_security_context() -> dict[str, Any]:
 
 
 def k8s_env() -> list[dict[str, str]]:
+    """ENV as a container's `env` (the token's path is added with the token's volume, where there is one)."""
     return [{"name": key, "value": value} for key, value in ENV.items()]
+
+
+def k8s_scratch_volume(name: str) -> dict[str, Any]:
+    # On the node's disk: Ray's session logs and spilled objects would otherwise count against the pod's memory.
+    return {"name": name, "emptyDir": {"sizeLimit": f"{SCRATCH_SIZE_GIB}Gi"}}
