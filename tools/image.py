@@ -175,16 +175,20 @@ def build_image() -> str:
     # A file:// index's pages link to files beside it (/opt/pypi/simple -> /opt/pypi/files): mount its parent.
     roots = sorted({folder.parent if folder.name == "simple" else folder for folder in folders})
     mounts += [f"{root}:{root}:ro" for root in roots]
-    command = ["build", "--network", "host", "--platform", PLATFORM, "-f", str(DOCKERFILE), "-t", reference]
+    command = ["build", "--network", "host", "--platform", PLATFORM, "-f", str(DOCKERFILE)]
     for key, value in build_args(base).items():
         command += ["--build-arg", f"{key}={value}"]
-    for mount in mounts:
-        command += ["-v", mount]
     log(f"building {reference}")
     started = time.monotonic()
-    result = podman(*command, str(ROOT), capture=False, check=False)
-    if result.returncode != 0:
-        raise SystemExit(f"podman build failed (exit {result.returncode}); its output is above")
+    # Two passes. podman's `-v` reaches every RUN of every stage and leaves its mount points behind (an empty
+    # /etc/pip.conf, /opt/wheels, ...), so only the build stage, of which nothing but /opt/venv is kept, is built
+    # with the mounts. The whole image then takes that stage from the layer cache (its key ignores mounts), and the
+    # runtime stage's RUN steps (apt-get over plain HTTP) run with no mount at all.
+    volumes = [flag for mount in mounts for flag in ("-v", mount)]
+    for stage in (["--target", "build", *volumes], ["-t", reference]):
+        result = podman(*command, *stage, str(ROOT), capture=False, check=False)
+        if result.returncode != 0:
+            raise SystemExit(f"podman build failed (exit {result.returncode}); its output is above")
     log(f"built in {time.monotonic() - started:.0f} s")
     return reference
 
