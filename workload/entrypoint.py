@@ -46,7 +46,9 @@ JOB_GID = 1000
 # The root filesystem is read-only. Scratch (Ray's session folder under /tmp/ray, compile caches, temp files) goes
 # to a tmpfs here, and HOME points into it so libraries that cache under ~ (vLLM, Triton, matplotlib) write there.
 SCRATCH_DIR = "/tmp"
-SCRATCH_SIZE_GIB = 4
+SCRATCH_SIZE_GIB = 4  # a tmpfs: memory
+# On Kubernetes the scratch is an emptyDir on the node's disk, with room for objects Ray spills out of /dev/shm.
+SCRATCH_DISK_GIB = 20
 # The hub token, a file the job reads through HF_TOKEN_PATH: never an environment value or an argument. Its
 # folder is mounted read-only (a folder, so a tier without a token mounts it empty and public models still load).
 HUB_TOKEN_DIR = "/var/run/llm-batch/secrets"
@@ -132,4 +134,4 @@ def k8s_env() -> list[dict[str, str]]:
 
 def k8s_scratch_volume(name: str) -> dict[str, Any]:
     # On the node's disk: Ray's session logs and spilled objects would otherwise count against the pod's memory.
-    return {"name": name, "emptyDir": {"sizeLimit": f"{SCRATCH_SIZE_GIB}Gi"}}
+    return {"name": name, "emptyDir": {"sizeLimit": f"{SCRATCH_DISK_GIB}Gi"}}
