@@ -97,3 +97,17 @@ def test_a_model_without_a_chat_template_fails_chat_rows_only(tmp_path: Path, st
     )
     assert "chat_template" in out[0]["__inference_error__"] and out[0]["prompt"] is None
     assert out[1]["__inference_error__"] == "" and out[1]["prompt"] == "p"
+
+
+def test_a_row_rejected_by_validation_keeps_its_error_and_is_not_rendered(strict_model: Path) -> None:
+    table = pa.table(
+        {
+            "_pos": [0, 1],
+            "prompt": [None, None],
+            "messages_json": [None, json.dumps([{"role": "user", "content": "hi"}])],
+            "__inference_error__": ["rejected: line is not valid JSON", ""],
+        }
+    )
+    out = ApplyChatTemplate(str(strict_model))(table).to_pylist()
+    assert out[0]["__inference_error__"] == "rejected: line is not valid JSON" and out[0]["prompt"] is None
+    assert out[1]["__inference_error__"] == "" and "hi" in out[1]["prompt"]
