@@ -39,6 +39,11 @@ TOKEN = f"hf_container_test_{uuid.uuid4().hex}"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".onnx")
 SECRET_NAMES = {"credentials", ".netrc", ".git-credentials", "hub_token", "id_rsa", "id_ed25519", ".env", "token"}
 MAX_LIBRARY_DATA = 5 * 2**20
+# vLLM loads its CPU kernels as the platform does at engine start; the worker's first call needs this op.
+KERNELS_LOAD = (
+    "import torch; from vllm.platforms import current_platform; current_platform.import_kernels(); "
+    "print('loaded' if hasattr(torch.ops._C, 'init_cpu_memory_env') else 'missing')"
+)
 LEFTOVERS = ("src", "root/.cache", "opt/wheels", "opt/pypi", "opt/pypi-more", "etc/pip.conf", "tmp/pip")
 
 
@@ -77,6 +82,10 @@ def test_the_image_holds_only_the_job_and_runs_as_non_root(image: str) -> None:
     assert _podman("image", "inspect", "--format", "{{.Config.User}}", image).stdout.strip() == "1000:1000"
     user = _podman("run", "--rm", "--read-only", "--entrypoint", "id", image, "-u").stdout.strip()
     assert user == str(entrypoint.JOB_UID)
+    # vLLM's CPU kernels are native libraries with their own system dependencies (libnuma): when one is missing,
+    # `vllm._C` fails to load with only a warning and the engine's worker dies at start, far from the cause.
+    kernels = _podman("run", "--rm", "--read-only", "--entrypoint", "python", image, "-c", KERNELS_LOAD, timeout=180)
+    assert kernels.stdout.strip() == "loaded", kernels.stdout + kernels.stderr
 
     mount = Path(_podman("image", "mount", image).stdout.strip())
     try:
@@ -147,11 +156,6 @@ def _model_copies(models: Path) -> dict[str, int]:
     return {str(path.relative_to(models)): path.stat().st_ino for path in models.rglob("config.json")}
 
 
-# Known failure, kept running so its fix turns this red (strict): inside the container vLLM's CPU engine core
-# reports "WorkerProc initialization failed" and the job exits 1 before its first shard. The same image, model and
-# settings run on the host; a seccomp-unconfined, SYS_NICE container fails the same way, so it is not the run spec's
-# seccomp or capabilities. The worker's own traceback is still to be read (issue 21's report).
-@pytest.mark.xfail(strict=True, reason="vLLM CPU engine worker fails to start in the container; see module notes")
 def test_the_job_runs_in_its_container_stops_in_grace_and_resumes_once(
     image: str, host_paths: entrypoint.HostPaths, moto_endpoint: str
 ) -> None:
