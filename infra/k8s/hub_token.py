@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-TOKEN_DIR = "/var/run/llm-batch/secrets"
-TOKEN_FILE = f"{TOKEN_DIR}/hub_token"
+from workload import entrypoint
+
+# The run spec's token folder and file (workload/entrypoint.py), as on the small tier's node.
+TOKEN_DIR = entrypoint.HUB_TOKEN_DIR
+TOKEN_FILE = entrypoint.HUB_TOKEN_PATH
 VOLUME = "hub-token"
 
 # Run as `python -c`; reads its inputs from the environment so the ARN never lands in a command line.
@@ -64,11 +67,8 @@ def init_container(image: str, secret_arn: str, security_context: dict[str, Any]
 
 
 def container_env() -> list[dict[str, str]]:
-    """What the Ray container needs to find the token (and not to phone home)."""
-    return [
-        {"name": "HF_TOKEN_PATH", "value": TOKEN_FILE},
-        {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
-    ]
+    """What the Ray container needs to find the token (the run spec's TOKEN_ENV; its ENV comes with the pod)."""
+    return [{"name": key, "value": value} for key, value in entrypoint.TOKEN_ENV.items()]
 
 
 def container_mount() -> dict[str, Any]:

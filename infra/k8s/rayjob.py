@@ -30,6 +30,7 @@ from infra.k8s.common import (
 )
 from infra.k8s.head_group import RAY_AUTOSCALER, RAYJOB_SUBMITTER
 from infra.k8s.network_policy import SUBMITTER_COMPONENT
+from workload import entrypoint
 from workload.config import JobConfig, build_config, render_config
 from workload.entrypoint import MODELS_DIR
 
@@ -40,8 +41,8 @@ ENTRYPOINT = f"python -m workload run --config {CONFIG_DIR}/{CONFIG_FILE}"
 # The GPU worker's sidecar: publishes the node's GPU utilisation, which the driver on the CPU head cannot see.
 GPU_REPORTER_COMMAND = ["python", "-m", "workload.gpu_reporter", "--config", f"{CONFIG_DIR}/{CONFIG_FILE}"]
 GPU_REPORTER_SIZE = {"cpu": "100m", "memory": "256Mi"}
-# The image's user (workload/Dockerfile: `useradd --uid 1000 --user-group`); runAsNonRoot checks it is not 0.
-JOB_UID = 1000
+# The image's user (the run spec, workload/entrypoint.py); runAsNonRoot checks it is not 0.
+JOB_UID = entrypoint.JOB_UID
 
 # KubeRay names the RayCluster `<rayjob>-<5 chars>` and its head Service `<cluster>-head-svc`; a Service name
 # is a 63-character DNS label, which leaves 47 for the RayJob (KubeRay's own validation limit).
@@ -277,19 +278,17 @@ def _pod_metadata(args: RayJobArgs, component: str) -> dict[str, Any]:
 
 
 def _container_security() -> dict[str, Any]:
+    # The containers whose command KubeRay or a script owns (submitter, autoscaler, token fetch, GPU reporter):
+    # no privileges. The Ray containers, which run the job, take the run spec's whole context (read-only root).
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 def _pod_security() -> dict[str, Any]:
-    # Every container of a Ray pod (Ray, sidecar, init, KubeRay's autoscaler) runs as the image's user, never
-    # root; fsGroup makes the pod's volumes (the /models cache among them) writable to it.
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": JOB_UID,
-        "runAsGroup": JOB_UID,
-        "fsGroup": JOB_UID,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+    # Every container of a Ray pod (Ray, sidecar, init, KubeRay's autoscaler) runs as the image's user, never root.
+    return entrypoint.pod_security_context()
+
+
+SCRATCH_VOLUME = "scratch"
 
 
 def _shm_volume() -> dict[str, Any]:
@@ -315,6 +314,7 @@ def _ray_mounts() -> list[dict[str, Any]]:
         {"name": "job-config", "mountPath": CONFIG_DIR, "readOnly": True},
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "models", "mountPath": MODELS_DIR},
+        {"name": SCRATCH_VOLUME, "mountPath": entrypoint.SCRATCH_DIR},
     ]
 
 
@@ -363,7 +363,8 @@ def _head_template(args: RayJobArgs) -> dict[str, Any]:
             {"name": "client", "containerPort": 10001},
         ],
         "resources": args.head.size.resources(),
-        "securityContext": _container_security(),
+        "securityContext": entrypoint.container_security_context(),
+        "env": entrypoint.k8s_env(),
         "volumeMounts": _ray_mounts(),
     }
     return {
@@ -380,7 +381,12 @@ def _head_template(args: RayJobArgs) -> dict[str, Any]:
                 "terminationGracePeriodSeconds": args.termination_grace_s,
                 "securityContext": _pod_security(),
                 "containers": [container],
-                "volumes": [_config_volume(args), _shm_volume(), _models_volume(args.head.models_volume)],
+                "volumes": [
+                    _config_volume(args),
+                    _shm_volume(),
+                    _models_volume(args.head.models_volume),
+                    entrypoint.k8s_scratch_volume(SCRATCH_VOLUME),
+                ],
             },
         ),
     }
@@ -392,7 +398,8 @@ def _worker_template(args: RayJobArgs) -> dict[str, Any]:
         "image": args.image,
         "imagePullPolicy": "IfNotPresent",
         "resources": args.workers.size.resources(),
-        "securityContext": _container_security(),
+        "securityContext": entrypoint.container_security_context(),
+        "env": entrypoint.k8s_env(),
         "volumeMounts": _ray_mounts(),
     }
     return {
@@ -412,7 +419,12 @@ def _worker_template(args: RayJobArgs) -> dict[str, Any]:
                 "securityContext": _pod_security(),
                 # KubeRay treats the first container as Ray's; the reporter comes after it.
                 "containers": [container, _gpu_reporter(args)],
-                "volumes": [_config_volume(args), _shm_volume(), _models_volume(args.workers.models_volume)],
+                "volumes": [
+                    _config_volume(args),
+                    _shm_volume(),
+                    _models_volume(args.workers.models_volume),
+                    entrypoint.k8s_scratch_volume(SCRATCH_VOLUME),
+                ],
             },
         ),
     }

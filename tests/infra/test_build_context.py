@@ -55,14 +55,17 @@ def test_repo_context_is_the_job_package_and_its_pins_only() -> None:
         for path in (REPO_ROOT / "workload").rglob("*")
         if path.is_file() and "__pycache__" not in path.parts and path.suffix not in {".pyc", ".pyo", ".pyd"}
     )
-    assert files == sorted(["pyproject.toml", "requirements/gpu.lock", *package])
+    # Both locks: the REQUIREMENTS build argument picks the one installed (the GPU one unless told otherwise).
+    assert files == sorted(["pyproject.toml", "requirements/gpu.lock", "requirements/cpu.lock", *package])
     assert "workload/Dockerfile" in files and "requirements/cpu.txt" not in files
+    assert "requirements/image-cpu.txt" not in files  # the lock's source, like gpu.txt
 
 
 def _tree(root: Path) -> Path:
     for relative in (
         "pyproject.toml",
         "requirements/gpu.lock",
+        "requirements/cpu.lock",
         "requirements/gpu.txt",
         "requirements/cpu.txt",
         ".dockerignore",
@@ -97,12 +100,14 @@ def test_content_tag_moves_exactly_when_the_image_inputs_move(tmp_path: Path) ->
     changed.add(content_tag(root, dockerfile, ARGS, PLATFORM))
     (root / "requirements" / "gpu.lock").write_text((root / "requirements" / "gpu.lock").read_text() + "\n")
     changed.add(content_tag(root, dockerfile, ARGS, PLATFORM))
+    # The CPU build (`make image`) is a build argument away, so its tag is another one.
+    changed.add(content_tag(root, dockerfile, {**ARGS, "REQUIREMENTS": "requirements/cpu.lock"}, PLATFORM))
     (root / "workload" / "new_module.py").write_text("")
     changed.add(content_tag(root, dockerfile, ARGS, PLATFORM))
     # docker-build's own context hash covers permission bits, so the tag must move with them too.
     (root / "workload" / "new_module.py").chmod(0o755)
     changed.add(content_tag(root, dockerfile, ARGS, PLATFORM))
-    assert first not in changed and len(changed) == 6
+    assert first not in changed and len(changed) == 7
 
 
 def test_a_dockerfile_specific_ignore_file_takes_precedence(tmp_path: Path) -> None:

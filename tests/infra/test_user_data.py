@@ -61,6 +61,7 @@ def _settings(config_dir: Path, **changes: Any) -> BootSettings:
         group_name="llm-batch-small-gpu",
         output_prefix_uri=OUTPUT_PREFIX_URI,
         config_dir=str(config_dir),
+        models_dir=str(config_dir.parent / "models"),
         **changes,
     )
 
@@ -119,8 +120,13 @@ def test_boot_runs_the_job_with_todays_config_and_stands_down(tmp_path: Path) ->
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
     calls = _calls(root)
     run = next(call for call in calls if call.startswith("docker run"))
-    assert "--gpus all" in run and f"{IMAGE} run --config {root}/etc/job.yaml" in run
-    assert f"HF_TOKEN_PATH={root}/etc/secrets/hub_token" in run
+    # The run spec's mounts: the config file where the image's CMD reads it, the token's folder read-only.
+    assert "--gpus all" in run and f"{IMAGE} run --config /etc/llm-batch/job.yaml" in run
+    assert f"-v {root}/etc/job.yaml:/etc/llm-batch/job.yaml:ro" in run
+    assert f"-v {root}/etc/secrets:/var/run/llm-batch/secrets:ro" in run
+    assert f"-v {root}/models:/models " in run and (root / "models").is_dir()
+    assert "HF_TOKEN_PATH=/var/run/llm-batch/secrets/hub_token" in run
+    assert "--user 1000:1000 --read-only --tmpfs /tmp:" in run
     assert "--log-opt awslogs-group=/llm-batch/small/job" in run
     assert f"awslogs-stream={today}/i-0123456789abcdef0" in run
     assert f"chown -R 1000:1000 {root}/etc" in calls

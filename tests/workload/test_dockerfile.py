@@ -164,9 +164,12 @@ def test_run_args_refuse_an_empty_config_path() -> None:
 
 def test_image_installs_exactly_the_locked_gpu_set() -> None:
     build = _stages()[0]
-    assert "requirements/gpu.lock requirements/gpu.lock" in build.values("COPY")
+    assert "requirements/gpu.lock requirements/cpu.lock requirements/" in build.values("COPY")
+    # The REQUIREMENTS build argument picks the lock; unset, it is the GPU one every tier runs.
+    assert _global_args(DockerfileParser(str(DOCKERFILE)).structure)["REQUIREMENTS"] == "requirements/gpu.lock"
+    assert "REQUIREMENTS" in build.values("ARG")
     installs = [run for run in build.values("RUN") if "pip install" in run]
-    assert any("--require-hashes -r requirements/gpu.lock" in run for run in installs)
+    assert any('--require-hashes --no-deps -r "${REQUIREMENTS}"' in run for run in installs)
     # The job's own package must not pull anything beyond the pinned set.
     own = [run for run in installs if "-r " not in run]
     assert own and all("--no-deps" in run for run in own)
