@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 STACK ?= small
-# Outside checkers (parliament) live in their own virtualenv: their dependencies must not move the project's pins.
+# Outside checkers (parliament, checkov) live in their own virtualenv: their dependencies must not move the project's pins.
 CHECKERS_VENV := .venv-checkers
 CHECKERS_STAMP := $(CHECKERS_VENV)/.installed
 

@@ -30,10 +30,14 @@ from infra.components.node_groups import NodeGroups, NodeGroupsArgs
 from infra.components.observability import Observability, ObservabilityArgs
 from infra.components.providers import Providers, ProvidersArgs
 from infra.components.secrets import JobSecrets, JobSecretsArgs
+from infra.components.serving import Serving, ServingArgs
 from infra.components.spot_node import SpotNode, SpotNodeArgs
 from infra.config import from_pulumi
 from infra.eks_job import base_rayjob_args
+from infra.eks_serve import RAYSERVICE_NAME, rayservice_manifest, serve_worker_ceiling
 from infra.k8s.karpenter import DISCOVERY_TAG
+from infra.k8s.network_policy import SERVE_PORT
+from infra.k8s.rayservice import pod_labels
 from infra.nightly_template import night_template_json
 from infra.pricing import stack_costs
 from workload.config import render_config
@@ -50,9 +54,10 @@ providers = Providers("providers", ProvidersArgs(region=config.region, tags=tags
 aws_opts = pulumi.ResourceOptions(provider=providers.aws)
 context = aws_context.lookup(providers.aws)
 
-# The small tier's Spot node is launched by EC2 Auto Scaling, whose service-linked role must be let into the
-# key that encrypts its root volume (EKS node volumes use AWS's own EBS key).
-volume_launchers = [aws_context.service_linked_role_arn(providers.aws)] if config.tier == "small" else []
+# Node volumes are encrypted with the stack key. EC2 Auto Scaling launches the small tier's Spot node and every
+# EKS managed node group's nodes as its service-linked role, which only the key policy can let in; Karpenter
+# launches with its controller's role, which the key reaches through IAM (infra/components/karpenter.py).
+volume_launchers = [aws_context.service_linked_role_arn(providers.aws)]
 key = EncryptionKey(
     "kms", EncryptionKeyArgs(stack=stack, context=context, launcher_role_arns=volume_launchers), aws_opts
 )
@@ -157,6 +162,7 @@ observability = Observability(
         alert_email=config.alert_email,
         billing_provider=providers.billing,
         account_billing_alarm=config.monitoring.account_billing_alarm,
+        serve=config.serve.watch if config.serve.enabled else None,
     ),
     aws_opts,
 )
@@ -217,6 +223,7 @@ if config.tier in ("medium", "large"):
             head_instance_type=eks.head_instance_type,
             head_nodes=eks.head_nodes,
             volume_gib=eks.node_volume_gib,
+            volume_key_arn=key.key_arn,
             gpu_instance_type=None if eks.karpenter_enabled else eks.gpu_instance_type,
             gpu_max_nodes=eks.gpu_max_nodes,
             tags=tags,
@@ -231,10 +238,11 @@ if config.tier in ("medium", "large"):
         cluster.provider,
         k8s_opts,
     )
-    KubeRayOperator("kuberay", cluster.provider, k8s_opts)
+    kuberay = KubeRayOperator("kuberay", cluster.provider, k8s_opts)
     NvidiaDevicePlugin("nvidia-device-plugin", cluster.provider, k8s_opts)
+    karpenter = None
     if eks.karpenter_enabled:
-        Karpenter(
+        karpenter = Karpenter(
             "karpenter",
             KarpenterArgs(
                 cluster_name=cluster_name,
@@ -244,6 +252,7 @@ if config.tier in ("medium", "large"):
                 subnet_count=config.network.subnet_count,
                 ami_alias=eks.ami_alias,
                 volume_gib=eks.node_volume_gib,
+                volume_key_arn=key.key_arn,
                 node_pool=eks.node_pool,
                 tag_existing_subnets=not config.network.create_vpc,
                 tags=tags,
@@ -292,6 +301,34 @@ if config.tier in ("medium", "large"):
         karpenter_nodepool=eks.node_pool.name if eks.karpenter_enabled else None,
     )
     pulumi.export("rayjob_args", rayjob_args.apply(lambda args: args.model_dump_json()))
+    if config.serve.enabled:
+        serving = Serving(
+            "serving",
+            ServingArgs(
+                cluster=cluster.cluster,
+                cluster_name=cluster_name,
+                namespace=eks.namespace,
+                rayservice=pulumi.Output.all(image.image_ref, secrets.hub_token_arn).apply(
+                    lambda values: rayservice_manifest(config, stack, values[0], values[1])
+                ),
+                pod_labels=pod_labels(RAYSERVICE_NAME),
+                vpc_cidr=network.vpc_cidr,
+                instance_type=config.serve.instance_type,
+                capacity_type=config.serve.capacity_type,
+                max_workers=serve_worker_ceiling(config),
+                gpus_per_worker=config.serve.worker_size.gpus,
+                node_role=None if eks.karpenter_enabled else nodes.node_role,
+                private_subnet_ids=network.private_subnet_ids,
+                volume_gib=eks.node_volume_gib,
+                volume_key_arn=key.key_arn,
+                node_class=eks.node_pool.node_class if eks.karpenter_enabled else None,
+                depends_on=[kuberay, identity, *([karpenter] if karpenter else [])],
+                tags=tags,
+            ),
+            cluster.provider,
+            k8s_opts,
+        )
+        pulumi.export("serve_endpoint", serving.service_host.apply(lambda host: f"http://{host}:{SERVE_PORT}/v1"))
 
 nightly = Nightly(
     "nightly",

@@ -25,13 +25,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from infra import naming, versions
 from infra.k8s.common import check_dns_label, quantity_value
-from infra.k8s.head_group import RayHead, Requests, head_group_shortfall, pods_on_head_group
+from infra.k8s.head_group import SERVE_REPORTER, RayHead, Requests, head_group_shortfall, pods_on_head_group
 from infra.k8s.instance_types import NODE_MEMORY_SHARE, NODE_RESERVED_CPU, shape_of
 from infra.k8s.karpenter import NodePoolArgs
+from infra.k8s.network_policy import SERVE_PORT
 from infra.k8s.rayjob import PodSize
-from monitoring.alarms import AlarmThresholds
+from monitoring.alarms import AlarmThresholds, ServeWatch
 from workload import entrypoint
-from workload.config import DEFAULT_METRICS_NAMESPACE, JobConfig, ResumeConfig, build_config
+from workload.config import DEFAULT_METRICS_NAMESPACE, ConfigError, JobConfig, ResumeConfig, build_config
+from workload.serve.config import ServeConfig, build_serve_config
 
 Tier = Literal["small", "medium", "large"]
 InterfaceEndpoint = Literal["ecr.api", "ecr.dkr", "sts", "logs", "ssm", "ssmmessages", "ec2messages", "monitoring"]
@@ -207,8 +209,9 @@ class EksConfig(_Section):
 
     @property
     def ray_heads(self) -> list[RayHead]:
-        """Every Ray head on the head group: the nightly RayJob's (with its autoscaler sidecar when Ray
-        autoscales, Karpenter's tier, and its submitter pod). A feature adding a Ray cluster adds its head here."""
+        """The nightly RayJob's Ray head on the head group (with its autoscaler sidecar when Ray autoscales,
+        Karpenter's tier, and its submitter pod). The online endpoint's RayService head, configured outside this
+        section, joins it in `StackConfig._serve_fits` (`ServeSection.ray_heads`)."""
         return [
             RayHead(
                 "nightly RayJob",
@@ -261,6 +264,95 @@ def _check_fits(size: PodSize, instance_types: list[str], size_key: str, types_k
         f"{instance_types} after the node's own reserve ({NODE_RESERVED_CPU} CPU, "
         f"{int((1 - NODE_MEMORY_SHARE) * 100)}% memory)"
     )
+
+
+class ServeSection(_Section):
+    """The online endpoint of the EKS tiers: the job's model and engine, served by a KubeRay RayService."""
+
+    enabled: bool = Field(False, description="Serve the job's model from a RayService (medium and large tiers).")
+    min_replicas: int = Field(
+        0, ge=0, description="Engine replicas kept while idle; 0: a GPU node only while there is traffic."
+    )
+    max_replicas: int = Field(2, ge=1, description="Most engine replicas (one GPU node each) under load.")
+    target_ongoing_requests: int = Field(
+        16, ge=1, description="Requests in flight per replica that Serve's autoscaler aims for; more adds replicas."
+    )
+    busy_hours_per_day: float = Field(
+        8,
+        ge=0,
+        le=24,
+        description="Hours a day the endpoint has traffic, for the estimate: max_replicas GPU nodes "
+        "then, min_replicas the rest of the day.",
+    )
+    instance_type: str = Field("g5.xlarge", description="GPU instance type of the endpoint's own node pool.")
+    capacity_type: Literal["on-demand", "spot"] = Field(
+        "on-demand",
+        description="On-demand by default: a Spot interruption drops the requests in flight on that replica.",
+    )
+    worker_size: PodSize = Field(
+        PodSize(cpu="3", memory="12Gi", gpus=1), description="Each engine replica's Ray worker pod (= limits)."
+    )
+    head_size: PodSize = Field(
+        PodSize(cpu="1", memory="4Gi"),
+        description="The RayService's head: Serve's controller, the HTTP proxy and the ingress (on the head group).",
+    )
+    internal_load_balancer: bool = Field(
+        False,
+        description="Also an internal AWS load balancer in front of the endpoint (never internet-facing); "
+        "off: a ClusterIP Service, reached from inside the cluster or by kubectl port-forward.",
+    )
+    alarm_latency_p95_ms: float = Field(
+        30000, gt=0, description="The endpoint's p95 request latency over this (ms) for two periods alarms."
+    )
+    alarm_error_ratio: float = Field(
+        0.02, gt=0, le=1, description="5xx answers / requests in a 5-minute period over this alarms."
+    )
+    endpoint_overrides: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Merged into the endpoint's `serve` settings (workload.serve.config.ServeSettings), e.g. "
+        "model_id or max_ongoing_requests; host and port are the cluster's.",
+    )
+
+    @field_validator("instance_type")
+    @classmethod
+    def _known_type(cls, value: str) -> str:
+        if shape_of(value).gpus < 1:
+            raise ValueError(f"{value} has no GPU; the endpoint's engines need one")
+        return value
+
+    @field_validator("endpoint_overrides")
+    @classmethod
+    def _no_listener(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key in ("host", "port", "haproxy", "direct_streaming"):
+            if key in value:
+                raise ValueError(f"'{key}' is set by the RayService (infra/k8s/rayservice.py), not by overrides")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ServeSection:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas ({self.min_replicas}) is more than max_replicas ({self.max_replicas})")
+        if self.worker_size.gpus < 1:
+            raise ValueError("worker_size.gpus must be at least 1: each replica runs a GPU engine")
+        _check_fits(self.worker_size, [self.instance_type], "worker_size", "instance_type")
+        return self
+
+    @property
+    def ray_heads(self) -> list[RayHead]:
+        """The RayService's heads on the head group, each with its metrics reporter and KubeRay's autoscaler
+        sidecar (replicas autoscale): the serving cluster's, and the new cluster's that KubeRay starts beside it
+        while it upgrades the RayService (a new image), until traffic has switched."""
+        cpu = quantity_value(self.head_size.cpu) + quantity_value(SERVE_REPORTER.cpu)
+        memory = quantity_value(self.head_size.memory) + quantity_value(SERVE_REPORTER.memory)
+        requests = Requests(cpu=f"{round(cpu * 1000)}m", memory=f"{round(memory / 2**20)}Mi")
+        return [
+            RayHead(name, requests, autoscaler=True, submitter=False)
+            for name in ("RayService", "RayService upgrade (new cluster)")
+        ]
+
+    @property
+    def watch(self) -> ServeWatch:
+        return ServeWatch(self.alarm_latency_p95_ms, self.alarm_error_ratio, self.max_replicas)
 
 
 class ScheduleConfig(_Section):
@@ -389,6 +481,7 @@ class StackConfig(_Section):
     monitoring: MonitoringConfig = MonitoringConfig()
     cost: CostConfig = CostConfig()
     image: ImageConfig = ImageConfig()
+    serve: ServeSection = ServeSection()
 
     @field_validator("region")
     @classmethod
@@ -420,6 +513,56 @@ class StackConfig(_Section):
             if not _TAG_KEY.fullmatch(key) or key.lower().startswith("aws:"):
                 raise ValueError(f"'{key}' is not a valid AWS tag key")
         return value
+
+    @model_validator(mode="after")
+    def _serve_fits(self) -> StackConfig:
+        if not self.serve.enabled:
+            return self
+        if self.tier == "small":
+            raise ValueError(
+                "serve.enabled: the online endpoint runs on the EKS tiers (medium, large) only; the small tier's "
+                "one Spot node is the nightly run's"
+            )
+        eks = self.eks
+        pods = pods_on_head_group([*eks.ray_heads, *self.serve.ray_heads], karpenter=eks.karpenter_enabled)
+        shortfall = head_group_shortfall(pods, shape_of(eks.head_instance_type), eks.head_nodes)
+        if shortfall is not None:
+            raise ValueError(
+                f"serve.enabled: eks.head_instance_type {eks.head_instance_type} x eks.head_nodes {eks.head_nodes} "
+                f"cannot hold the nightly RayJob's head and the RayService's head: {shortfall}; choose a larger "
+                "eks.head_instance_type (m5.2xlarge), more eks.head_nodes or a smaller serve.head_size"
+            )
+        tp = self.job_config("s3://b/i/", "s3://b/o/").engine.tensor_parallel_size
+        if self.serve.worker_size.gpus % tp:
+            raise ValueError(
+                f"serve.worker_size.gpus ({self.serve.worker_size.gpus}) is not a multiple of the job's "
+                f"engine.tensor_parallel_size ({tp}): an engine must fit one replica's GPUs"
+            )
+        self.serve_config()  # a bad endpoint override stops here, before any resource
+        return self
+
+    def serve_config(self) -> ServeConfig:
+        """The endpoint's config on the cluster: the nightly job's model and engine (its `job_config`), the
+        stack's `serve.endpoint_overrides`, listening on every address of the head pod (the Service and the
+        NetworkPolicy decide who reaches it), replicas between serve.min_replicas (at least 1 here: the
+        RayService's autoscaling config takes it down to 0) and serve.max_replicas."""
+        job = self.job_config("s3://unused/input/", "s3://unused/output/")
+        overrides: dict[str, Any] = {f"serve.{key}": value for key, value in self.serve.endpoint_overrides.items()}
+        overrides.update(
+            {
+                "device": "gpu",
+                "replicas": max(self.serve.min_replicas, 1),
+                "max_replicas": self.serve.max_replicas,
+                "serve.host": "0.0.0.0",  # inside the pod; the NetworkPolicy admits the VPC only
+                "serve.port": SERVE_PORT,
+                "serve.haproxy": False,
+                "serve.direct_streaming": False,
+            }
+        )
+        try:
+            return build_serve_config(job.model_dump(mode="json"), overrides)
+        except ConfigError as error:
+            raise ValueError(f"serve.endpoint_overrides: {error}") from None
 
     @classmethod
     def sections(cls) -> tuple[str, ...]:

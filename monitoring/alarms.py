@@ -204,6 +204,74 @@ def job_alarms(stack: str, namespace: str, thresholds: AlarmThresholds) -> list[
     ]
 
 
+@dataclass(frozen=True)
+class ServeWatch:
+    """What the online endpoint's alarms and dashboard widgets need (the stack's `serve.*`)."""
+
+    latency_p95_max_ms: float
+    error_ratio_max: float
+    max_replicas: int
+    at_max_minutes: int = 15
+
+
+def serve_alarms(stack: str, namespace: str, watch: ServeWatch) -> list[AlarmSpec]:
+    """The alarms on the endpoint's metrics (`workload.serve_reporter` publishes them while the RayService runs).
+
+    No data means no reporter (the endpoint is being deployed or is gone) or, for latency, no request: neither
+    is a breach; an endpoint that is down shows as a failed RayService in KubeRay, and its clients' errors."""
+    return [
+        AlarmSpec(
+            key="serve-latency",
+            meaning=(
+                f"The endpoint's p95 request latency stayed over {watch.latency_p95_max_ms:g} ms for two periods."
+            ),
+            action=(
+                "Check ServeReplicas: at serve.max_replicas the endpoint is saturated (raise it, or "
+                "engine.max_num_seqs); below it, new replicas are waiting for a GPU node (kubectl get pods -l "
+                "llm-batch.io/rayservice) or requests are long (max_tokens)."
+            ),
+            comparison="GreaterThanThreshold",
+            threshold=watch.latency_p95_max_ms,
+            evaluation_periods=2,
+            treat_missing_data="notBreaching",
+            metric=_job_metric(namespace, stack, mn.SERVE_LATENCY_P95, "Maximum"),
+        ),
+        AlarmSpec(
+            key="serve-error-ratio",
+            meaning=f"More than {watch.error_ratio_max:.0%} of the endpoint's requests in a period got a 5xx.",
+            action=(
+                "Read the RayService head's and the replicas' logs (kubectl logs -l llm-batch.io/rayservice); "
+                "engine crashes, replicas lost to node loss and requests over max_model_len are the usual causes."
+            ),
+            comparison="GreaterThanThreshold",
+            threshold=watch.error_ratio_max,
+            evaluation_periods=1,
+            treat_missing_data="notBreaching",
+            expression="IF(requests > 0, errors / requests)",
+            inputs={
+                "requests": _job_metric(namespace, stack, mn.SERVE_REQUESTS, "Sum"),
+                "errors": _job_metric(namespace, stack, mn.SERVE_ERRORS, "Sum"),
+            },
+        ),
+        AlarmSpec(
+            key="serve-at-max-replicas",
+            meaning=(
+                f"The endpoint ran at serve.max_replicas ({watch.max_replicas}) for {watch.at_max_minutes} "
+                "minutes: it cannot scale further, so requests queue."
+            ),
+            action=(
+                "Raise serve.max_replicas (the estimate's serving line grows with it) or lower the load; "
+                "check the latency alarm."
+            ),
+            comparison="GreaterThanOrEqualToThreshold",
+            threshold=watch.max_replicas,
+            evaluation_periods=max(1, watch.at_max_minutes // _PERIOD_MINUTES),
+            treat_missing_data="notBreaching",
+            metric=_job_metric(namespace, stack, mn.SERVE_REPLICAS, "Minimum"),
+        ),
+    ]
+
+
 def billing_alarm(limit_usd: float) -> AlarmSpec:
     """Month-to-date estimated charges of the whole account over `limit_usd` (AWS/Billing: us-east-1 only)."""
     if limit_usd <= 0:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from monitoring.alarms import AlarmThresholds
+from monitoring.alarms import AlarmThresholds, ServeWatch
 from monitoring.queries import SavedQuery, strip_comments
 from workload import metric_names as mn
 
@@ -47,8 +47,10 @@ def dashboard_body(
     log_group: str,
     slow_batches: SavedQuery,
     alarm_arns: list[str],
+    serve: ServeWatch | None = None,
 ) -> dict[str, Any]:
-    """The dashboard as CloudWatch's PutDashboard takes it (serialise with `json.dumps`)."""
+    """The dashboard as CloudWatch's PutDashboard takes it (serialise with `json.dumps`); with `serve`, the
+    online endpoint's latency, requests and error ratio, and replicas too."""
     period = mn.ALARM_PERIOD_S
     widgets = [
         _graph(
@@ -128,8 +130,49 @@ def dashboard_body(
             },
         },
     ]
+    if serve is not None:
+        widgets[-1:-1] = serve_widgets(stack, namespace, region, serve)
     # Two widgets a row, in the order above.
     for index, widget in enumerate(widgets):
         widget["x"] = (index % 2) * _WIDTH
         widget["y"] = (index // 2) * _HEIGHT
     return {"start": "-P7D", "periodOverride": "inherit", "widgets": widgets}
+
+
+def serve_widgets(stack: str, namespace: str, region: str, serve: ServeWatch) -> list[dict[str, Any]]:
+    """The endpoint's graphs, thresholds drawn as its alarms use them (monitoring.alarms.serve_alarms)."""
+    period = 60  # the reporter publishes every minute; alarms read 5-minute periods
+    return [
+        _graph(
+            "Endpoint latency p95 (ms)",
+            region,
+            [_metric(namespace, stack, mn.SERVE_LATENCY_P95, "Maximum", period, label="p95")],
+            annotations={"horizontal": [{"label": "latency alarm", "value": serve.latency_p95_max_ms}]},
+        ),
+        _graph(
+            "Endpoint requests and errors",
+            region,
+            [
+                _metric(namespace, stack, mn.SERVE_REQUESTS, "Sum", period, id="requests", label="requests"),
+                _metric(namespace, stack, mn.SERVE_ERRORS, "Sum", period, id="errors", label="5xx"),
+                [
+                    {
+                        "expression": "IF(requests > 0, errors / requests)",
+                        "id": "ratio",
+                        "label": "error ratio",
+                        "yAxis": "right",
+                    }
+                ],
+            ],
+            annotations={
+                "horizontal": [{"label": "error ratio alarm", "value": serve.error_ratio_max, "yAxis": "right"}]
+            },
+        ),
+        _graph(
+            "Endpoint replicas",
+            region,
+            [_metric(namespace, stack, mn.SERVE_REPLICAS, "Maximum", period, label="healthy engine replicas")],
+            yAxis={"left": {"min": 0}},
+            annotations={"horizontal": [{"label": "serve.max_replicas", "value": serve.max_replicas}]},
+        ),
+    ]

@@ -252,4 +252,9 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         # batch made ride on its first row, so each is counted once.
         for index, output in enumerate(outputs):
             output[ENGINE_RESTARTS_COLUMN] = len(rebuilt) if index == 0 else 0
+            if output.get("__inference_error__") and output.get("metrics") is None:
+                # A failed row's `metrics` is None; in a batch where every row failed, Arrow types that column as
+                # null, and Ray Data cannot then join the batch with others whose `metrics` is a struct (its
+                # _backfill_missing_fields recurses into the null column). Left out, it is filled in as missing.
+                output.pop("metrics", None)
             yield output

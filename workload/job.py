@@ -1,17 +1,19 @@
-"""One run of the batch job: lease, validate, resume, stream rows through the pipeline, commit shard by shard,
-summarise.
+"""One run of the batch job: lease, plan the input, resume, stream rows through the pipeline, commit shard by
+shard, summarise.
 
-The driver owns the input and the commits; Ray runs the stages. Rows are numbered by their place in the input and
-grouped into fixed shards of `output.shard_rows`, so every attempt agrees on which row belongs to which shard and a
-rerun sends the engine only the rows of shards not yet committed. Before anything else the attempt takes the
-output's lease (workload/lease.py), so two attempts never write one output at once; an attempt that loses it
-stops before its next write.
+The cluster reads and validates the input (workload/input_stream.py); the driver holds the plan (per file), the
+shards in flight and the commits (per shard), never the rows. A cheap count of each file's records numbers every
+row by its place in the input, and rows are grouped into fixed shards of `output.shard_rows`, so every attempt
+agrees on which row belongs to which shard and a rerun reads and sends the engine only the rows of shards not yet
+committed. Before anything else the attempt takes the output's lease (workload/lease.py), so two attempts never
+write one output at once; an attempt that loses it stops before its next write.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import resource
 import sys
 import time
 from collections import defaultdict
@@ -23,6 +25,7 @@ import pyarrow as pa
 
 from workload import failpoints
 from workload.config import ConfigError, JobConfig, seeded_cpu_conflict
+from workload.input_plan import REJECTED_PREFIX, InputPlan, passthrough_of, plan_input, row_error
 from workload.lease import LeaseLostError, OutputLease, hold_lease
 from workload.metric_sinks import open_metrics
 from workload.metrics import BatchReport, RunMetrics
@@ -34,10 +37,7 @@ from workload.results import (
     ShardBuffer,
     classify_inference_error,
     finish_reason,
-    passthrough_types,
 )
-from workload.rows import ValidatedInput, ValidRow, input_files, read_input
-from workload.storage import content_version
 from workload.summary import build_summary, print_summary
 
 NOTE_INTERVAL_S = 30.0  # how stale a killed attempt's recorded wall time may be, at most (one manifest write)
@@ -63,17 +63,14 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
-def _input_listing(config: JobConfig) -> dict[str, dict[str, Any]]:
-    """Each input file's size and content version (S3 ETag, local mtime): what the output was made from."""
-    listing = {}
-    for file in input_files(config.input):
-        size, version = content_version(file)
-        listing[file.uri] = {"size": size, "version": version}
-    return listing
+def _identity(entry: dict[str, Any]) -> dict[str, Any]:
+    """What says a file is unchanged: its size and content version (its record count follows from them)."""
+    return {"size": entry["size"], "version": entry["version"]}
 
 
 def _fingerprint(listing: dict[str, dict[str, Any]]) -> str:
-    return hashlib.sha256(json.dumps(listing, sort_keys=True).encode()).hexdigest()[:16]
+    identities = {uri: _identity(entry) for uri, entry in listing.items()}
+    return hashlib.sha256(json.dumps(identities, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _legacy_fingerprint(listing: dict[str, dict[str, Any]]) -> str:
@@ -89,7 +86,7 @@ def _changed_inputs(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any
             changes.append(f"{uri} (removed)")
         elif uri not in old:
             changes.append(f"{uri} (added)")
-        elif old[uri] != new[uri]:
+        elif _identity(old[uri]) != _identity(new[uri]):
             what = "size" if old[uri]["size"] != new[uri]["size"] else "content"
             changes.append(f"{uri} ({what} changed)")
     return changes
@@ -113,16 +110,17 @@ def _check_same_input(store: OutputStore, config: JobConfig, manifest: dict[str,
         )
 
 
-def _start_attempt(store: OutputStore, config: JobConfig, rows_in: int) -> tuple[dict[str, Any], int]:
+def _start_attempt(
+    store: OutputStore, config: JobConfig, plan: InputPlan, manifest: dict[str, Any] | None
+) -> tuple[dict[str, Any], int]:
     """Check the output against this config (refusing to mix), then record a new attempt."""
-    manifest = store.read_manifest()
-    listing = _input_listing(config)
+    listing = plan.listing()
     identity = {
         "config_hash": config.output_hash(),
         "output_affecting": config.output_affecting(),
         "input_fingerprint": _fingerprint(listing),
         "input_files": listing,
-        "rows_in": rows_in,
+        "rows_in": plan.rows_in,
     }
     if manifest is not None and config.resume.mode == "resume":
         old, new = _flatten(manifest["output_affecting"]), _flatten(identity["output_affecting"])
@@ -133,6 +131,7 @@ def _start_attempt(store: OutputStore, config: JobConfig, rows_in: int) -> tuple
                 "Use a new output URI, or --restart (resume.mode=restart) to delete the old output first."
             )
         _check_same_input(store, config, manifest, listing)
+        manifest["input_files"] = listing  # the same files; their record counts are kept for the next resume
     if manifest is None or config.resume.mode == "restart":
         store.reset()
         manifest = {**identity, "attempts": []}
@@ -143,30 +142,27 @@ def _start_attempt(store: OutputStore, config: JobConfig, rows_in: int) -> tuple
 
 
 class _ShardCommitter:
-    """Routes engine output to shard buffers and commits each shard the moment its last row arrives."""
+    """Routes the pipeline's output to shard buffers and commits each shard the moment its last row arrives.
+
+    Every input row of a pending shard comes back exactly once (answered, failed in the engine, or rejected by
+    the validation stage), so a shard is complete when it has received as many rows as it holds. Buffers exist
+    only for shards with rows in flight."""
 
     def __init__(
         self,
         store: OutputStore,
         config: JobConfig,
-        validated: ValidatedInput,
+        rows_in: int,
         pending: set[int],
+        types: dict[str, Any],
         attempt: int,
         metrics: RunMetrics,
         note_attempt: Callable[[], None],
     ) -> None:
         self.store, self.config, self.attempt, self.metrics = store, config, attempt, metrics
         self.note_attempt = note_attempt
-        shard_rows = config.output.shard_rows
-        self.rows_by_pos = {r.position: r for r in validated.rows}
-        self.types = passthrough_types(validated.rows)
-        self.buffers = {shard: ShardBuffer(shard, 0) for shard in pending}
-        for row in validated.rows:
-            if row.position // shard_rows in pending:
-                self.buffers[row.position // shard_rows].expected += 1
-        for error in validated.errors:
-            if error.position // shard_rows in pending:
-                self.buffers[error.position // shard_rows].errors.append(error)
+        self.rows_in, self.pending, self.types = rows_in, set(pending), types
+        self.buffers: dict[int, ShardBuffer] = {}
         self.commits: list[ShardCommit] = []
         self.engine_restarts = 0
         # A batch whose node was lost is rerun by Ray; rows it had already handed on can arrive twice. The first
@@ -174,19 +170,25 @@ class _ShardCommitter:
         self.seen: set[int] = set()
         self.rows_redelivered = 0
         self.noted_at = time.monotonic()
+        self.first_request_at: float | None = None
 
-    def engine_rows(self) -> list[ValidRow]:
-        shard_rows = self.config.output.shard_rows
-        return [r for r in self.rows_by_pos.values() if r.position // shard_rows in self.buffers]
+    def _buffer(self, shard: int) -> ShardBuffer:
+        buffer = self.buffers.get(shard)
+        if buffer is None:
+            shard_rows = self.config.output.shard_rows
+            size = min(shard_rows, self.rows_in - shard * shard_rows)
+            buffer = self.buffers[shard] = ShardBuffer(shard, size)
+        return buffer
 
     def commit_ready(self) -> None:
         # The attempt's time is noted after each commit, and at least every NOTE_INTERVAL_S while rows arrive.
         for shard in sorted(s for s, b in self.buffers.items() if b.complete):
             buffer = self.buffers.pop(shard)
-            table = buffer.table(self.rows_by_pos, self.types) if buffer.results else None
+            table = buffer.table(self.types) if buffer.results else None
             self.commits.append(
                 self.store.commit_shard(shard, table, buffer.error_records(), buffer.stats(), self.attempt)
             )
+            self.pending.discard(shard)
             self.note()
         if time.monotonic() - self.noted_at > NOTE_INTERVAL_S:
             self.note()
@@ -195,10 +197,11 @@ class _ShardCommitter:
         self.noted_at = time.monotonic()
         self.note_attempt()
 
-    def take(self, batch: pa.Table) -> tuple[int, int, int]:
-        """Route one batch of engine output; returns (rows ok, rows failed, output tokens)."""
+    def take(self, batch: pa.Table) -> tuple[int, int, int, int]:
+        """Route one batch of pipeline output; returns (rows ok, rows failed in the engine, rows rejected by
+        validation, output tokens)."""
         shard_rows, max_model_len = self.config.output.shard_rows, self.config.engine.max_model_len
-        ok = failed = out_tokens = 0
+        ok = failed = rejected = out_tokens = 0
         engine_batches: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for item in batch.to_pylist():
             restarts = int(item.get(ENGINE_RESTARTS_COLUMN) or 0)
@@ -209,36 +212,47 @@ class _ShardCommitter:
                     f"({self.engine_restarts} this attempt)",
                     file=sys.stderr,
                 )
-            if item["_pos"] in self.seen:
+            position = int(item["_pos"])
+            if position in self.seen:
                 self.rows_redelivered += 1
                 continue
-            self.seen.add(item["_pos"])
-            row = self.rows_by_pos[item["_pos"]]
-            buffer = self.buffers[row.position // shard_rows]
+            self.seen.add(position)
+            buffer = self._buffer(position // shard_rows)
             buffer.received += 1
-            engine_batches[item.get("batch_uuid") or ""].append(item)
             message = item.get("__inference_error__") or ""
+            if message.startswith(REJECTED_PREFIX):  # failed validation: never reached an engine
+                buffer.errors.append(row_error(item, item["_error_type"], message.removeprefix(REJECTED_PREFIX)))
+                rejected += 1
+                continue
+            engine_batches[item.get("batch_uuid") or ""].append(item)
             if message:
-                buffer.errors.append(row.failed(*classify_inference_error(message)))
+                buffer.errors.append(row_error(item, *classify_inference_error(message)))
                 failed += 1
                 continue
             num_in, num_out = int(item["num_input_tokens"]), int(item["num_generated_tokens"])
             buffer.results.append(
                 {
-                    "_pos": row.position,
-                    "id": row.id,
+                    "_pos": position,
+                    "id": item["id"],
                     "generated_text": item["generated_text"],
                     "num_input_tokens": num_in,
                     "num_output_tokens": num_out,
-                    "finish_reason": finish_reason(num_in, num_out, row.sampling["max_tokens"], max_model_len),
+                    "finish_reason": finish_reason(num_in, num_out, int(item["_max_tokens"]), max_model_len),
+                    "_passthrough": passthrough_of(item.get("_passthrough")),
                 }
             )
             ok += 1
             out_tokens += num_out
         for items in engine_batches.values():
-            self.metrics.batch_complete(_batch_report(items))
+            report = _batch_report(items)
+            if report.rows_ok and self.first_request_at is None:
+                # When the engine began on the first answered batch: its arrival less its time in the engine.
+                self.first_request_at = time.monotonic() - report.duration_s
+            self.metrics.batch_complete(report)
+        if rejected:
+            self.metrics.rows_rejected(rejected)
         self.commit_ready()
-        return ok, failed, out_tokens
+        return ok, failed, rejected, out_tokens
 
 
 def _batch_report(items: list[dict[str, Any]]) -> BatchReport:
@@ -254,34 +268,59 @@ def _batch_report(items: list[dict[str, Any]]) -> BatchReport:
 
 
 def _run_engine(
-    committer: _ShardCommitter, config: JobConfig, progress: Progress, stop: Any, lease: OutputLease
+    committer: _ShardCommitter,
+    config: JobConfig,
+    plan: InputPlan,
+    progress: Progress,
+    stop: Any,
+    lease: OutputLease,
+    timings: dict[str, float],
+    memory: dict[str, float],
 ) -> bool:
-    """Stream the pending rows through Ray Data LLM; returns False if stopped by a signal."""
-    import ray.data
+    """Stream the pending shards' rows from the input through Ray Data LLM; returns False if stopped by a signal."""
+    from workload.input_stream import id_pass, input_stream
+    from workload.pipeline import build_pipeline
 
-    from workload.pipeline import build_pipeline, engine_input, input_blocks
+    started = time.monotonic()
+    stop.install()  # ray.init installed its own SIGTERM handler, which exits at once
+    # The whole input's repeated ids and facts first: a row is sent only once no earlier row can claim its id.
+    duplicates, facts = id_pass(plan, config.sampling, _partitions(), config.stages.num_cpus)
+    timings["id_pass_s"] = round(time.monotonic() - started, 3)
+    if stop.stopped:  # nothing is in flight yet: every pending shard is left for the next attempt
+        return False
+    problem = seeded_cpu_conflict(config, facts.seeded)
+    if problem:  # a row's own seed meets engine settings that would crash on it: stop before any engine starts
+        raise ConfigError(problem)
+    committer.types = facts.types
 
-    rows = committer.engine_rows()
-    if not rows:
-        return True
-    table = engine_input(
-        [r.position for r in rows],
-        [r.prompt for r in rows],
-        [r.messages for r in rows],
-        [r.sampling for r in rows],
-        [r.id for r in rows],
-    )
-    blocks = input_blocks(table, config.batch_size)
-    has_messages = any(row.messages is not None for row in rows)
-    # No model on the driver: each node running a stage fetches config.model itself (workload/node_stages.py).
-    dataset = build_pipeline(ray.data.from_arrow(blocks), config, chat_template=has_messages, seeded=_seeded(rows))
+    def rows(rejected: bool) -> Any:
+        return input_stream(
+            plan,
+            config.sampling,
+            duplicates,
+            config.output.shard_rows,
+            committer.pending,
+            config.stages.num_cpus,
+            rejected,
+        )
+
+    # Rows that failed validation never enter the engine's stages: they go straight to their shards.
+    dataset = rows(rejected=True)
+    if facts.valid_rows:
+        # No model on the driver: each node running a stage fetches config.model itself (workload/node_stages.py).
+        answered = build_pipeline(rows(False), config, chat_template=facts.has_messages, seeded=facts.seeded)
+        dataset = answered.union(dataset)
     # Every ray.init (ours, and the one build_processor makes) installs a SIGTERM handler that exits at once,
     # without committing: take the signal back just before the work starts.
     stop.install()
+    memory["before_stream"] = _driver_rss_mib()
     try:
         for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
-            ok, failed, out_tokens = committer.take(batch)
-            progress.advance(ok, failed, out_tokens)
+            ok, failed, rejected, out_tokens = committer.take(batch)
+            if committer.first_request_at is not None and "first_engine_request_s" not in timings:
+                timings["first_answer_s"] = round(time.monotonic() - timings["t0"], 3)
+                timings["first_engine_request_s"] = round(committer.first_request_at - timings["t0"], 3)
+            progress.advance(ok, failed + rejected, out_tokens)
             lease.check()  # a lost lease stops the engine work now, not only at the next commit
             if stop.stopped:
                 return False
@@ -295,8 +334,11 @@ def _run_engine(
     return True
 
 
-def _seeded(rows: list[ValidRow]) -> bool:
-    return any(row.sampling.get("seed") is not None for row in rows)
+def _partitions() -> int:
+    """Hash partitions of the id pass: one per CPU of the cluster, so each node groups its share of the ids."""
+    import ray
+
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
 def _crash_loop_in(error: BaseException) -> str | None:
@@ -339,23 +381,52 @@ def run_job(config: JobConfig) -> RunOutcome:
             raise
 
 
+def _proc_status_mib(key: str) -> float | None:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(f"{key}:"):
+                    return round(int(line.split()[1]) / 1024, 1)  # reported in kB
+    except OSError:
+        pass
+    return None
+
+
+def _driver_peak_rss_mib() -> float:
+    """The driver's own peak resident memory so far: VmHWM, which starts afresh at exec. (ru_maxrss does not: a
+    process started by a large one, as pytest or a benchmark start the job, inherits its parent's peak.)"""
+    peak = _proc_status_mib("VmHWM")
+    return peak if peak is not None else round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def _driver_rss_mib() -> float:
+    """The driver's resident memory now."""
+    current = _proc_status_mib("VmRSS")
+    return current if current is not None else _driver_peak_rss_mib()
+
+
 def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, started: float) -> RunOutcome:
     from workload.runtime import StopSignal, ray_session
 
     store.clear_notes()
-    validated = read_input(config.input, config.sampling)
-    problem = seeded_cpu_conflict(config, _seeded(validated.rows))
-    if problem:  # a row's own seed meets engine settings that would crash on it: stop before any work
-        raise ConfigError(problem)
-    manifest, attempt = _start_attempt(store, config, validated.rows_in)
+    timings: dict[str, float] = {"t0": started}
+    previous = store.read_manifest()
+    known = previous.get("input_files") if previous and config.resume.mode == "resume" else None
+    plan = plan_input(config.input, known)
+    timings["plan_s"] = round(time.monotonic() - started, 3)
+    # Where the driver's memory went: its peak up to the end of the plan (the only time it reads input bytes),
+    # its size when the rows start to stream (Ray and the pipeline built), and its peak over the whole attempt.
+    memory = {"peak_after_plan": _driver_peak_rss_mib()}
+    manifest, attempt = _start_attempt(store, config, plan, previous)
     failpoints.reached(failpoints.ATTEMPT_STARTED)
     committed = store.recover()
-    shard_count = -(-validated.rows_in // config.output.shard_rows)
+    shard_count = -(-plan.rows_in // config.output.shard_rows)
     pending = set(range(shard_count)) - set(committed)
+    timings["reopen_s"] = round(time.monotonic() - started, 3)
     run_id = config.metrics.run_id or manifest["attempts"][0]["started_at"]
     metrics = open_metrics(config.metrics, run_id)
     done_rows = sum(c.rows_ok + c.rows_failed for c in committed.values())
-    progress = Progress(total=validated.rows_in, already=done_rows, attempt=attempt)
+    progress = Progress(total=plan.rows_in, already=done_rows, attempt=attempt)
     if committed:
         print(
             f"[llm-batch] attempt {attempt}: resuming, {len(committed)}/{shard_count} shards already committed",
@@ -364,23 +435,23 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
 
     def record_attempt() -> None:
         # Kept current while the attempt runs, so one that is killed still reports its time up to then.
-        manifest["attempts"][-1]["wall_s"] = round(time.monotonic() - started, 3)
-        manifest["attempts"][-1]["engine_restarts"] = committer.engine_restarts
-        manifest["attempts"][-1]["rows_redelivered"] = committer.rows_redelivered
+        entry = manifest["attempts"][-1]
+        entry["wall_s"] = round(time.monotonic() - started, 3)
+        entry["engine_restarts"] = committer.engine_restarts
+        entry["rows_redelivered"] = committer.rows_redelivered
+        entry["driver_peak_rss_mib"] = _driver_peak_rss_mib()
+        entry["driver_rss_mib"] = memory
+        entry["timings_s"] = {k: v for k, v in timings.items() if k != "t0"}
         store.write_manifest(manifest)
 
     completed = True
     with StopSignal(config.resume.grace_period_s) as stop:
-        committer = _ShardCommitter(store, config, validated, pending, attempt, metrics, record_attempt)
-        rejected = sum(len(b.errors) for b in committer.buffers.values())
-        progress.advance(0, rejected, 0)
-        metrics.rows_rejected(rejected)
-        committer.commit_ready()  # shards with no valid rows (only bad ones) commit at once
-        if committer.buffers and not stop.stopped:
+        committer = _ShardCommitter(store, config, plan.rows_in, pending, {}, attempt, metrics, record_attempt)
+        if pending and not stop.stopped:
             with ray_session(config.device):
-                completed = _run_engine(committer, config, progress, stop, lease)
+                completed = _run_engine(committer, config, plan, progress, stop, lease, timings, memory)
             # Stopped by a signal: every shard complete so far is committed; the rest is redone next time.
-            completed = completed and not committer.buffers
+            completed = completed and not committer.pending
         # The handler stays ours until the summary is written: a SIGTERM after the last commit lets the run
         # finish its bookkeeping rather than killing it halfway (the default action).
         interrupted = stop.stopped
@@ -388,7 +459,7 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
         record_attempt()
         if not completed:
             metrics.close()
-            left = len(committer.buffers)
+            left = len(committer.pending)
             print(f"[llm-batch] stopped: {left} shards left for the next attempt", file=sys.stderr)
             if interrupted:
                 store.write_interrupted(stop.signal_name or "a signal", left)
@@ -396,7 +467,9 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
             # Not a signal and not complete: rows went missing between the engine and the driver (a bug).
             store.write_failure("IncompleteRun", f"{left} shard(s) never received all their rows")
             return RunOutcome(None, interrupted=False, exit_code=1)
-        summary = build_summary(config, manifest, store.committed())
+        # The commits are known: those recovered at the start and this attempt's own; nothing is read again.
+        commits = {**committed, **{c.shard: c for c in committer.commits}}
+        summary = build_summary(config, manifest, commits)
         failpoints.reached(failpoints.SUMMARY_WRITING)
         store.write_summary(summary)
         metrics.run_complete(summary)

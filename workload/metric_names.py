@@ -81,6 +81,17 @@ ALL_METRICS = (
     COST_PER_MILLION_OUTPUT_TOKENS,
 )
 
+# The online endpoint's (the RayService's), published each interval by `workload.serve_reporter` beside its head.
+SERVE_REQUESTS = MetricName(
+    "ServeRequests", "Count", Scope.STACK, "HTTP requests the endpoint answered in the interval"
+)
+SERVE_ERRORS = MetricName("ServeErrors", "Count", Scope.STACK, "requests answered with a 5xx in the interval")
+SERVE_LATENCY_P95 = MetricName(
+    "ServeLatencyP95", "Milliseconds", Scope.STACK, "95th percentile end-to-end latency of the interval's requests"
+)
+SERVE_REPLICAS = MetricName("ServeReplicas", "Count", Scope.STACK, "healthy engine replicas at the interval's end")
+SERVE_METRICS = (SERVE_REQUESTS, SERVE_ERRORS, SERVE_LATENCY_P95, SERVE_REPLICAS)
+
 # The account-wide billing metric (AWS publishes it, in us-east-1 only).
 BILLING_NAMESPACE = "AWS/Billing"
 BILLING_METRIC = "EstimatedCharges"

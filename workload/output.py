@@ -43,6 +43,7 @@ from workload.storage import (
     locate,
     move,
     read_bytes,
+    read_many,
     write_bytes_atomic,
 )
 
@@ -144,10 +145,11 @@ class OutputStore:
 
     # --- shards -------------------------------------------------------------------------------------------
     def committed(self) -> dict[int, ShardCommit]:
+        """Every commit marker, listed once and read in parallel (an output of thousands of shards reopens in
+        seconds, not one request after another)."""
         commits: dict[int, ShardCommit] = {}
-        for marker in list_files(self._at(COMMITS)):
-            value = json.loads(read_bytes(marker))
-            commit = ShardCommit(**value)
+        for data in read_many(list_files(self._at(COMMITS))):
+            commit = ShardCommit(**json.loads(data))
             commits[commit.shard] = commit
         return commits
 

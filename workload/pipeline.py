@@ -25,6 +25,9 @@ from workload.results import CHAT_TEMPLATE_PREFIX, ENGINE_RESTARTS_COLUMN
 # Columns the driver needs back; the rest (token ids, prompts) is dropped before it crosses to the driver.
 RESULT_COLUMNS = (
     "_pos",
+    "id",
+    "_max_tokens",
+    "_passthrough",
     "generated_text",
     "num_input_tokens",
     "num_generated_tokens",
@@ -71,18 +74,22 @@ class ApplyChatTemplate:
     def __call__(self, batch: pa.Table) -> pa.Table:
         prompts: list[str | None] = []
         errors: list[str] = []
-        for prompt, messages_json in zip(
-            batch.column("prompt").to_pylist(), batch.column("messages_json").to_pylist(), strict=True
+        # A row that already failed (the validation stage's rejected rows) keeps its error and is not rendered.
+        earlier = (
+            batch.column(ERROR_COLUMN).to_pylist() if ERROR_COLUMN in batch.column_names else [""] * batch.num_rows
+        )
+        for prompt, messages_json, error in zip(
+            batch.column("prompt").to_pylist(), batch.column("messages_json").to_pylist(), earlier, strict=True
         ):
-            error = ""
-            if messages_json is not None:
+            error = error or ""
+            if messages_json is not None and not error:
                 try:
                     prompt = self.render(messages_json)
                 except Exception as failure:  # jinja's TemplateError, transformers' "no chat template", ...
                     prompt, error = None, f"{CHAT_TEMPLATE_PREFIX}{type(failure).__name__}: {failure}"
             prompts.append(prompt)
             errors.append(error)
-        batch = batch.drop_columns(["messages_json"])
+        batch = batch.drop_columns([c for c in ("messages_json", ERROR_COLUMN) if c in batch.column_names])
         index = batch.schema.get_field_index("prompt")
         batch = batch.set_column(index, "prompt", pa.array(prompts, pa.string()))
         return batch.append_column(ERROR_COLUMN, pa.array(errors, pa.string()))
@@ -234,7 +241,9 @@ def build_pipeline(
 ) -> ray.data.Dataset:
     """Lazy: nothing runs until the returned dataset is iterated.
 
-    Input rows: `_pos`, `id`, `prompt` (or None), `messages_json` (or None), `sampling_params`.
+    Input rows: `_pos`, `id`, `prompt` (or None), `messages_json` (or None), `sampling_params`; the job's rows
+    also carry the validation stage's columns (workload/input_stream.py), and a row whose `__inference_error__` is
+    already set passes every stage untouched and comes back with all its columns.
     Output rows: RESULT_COLUMNS plus `__inference_error__` (empty unless the row failed), and `metrics`
     (vLLM's per-request timings) when keep_metrics is set. With chat_template False (no row has `messages`)
     the chat-template stage, its actor and its tokenizer are left out.

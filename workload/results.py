@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from workload.rows import RowError, ValidRow
+from workload.rows import RowError
 
 RESULT_SCHEMA = pa.schema(
     [
@@ -20,7 +20,7 @@ RESULT_SCHEMA = pa.schema(
         ("finish_reason", pa.string()),
     ]
 )
-_JSON = "json"
+JSON_TYPE = "json"  # the type of a pass-through column whose values share no Arrow type (kept as JSON text)
 # Stages of ours mark the errors they record, so the driver can name their kind (`classify_inference_error`).
 ENGINE_CRASH_PREFIX = "engine_crash: "  # the row killed the engine on its own (workload/engine_guard.py)
 CHAT_TEMPLATE_PREFIX = "chat_template: "  # the model's chat template rejected the row's messages
@@ -32,22 +32,6 @@ class EngineCrashLoopError(RuntimeError):
     in _failed.json, rather than restarting the engine forever."""
 
     exit_code = 1  # the run failed; the command's input was fine (workload/cli_errors.py reads this)
-
-
-def passthrough_types(rows: list[ValidRow]) -> dict[str, pa.DataType | str]:
-    """One Arrow type per pass-through column, decided over the whole input so every shard has one schema.
-
-    A column whose values Arrow cannot hold in one type (a number here, an object there) is kept as JSON text.
-    """
-    columns = sorted({key for row in rows for key in row.passthrough})
-    types: dict[str, pa.DataType | str] = {}
-    for column in columns:
-        values = [row.passthrough.get(column) for row in rows]
-        try:
-            types[column] = pa.array(values).type
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-            types[column] = _JSON
-    return types
 
 
 def finish_reason(num_input: int, num_output: int, max_tokens: int, max_model_len: int) -> str:
@@ -74,7 +58,7 @@ class ShardBuffer:
     """What one shard has received so far; complete when every valid row has come back from the engine."""
 
     shard: int
-    expected: int  # valid rows sent to the engine
+    expected: int  # the shard's input rows: every one comes back from the pipeline, answered or as an error
     errors: list[RowError] = field(default_factory=list)
     results: list[dict[str, Any]] = field(default_factory=list)
     received: int = 0
@@ -83,15 +67,17 @@ class ShardBuffer:
     def complete(self) -> bool:
         return self.received >= self.expected
 
-    def table(self, rows_by_pos: dict[int, ValidRow], types: dict[str, pa.DataType | str]) -> pa.Table:
+    def table(self, types: dict[str, pa.DataType | str]) -> pa.Table:
+        """The shard's results in input order; `types`: one Arrow type per pass-through column, decided over the
+        whole input (workload/input_stream.py's id pass), so every shard has one schema."""
         ordered = sorted(self.results, key=lambda r: r["_pos"])
         columns: dict[str, pa.Array] = {
             name: pa.array([r[name] for r in ordered], type=RESULT_SCHEMA.field(name).type)
             for name in RESULT_SCHEMA.names
         }
-        for column, kind in types.items():
-            values = [rows_by_pos[r["_pos"]].passthrough.get(column) for r in ordered]
-            if kind == _JSON:
+        for column, kind in sorted(types.items()):
+            values = [r["_passthrough"].get(column) for r in ordered]
+            if kind == JSON_TYPE:
                 columns[column] = pa.array([None if v is None else json.dumps(v) for v in values], pa.string())
             else:
                 columns[column] = pa.array(values, type=kind)

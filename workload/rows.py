@@ -1,14 +1,15 @@
 """Reading input records and deciding, row by row, what the engine gets and what goes to errors.
 
-Nothing here imports Ray: the driver validates every record before any engine starts, so a bad row becomes an
-error record with its position, never a crash and never a silent drop.
+Nothing here imports Ray: the job's validation stage (workload/input_stream.py) runs these checks on the cluster,
+and `workload validate` runs them on one machine, so a bad row becomes an error record with its position, never a
+crash and never a silent drop.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,26 +104,56 @@ def input_files(config: InputConfig) -> list[Location]:
     return files
 
 
+def format_of(location: Location, configured: str) -> str:
+    return _format_of(location, configured)
+
+
+def jsonl_records(chunks: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
+    """(1-based line number, line) of every record of a JSONL file given as consecutive chunks of its bytes.
+
+    The one rule for what a record is, shared by the record count that fixes positions and by the readers: a
+    blank line carries no record (a trailing newline ends every JSONL file), a UTF-8 byte order mark is a valid
+    start of a text file and not part of the first record, and a line's trailing CR is not part of it."""
+    number = 0
+    carry: list[bytes] = []
+    first = True
+    for chunk in chunks:
+        if first:
+            head = b"".join(carry) + chunk
+            if len(head) < len(_BOM) and _BOM.startswith(head):  # maybe a BOM split over tiny chunks: wait
+                carry = [head]
+                continue
+            chunk, carry, first = head.removeprefix(_BOM), [], False
+        lines = chunk.split(b"\n")
+        if len(lines) == 1:  # no line ends in this chunk: a long line goes on
+            carry.append(lines[0])
+            continue
+        lines[0] = b"".join([*carry, lines[0]])
+        carry = [lines.pop()]
+        for line in lines:
+            number += 1
+            if line.strip():
+                yield number, line.rstrip(b"\r")
+    last = b"".join(carry)
+    if first:
+        last = last.removeprefix(_BOM)
+    if last.strip():
+        yield number + 1, last.rstrip(b"\r")
+
+
 def iter_records(config: InputConfig) -> Iterator[Record]:
     """Every record of every input file, in a stable order (files sorted by path, then file order)."""
     position = 0
     for location in input_files(config):
         try:
             if _format_of(location, config.format) == "jsonl":
-                # A UTF-8 byte order mark is a valid start of a text file, not part of the first record.
-                lines = read_bytes(location).removeprefix(_BOM).split(b"\n")
-                row = 0
-                for number, line in enumerate(lines, start=1):
-                    # A blank line carries no record (a trailing newline ends every JSONL file).
-                    if not line.strip():
-                        continue
-                    yield Record(position, Origin(location.uri, row, number), line.rstrip(b"\r"))
+                for row, (number, line) in enumerate(jsonl_records([read_bytes(location)])):
+                    yield Record(position, Origin(location.uri, row, number), line)
                     position += 1
-                    row += 1
             else:
                 table = pq.read_table(location.path, filesystem=location.fs)
                 for row, value in enumerate(table.to_pylist()):
-                    yield Record(position, Origin(location.uri, row, None), _unset_struct_fields(value))
+                    yield Record(position, Origin(location.uri, row, None), unset_struct_fields(value))
                     position += 1
         except StorageError as error:
             raise InputError(str(error)) from error
@@ -130,7 +161,7 @@ def iter_records(config: InputConfig) -> Iterator[Record]:
             raise InputError(f"cannot read {location.uri}: {error}") from error
 
 
-def _unset_struct_fields(value: dict[str, Any]) -> dict[str, Any]:
+def unset_struct_fields(value: dict[str, Any]) -> dict[str, Any]:
     """A Parquet struct column has one set of fields for all rows, so a field one row never set reads back as
     null: in `sampling_params` that means "not set", not a null value."""
     sampling = value.get("sampling_params")
@@ -162,7 +193,7 @@ def _lone_surrogate(value: Any, where: str = "") -> str | None:
     return None
 
 
-def _raw_text(raw: bytes | dict[str, Any]) -> tuple[str, str]:
+def raw_text(raw: bytes | dict[str, Any]) -> tuple[str, str]:
     if isinstance(raw, dict):
         text = json.dumps(raw, default=str, ensure_ascii=False)
         if _lone_surrogate(text):  # keep the record writable as UTF-8: escape what UTF-8 cannot hold
@@ -175,7 +206,7 @@ def _raw_text(raw: bytes | dict[str, Any]) -> tuple[str, str]:
 
 
 def _error(record: Record, row_id: str | None, error_type: str, message: str) -> RowError:
-    text, encoding = _raw_text(record.raw)
+    text, encoding = raw_text(record.raw)
     return RowError(record.position, row_id, record.origin, text, encoding, error_type, message)
 
 
@@ -276,10 +307,8 @@ def validate_record(record: Record, defaults: SamplingParams) -> ValidRow | RowE
         return _error(record, row_id, "invalid_sampling_params", detail)
 
     passthrough = {key: value for key, value in parsed.items() if key not in _ROW_KEYS}
-    raw_text, _ = _raw_text(record.raw)
-    return ValidRow(
-        record.position, row_id, prompt, messages, sampling.for_engine(), record.origin, raw_text, passthrough
-    )
+    text, _ = raw_text(record.raw)
+    return ValidRow(record.position, row_id, prompt, messages, sampling.for_engine(), record.origin, text, passthrough)
 
 
 @dataclass

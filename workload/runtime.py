@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 import ray
 from ray.data import DataContext
@@ -23,8 +24,10 @@ _SCRATCH_VARIABLES = ("TMPDIR", "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR")
 
 
 @contextmanager
-def ray_session(device: str) -> Iterator[None]:
-    """Connect to the cluster in RAY_ADDRESS, or start a private local Ray with scratch folders of its own."""
+def ray_session(device: str, runtime_env: dict[str, Any] | None = None) -> Iterator[None]:
+    """Connect to the cluster in RAY_ADDRESS, or start a private local Ray with scratch folders of its own.
+
+    `runtime_env` is the job-level Ray runtime environment (every worker of this driver gets it)."""
     # Ray's socket paths must stay under ~107 characters: keep the scratch root short.
     scratch = tempfile.mkdtemp(prefix="llmb-", dir="/tmp")
     saved = {name: os.environ.get(name) for name in (*_SCRATCH_VARIABLES, "VLLM_LOGGING_LEVEL")}
@@ -35,10 +38,15 @@ def ray_session(device: str) -> Iterator[None]:
     try:
         address = os.environ.get("RAY_ADDRESS")
         if address:
-            ray.init(address=address, log_to_driver=True)
+            ray.init(address=address, log_to_driver=True, runtime_env=runtime_env)
         else:
             # Worker logs stay in the scratch folder: failures still reach the driver as exceptions.
-            ray.init(include_dashboard=False, _temp_dir=os.path.join(scratch, "ray"), log_to_driver=False)
+            ray.init(
+                include_dashboard=False,
+                _temp_dir=os.path.join(scratch, "ray"),
+                log_to_driver=False,
+                runtime_env=runtime_env,
+            )
         context = DataContext.get_current()
         context.enable_progress_bars = False  # the job prints its own progress line
         context.enable_operator_progress_bars = False

@@ -20,7 +20,7 @@ import pulumi_kubernetes as k8s
 from infra.aws_context import AwsContext
 from infra.components import irsa
 from infra.components.helm import namespace, pinned_chart
-from infra.components.iam import deny_insecure_transport
+from infra.components.iam import deny_insecure_transport, via_services
 from infra.components.node_groups import node_role
 from infra.k8s.common import HEAD_POOL, POOL_LABEL, Manifest
 from infra.k8s.head_group import KARPENTER_CONTROLLER
@@ -59,6 +59,8 @@ class KarpenterArgs:
     subnet_count: int
     ami_alias: str
     volume_gib: int
+    # The stack key, for the nodes' root volumes (the EC2NodeClass's kmsKeyID).
+    volume_key_arn: pulumi.Input[str]
     node_pool: NodePoolArgs
     # True for an existing VPC's subnets, which this program does not own: an `ec2.Tag` adds the discovery tag.
     # False when the program creates them: the tag is in the Subnet's own tags (`Network.private_subnet_tags`),
@@ -87,9 +89,45 @@ def queue_policy(queue_arn: str, account_id: str) -> dict[str, Any]:
     }
 
 
-def controller_policy(cluster_name: str, context: AwsContext, node_role_arn: str, queue_arn: str) -> dict[str, Any]:
+def volume_key_statements(key_arn: str) -> list[dict[str, Any]]:
+    """What the role that calls RunInstances/CreateFleet needs to launch with volumes on a customer key.
+
+    EC2 creates the volumes with the caller's permissions on the key (Amazon EBS User Guide, "Permissions
+    for IAM users" under EBS encryption): the data-key calls and a grant that lets EBS use the key for the
+    volume's life, the grant only ever for an AWS resource. Both only through EC2 (kms:ViaService), so the
+    controller's credentials alone cannot decrypt anything with the key. The key policy lets IAM policies of
+    the account grant this (its administration statement covers kms:CreateGrant).
+    """
+    through_ec2 = via_services(key_arn, "ec2")
+    return [
+        {
+            "Sid": "NodeVolumesUseStackKey",
+            "Effect": "Allow",
+            "Action": [
+                "kms:Decrypt",
+                "kms:DescribeKey",
+                "kms:GenerateDataKeyWithoutPlaintext",
+                "kms:ReEncryptFrom",
+                "kms:ReEncryptTo",
+            ],
+            "Resource": key_arn,
+            "Condition": through_ec2,
+        },
+        {
+            "Sid": "NodeVolumesGrantToEbs",
+            "Effect": "Allow",
+            "Action": "kms:CreateGrant",
+            "Resource": key_arn,
+            "Condition": {**through_ec2, "Bool": {"kms:GrantIsForAWSResource": True}},
+        },
+    ]
+
+
+def controller_policy(
+    cluster_name: str, context: AwsContext, node_role_arn: str, queue_arn: str, volume_key_arn: str
+) -> dict[str, Any]:
     """Karpenter's controller policy, after its reference CloudFormation: writes only on resources tagged as
-    this cluster's, reads where AWS offers no resource scoping."""
+    this cluster's, reads where AWS offers no resource scoping; plus the stack key for the nodes' volumes."""
     region = context.region
     owned = {f"aws:ResourceTag/kubernetes.io/cluster/{cluster_name}": "owned"}
     request_owned = {
@@ -261,6 +299,7 @@ def controller_policy(cluster_name: str, context: AwsContext, node_role_arn: str
                 "Action": "eks:DescribeCluster",
                 "Resource": context.arn("eks", f"cluster/{cluster_name}"),
             },
+            *volume_key_statements(volume_key_arn),
         ],
     }
 
@@ -269,7 +308,7 @@ def _item(index: int) -> Callable[[list[str]], str]:
     return lambda items: items[index]
 
 
-def node_manifests(args: KarpenterArgs, node_role_name: str) -> tuple[Manifest, Manifest]:
+def node_manifests(args: KarpenterArgs, node_role_name: str, volume_key_arn: str | None) -> tuple[Manifest, Manifest]:
     """The EC2NodeClass and NodePool this component applies (also what the CRD tests validate)."""
     node_class = render_node_class(
         NodeClassArgs(
@@ -278,6 +317,7 @@ def node_manifests(args: KarpenterArgs, node_role_name: str) -> tuple[Manifest, 
             node_role=node_role_name,
             ami_alias=args.ami_alias,
             volume_size_gib=args.volume_gib,
+            volume_kms_key_id=volume_key_arn,
             tags=args.tags,
         )
     )
@@ -353,8 +393,8 @@ class Karpenter(pulumi.ComponentResource):
             opts=child,
         )
 
-        policy = pulumi.Output.all(nodes.arn, queue.arn).apply(
-            lambda arns: json.dumps(controller_policy(cluster, args.context, arns[0], arns[1]))
+        policy = pulumi.Output.all(nodes.arn, queue.arn, args.volume_key_arn).apply(
+            lambda arns: json.dumps(controller_policy(cluster, args.context, arns[0], arns[1], arns[2]))
         )
         controller = irsa.service_account_role(
             f"{name}-controller",
@@ -391,15 +431,20 @@ class Karpenter(pulumi.ComponentResource):
             pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[ns]),
         )
 
-        node_class, node_pool = node_manifests(args, node_role_name)
+        # Rendered once without the key (names and metadata are known now), and the node class's spec again
+        # with the key's ARN once it is known.
+        node_class, node_pool = node_manifests(args, node_role_name, None)
+        node_class_spec = pulumi.Output.from_input(args.volume_key_arn).apply(
+            lambda key_arn: node_manifests(args, node_role_name, key_arn)[0]["spec"]
+        )
         after_chart = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[chart])
-        for manifest in (node_class, node_pool):
+        for manifest, spec in ((node_class, node_class_spec), (node_pool, node_pool["spec"])):
             k8s.apiextensions.CustomResource(
                 f"{name}-{manifest['kind'].lower()}-{manifest['metadata']['name']}",
                 api_version=manifest["apiVersion"],
                 kind=manifest["kind"],
                 metadata=manifest["metadata"],
-                spec=manifest["spec"],
+                spec=spec,
                 opts=after_chart,
             )
         self.node_role_arn = nodes.arn

@@ -36,6 +36,8 @@ class NodeGroupsArgs:
     head_instance_type: str
     head_nodes: int
     volume_gib: int
+    # The stack key: the key policy lets EC2 Auto Scaling's service-linked role use it (infra/components/kms.py).
+    volume_key_arn: pulumi.Input[str]
     # None: no managed GPU group (Karpenter makes GPU nodes instead).
     gpu_instance_type: str | None
     gpu_max_nodes: int
@@ -61,10 +63,11 @@ def node_role(name: str, partition: str, parent: pulumi.Resource, role_name: str
 
 
 def launch_template(
-    name: str, volume_gib: int, tags: dict[str, str], parent: pulumi.Resource
+    name: str, volume_gib: int, tags: dict[str, str], parent: pulumi.Resource, *, key_arn: pulumi.Input[str]
 ) -> aws.ec2.LaunchTemplate:
-    """IMDSv2 only (hop limit 1: pods get credentials through IRSA, never the node's), encrypted gp3 root,
-    no SSH key, cost tags on the instances and volumes (default tags do not reach what an ASG launches)."""
+    """IMDSv2 only (hop limit 1: pods get credentials through IRSA, never the node's), gp3 root encrypted with
+    the stack key, no SSH key, cost tags on the instances and volumes (default tags do not reach what an ASG
+    launches)."""
     return aws.ec2.LaunchTemplate(
         f"{name}-lt",
         description=f"{name}: EKS managed node group",
@@ -79,7 +82,11 @@ def launch_template(
             aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
                 device_name="/dev/xvda",
                 ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
-                    volume_size=volume_gib, volume_type="gp3", encrypted="true", delete_on_termination="true"
+                    volume_size=volume_gib,
+                    volume_type="gp3",
+                    encrypted="true",
+                    kms_key_id=key_arn,
+                    delete_on_termination="true",
                 ),
             )
         ],
@@ -102,7 +109,7 @@ class NodeGroups(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         self.node_role = node_role(f"{name}-node", args.partition, self)
 
-        head_lt = launch_template(f"{name}-head", args.volume_gib, args.tags, self)
+        head_lt = launch_template(f"{name}-head", args.volume_gib, args.tags, self, key_arn=args.volume_key_arn)
         eks.ManagedNodeGroup(
             f"{name}-head",
             cluster=args.cluster,
@@ -125,7 +132,7 @@ class NodeGroups(pulumi.ComponentResource):
 
         self.gpu_group_name = None
         if args.gpu_instance_type is not None:
-            gpu_lt = launch_template(f"{name}-gpu", args.volume_gib, args.tags, self)
+            gpu_lt = launch_template(f"{name}-gpu", args.volume_gib, args.tags, self, key_arn=args.volume_key_arn)
             self.gpu_group_name = f"{args.cluster_name}-gpu"
             eks.ManagedNodeGroup(
                 f"{name}-gpu",

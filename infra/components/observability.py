@@ -23,7 +23,7 @@ from infra.components.kms import EncryptionKey, EncryptionKeyArgs
 from infra.components.providers import BILLING_REGION
 from infra.config import MonitoringConfig
 from monitoring import events
-from monitoring.alarms import AlarmSpec, billing_alarm, job_alarms
+from monitoring.alarms import AlarmSpec, ServeWatch, billing_alarm, job_alarms, serve_alarms
 from monitoring.dashboard import dashboard_body
 from monitoring.queries import load_queries
 
@@ -40,6 +40,8 @@ class ObservabilityArgs:
     billing_provider: aws.Provider  # us-east-1
     # The billing alarm watches the whole account: one stack per account makes it (monitoring.account_billing_alarm).
     account_billing_alarm: bool = True
+    # The online endpoint's alarms and graphs (serve.enabled); None: no endpoint.
+    serve: ServeWatch | None = None
 
 
 def _alarm_args(spec: AlarmSpec, name: str, topic_arn: pulumi.Input[str]) -> dict[str, Any]:
@@ -113,7 +115,10 @@ class Observability(pulumi.ComponentResource):
                 **_alarm_args(spec, naming.child(stack, spec.key), args.topic_arn),
                 opts=child,
             )
-            for spec in job_alarms(stack, monitoring.metrics_namespace, monitoring)
+            for spec in [
+                *job_alarms(stack, monitoring.metrics_namespace, monitoring),
+                *(serve_alarms(stack, monitoring.metrics_namespace, args.serve) if args.serve else []),
+            ]
         ]
         if args.account_billing_alarm:
             alarms.append(self._billing_alarm(name, args))
@@ -132,6 +137,7 @@ class Observability(pulumi.ComponentResource):
                         naming.job_log_group(stack),
                         slow_batches,
                         list(arns),
+                        args.serve,
                     ),
                     sort_keys=True,
                 )

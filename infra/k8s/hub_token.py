@@ -73,3 +73,20 @@ def container_env() -> list[dict[str, str]]:
 
 def container_mount() -> dict[str, Any]:
     return {"name": VOLUME, "mountPath": TOKEN_DIR, "readOnly": True}
+
+
+def with_token(
+    pod: dict[str, Any], image: str, secret_arn: str | None, security_context: dict[str, Any]
+) -> dict[str, Any]:
+    """The pod spec, fetching the hub token before Ray starts when there is one (every Ray pod may load the model).
+
+    Only the Ray container (KubeRay's is the first) gets the token: a sidecar such as the GPU reporter never loads
+    a model."""
+    if secret_arn is None:
+        return pod
+    container = pod["containers"][0]
+    container["env"] = [*container.get("env", []), *container_env()]
+    container["volumeMounts"] = [*container["volumeMounts"], container_mount()]
+    pod["initContainers"] = [init_container(image, secret_arn, security_context)]
+    pod["volumes"] = [*pod["volumes"], volume()]
+    return pod

@@ -92,6 +92,11 @@ class NodePoolArgs(_Strict):
     on_demand_fallback: bool = Field(
         True, description="Spot first; on-demand only when no Spot capacity is left (Karpenter prefers Spot)."
     )
+    spot: bool = Field(True, description="Spot capacity at all; False: on-demand nodes only.")
+    pool: str = Field(
+        GPU_POOL,
+        description="The `llm-batch.io/pool` label of its nodes, which pods select: one workload's pool each.",
+    )
     cpu_limit: str = "256"
     # 1280Gi, not 1024Gi: one p4d.24xlarge alone has 1152 GiB, and Karpenter skips any type bigger than the
     # room left under the limits, so with 1024Gi the p4d in the list could never be launched.
@@ -111,7 +116,7 @@ class NodePoolArgs(_Strict):
         "2h", description="Longest a node waits for its pods when Karpenter does remove it (expiry, drift)."
     )
 
-    @field_validator("name", "node_class")
+    @field_validator("name", "node_class", "pool")
     @classmethod
     def _name(cls, value: str, info: Any) -> str:
         return check_dns_label(value, info.field_name)
@@ -185,6 +190,8 @@ def render_node_class(args: NodeClassArgs) -> Manifest:
 def render_node_pool(args: NodePoolArgs) -> Manifest:
     """The Spot-first GPU pool: tainted for GPU pods only, bounded by limits, consolidated when idle."""
     capacity = ["spot", "on-demand"] if args.on_demand_fallback else ["spot"]
+    if not args.spot:
+        capacity = ["on-demand"]
     budgets: list[dict[str, Any]] = [budget.model_dump(exclude_none=True) for budget in args.budgets]
     return {
         "apiVersion": NODE_POOL_API_VERSION,
@@ -192,7 +199,7 @@ def render_node_pool(args: NodePoolArgs) -> Manifest:
         "metadata": {"name": args.name, "labels": base_labels("karpenter")},
         "spec": {
             "template": {
-                "metadata": {"labels": check_labels({POOL_LABEL: GPU_POOL}, "node labels")},
+                "metadata": {"labels": check_labels({POOL_LABEL: args.pool}, "node labels")},
                 "spec": {
                     "nodeClassRef": {
                         "group": "karpenter.k8s.aws",

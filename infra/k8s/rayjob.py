@@ -349,16 +349,7 @@ def _gpu_reporter(args: RayJobArgs) -> dict[str, Any]:
 
 
 def _with_hub_token(args: RayJobArgs, pod: dict[str, Any]) -> dict[str, Any]:
-    """The pod, fetching the hub token before Ray starts when there is one (every pod may load the model)."""
-    if args.hub_token_secret_arn is None:
-        return pod
-    # The Ray container only (KubeRay's is the first); the GPU reporter never loads a model.
-    container = pod["containers"][0]
-    container["env"] = [*container.get("env", []), *hub_token.container_env()]
-    container["volumeMounts"] = [*container["volumeMounts"], hub_token.container_mount()]
-    pod["initContainers"] = [hub_token.init_container(args.image, args.hub_token_secret_arn, _container_security())]
-    pod["volumes"] = [*pod["volumes"], hub_token.volume()]
-    return pod
+    return hub_token.with_token(pod, args.image, args.hub_token_secret_arn, _container_security())
 
 
 def _head_template(args: RayJobArgs) -> dict[str, Any]:
@@ -381,6 +372,10 @@ def _head_template(args: RayJobArgs) -> dict[str, Any]:
             args,
             {
                 "serviceAccountName": args.service_account,
+                # A Kubernetes API token only for KubeRay's autoscaler sidecar (it scales the worker group
+                # through the API as this account); Ray itself never calls the API, and the IRSA token is a
+                # separate projected volume.
+                "automountServiceAccountToken": args.autoscaling,
                 "nodeSelector": dict(args.head.node_selector),
                 "terminationGracePeriodSeconds": args.termination_grace_s,
                 "securityContext": _pod_security(),

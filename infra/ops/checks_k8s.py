@@ -15,10 +15,11 @@ the renderer's tests instead of at night, when the API server refuses the pod.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from infra.k8s.common import COMPONENT_LABEL, WORKER_COMPONENT
-from infra.k8s.network_policy import RAY_NODE_TYPE
+from infra.k8s.network_policy import RAY_NODE_TYPE, SERVE_PORT
 from infra.ops.plan_view import CLUSTER_TIERS, Plan, Resource, Rule, Violation, label, require_matches
 
 SCHEME = "service.beta.kubernetes.io/aws-load-balancer-scheme"
@@ -34,6 +35,11 @@ def _annotations(item: Resource) -> dict[str, str]:
 def exposure_problems(item: Resource) -> list[str]:
     kind = item["type"].rsplit(":", 1)[-1]
     annotations = _annotations(item)
+    if kind == "RayService" and (item["inputs"].get("spec") or {}).get("serveService"):
+        # KubeRay makes this Service for the endpoint: judged as the Service it becomes.
+        service = item["inputs"]["spec"]["serveService"]
+        inner = {"type": "kubernetes:core/v1:Service", "inputs": service}
+        return [f"spec.serveService: {problem}" for problem in exposure_problems(inner)]
     if kind == "Service":
         service_type = (item["inputs"].get("spec") or {}).get("type", "ClusterIP")
         if service_type == "NodePort":
@@ -80,6 +86,8 @@ def pod_specs(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         if "submitterPodTemplate" in spec:
             found.append(("spec.submitterPodTemplate.spec", spec["submitterPodTemplate"].get("spec") or {}))
         spec, prefix = spec.get("rayClusterSpec") or {}, "spec.rayClusterSpec"
+    elif kind == "RayService":
+        spec, prefix = spec.get("rayClusterConfig") or {}, "spec.rayClusterConfig"
     elif kind == "RayCluster":
         prefix = "spec"
     else:
@@ -209,12 +217,27 @@ def check_worker_identity(plan: Plan) -> list[Violation]:
 
 
 EKS_CLUSTER = "eks:index:Cluster"
+# RFC 1918: where a VPC's addresses lie; the Serve port may be opened to a block inside them, never wider.
+_PRIVATE_BLOCKS = tuple(ipaddress.IPv4Network(block) for block in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
 
 
-def _peer_problem(peer: dict[str, Any]) -> str | None:
-    """Why a NetworkPolicy `from` peer admits more than named pods of this namespace or a named namespace."""
+def _private_block(cidr: Any) -> bool:
+    try:
+        network = ipaddress.ip_network(str(cidr))
+    except ValueError:
+        return False
+    return isinstance(network, ipaddress.IPv4Network) and any(network.subnet_of(block) for block in _PRIVATE_BLOCKS)
+
+
+def _peer_problem(peer: dict[str, Any], serve_only: bool = False) -> str | None:
+    """Why a NetworkPolicy `from` peer admits more than named pods of this namespace or a named namespace.
+
+    A rule open on the Serve port only (`serve_only`) may also admit a private address block: the VPC, whose
+    clients the endpoint is for; Ray's own ports never."""
     if "ipBlock" in peer:
+        if serve_only and _private_block(peer["ipBlock"].get("cidr")) and not peer["ipBlock"].get("except"):
+            return None
         return f"admits the address block {peer['ipBlock'].get('cidr')}"
     namespaces = peer.get("namespaceSelector")
     if namespaces is not None and not (namespaces.get("matchLabels") or namespaces.get("matchExpressions")):
@@ -234,7 +257,14 @@ def ray_policy_problems(spec: dict[str, Any]) -> list[str]:
         peers = rule.get("from") or []
         if not peers:
             problems.append(f"ingress[{index}] has no `from`: admits every source")
-        problems += [f"ingress[{index}] {problem}" for problem in map(_peer_problem, peers) if problem]
+        ports = rule.get("ports") or []
+        serve_only = bool(ports) and all(
+            port.get("port") == SERVE_PORT and port.get("protocol", "TCP") == "TCP" and "endPort" not in port
+            for port in ports
+        )
+        problems += [
+            f"ingress[{index}] {problem}" for problem in (_peer_problem(peer, serve_only) for peer in peers) if problem
+        ]
     return problems
 
 

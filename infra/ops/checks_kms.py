@@ -1,4 +1,7 @@
-"""Plan check: a node volume encrypted with a customer key can be created by whoever launches the node.
+"""Plan check: every node volume is encrypted with the stack key, and whoever launches the node can use it.
+
+A volume on AWS's own EBS key (no key named) is refused: the stack's data on a node's disk (model weights,
+the Hub token's file, spilled Ray objects) is then readable under a key the stack's policy does not control.
 
 EC2 Auto Scaling launches the small tier's Spot node (and an EKS managed node group's nodes) as its
 service-linked role, AWSServiceRoleForAutoScaling. IAM policies cannot be attached to that role, so a
@@ -31,6 +34,9 @@ from infra.ops.plan_view import (
 
 NAME = "volume-keys"
 KEY = "aws:kms/key:Key"
+# The stack key is the key of the program's top-level EncryptionKey component (infra/__main__.py); the large
+# tier's us-east-1 billing key is another EncryptionKey, inside the observability component.
+STACK_KEY_PARENT = "pulumi:pulumi:Stack$llmbatch:kms:EncryptionKey::"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 IAM_DOCUMENTS = ("aws:iam/policy:Policy", "aws:iam/rolePolicy:RolePolicy")
 # The service-linked role AWS creates (a custom suffix is allowed: AWSServiceRoleForAutoScaling_<suffix>).
@@ -109,7 +115,7 @@ def _volume_keys(mappings: Any, *, ebs_key: str) -> Iterator[str | None]:
 
 
 def check_volume_keys(plan: Plan) -> list[Violation]:
-    """Every launch template and Karpenter EC2NodeClass volume on a customer key: the launching role can use it."""
+    """Every launch template and Karpenter EC2NodeClass volume on the stack key, which the launching role can use."""
     keys: dict[str, Resource] = {str(key.get("outputs", {}).get("arn")): key for key in of_type(plan, KEY)}
     keys.update({str(key.get("id")): key for key in of_type(plan, KEY)})
     violations: list[Violation] = []
@@ -126,12 +132,18 @@ def check_volume_keys(plan: Plan) -> list[Violation]:
     for item, key_arn, launcher in launches:
         matched += 1
         if key_arn is None:
-            continue  # AWS's own EBS key: every service may use it
+            violations.append(
+                Violation(NAME, label(item), "volumes use AWS's own EBS key (no kmsKeyId/kmsKeyID): not the stack key")
+            )
+            continue
         key = keys.get(key_arn)
         if key is None:
             violations.append(
                 Violation(NAME, label(item), f"volumes use key {key_arn}, which is not in this plan: unchecked")
             )
+            continue
+        if STACK_KEY_PARENT not in str(key.get("parent")):
+            violations.append(Violation(NAME, label(item), f"volumes use {label(key)}, not the stack key"))
             continue
         policy = as_json(key["inputs"].get("policy"))
         if launcher == "autoscaling":

@@ -76,12 +76,14 @@ def run_under_mocks(
     return sorted((asdict(registration) for registration in monitor.registrations), key=lambda item: item["urn"])
 
 
-def run_program(stack: str, mocks: PlanMocks | None = None) -> list[dict[str, Any]]:
-    """Run the Pulumi program under mocks with the stack's config, in this process; its registrations.
+def run_program(
+    stack: str, mocks: PlanMocks | None = None, overrides: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Run the Pulumi program under mocks with the stack's config (`overrides` set over it), in this process.
 
     Call once per process: a program's module-level state (and Pulumi's) is not meant to run twice.
     """
-    values, secret_keys = read_stack_config(stack)
+    values, secret_keys = read_stack_config(stack, overrides)
 
     def program() -> None:
         # As Pulumi's Python host runs `main: infra/`: from that folder, with it first on sys.path.
@@ -192,13 +194,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-checks", action="store_true", help="skip the policy gate (the caller runs `infra.policy` itself)"
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="plan with this llm-batch: key set over the stack file (dotted, the value read as YAML), e.g. "
+        "--set serve.enabled=true; repeatable",
+    )
     args = parser.parse_args(argv)
     from pulumi import RunError
 
     from infra.config import StackConfigError
 
     try:
-        plan = run_program(args.stack)
+        overrides = parse_sets(args.set)
+        plan = run_program(args.stack, overrides=overrides)
     except (PlanError, StackConfigError, RunError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -212,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write("\n")
         return checked
     try:
-        cost = stack_estimate(args.stack, plan)
+        cost = stack_estimate(args.stack, plan, overrides)
     except PriceTableError as error:
         if args.estimate_json:  # the estimate is all that was asked for
             print(f"error: cost estimate: {error}", file=sys.stderr)
@@ -232,6 +243,20 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(format_estimate(cost))
     return checked
+
+
+def parse_sets(items: Sequence[str]) -> dict[str, Any]:
+    """`KEY=VALUE` pairs of `--set` as overrides; each value is read as YAML (true, 3, [a, b], {x: 1})."""
+    overrides: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise PlanError(f"--set {item!r}: expected KEY=VALUE, e.g. serve.enabled=true")
+        try:
+            overrides[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as error:
+            raise PlanError(f"--set {item!r}: the value is not YAML: {error}") from None
+    return overrides
 
 
 def _gate(plan: list[dict[str, Any]]) -> int:

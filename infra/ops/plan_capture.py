@@ -9,15 +9,19 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from infra.ops.stacks import ROOT, PlanError
 
 
-def capture_plan(stack: str) -> list[dict[str, Any]]:
-    """The stack's plan (see `run_program`), made in a fresh interpreter; raises PlanError when it fails."""
+def capture_plan(stack: str, overrides: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The stack's plan (see `run_program`), made in a fresh interpreter; raises PlanError when it fails.
+
+    `overrides` (dotted `llm-batch:` keys to values) are set over the stack file, as `--set` does."""
+    sets = [f"--set={key}={json.dumps(value)}" for key, value in (overrides or {}).items()]
     result = subprocess.run(
-        [sys.executable, "-m", "infra.plan", stack, "--json", "--no-checks"],
+        [sys.executable, "-m", "infra.plan", stack, "--json", "--no-checks", *sets],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -396,7 +396,10 @@ RULES: dict[str, Rule] = {
     "launch-templates": Rule(check_launch_templates, "httpTokens required, encrypted volumes, no key pair"),
     "security-groups": Rule(check_security_groups, "allow ingress from security groups or the VPC, never 0.0.0.0/0"),
     "images": Rule(check_images, "immutable tags, scan on push, the stack key, a lifecycle policy, pinned tags"),
-    "volume-keys": Rule(checks_kms.check_volume_keys, "let the launching role use the key (infra/ops/checks_kms.py)"),
+    "volume-keys": Rule(
+        checks_kms.check_volume_keys,
+        "put node volumes on the stack key and let the launching role use it (infra/ops/checks_kms.py)",
+    ),
     "cost-scope": Rule(checks_costs.check_cost_scope, "scope cost alarms and budgets to this stack's tags"),
     "cost-tag-activation": Rule(checks_costs.check_cost_tag_activation, "activate the CostCenter cost tag"),
     **{

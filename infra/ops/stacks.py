@@ -5,8 +5,9 @@ The operator tools read stacks offline through here, exactly as Pulumi would pas
 
 from __future__ import annotations
 
+import copy
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,10 +38,32 @@ def shown(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
-def read_stack_config(stack: str) -> tuple[dict[str, str], list[str]]:
+def with_overrides(raw: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The stack file's `config:` with dotted `llm-batch:` keys set over it, as `pulumi config set --path` would:
+    `serve.enabled=true` sets `enabled` inside the file's `llm-batch:serve` object (made if absent)."""
+    merged = copy.deepcopy(raw)
+    for dotted, value in overrides.items():
+        top, *path = dotted.split(".")
+        full_key = top if ":" in top else f"{PROJECT}:{top}"
+        if not path:
+            merged[full_key] = value
+            continue
+        node = merged.setdefault(full_key, {})
+        for part in path[:-1]:
+            if not isinstance(node, dict):
+                raise PlanError(f"--set {dotted}: {full_key} is not an object in the stack file")
+            node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise PlanError(f"--set {dotted}: {full_key} is not an object in the stack file")
+        node[path[-1]] = value
+    return merged
+
+
+def read_stack_config(stack: str, overrides: Mapping[str, Any] | None = None) -> tuple[dict[str, str], list[str]]:
     """The stack file's `config:` as Pulumi passes it to a program: strings, objects as JSON; and secret keys.
 
     Encrypted (`secure:`) values cannot be decrypted offline; they are passed as a placeholder marked secret.
+    `overrides` (dotted keys under `llm-batch:`) are set over the file first (`python -m infra.plan --set`).
     """
     path = stack_file(stack)
     if not path.is_file():
@@ -57,6 +80,7 @@ def read_stack_config(stack: str) -> tuple[dict[str, str], list[str]]:
     raw = document.get("config") or {}
     if not isinstance(raw, dict):
         raise PlanError(f"{shown(path)}: `config:` must be a mapping")
+    raw = with_overrides(raw, overrides or {})
     values: dict[str, str] = {}
     secret_keys: list[str] = []
     for key, value in raw.items():
@@ -78,19 +102,21 @@ def region_of(values: dict[str, str]) -> str:
     return values.get(f"{PROJECT}:region") or values.get("aws:region") or DEFAULT_REGION
 
 
-def offline_config(stack: str) -> StackConfig:
+def offline_config(stack: str, overrides: Mapping[str, Any] | None = None) -> StackConfig:
     """The stack's validated config read from stacks/Pulumi.<stack>.yaml, as the program would see it."""
     from infra.config import decode_pulumi_values, load_stack_config
 
-    values, _ = read_stack_config(stack)
+    values, _ = read_stack_config(stack, overrides)
     return load_stack_config(stack, decode_pulumi_values(values))
 
 
-def stack_estimate(stack: str, plan: Iterable[dict[str, Any]] | None = None) -> Estimate:
+def stack_estimate(
+    stack: str, plan: Iterable[dict[str, Any]] | None = None, overrides: Mapping[str, Any] | None = None
+) -> Estimate:
     """The stack's monthly estimate at the repo's prices."""
     from infra.pricing.estimate import estimate
     from infra.pricing.stack_costs import estimate_inputs
     from infra.pricing.table import load_prices
 
     prices = load_prices()
-    return estimate(estimate_inputs(stack, offline_config(stack), prices, plan), prices)
+    return estimate(estimate_inputs(stack, offline_config(stack, overrides), prices, plan), prices)

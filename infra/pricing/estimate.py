@@ -67,6 +67,7 @@ class EstimateInputs(BaseModel):
     stack: str
     region: str
     nightly_pools: tuple[NodePool, ...] = ()
+    serve_pools: tuple[NodePool, ...] = Field(default=(), description="The online endpoint's GPU nodes (serve.*)")
     fixed: FixedParts = FixedParts()
     usage: Usage = Usage()
 
@@ -74,7 +75,7 @@ class EstimateInputs(BaseModel):
 class LineItem(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    group: Literal["compute", "fixed", "storage", "monitoring"]
+    group: Literal["compute", "serving", "fixed", "storage", "monitoring"]
     item: str
     quantity: float
     unit: str
@@ -208,6 +209,7 @@ def estimate(inputs: EstimateInputs, prices: PriceTable) -> Estimate:
     """
     items = [
         *compute_items(inputs.nightly_pools, inputs.region, prices),
+        *compute_items(inputs.serve_pools, inputs.region, prices, group="serving"),
         *fixed_items(inputs.fixed, inputs.usage, inputs.region, prices),
         *storage_items(inputs.usage, inputs.region, prices),
         *monitoring_items(inputs.fixed, inputs.usage, inputs.region, prices),
@@ -227,7 +229,7 @@ def format_estimate(result: Estimate) -> str:
     """The human summary `python -m infra.plan` prints: one line per item, subtotals, the total."""
     width = 64
     lines = [f"Monthly cost estimate for stack {result.stack} ({result.region}), prices of {result.prices_as_of}:"]
-    for group in ("compute", "fixed", "storage", "monitoring"):
+    for group in ("compute", "serving", "fixed", "storage", "monitoring"):
         group_items = [item for item in result.items if item.group == group]
         if not group_items:
             continue

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from infra.k8s.common import quantity_value
 from infra.k8s.instance_types import NODE_MEMORY_SHARE, NODE_RESERVED_CPU, shape_of
+from infra.k8s.rayservice import workers_for
 from infra.pricing.estimate import (
     HOURS_PER_MONTH,
     Capacity,
@@ -107,6 +108,42 @@ def node_pools(config: StackConfig, prices: PriceTable) -> tuple[tuple[NodePool,
     return (workers,), (head,)
 
 
+def serve_pools(config: StackConfig) -> tuple[NodePool, ...]:
+    """The online endpoint's GPU nodes (`serve.*`; none while it is off): `serve.max_replicas` worth of nodes for
+    `serve.busy_hours_per_day`, `serve.min_replicas` worth the rest of the day. An upper bound for the busy hours,
+    as the nightly pool's is: Serve scales replicas to the load and may not reach the maximum."""
+    serve = config.serve
+    if config.tier == "small" or not serve.enabled:
+        return ()
+    per_node = max(1, shape_of(serve.instance_type).gpus // serve.worker_size.gpus)
+    tp = config.serve_config().engine.tensor_parallel_size
+    busy_nodes = math.ceil(workers_for(serve.max_replicas, serve.worker_size.gpus, tp) / per_node)
+    idle_nodes = math.ceil(workers_for(serve.min_replicas, serve.worker_size.gpus, tp) / per_node)
+    busy_hours = nightly_hours_per_month(serve.busy_hours_per_day)
+    pools = [
+        NodePool(
+            name="endpoint replicas, busy hours",
+            instance_type=serve.instance_type,
+            count=busy_nodes,
+            hours_per_month=busy_hours,
+            capacity=serve.capacity_type,
+            root_volume_gb=config.eks.node_volume_gib,
+        )
+    ]
+    if idle_nodes and serve.busy_hours_per_day < 24:
+        pools.append(
+            NodePool(
+                name="endpoint replicas, idle floor",
+                instance_type=serve.instance_type,
+                count=idle_nodes,
+                hours_per_month=HOURS_PER_MONTH - busy_hours,
+                capacity=serve.capacity_type,
+                root_volume_gb=config.eks.node_volume_gib,
+            )
+        )
+    return tuple(pools)
+
+
 def run_hourly_usd(config: StackConfig, prices: PriceTable) -> float:
     """USD an hour for the GPU nodes one run uses, at the table's Spot prices: what the job prices its tokens at.
 
@@ -146,7 +183,12 @@ def estimate_inputs(
         dashboards=_count(plan, "aws:cloudwatch/dashboard:Dashboard"),
     )
     return EstimateInputs(
-        stack=stack, region=config.region, nightly_pools=nightly, fixed=fixed, usage=TIER_USAGE[config.tier]
+        stack=stack,
+        region=config.region,
+        nightly_pools=nightly,
+        serve_pools=serve_pools(config),
+        fixed=fixed,
+        usage=TIER_USAGE[config.tier],
     )
 
 
@@ -157,7 +199,8 @@ def capacity_pools(config: StackConfig, prices: PriceTable) -> tuple[tuple[NodeP
     Spot type runs short: one node of each is the least its quota must allow for that to work.
     """
     nightly, always_on = node_pools(config, prices)
-    required = nightly + always_on
+    # The endpoint's busiest hour may fall in the nightly window: the quota must hold both at their largest.
+    required = nightly + always_on + serve_pools(config)[:1]
     if config.tier == "small" or not config.eks.karpenter_enabled:
         return required, ()
     pool = config.eks.node_pool

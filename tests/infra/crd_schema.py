@@ -20,6 +20,7 @@ import yaml
 CRD_FILES = {
     ("ray.io", "RayJob"): "ray.io_rayjobs.yaml",
     ("ray.io", "RayCluster"): "ray.io_rayclusters.yaml",
+    ("ray.io", "RayService"): "ray.io_rayservices.yaml",
     ("karpenter.sh", "NodePool"): "karpenter.sh_nodepools.yaml",
     ("karpenter.k8s.aws", "EC2NodeClass"): "karpenter.k8s.aws_ec2nodeclasses.yaml",
 }

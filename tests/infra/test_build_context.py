@@ -55,13 +55,14 @@ def test_repo_context_is_the_job_package_and_its_pins_only() -> None:
         for path in (REPO_ROOT / "workload").rglob("*")
         if path.is_file() and "__pycache__" not in path.parts and path.suffix not in {".pyc", ".pyo", ".pyd"}
     )
-    assert files == sorted(["pyproject.toml", "requirements/gpu.txt", *package])
+    assert files == sorted(["pyproject.toml", "requirements/gpu.lock", *package])
     assert "workload/Dockerfile" in files and "requirements/cpu.txt" not in files
 
 
 def _tree(root: Path) -> Path:
     for relative in (
         "pyproject.toml",
+        "requirements/gpu.lock",
         "requirements/gpu.txt",
         "requirements/cpu.txt",
         ".dockerignore",
@@ -83,6 +84,7 @@ def test_content_tag_moves_exactly_when_the_image_inputs_move(tmp_path: Path) ->
     # What the image does not receive cannot change its tag: ignored files and bytecode.
     (root / "README.md").write_text("changed")
     (root / "requirements" / "cpu.txt").write_text("changed")
+    (root / "requirements" / "gpu.txt").write_text("changed")  # the image installs the lock, not the wish list
     (root / "workload" / "__pycache__").mkdir()
     (root / "workload" / "__pycache__" / "config.cpython-311.pyc").write_bytes(b"\0")
     (root / "workload" / "weights.safetensors").write_bytes(b"\0")
@@ -93,7 +95,7 @@ def test_content_tag_moves_exactly_when_the_image_inputs_move(tmp_path: Path) ->
     changed.add(content_tag(root, dockerfile, ARGS, "linux/arm64"))
     (root / "workload" / "config.py").write_text((root / "workload" / "config.py").read_text() + "\n")
     changed.add(content_tag(root, dockerfile, ARGS, PLATFORM))
-    (root / "requirements" / "gpu.txt").write_text((root / "requirements" / "gpu.txt").read_text() + "\n")
+    (root / "requirements" / "gpu.lock").write_text((root / "requirements" / "gpu.lock").read_text() + "\n")
     changed.add(content_tag(root, dockerfile, ARGS, PLATFORM))
     (root / "workload" / "new_module.py").write_text("")
     changed.add(content_tag(root, dockerfile, ARGS, PLATFORM))

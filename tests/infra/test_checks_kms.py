@@ -78,15 +78,37 @@ def test_a_volume_on_a_key_outside_the_plan_is_reported(plan_for: Callable[[str]
     assert "not in this plan" in _problems(plan)
 
 
-@pytest.mark.parametrize("stack", ["large"])
-def test_a_node_class_on_the_stack_key_needs_karpenter_let_in(plan_for: Callable[[str], Plan], stack: str) -> None:
-    """Karpenter's node class uses AWS's EBS key today; moved to the stack key without a grant, it fails."""
-    plan = _copy(plan_for, stack)
-    node_classes = [item for item in plan if item["type"].endswith(":EC2NodeClass")]
-    assert node_classes, "the large stack runs Karpenter"
-    assert check_volume_keys(plan) == []
+@pytest.mark.parametrize("stack", ["medium", "large"])
+def test_eks_node_volumes_are_on_the_stack_key(plan_for: Callable[[str], Plan], stack: str) -> None:
+    """Managed node groups' templates and Karpenter's node class name the stack key, and the plan passes."""
+    plan = plan_for(stack)
     key_arn = plan_select.stack_key(plan)["outputs"]["arn"]
+    templates = [item for item in plan if item["type"] == "aws:ec2/launchTemplate:LaunchTemplate"]
+    node_classes = [item for item in plan if item["type"].endswith(":EC2NodeClass")]
+    assert templates and (node_classes or stack == "medium")
+    for template in templates:
+        assert [d["ebs"]["kmsKeyId"] for d in template["inputs"]["blockDeviceMappings"]] == [key_arn]
     for node_class in node_classes:
-        for device in node_class["inputs"]["spec"]["blockDeviceMappings"]:
-            device["ebs"]["kmsKeyID"] = key_arn
+        assert [d["ebs"]["kmsKeyID"] for d in node_class["inputs"]["spec"]["blockDeviceMappings"]] == [key_arn]
+    assert check_volume_keys(plan) == []
+
+
+def test_a_node_class_on_the_stack_key_needs_karpenter_let_in(plan_for: Callable[[str], Plan]) -> None:
+    """Without the controller's grant statement, Karpenter could not attach the volumes it launches."""
+    plan = _copy(plan_for, "large")
+    controller = next(item for item in plan if item["name"] == "karpenter-controller-policy")
+    policy = json.loads(controller["inputs"]["policy"])
+    policy["Statement"] = [s for s in policy["Statement"] if s.get("Sid") != "NodeVolumesGrantToEbs"]
+    controller["inputs"]["policy"] = json.dumps(policy)
     assert "no IAM policy lets Karpenter CreateGrant on the key" in _problems(plan)
+
+
+def test_a_node_volume_on_another_key_is_reported(plan_for: Callable[[str], Plan]) -> None:
+    """The large tier's us-east-1 billing key is in the plan too, but it is not the stack key."""
+    plan = _copy(plan_for, "large")
+    other = next(
+        item for item in plan if item["type"] == "aws:kms/key:Key" and item["urn"] != plan_select.stack_key(plan)["urn"]
+    )
+    (template,) = [item for item in plan if item["name"] == "nodes-head-lt"]
+    template["inputs"]["blockDeviceMappings"][0]["ebs"]["kmsKeyId"] = other["outputs"]["arn"]
+    assert f"volumes use aws:kms/key:Key {other['name']}, not the stack key" in _problems(plan)

@@ -111,6 +111,7 @@ def _node_groups(gpu_instance_type: str | None) -> Registrations:
                 head_instance_type="m5.xlarge",
                 head_nodes=1,
                 volume_gib=200,
+                volume_key_arn=KEY_ARN,
                 gpu_instance_type=gpu_instance_type,
                 gpu_max_nodes=2,
                 tags=TAGS,
@@ -129,6 +130,8 @@ def test_launch_templates_enforce_imdsv2_encryption_and_tags() -> None:
         assert inputs["metadataOptions"]["httpPutResponseHopLimit"] == 1
         (device,) = inputs["blockDeviceMappings"]
         assert device["ebs"]["encrypted"] == "true" and device["ebs"]["volumeType"] == "gp3"
+        # The stack key, not AWS's own EBS key (the key policy lets Auto Scaling's service role use it).
+        assert device["ebs"]["kmsKeyId"] == KEY_ARN
         assert "keyName" not in inputs and "imageId" not in inputs
         kinds = {spec["resourceType"]: spec["tags"] for spec in inputs["tagSpecifications"]}
         assert kinds["instance"] == kinds["volume"] == TAGS
@@ -279,6 +282,7 @@ def _karpenter() -> Registrations:
                 subnet_count=3,
                 ami_alias=versions.EKS_AMI_ALIAS,
                 volume_gib=200,
+                volume_key_arn=KEY_ARN,
                 node_pool=NodePoolArgs(),
                 tag_existing_subnets=True,
                 tags=TAGS,
@@ -341,6 +345,13 @@ def test_karpenter_nodes_have_their_own_role_and_access_entry(karpenter_plan: Re
     for sid in ("CreateOwnResources", "DeleteOwnResources", "TagOnCreate", "LaunchFromOwnTemplates"):
         assert "Condition" in statements[sid], f"{sid} must be scoped to this cluster's tags"
     assert "llm-batch-test" in json.dumps(statements["DeleteOwnResources"]["Condition"])
+    # The nodes' volumes are on the stack key: Karpenter may use it and grant it to EBS, only through EC2.
+    use, grant = statements["NodeVolumesUseStackKey"], statements["NodeVolumesGrantToEbs"]
+    assert use["Resource"] == grant["Resource"] == KEY_ARN
+    assert grant["Action"] == "kms:CreateGrant"
+    assert grant["Condition"]["Bool"] == {"kms:GrantIsForAWSResource": True}
+    assert use["Condition"] == {"StringEquals": {"kms:ViaService": ["ec2.us-east-1.amazonaws.com"]}}
+    assert grant["Condition"]["StringEquals"] == use["Condition"]["StringEquals"]
 
 
 def test_discovery_tags_mark_every_private_subnet_and_the_cluster_group(
@@ -360,4 +371,5 @@ def test_node_class_and_pool_in_the_plan_match_the_crds(karpenter_plan: Registra
     assert node_class["spec"]["role"] == "llm-batch-test-karpenter-node"
     assert node_class["spec"]["amiSelectorTerms"] == [{"alias": versions.EKS_AMI_ALIAS}]
     assert node_class["spec"]["tags"] == TAGS
+    assert [device["ebs"]["kmsKeyID"] for device in node_class["spec"]["blockDeviceMappings"]] == [KEY_ARN]
     assert node_pool["spec"]["template"]["spec"]["nodeClassRef"]["name"] == node_class["metadata"]["name"]

@@ -160,6 +160,8 @@ def test_medium_is_a_fixed_cluster_of_the_configured_size() -> None:
     assert spec["enableInTreeAutoscaling"] is False
     assert "autoscalerOptions" not in spec
     assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == 2
+    # No autoscaler sidecar, so nothing on the head needs a Kubernetes API token (checkov CKV_K8S_38).
+    assert spec["headGroupSpec"]["template"]["spec"]["automountServiceAccountToken"] is False
 
 
 def test_large_autoscales_one_to_eight_and_is_shielded_from_consolidation() -> None:
@@ -168,6 +170,8 @@ def test_large_autoscales_one_to_eight_and_is_shielded_from_consolidation() -> N
     group = _worker_group(rayjob)
     assert spec["enableInTreeAutoscaling"] is True
     assert spec["autoscalerOptions"]["idleTimeoutSeconds"] == 60
+    # KubeRay's autoscaler sidecar scales the worker group through the API as the head's account.
+    assert spec["headGroupSpec"]["template"]["spec"]["automountServiceAccountToken"] is True
     assert (group["minReplicas"], group["replicas"], group["maxReplicas"]) == (1, 1, 8)
     for template in (spec["headGroupSpec"]["template"], group["template"]):
         assert template["metadata"]["annotations"] == {DO_NOT_DISRUPT: "true"}

@@ -1,9 +1,12 @@
 """Outside checkers over every stack's plan: parliament on every IAM document (identity, trust, key, bucket,
-topic, queue, secret, repository and endpoint policies).
+topic, queue, secret, repository and endpoint policies), checkov on every Kubernetes manifest.
 
-parliament runs in its own virtualenv (`make checkers`, from requirements/checkers.txt), once per stack over
-all that stack's documents (tests/infra/checkers/parliament_run.py). Every finding is either fixed or listed,
-with its reason, in tests/infra/checkers/suppressions.yaml; a listed suppression no finding matches fails too.
+Both run in their own virtualenv (`make checkers`, from requirements/checkers.txt), once per stack over all
+that stack's documents (tests/infra/checkers/parliament_run.py) or manifests (checkov_run.py over the files
+`infra.ops.k8s_manifests.stack_manifests` gives: every Kubernetes object of the plan, the night's RayJob and
+ConfigMap, and every pod template inside a custom resource written out as a Pod). Every finding is either
+fixed or listed, with its reason, in tests/infra/checkers/suppressions.yaml; a listed suppression no finding
+matches fails too.
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ import pytest
 import yaml
 
 from infra.ops import policy
+from infra.ops.k8s_manifests import stack_manifests
 from infra.ops.stacks import ROOT
 from tests.infra.conftest import STACKS
 
 Plan = list[dict[str, Any]]
 CHECKERS_PYTHON = ROOT / ".venv-checkers" / "bin" / "python"
 RUNNER = Path(__file__).parent / "checkers" / "parliament_run.py"
+CHECKOV_RUNNER = Path(__file__).parent / "checkers" / "checkov_run.py"
 SUPPRESSIONS = Path(__file__).parent / "checkers" / "suppressions.yaml"
 
 
@@ -103,3 +108,88 @@ def test_parliament_catches_a_real_mistake(plan_for: Callable[[str], Plan]) -> N
     document["Statement"].append({"Effect": "Allow", "Action": "s3:GetObjekt", "Resource": "arn:aws:s3:::x/*"})
     findings = parliament([("aws:iam/policy:Policy job-access-policy policy", document)])
     assert any(f["issue"] == "UNKNOWN_ACTION" for f in findings), findings
+
+
+# --- checkov over the Kubernetes manifests ----------------------------------------------------------------
+
+
+def checkov(manifests: list[dict[str, Any]], folder: Path) -> dict[str, Any]:
+    """checkov's failed Kubernetes checks over `manifests`, written one per file into `folder`."""
+    if not CHECKERS_PYTHON.exists():
+        pytest.fail(f"{CHECKERS_PYTHON} is missing: run `make checkers` (make test does it first)")
+    folder.mkdir(parents=True, exist_ok=True)
+    for index, manifest in enumerate(manifests):
+        name = re.sub(r"[^a-z0-9.-]+", "-", f"{manifest['kind']}-{manifest['metadata'].get('name', '')}".lower())
+        (folder / f"{index:03d}-{name}.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+    result = subprocess.run(
+        [str(CHECKERS_PYTHON), str(CHECKOV_RUNNER), str(folder)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report: dict[str, Any] = json.loads(result.stdout)
+    # checkov read every file: a manifest it could not parse would otherwise pass unseen.
+    assert report["summary"] == {"parsing_errors": 0, "resource_count": len(manifests)}, report["summary"]
+    return report
+
+
+def _checkov_suppression(stack: str, finding: dict[str, Any], suppressions: list[dict[str, Any]]) -> int | None:
+    """The entry explaining a finding: same check, resource matched, and the stack listed where it names some."""
+    for index, entry in enumerate(suppressions):
+        if (
+            entry["check"] == finding["check"]
+            and re.search(entry["resource"], finding["resource"])
+            and stack in entry.get("stacks", STACKS)
+        ):
+            return index
+    return None
+
+
+@pytest.fixture(scope="module")
+def checkov_findings(
+    plan_for: Callable[[str], Plan], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, list[dict[str, Any]]]:
+    found = {}
+    for stack in STACKS:
+        manifests = stack_manifests(plan_for(stack))
+        found[stack] = checkov(manifests, tmp_path_factory.mktemp(f"k8s-{stack}"))["findings"] if manifests else []
+    return found
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_checkov_finds_nothing_unexplained(
+    checkov_findings: dict[str, list[dict[str, Any]]], plan_for: Callable[[str], Plan], stack: str
+) -> None:
+    manifests = stack_manifests(plan_for(stack))
+    if not any(item["type"].startswith("kubernetes:") for item in plan_for(stack)):
+        # The small tier has no cluster: nothing to check, and nothing is silently skipped on an EKS tier.
+        assert manifests == [] and checkov_findings[stack] == []
+        return
+    kinds = {manifest["kind"] for manifest in manifests}
+    # What the issue names reaches the checker: the night's RayJob, its pod templates as Pods, RBAC, the
+    # NetworkPolicy, the namespace and the service accounts.
+    assert {"RayJob", "ConfigMap", "Pod", "Namespace", "ServiceAccount", "Role", "RoleBinding"} <= kinds
+    assert "NetworkPolicy" in kinds
+    suppressions = yaml.safe_load(SUPPRESSIONS.read_text())["checkov"]
+    unexplained = [f for f in checkov_findings[stack] if _checkov_suppression(stack, f, suppressions) is None]
+    assert unexplained == [], json.dumps(unexplained, indent=1)[:4000]
+
+
+def test_every_checkov_suppression_matches_a_finding(checkov_findings: dict[str, list[dict[str, Any]]]) -> None:
+    suppressions = yaml.safe_load(SUPPRESSIONS.read_text())["checkov"]
+    used = {
+        _checkov_suppression(stack, finding, suppressions)
+        for stack, findings in checkov_findings.items()
+        for finding in findings
+    }
+    stale = [entry for index, entry in enumerate(suppressions) if index not in used]
+    assert stale == [], stale
+    assert all(entry["reason"].strip() for entry in suppressions)
+
+
+def test_checkov_catches_a_real_mistake(plan_for: Callable[[str], Plan], tmp_path: Path) -> None:
+    """The checker is alive and reads the Pods written out of the RayJob: a privileged worker is reported."""
+    manifests = stack_manifests(plan_for("large"))
+    (worker,) = [m for m in manifests if m["kind"] == "Pod" and "workergroupspecs" in m["metadata"]["name"]]
+    worker = json.loads(json.dumps(worker))
+    worker["spec"]["containers"][0]["securityContext"]["privileged"] = True
+    findings = checkov([worker], tmp_path)["findings"]
+    assert any(f["check"] == "CKV_K8S_16" for f in findings), findings  # "Container should not be privileged"

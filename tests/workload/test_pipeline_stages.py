@@ -112,3 +112,17 @@ def test_actors_may_reach_the_hub_only_for_a_hub_model() -> None:
     assert engine_env(build_config(BASE))["HF_HUB_OFFLINE"] == "1"
     assert engine_env(build_config({**BASE, "model": {"source": "s3://b/models/x"}}))["HF_HUB_OFFLINE"] == "1"
     assert "HF_HUB_OFFLINE" not in engine_env(build_config({**BASE, "model": {"source": "org/model"}}))
+
+
+def test_a_row_rejected_by_validation_keeps_its_error_and_is_not_rendered(strict_model: Path) -> None:
+    table = pa.table(
+        {
+            "_pos": [0, 1],
+            "prompt": [None, None],
+            "messages_json": [None, json.dumps([{"role": "user", "content": "hi"}])],
+            "__inference_error__": ["rejected: line is not valid JSON", ""],
+        }
+    )
+    out = _stage(strict_model)(table).to_pylist()
+    assert out[0]["__inference_error__"] == "rejected: line is not valid JSON" and out[0]["prompt"] is None
+    assert out[1]["__inference_error__"] == "" and "hi" in out[1]["prompt"]

@@ -158,3 +158,15 @@ def test_parquet_struct_fields_a_row_never_set_are_not_nulls(tmp_path: Path) -> 
     assert by_id["c"] == DEFAULTS.for_engine()
     [error] = validated.errors
     assert error.id == "d" and error.error_type == "invalid_sampling_params" and "top_p" in error.error_message
+
+
+def test_a_record_split_over_any_chunks_reads_as_in_one_piece() -> None:
+    """The streamed readers see a file chunk by chunk: a line (or the BOM) cut anywhere reads the same."""
+    from workload.rows import jsonl_records
+
+    data = b'\xef\xbb\xbf{"id": 1}\r\n\n  \n{"id": 2, "prompt": "' + b"x" * 50 + b'"}\n{"id": 3}'
+    whole = list(jsonl_records([data]))
+    assert whole == [(1, b'{"id": 1}'), (4, b'{"id": 2, "prompt": "' + b"x" * 50 + b'"}'), (5, b'{"id": 3}')]
+    for size in (1, 2, 3, 7, 64):
+        pieces = [data[i : i + size] for i in range(0, len(data), size)]
+        assert list(jsonl_records(pieces)) == whole, size

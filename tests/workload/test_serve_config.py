@@ -34,7 +34,13 @@ def test_no_config_file_serves_the_tiny_model_on_loopback() -> None:
     assert config.model.source is None  # the embedded tiny model
     assert (config.device, config.serve.host, config.serve.port) == ("cpu", "127.0.0.1", 8000)
     assert config.serve.model_id == DEFAULT_MODEL_ID
-    assert not config.serve.haproxy and not config.serve.direct_streaming
+    assert config.serve.haproxy and config.serve.direct_streaming  # the configuration that met issue 22's targets
+
+
+def test_direct_streaming_follows_haproxy_unless_set() -> None:
+    assert not build_serve_config({"serve": {"haproxy": False}}).serve.direct_streaming
+    settings = build_serve_config({"serve": {"direct_streaming": False}}).serve
+    assert settings.haproxy and not settings.direct_streaming
 
 
 def test_a_job_config_file_serves_the_same_model_and_engine(tmp_path: Path) -> None:
@@ -91,7 +97,7 @@ def test_a_gpu_config_leaves_placement_to_serve_llm() -> None:
         ({"serve": {"prot": 1}}, "serve.prot"),
         ({"servr": {}}, "servr"),
         ({"serve": {"port": 70000}}, "serve.port"),
-        ({"serve": {"direct_streaming": True}}, "serve.direct_streaming needs serve.haproxy"),
+        ({"serve": {"haproxy": False, "direct_streaming": True}}, "serve.direct_streaming needs serve.haproxy"),
         ({"device": "cpu", "engine": {"tensor_parallel_size": 2}}, "tensor_parallel_size"),
     ],
 )
@@ -118,9 +124,57 @@ def test_haproxy_switches_and_its_files_stay_in_the_endpoints_scratch(tmp_path: 
     assert env["RAYLLM_ENABLE_REQUEST_PROMPT_LOGS"] == "0"  # prompts are user data
     haproxy_paths = [value for key, value in env.items() if key.startswith("RAY_SERVE_HAPROXY_")]
     assert haproxy_paths and all(path.startswith(str(tmp_path)) for path in haproxy_paths)
-    plain = feature_env(build_serve_config({}), str(tmp_path))
+    plain = feature_env(build_serve_config({"serve": {"haproxy": False}}), str(tmp_path))
     assert plain["RAY_SERVE_ENABLE_HA_PROXY"] == "0"
     assert not any(key.startswith("RAY_SERVE_HAPROXY_") for key in plain)
+
+
+def test_a_loopback_endpoint_keeps_ray_on_loopback_but_a_cluster_driver_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes a private local Ray take 127.0.0.1 as its node address (its servers
+    then bind loopback: tests/workload/test_serve_endpoint.py checks the sockets); never for 0.0.0.0 or a cluster."""
+    from workload.serve.endpoint import feature_env
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert feature_env(build_serve_config({}), str(tmp_path))["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
+    public = build_serve_config({"serve": {"host": "0.0.0.0"}})
+    assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in feature_env(public, str(tmp_path))
+    monkeypatch.setenv("RAY_ADDRESS", "ray-head:6379")
+    assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in feature_env(build_serve_config({}), str(tmp_path))
+
+
+def test_a_replicas_grpc_server_binds_the_node_address_not_every_interface() -> None:
+    from workload.serve.bind_hosts import grpc_binder
+
+    bound: list[str] = []
+    add_port = grpc_binder(lambda server, address: bound.append(address) or 4321, "127.0.0.1")
+    assert add_port(object(), "[::]:0") == 4321
+    add_port(object(), "10.0.0.5:7000")  # an explicit address is left as it is
+    assert bound == ["127.0.0.1:0", "10.0.0.5:7000"]
+
+
+def test_haproxys_stats_and_metrics_listeners_follow_the_http_host() -> None:
+    """The setup hook's rewrite of Ray 2.60's HAProxy template, rendered as Serve renders it."""
+    import jinja2
+    from ray.serve._private.haproxy_templates import HAPROXY_CONFIG_TEMPLATE
+
+    from workload.serve.bind_hosts import rebind
+
+    class Config:
+        frontend_host, metrics_port, stats_port = "127.0.0.1", 9101, 8404
+
+    def binds(template: str) -> list[str]:  # the stats and metrics bind lines, rendered
+        lines = [line.strip() for line in template.splitlines() if line.strip().startswith("bind")]
+        ours = [line for line in lines if "metrics_port" in line or "stats_port" in line]
+        return [jinja2.Environment().from_string(line).render(config=Config) for line in ours]
+
+    assert {"bind :9101", "bind *:8404"} <= set(binds(HAPROXY_CONFIG_TEMPLATE))
+    rebound = rebind(HAPROXY_CONFIG_TEMPLATE)
+    assert "bind 127.0.0.1:9101" in binds(rebound) and "bind 127.0.0.1:8404" in binds(rebound)
+    assert not {"bind :9101", "bind *:8404"} & set(binds(rebound))
+    with pytest.raises(RuntimeError, match="bind_hosts"):
+        rebind("frontend prometheus\n    bind 10.0.0.1:9101\n")
 
 
 def test_vllm_cli_shim_runs_vllms_own_cli_on_the_cpu_build() -> None:

@@ -86,7 +86,14 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any, setting: str) -> Non
 def run(args: argparse.Namespace) -> int:
     from workload.bench.runner import run_bench
 
-    outputs = run_bench(profile_from_args(args), args.out, args.model_cache)
+    profile = profile_from_args(args)
+    if profile.scale_rows:
+        from workload.bench.scale import run_scale
+
+        scorecard = run_scale(profile, args.out, args.model_cache)
+        print(f"scorecard: {args.out / 'scorecard.json'}")
+        return 1 if scorecard["errors"] else 0
+    outputs = run_bench(profile, args.out, args.model_cache)
     print(f"scorecard: {outputs.scorecard_json}\ntable: {outputs.table_md}")
     print("plots: " + ", ".join(str(path) for path in outputs.plots))
     return 1 if outputs.scorecard["errors"] else 0

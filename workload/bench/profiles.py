@@ -3,7 +3,8 @@
 `cpu` is sized for the embedded tiny model on a 2-core machine; `gpu` gives a real architecture
 (Llama-3.1-8B's shape) random weights through vLLM's `load_format="dummy"`, so its speed is measurable with
 no weights to download;
-`smoke` is the test suite's minute-long run. Every mode of a run uses the same model and engine arguments.
+`smoke` is the test suite's minute-long run; `scale` runs the real job at growing input sizes instead
+(workload/bench/scale.py). Every mode of a run uses the same model and engine arguments.
 """
 
 from __future__ import annotations
@@ -89,6 +90,11 @@ class BenchProfile(BaseModel):
     )
     job: JobSettings
     sync_chunk: int | None = Field(None, ge=1, description="Synchronous chunk size; None: max_num_seqs.")
+    scale_rows: list[int] = Field(
+        default_factory=list,
+        description="Input sizes of a scale run (workload/bench/scale.py): the real job at each size instead of "
+        "the three modes; empty for the engine-comparison profiles.",
+    )
 
     @model_validator(mode="after")
     def _fits_context(self) -> BenchProfile:
@@ -200,6 +206,25 @@ PROFILES: dict[str, BenchProfile] = {
             prompt_words_max=32,
         ),
         job=JobSettings(batch_size=8, max_concurrent_batches=4),
+    ),
+    "scale": BenchProfile(
+        name="scale",
+        description="The real job at 20,000 and 200,000 short rows (max_tokens 1, a few percent bad and repeated "
+        "rows) on the tiny Llama: driver memory, time to the first engine request, wall time, resume time.",
+        device="cpu",
+        model=_TINY,
+        engine=EngineConfig(max_model_len=256, max_num_seqs=128, enforce_eager=True, cpu_kvcache_space_gib=1),
+        workload=WorkloadSpec(
+            num_requests=1,  # unused: a scale run writes its own input (workload/bench/scale.py)
+            seed=0,
+            long_fraction=0.0,
+            short_tokens=TokenRange(min=1, max=1),
+            long_tokens=TokenRange(min=1, max=1),
+            prompt_words_median=4,
+            prompt_words_max=8,
+        ),
+        job=JobSettings(batch_size=256, max_concurrent_batches=4, stages=StagesConfig(tokenize_on_cpu=False)),
+        scale_rows=[20_000, 200_000],
     ),
 }
 

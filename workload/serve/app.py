@@ -43,12 +43,17 @@ def build_app(config: ServeConfig, model_path: str) -> Any:
     """The OpenAI-compatible application (`/v1/models`, `/v1/chat/completions`, `/v1/completions`, ...)."""
     from ray.serve.llm import LLMConfig
 
-    llm_config = LLMConfig(**llm_config_fields(config, model_path))
     if config.serve.direct_streaming:
-        # The engine replica is the ingress itself (vLLM's own API server), so Serve LLM's builder is used as is.
+        # The engine replica is the ingress itself (vLLM's own API server): Serve LLM's builder, with the CPU guard
+        # against seeded requests in front of vLLM's app (workload/serve/direct.py).
         from ray.serve.llm import build_openai_app
 
+        from workload.serve.direct import CpuDirectServer
+
+        server_cls = {"server_cls": CpuDirectServer} if config.device == "cpu" else {}
+        llm_config = LLMConfig(**llm_config_fields(config, model_path), **server_cls)
         return build_openai_app({"llm_configs": [llm_config]})
+    llm_config = LLMConfig(**llm_config_fields(config, model_path))
     from workload.serve.ingress import build_openai_app as build_mended_app
 
     ingress_options = {"ray_actor_options": {"num_cpus": config.serve.ingress_num_cpus}}

@@ -158,6 +158,8 @@ def run_target(profile: ServeBenchProfile, target: str, model_path: Path, out_di
     logs = out_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     record: dict[str, Any] = {"target": target, "features": SERVE_TARGETS.get(target), "points": {}, "error": None}
+    # The machine's 1-minute load average as each rate starts: on shared cores it explains much of the spread.
+    record["load_average"] = {}
     with tempfile.TemporaryDirectory(prefix="llmb-bench-", dir="/tmp") as scratch:
         command, extra_env = _server_command(target, config, model_path, Path(scratch))
         env = {**os.environ, **extra_env, "TMPDIR": scratch, "VLLM_CACHE_ROOT": os.path.join(scratch, "vllm")}
@@ -168,6 +170,7 @@ def run_target(profile: ServeBenchProfile, target: str, model_path: Path, out_di
                 for rate in profile.rates:
                     result_file = out_dir / "raw" / f"{target}-rate-{_rate_label(rate)}.json"
                     result_file.parent.mkdir(parents=True, exist_ok=True)
+                    record["load_average"][_rate_label(rate)] = round(os.getloadavg()[0], 2)
                     with (logs / f"{target}-rate-{_rate_label(rate)}.bench.log").open("wb") as bench_log:
                         done = subprocess.run(
                             _bench_command(profile, base_url, model_path, rate, result_file),

@@ -40,14 +40,15 @@ class ServeSettings(_Strict):
         "up to engine.max_num_seqs of them at once).",
     )
     haproxy: bool = Field(
-        False,
-        description="Ray Serve's HAProxy ingress (RAY_SERVE_ENABLE_HA_PROXY). Off by default: with it on, "
-        "Serve binds the replicas' own HTTP ports on every interface.",
+        True,
+        description="Ray Serve's HAProxy ingress (RAY_SERVE_ENABLE_HA_PROXY) in place of its Python proxy. Its "
+        "listeners (and the replicas' HTTP ports) bind serve.host.",
     )
     direct_streaming: bool = Field(
-        False,
-        description="Stream tokens from the engine replica straight to the ingress "
-        "(RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING); needs haproxy.",
+        True,
+        description="Stream tokens from the engine replica straight to HAProxy "
+        "(RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING): vLLM's own API server answers. Needs haproxy; when not set, "
+        "follows haproxy.",
     )
     ingress_num_cpus: float = Field(0.1, ge=0.0, description="CPUs Ray reserves for each ingress replica.")
     replica_num_cpus: float = Field(
@@ -56,6 +57,13 @@ class ServeSettings(_Strict):
         description="CPUs Ray reserves for each engine replica's own actor (the engine gets one more).",
     )
     start_timeout_s: float = Field(900.0, gt=0, description="How long the engine may take to become ready.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _direct_streaming_follows_haproxy(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "direct_streaming" not in data and data.get("haproxy") is False:
+            return {**data, "direct_streaming": False}
+        return data
 
     @model_validator(mode="after")
     def _direct_streaming_needs_haproxy(self) -> ServeSettings:

@@ -7,6 +7,7 @@ they are set here before anything imports `ray.serve` and before Ray starts its 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import shutil
 import signal
@@ -16,6 +17,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from workload.serve.config import ServeConfig
 
@@ -34,6 +36,12 @@ def feature_env(config: ServeConfig, scratch: str) -> dict[str, str]:
         # Ray Serve LLM logs every prompt by default; prompts are user data.
         "RAYLLM_ENABLE_REQUEST_PROMPT_LOGS": "0",
     }
+    if is_loopback(settings.host) and not os.environ.get("RAY_ADDRESS"):
+        # A private local Ray for a loopback endpoint. On Linux Ray takes the machine's network address as the node
+        # address and its servers (GCS, raylet, agents, every worker's gRPC port, Serve's replicas) bind every
+        # interface; with this it takes the loopback address, as it does on macOS and Windows, and binds 127.0.0.1.
+        # Never with RAY_ADDRESS: a driver in a real cluster must register its reachable address.
+        env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     if settings.haproxy:
         # Short: Serve adds a 56-character folder, and HAProxy's admin socket path must fit in sun_path (108).
         haproxy = os.path.join(scratch, HAPROXY_FOLDER)
@@ -44,9 +52,33 @@ def feature_env(config: ServeConfig, scratch: str) -> dict[str, str]:
                 "RAY_SERVE_HAPROXY_SOCKET_PATH": os.path.join(haproxy, "admin.sock"),
                 "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": haproxy,
                 "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": os.path.join(haproxy, "server-state"),
+                # HAProxy's access log goes to syslog at 127.0.0.1:514 by default, through UDP sockets bound on every
+                # interface; nothing reads it here. A Unix socket path in the scratch folder opens no port.
+                "RAY_SERVE_HAPROXY_LOG_TARGET": os.path.join(haproxy, "log.sock"),
             }
         )
     return env
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def ray_runtime_env() -> dict[str, Any]:
+    """Ray's job-level runtime environment: Serve's listeners kept on the endpoint's addresses (bind_hosts.py)."""
+    import ray.cloudpickle
+
+    from workload.serve import bind_hosts
+
+    # A worker runs its setup hook before the driver's code path is on its sys.path, so the hook cannot be named by
+    # module path ("No module named 'workload'"): it travels by value instead.
+    ray.cloudpickle.register_pickle_by_value(bind_hosts)
+    return {"worker_process_setup_hook": bind_hosts.keep_serve_listeners_on_their_hosts}
 
 
 @contextmanager
@@ -95,10 +127,11 @@ def serve_until_stopped(config: ServeConfig) -> int:
     """Blocks until SIGTERM or SIGINT; returns the process exit code."""
     from workload.model_source import resolve_model
 
-    model_path = resolve_model(config.model)  # a missing model stops here, before Ray starts
     scratch = tempfile.mkdtemp(prefix="lsv-", dir="/tmp")
     try:
+        # Ray reads its switches once, at import: set them before anything (model resolution included) imports it.
         with _environment(feature_env(config, scratch)):
+            model_path = resolve_model(config.model)  # a missing model stops here, before Ray starts
             return _serve(config, model_path)
     finally:
         if config.serve.haproxy:
@@ -116,7 +149,7 @@ def _serve(config: ServeConfig, model_path: str) -> int:
     ready = threading.Event()
     stop = threading.Event()
     threading.Thread(target=_watchdog, args=(ready, settings.start_timeout_s), daemon=True).start()
-    with ray_session(config.device):
+    with ray_session(config.device, ray_runtime_env()):
         for number in (signal.SIGTERM, signal.SIGINT):  # after ray.init, which installs handlers that just exit
             signal.signal(number, lambda *_: stop.set())
         serve.start(http_options={"host": settings.host, "port": settings.port})

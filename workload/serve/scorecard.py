@@ -43,6 +43,7 @@ def build_scorecard(profile: ServeBenchProfile, runs: list[dict[str, Any]]) -> d
         run["target"]: {
             "features": run["features"],
             "ready_s": run.get("ready_s"),
+            "load_average": run.get("load_average"),
             "error": run["error"],
             "points": {rate: _point(raw) for rate, raw in run["points"].items()},
         }

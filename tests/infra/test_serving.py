@@ -1,0 +1,341 @@
+"""The online endpoint on the EKS tiers (issue 23): planned with `serve.enabled` on and off, its RayService against
+KubeRay's CRD, its own GPU pool (the starvation rule), its cost, alarms and dashboard, and the policy rules on it.
+
+Plans come from the real program under the plan's mocks (`capture_plan`), with `serve.*` set over the committed
+stack files as `python -m infra.plan --set` does; each is made once per session.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infra.config import StackConfig, StackConfigError, decode_pulumi_values, load_stack_config
+from infra.eks_job import base_rayjob_args
+from infra.eks_serve import rayservice_manifest
+from infra.k8s.common import GPU_POOL, POOL_LABEL
+from infra.k8s.network_policy import SERVE_PORT
+from infra.k8s.rayjob import render_rayjob
+from infra.k8s.rayservice import INTERNAL_LB_ANNOTATIONS, SERVE_POOL, llm_deployment_name, serve_config_v2
+from infra.ops import checks_k8s
+from infra.ops.plan import capture_plan
+from infra.ops.policy import gate
+from infra.ops.stacks import read_stack_config
+from infra.pricing.estimate import NIGHTS_PER_MONTH, estimate
+from infra.pricing.stack_costs import capacity_pools, estimate_inputs, run_hourly_usd
+from infra.pricing.table import load_prices
+from monitoring.alarms import serve_alarms
+from tests.infra.conftest import Plan
+from tests.infra.crd_schema import assert_valid
+from workload import metric_names as mn
+
+# What a stack sets to serve: the endpoint, and a head node with room for its head beside the nightly one's.
+SERVE_ON = {"serve.enabled": True, "eks.head_instance_type": "m5.2xlarge"}
+# The medium plan also asks for the internal load balancer; the large one keeps the default ClusterIP Service.
+OVERRIDES = {
+    "medium": {**SERVE_ON, "serve.internal_load_balancer": True},
+    "large": SERVE_ON,
+}
+PRICES = load_prices()
+RAYSERVICE = "kubernetes:ray.io/v1:RayService"
+NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
+GROUP = "eks:index:ManagedNodeGroup"
+ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
+
+
+def _config(stack: str, **overrides: Any) -> StackConfig:
+    values, _ = read_stack_config(stack, overrides)
+    return load_stack_config(stack, decode_pulumi_values(values))
+
+
+@pytest.fixture(scope="session")
+def serve_plan() -> Callable[[str], Plan]:
+    cache: dict[str, Plan] = {}
+
+    def plan(tier: str) -> Plan:
+        if tier not in cache:
+            cache[tier] = capture_plan(tier, OVERRIDES[tier])
+        return cache[tier]
+
+    return plan
+
+
+def _of(plan: Plan, typ: str) -> list[dict[str, Any]]:
+    return [item for item in plan if item["type"] == typ]
+
+
+def _serve_alarm_names(plan: Plan) -> set[str]:
+    return {item["name"] for item in _of(plan, ALARM) if "serve-" in item["name"]}
+
+
+@pytest.mark.parametrize("tier", ["medium", "large"])
+def test_serving_off_leaves_nothing_of_it_in_the_plan_or_the_estimate(tier: str, plan_for) -> None:
+    plan = plan_for(tier)
+    assert not _of(plan, RAYSERVICE) and not _of(plan, "llmbatch:serving:Serving")
+    assert not [item for item in _of(plan, NODE_POOL) if item["inputs"]["metadata"]["name"] != "gpu-spot"]
+    assert not [item for item in _of(plan, GROUP) if item["name"].startswith("serving")]
+    assert not _serve_alarm_names(plan)
+    dashboard = next(item for item in plan if item["type"] == "aws:cloudwatch/dashboard:Dashboard")
+    assert "Endpoint" not in dashboard["inputs"]["dashboardBody"]
+    exports = next(item for item in plan if item["type"] == "pulumi:pulumi:Stack")
+    assert "serve_endpoint" not in json.dumps(exports)
+    config = _config(tier)
+    result = estimate(estimate_inputs(tier, config, PRICES), PRICES)
+    assert result.subtotal("serving") == 0 and not [item for item in result.items if item.group == "serving"]
+
+
+@pytest.mark.parametrize("tier", ["medium", "large"])
+def test_serving_on_plans_a_valid_rayservice_that_passes_every_policy_rule(tier: str, serve_plan, crds_dir) -> None:
+    plan = serve_plan(tier)
+    gate(plan)  # k8s-exposure, pod-security, worker-identity, ray-network-policy and the rest: no violation
+    (service,) = _of(plan, RAYSERVICE)
+    assert_valid(service["inputs"], crds_dir)
+    cluster = service["inputs"]["spec"]["rayClusterConfig"]
+    assert cluster["enableInTreeAutoscaling"] is True
+    (workers,) = cluster["workerGroupSpecs"]
+    assert (workers["minReplicas"], workers["maxReplicas"]) == (0, 2)  # serve.min_replicas 0, max 2
+    worker = workers["template"]["spec"]
+    assert worker["automountServiceAccountToken"] is False and worker["serviceAccountName"] == "llm-batch-worker"
+    # The same image as the nightly job's (the plan's one image), and the application the local endpoint builds.
+    exports = next(item for item in plan if item["type"] == "pulumi:pulumi:Stack")["outputs"]
+    image = json.loads(exports["rayjob_args"])["image"]
+    assert {
+        c["image"] for c in [*worker["containers"], *cluster["headGroupSpec"]["template"]["spec"]["containers"]]
+    } == {image}
+    assert exports["serve_endpoint"] == f"http://llm-batch-serve-serve-svc.llm-batch.svc.cluster.local:{SERVE_PORT}/v1"
+    # Nothing reachable from the internet; the Serve port admitted from the VPC only.
+    (policy,) = [item for item in _of(plan, "kubernetes:networking.k8s.io/v1:NetworkPolicy") if "serve" in item["name"]]
+    ingress = policy["inputs"]["spec"]["ingress"]
+    assert ingress == [
+        {"from": [{"ipBlock": {"cidr": "10.40.0.0/16"}}], "ports": [{"port": SERVE_PORT, "protocol": "TCP"}]}
+    ]
+    # Alarms and dashboard.
+    assert _serve_alarm_names(plan) == {
+        "observability-alarm-serve-latency",
+        "observability-alarm-serve-error-ratio",
+        "observability-alarm-serve-at-max-replicas",
+    }
+    dashboard = next(item for item in plan if item["type"] == "aws:cloudwatch/dashboard:Dashboard")
+    body = json.loads(dashboard["inputs"]["dashboardBody"])
+    charted = {m[1] for w in body["widgets"] if w["type"] == "metric" for m in w["properties"]["metrics"] if len(m) > 2}
+    assert {metric.name for metric in mn.SERVE_METRICS} <= charted
+
+
+def test_medium_serves_from_its_own_managed_group_and_an_internal_load_balancer(serve_plan) -> None:
+    plan = serve_plan("medium")
+    groups = {item["name"]: item["inputs"] for item in _of(plan, GROUP)}
+    serve, nightly = groups["serving-gpu"], groups["nodes-gpu"]
+    assert serve["labels"] == {POOL_LABEL: SERVE_POOL} and nightly["labels"] == {POOL_LABEL: GPU_POOL}
+    assert serve["capacityType"] == "ON_DEMAND" and serve["instanceTypes"] == ["g5.xlarge"]
+    assert serve["scalingConfig"] == {"minSize": 0, "desiredSize": 0, "maxSize": 2}
+    assert serve["taints"] == nightly["taints"]  # GPU pods only
+    (service,) = _of(plan, RAYSERVICE)
+    lb = service["inputs"]["spec"]["serveService"]
+    assert lb["spec"]["type"] == "LoadBalancer" and lb["metadata"]["annotations"] == INTERNAL_LB_ANNOTATIONS
+    # The exposure rule sees the load balancer KubeRay will make: without the internal scheme it is refused.
+    bare = json.loads(json.dumps(service))
+    bare["inputs"]["spec"]["serveService"]["metadata"]["annotations"] = {}
+    assert checks_k8s.exposure_problems(bare) == [
+        "spec.serveService: LoadBalancer Service without the internal scheme: an internet-facing load balancer"
+    ]
+    assert checks_k8s.exposure_problems(service) == []
+
+
+def test_large_serves_from_its_own_nodepool_bounded_to_max_replicas(serve_plan, crds_dir) -> None:
+    plan = serve_plan("large")
+    pools = {item["inputs"]["metadata"]["name"]: item["inputs"] for item in _of(plan, NODE_POOL)}
+    for pool in pools.values():
+        assert_valid(pool, crds_dir)
+    serve, nightly = pools["gpu-serve"], pools["gpu-spot"]
+    assert serve["spec"]["template"]["metadata"]["labels"] == {POOL_LABEL: SERVE_POOL}
+    assert nightly["spec"]["template"]["metadata"]["labels"] == {POOL_LABEL: GPU_POOL}
+    assert serve["spec"]["limits"]["nvidia.com/gpu"] == "2"  # serve.max_replicas x 1 GPU, nothing more
+    assert nightly["spec"]["limits"]["nvidia.com/gpu"] == "16"  # the nightly pool's own, unchanged
+    capacity = next(r for r in serve["spec"]["template"]["spec"]["requirements"] if r["key"].endswith("capacity-type"))
+    assert capacity["values"] == ["on-demand"]
+    (service,) = _of(plan, RAYSERVICE)
+    assert "serveService" not in service["inputs"]["spec"]  # KubeRay's default: a ClusterIP Service
+
+
+@pytest.mark.parametrize("tier", ["medium", "large"])
+def test_the_endpoint_and_the_nightly_job_never_share_gpu_nodes(tier: str, serve_plan) -> None:
+    """The starvation rule: each workload's GPU pods select a pool label that only its own nodes carry."""
+    plan = serve_plan(tier)
+    config = _config(tier, **OVERRIDES[tier])
+    nightly_job = render_rayjob(base_rayjob_args(config, tier, "repo/image:1", "bucket"))
+    (nightly_workers,) = nightly_job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    (service,) = _of(plan, RAYSERVICE)
+    (serve_workers,) = service["inputs"]["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    nightly_pool = nightly_workers["template"]["spec"]["nodeSelector"][POOL_LABEL]
+    serve_pool = serve_workers["template"]["spec"]["nodeSelector"][POOL_LABEL]
+    # The pool label each source of GPU nodes puts on its nodes.
+    labels = [
+        item["inputs"]["labels"][POOL_LABEL]
+        for item in _of(plan, GROUP)
+        if item["inputs"]["labels"][POOL_LABEL] != "head"
+    ]
+    labels += [item["inputs"]["spec"]["template"]["metadata"]["labels"][POOL_LABEL] for item in _of(plan, NODE_POOL)]
+    assert sorted(labels) == sorted([nightly_pool, serve_pool]) and nightly_pool != serve_pool
+
+
+def test_rayservice_renders_valid_for_both_tiers_with_the_job_model_and_engine(crds_dir: Path) -> None:
+    for tier in ("medium", "large"):
+        overrides = {
+            **SERVE_ON,
+            "serve.min_replicas": 1,
+            "serve.max_replicas": 3,
+            "serve.internal_load_balancer": True,
+            "job.model_source": "Qwen/Qwen3-0.6B",
+            "job.job_overrides": {"engine": {"max_model_len": 2048}},
+        }
+        config = _config(tier, **overrides)
+        manifest = rayservice_manifest(config, tier, "123.dkr.ecr.us-east-1.amazonaws.com/w:abc", "arn:secret")
+        assert_valid(manifest, crds_dir)
+        serve_config = yaml.safe_load(manifest["spec"]["serveConfigV2"])
+        (app,) = serve_config["applications"]
+        assert app["import_path"] == "workload.serve.cluster:app" and serve_config["proxy_location"] == "HeadOnly"
+        endpoint = app["args"]["config"]
+        assert endpoint["model"]["source"] == "Qwen/Qwen3-0.6B" and endpoint["engine"]["max_model_len"] == 2048
+        assert endpoint["device"] == "gpu" and endpoint["serve"]["port"] == SERVE_PORT
+        (deployment,) = app["deployments"]
+        assert deployment["autoscaling_config"]["min_replicas"] == 1
+        assert deployment["autoscaling_config"]["max_replicas"] == 3
+
+
+def test_config_refuses_serving_where_it_cannot_run() -> None:
+    base = {"cost_center": "x"}
+    assert not load_stack_config("medium", base).serve.enabled  # off by default
+    with pytest.raises(StackConfigError, match="EKS tiers"):
+        load_stack_config("small", {**base, "serve": {"enabled": True}})
+    # The default head node holds the nightly head only: the RayService's head counts in the sizing check.
+    with pytest.raises(StackConfigError, match="RayService ray head"):
+        load_stack_config("medium", {**base, "serve": {"enabled": True}})
+    with pytest.raises(StackConfigError, match=r"min_replicas \(3\) is more than max_replicas \(2\)"):
+        load_stack_config("medium", {**base, "serve": {"min_replicas": 3}})
+    with pytest.raises(StackConfigError, match="'port' is set by the RayService"):
+        load_stack_config("medium", {**base, "serve": {"endpoint_overrides": {"port": 80}}})
+    with pytest.raises(StackConfigError, match=r"serve\.endpoint_overrides: invalid serve config"):
+        load_stack_config(
+            "large",
+            {
+                **base,
+                "eks": {"head_instance_type": "m5.2xlarge"},
+                "serve": {"enabled": True, "endpoint_overrides": {"max_ongoing_requests": 0}},
+            },
+        )
+    with pytest.raises(StackConfigError, match="fits no node of instance_type"):
+        load_stack_config("medium", {**base, "serve": {"worker_size": {"cpu": "8", "memory": "12Gi", "gpus": 1}}})
+
+
+@pytest.mark.parametrize("tier", ["medium", "large"])
+def test_estimate_prices_the_endpoint_gpu_hours(tier: str) -> None:
+    config = _config(tier, **SERVE_ON)
+    result = estimate(estimate_inputs(tier, config, PRICES), PRICES)
+    on_demand = PRICES.instance(config.region, "g5.xlarge").on_demand_hourly
+    busy_hours = 8 * NIGHTS_PER_MONTH  # serve.busy_hours_per_day's default
+    (instances,) = [item for item in result.items if item.group == "serving" and item.unit == "instance-hour"]
+    assert instances.quantity == pytest.approx(2 * busy_hours) and instances.unit_price == on_demand
+    assert result.subtotal("serving") == pytest.approx(2 * busy_hours * on_demand + 2 * 200 * busy_hours / 730 * 0.08)
+    # The job's own price per hour (its cost per token) is the nightly pool's, whatever the endpoint costs.
+    assert run_hourly_usd(config, PRICES) == run_hourly_usd(_config(tier), PRICES)
+    # The quota check counts the endpoint at its largest beside the night's nodes: both may run at once.
+    required, _ = capacity_pools(config, PRICES)
+    assert [(p.instance_type, p.count, p.capacity) for p in required if p.name.startswith("endpoint")] == [
+        ("g5.xlarge", 2, "on-demand")
+    ]
+    # One replica kept warm adds the rest of the day for one node; Spot capacity is priced at Spot.
+    warm = _config(tier, **SERVE_ON, **{"serve.min_replicas": 1, "serve.capacity_type": "spot"})
+    items = [
+        item for item in estimate(estimate_inputs(tier, warm, PRICES), PRICES).items if item.unit == "instance-hour"
+    ]
+    floor = next(item for item in items if "idle floor" in item.item)
+    assert floor.quantity == pytest.approx(730 - busy_hours)
+    assert floor.unit_price == PRICES.instance(config.region, "g5.xlarge").spot_hourly
+
+
+def test_serve_alarms_are_accepted_by_cloudwatch_and_watch_the_reporter_metrics(moto_endpoint: str) -> None:
+    import boto3
+
+    config = _config("large", **SERVE_ON)
+    specs = serve_alarms("large", config.monitoring.metrics_namespace, config.serve.watch)
+    published = {metric.name for metric in mn.SERVE_METRICS}
+    client = boto3.client("cloudwatch", region_name="us-east-1", endpoint_url=moto_endpoint)
+    for spec in specs:
+        assert {ref.name for ref in spec.metrics()} <= published
+        assert all(ref.dimensions == {mn.DIM_STACK: "large"} for ref in spec.metrics())
+        client.put_metric_alarm(**spec.put_metric_alarm_kwargs(f"t-{spec.key}", []))
+    names = {alarm["AlarmName"] for alarm in client.describe_alarms(AlarmNamePrefix="t-serve")["MetricAlarms"]}
+    assert names == {"t-serve-latency", "t-serve-error-ratio", "t-serve-at-max-replicas"}
+    at_max = next(spec for spec in specs if spec.key == "serve-at-max-replicas")
+    assert at_max.threshold == config.serve.max_replicas
+
+
+def test_the_endpoint_pool_leaves_room_for_an_upgrade_s_new_cluster() -> None:
+    from infra.eks_serve import serve_worker_ceiling
+
+    assert serve_worker_ceiling(_config("large", **SERVE_ON)) == 2  # min 0: the new cluster starts with no worker
+    warm = _config("large", **SERVE_ON, **{"serve.min_replicas": 1, "serve.max_replicas": 3})
+    assert serve_worker_ceiling(warm) == 4
+    manifest = rayservice_manifest(warm, "large", "r/i:1")
+    assert manifest["spec"]["upgradeStrategy"] == {"type": "NewCluster"}
+
+
+def test_serve_config_targets_the_engine_deployment_by_its_serve_llm_name() -> None:
+    config = _config("medium", **SERVE_ON, **{"serve.endpoint_overrides": {"model_id": "org/m.v1"}})
+    from infra.eks_serve import rayservice_args
+
+    (app,) = serve_config_v2(rayservice_args(config, "medium", "r/i:1"))["applications"]
+    assert app["deployments"][0]["name"] == llm_deployment_name("org/m.v1") == "LLMServer:org--m_v1"
+
+
+def test_the_network_rule_admits_the_vpc_on_the_serve_port_only() -> None:
+    def rule(cidr: str, port: int) -> dict[str, Any]:
+        return {"ingress": [{"from": [{"ipBlock": {"cidr": cidr}}], "ports": [{"protocol": "TCP", "port": port}]}]}
+
+    assert checks_k8s.ray_policy_problems(rule("10.40.0.0/16", SERVE_PORT)) == []
+    assert checks_k8s.ray_policy_problems(rule("0.0.0.0/0", SERVE_PORT)) == [
+        "ingress[0] admits the address block 0.0.0.0/0"
+    ]
+    assert checks_k8s.ray_policy_problems(rule("10.40.0.0/16", 6379)) == [
+        "ingress[0] admits the address block 10.40.0.0/16"
+    ]
+    unbounded = {"ingress": [{"from": [{"ipBlock": {"cidr": "10.40.0.0/16"}}]}]}  # every port
+    assert checks_k8s.ray_policy_problems(unbounded) == ["ingress[0] admits the address block 10.40.0.0/16"]
+
+
+def test_pod_security_reads_every_pod_of_the_rayservice() -> None:
+    config = _config("large", **SERVE_ON)
+    manifest = rayservice_manifest(config, "large", "r/i:1", "arn:secret")
+    pods = dict(checks_k8s.pod_specs(manifest))
+    head = "spec.rayClusterConfig.headGroupSpec.template.spec"
+    worker = "spec.rayClusterConfig.workerGroupSpecs[0].template.spec"
+    assert set(pods) == {head, worker}
+    # The head's containers: Ray, the metrics reporter and KubeRay's autoscaler sidecar; the hub token's init.
+    assert [c["name"] for c in pods[head]["containers"]] == ["ray-head", "serve-reporter", "autoscaler"]
+    assert all(checks_k8s.pod_security_problems(pod) == [] for pod in pods.values())
+    bad = json.loads(json.dumps(manifest))
+    bad["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["securityContext"] = {
+        "privileged": True
+    }
+    problems = checks_k8s.pod_security_problems(dict(checks_k8s.pod_specs(bad))[worker])
+    assert "container ray-worker is privileged" in problems
+
+
+def test_plan_set_overrides_reach_the_config_and_bad_ones_are_named() -> None:
+    from infra.ops.plan import parse_sets
+    from infra.ops.stacks import PlanError
+
+    sets = parse_sets(["serve.enabled=true", "serve.max_replicas=3", "eks.head_instance_type=m5.2xlarge"])
+    assert sets == {"serve.enabled": True, "serve.max_replicas": 3, "eks.head_instance_type": "m5.2xlarge"}
+    config = _config("large", **sets)
+    assert config.serve.enabled and config.serve.max_replicas == 3
+    assert config.monitoring.batch_latency_p95_max_s == 180  # the file's own nested keys are kept
+    with pytest.raises(PlanError, match="expected KEY=VALUE"):
+        parse_sets(["serve.enabled"])
+    with pytest.raises(PlanError, match="not an object"):
+        read_stack_config("large", {"region.x": 1})

@@ -1,0 +1,117 @@
+"""The input's plan, made on the driver before any row is read, and what the driver makes of rows coming back.
+
+The plan lists the input files with their sizes and versions (one listing, no request per file) and counts each
+file's records (JSONL: a streamed scan of its line ends, holding one chunk at a time; Parquet: its footer). The
+counts fix every row's position (files in path order, then file order) and so its shard before any row is read;
+the manifest keeps them, so a resume over unchanged files counts nothing again. Nothing here imports Ray.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from workload.config import InputConfig
+from workload.rows import InputError, Origin, RowError, format_of, input_files, jsonl_records
+from workload.storage import Location, StorageError, list_versions
+
+CHUNK_BYTES = 4 << 20  # how much of a file a reader holds at once (plus one line longer than that)
+REJECTED_PREFIX = "rejected: "  # the `__inference_error__` of a row that failed validation (never sent to vLLM)
+
+
+@dataclass(frozen=True)
+class InputFile:
+    uri: str
+    path: str  # the form pyarrow filesystems take
+    format: str  # jsonl | parquet
+    first: int  # position of its first record
+    records: int
+    size: int
+    version: str
+
+
+@dataclass(frozen=True)
+class InputPlan:
+    files: list[InputFile]
+    rows_in: int
+
+    def listing(self) -> dict[str, dict[str, Any]]:
+        """What the manifest records of each file: size, content version, and the record count."""
+        return {f.uri: {"size": f.size, "version": f.version, "records": f.records} for f in self.files}
+
+    def files_with(self, shards: set[int], shard_rows: int) -> list[InputFile]:
+        """The files holding a row of one of `shards`."""
+        wanted = []
+        for file in self.files:
+            if file.records == 0:
+                continue
+            first, last = file.first // shard_rows, (file.first + file.records - 1) // shard_rows
+            if any(first <= shard <= last for shard in shards):
+                wanted.append(file)
+        return wanted
+
+
+def chunks(stream: Any) -> Iterator[bytes]:
+    while True:
+        chunk = stream.read(CHUNK_BYTES)
+        if not chunk:
+            return
+        yield bytes(chunk)
+
+
+def _count_records(location: Location, fmt: str) -> int:
+    try:
+        if fmt == "parquet":
+            return int(pq.ParquetFile(location.path, filesystem=location.fs).metadata.num_rows)
+        with location.fs.open_input_stream(location.path) as stream:
+            return sum(1 for _ in jsonl_records(chunks(stream)))
+    except OSError as error:
+        raise InputError(f"cannot read {location.uri}: {error}") from error
+
+
+def plan_input(config: InputConfig, known: dict[str, dict[str, Any]] | None = None) -> InputPlan:
+    """Every input file with its size, version and record count, in path order. `known`: a manifest's listing;
+    a file whose size and version are unchanged keeps its recorded count (a resume counts nothing again)."""
+    input_files(config)  # raises InputError naming the URI when it holds no input files
+    try:
+        listed = [(loc, size, version) for loc, size, version in list_versions(config.uri) if _is_input(loc)]
+    except StorageError as error:
+        raise InputError(str(error)) from error
+    formats = [format_of(loc, config.format) for loc, _, _ in listed]
+    known = known or {}
+
+    def count(index: int) -> int:
+        location, size, version = listed[index]
+        entry = known.get(location.uri)
+        if entry and entry.get("records") is not None and (entry["size"], entry["version"]) == (size, version):
+            return int(entry["records"])
+        return _count_records(location, formats[index])
+
+    with ThreadPoolExecutor(max_workers=16) as pool:  # S3 GETs wait on the network, not the CPU
+        counts = list(pool.map(count, range(len(listed))))
+    files, first = [], 0
+    for (location, size, version), fmt, records in zip(listed, formats, counts, strict=True):
+        files.append(InputFile(location.uri, location.path, fmt, first, records, size, version))
+        first += records
+    return InputPlan(files, first)
+
+
+def _is_input(location: Location) -> bool:
+    return not location.path.rsplit("/", 1)[-1].startswith((".", "_"))
+
+
+def row_error(item: dict[str, Any], error_type: str, message: str) -> RowError:
+    """An error record for a row as it came back from the pipeline (a rejected row, or one the engine failed)."""
+    origin = Origin(item["_file"], int(item["_row"]), None if item.get("_line") is None else int(item["_line"]))
+    return RowError(
+        int(item["_pos"]), item.get("id"), origin, item["_raw"], item["_raw_encoding"] or "utf-8", error_type, message
+    )
+
+
+def passthrough_of(value: bytes | None) -> dict[str, Any]:
+    return pickle.loads(value) if value else {}

@@ -1,0 +1,375 @@
+"""The input as a stream: the cluster reads the files, validates rows in a stage and marks repeated ids, while the
+driver holds only what is per file (the plan) or per shard, never per row.
+
+1. Plan (driver, cheap; workload/input_plan.py): the files, their sizes and versions, and each file's record
+   count, which fix every row's position (files in path order, then file order) and so its shard.
+2. Id pass (cluster): read and validate every row, keep (id, position) of the valid ones and group them by id in
+   Ray Data's hash-partitioned aggregation: each node holds only its partitions. What comes back to the driver is
+   one (id, first position) per id that repeats. The same pass decides one Arrow type per pass-through column,
+   whether any row has `messages` and whether any row is seeded, over the whole input.
+3. Main stream (cluster): read again, only the files and rows of shards not yet committed; validate; a row whose
+   id repeats and is not that id's first is a `duplicate_id` error. The valid rows go to the engine's stages;
+   a second read yields the bad rows as error rows, with their file, line and raw bytes, joined after the
+   stages, so every row reaches the driver exactly once, in its shard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import pickle
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import ray
+import ray.data
+from ray.data.aggregate import Count, Min
+from ray.data.datasource import FileBasedDatasource
+
+from workload.config import SamplingParams
+from workload.input_plan import REJECTED_PREFIX, InputFile, InputPlan, chunks
+from workload.results import JSON_TYPE
+from workload.rows import (
+    Origin,
+    Record,
+    RowError,
+    ValidRow,
+    jsonl_records,
+    raw_text,
+    unset_struct_fields,
+    validate_record,
+)
+from workload.storage import Location
+
+
+def _arrow_type(annotation: Any) -> pa.DataType:
+    """The Arrow type of a sampling field, from its annotation (`int | None` is a nullable int64)."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) is list:
+        return pa.list_(_arrow_type(args[0]))
+    if args and typing.get_origin(annotation) is not list:
+        return _arrow_type(args[0])
+    known = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}
+    if annotation not in known:
+        raise TypeError(f"no Arrow type for a sampling field of type {annotation!r}")
+    return known[annotation]
+
+
+# One explicit type for every row's `sampling_params`: inferred per block, a field no row of a block set (an empty
+# `stop` list, a null seed) would get another type than in the next block, and Ray cannot concatenate the two.
+SAMPLING_TYPE = pa.struct(
+    [(name, _arrow_type(field.annotation)) for name, field in SamplingParams.model_fields.items()]
+)
+BLOCK_ROWS = 1024  # rows per block a reader yields: small enough to stream, big enough to batch
+BLOCK_BYTES = 16 << 20
+ERROR_COLUMN = "__inference_error__"
+
+
+class RecordSource(FileBasedDatasource):
+    """Ray Data's file reader machinery (parallel read tasks, retries, S3 through pyarrow) over our record rule:
+    each read task streams its files chunk by chunk and yields blocks of raw records with their positions."""
+
+    def __init__(self, files: list[InputFile], filesystem: Any, shard_rows: int, shards: set[int] | None) -> None:
+        super().__init__([f.path for f in files], filesystem=filesystem)
+        self._by_path = {f.path: f for f in files}
+        self._shard_rows = shard_rows
+        self._shards = frozenset(shards) if shards is not None else None  # None: every row
+
+    def _file_of(self, path: str) -> InputFile:
+        found = self._by_path.get(path) or self._by_path.get(path.lstrip("/"))
+        if found is None:
+            found = next(f for p, f in self._by_path.items() if p.lstrip("/") == path.lstrip("/"))
+        return found
+
+    def _read_stream(self, f: Any, path: str) -> Iterator[pa.Table]:
+        file = self._file_of(path)
+        block = _BlockBuilder(file.uri)
+        if file.format == "jsonl":
+            records: Iterator[tuple[int, int | None, bytes]] = (
+                (row, line, raw) for row, (line, raw) in enumerate(jsonl_records(chunks(f)))
+            )
+        else:
+            records = self._parquet_records(path)
+        for row, line, raw in records:
+            position = file.first + row
+            if self._shards is not None and position // self._shard_rows not in self._shards:
+                continue
+            block.add(position, row, line, raw)
+            if block.full:
+                yield block.take()
+        if block.rows:
+            yield block.take()
+
+    def _parquet_records(self, path: str) -> Iterator[tuple[int, int | None, bytes]]:
+        # A Parquet row is a dict, not bytes: it travels pickled (one run's own data, between its own processes).
+        with self._filesystem.open_input_file(path) as handle:
+            row = 0
+            for batch in pq.ParquetFile(handle).iter_batches(batch_size=BLOCK_ROWS):
+                for value in batch.to_pylist():
+                    yield row, None, pickle.dumps(unset_struct_fields(value))
+                    row += 1
+
+
+class _BlockBuilder:
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self.positions: list[int] = []
+        self.rows: list[int] = []
+        self.lines: list[int | None] = []
+        self.raws: list[bytes] = []
+        self.size = 0
+
+    def add(self, position: int, row: int, line: int | None, raw: bytes) -> None:
+        self.positions.append(position)
+        self.rows.append(row)
+        self.lines.append(line)
+        self.raws.append(raw)
+        self.size += len(raw)
+
+    @property
+    def full(self) -> bool:
+        return len(self.rows) >= BLOCK_ROWS or self.size >= BLOCK_BYTES
+
+    def take(self) -> pa.Table:
+        table = pa.table(
+            {
+                "_pos": pa.array(self.positions, pa.int64()),
+                "_file": pa.array([self.uri] * len(self.rows), pa.string()),
+                "_row": pa.array(self.rows, pa.int64()),
+                "_line": pa.array(self.lines, pa.int64()),
+                "_record": pa.array(self.raws, pa.large_binary()),
+            }
+        )
+        self.__init__(self.uri)  # type: ignore[misc]
+        return table
+
+
+def read_records(files: list[InputFile], shard_rows: int, shards: set[int] | None, num_cpus: float) -> ray.data.Dataset:
+    """`num_cpus` per read task: reading waits on storage more than it computes, and beside an engine that holds
+    whole CPUs a read task asking for one would never be scheduled on a small node."""
+    filesystem = Location(files[0].uri).fs
+    return ray.data.read_datasource(
+        RecordSource(files, filesystem, shard_rows, shards), ray_remote_args={"num_cpus": num_cpus}
+    )
+
+
+def _records(batch: pa.Table) -> Iterator[Record]:
+    lines = batch.column("_line").to_pylist()
+    for position, file, row, line, raw in zip(
+        batch.column("_pos").to_pylist(),
+        batch.column("_file").to_pylist(),
+        batch.column("_row").to_pylist(),
+        lines,
+        batch.column("_record").to_pylist(),
+        strict=True,
+    ):
+        value: bytes | dict[str, Any] = raw if line is not None else pickle.loads(raw)
+        yield Record(position, Origin(file, row, line), value)
+
+
+# --- the id pass ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class InputFacts:
+    """What only the whole input can tell, gathered by the id pass."""
+
+    types: dict[str, Any]  # pass-through column -> Arrow type, or JSON_TYPE
+    seeded: bool = False  # a row sets its own sampling seed
+    has_messages: bool = False  # a row is a chat (the chat-template stage is needed)
+    valid_rows: int = 0  # rows that passed validation: none, and no engine is needed at all
+
+    def merge(self, other: InputFacts) -> None:
+        for column, kind in other.types.items():
+            self.types[column] = _unify(self.types.get(column), kind)
+        self.seeded = self.seeded or other.seeded
+        self.has_messages = self.has_messages or other.has_messages
+        self.valid_rows += other.valid_rows
+
+
+def _unify(a: Any, b: Any) -> Any:
+    if a is None or a == b:
+        return b
+    if JSON_TYPE in (a, b):
+        return JSON_TYPE
+    if pa.types.is_null(a):
+        return b
+    if pa.types.is_null(b):
+        return a
+    try:
+        schema = pa.unify_schemas([pa.schema([("v", a)]), pa.schema([("v", b)])], promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return JSON_TYPE
+    return schema.field("v").type
+
+
+def facts_of(rows: list[ValidRow]) -> InputFacts:
+    columns = sorted({key for row in rows for key in row.passthrough})
+    types: dict[str, Any] = {}
+    for column in columns:
+        try:
+            types[column] = pa.array([row.passthrough.get(column) for row in rows]).type
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            types[column] = JSON_TYPE
+    return InputFacts(
+        types,
+        seeded=any(row.sampling.get("seed") is not None for row in rows),
+        has_messages=any(row.messages is not None for row in rows),
+        valid_rows=len(rows),
+    )
+
+
+class _FactsCollector:
+    """One small actor the id pass's tasks report to: what it holds is per column, not per row."""
+
+    def __init__(self) -> None:
+        self.facts = InputFacts({})
+        self.seen: set[int] = set()  # the first position of each block reported: one entry per block
+
+    def add(self, block: int, facts: InputFacts) -> None:
+        if block not in self.seen:  # a retried task reports its block again: counted once
+            self.seen.add(block)
+            self.facts.merge(facts)
+
+    def result(self) -> InputFacts:
+        return self.facts
+
+
+def _valid_ids(batch: pa.Table, defaults: SamplingParams, collector: Any) -> pa.Table:
+    rows = [r for r in (validate_record(rec, defaults) for rec in _records(batch)) if isinstance(r, ValidRow)]
+    ray.get(collector.add.remote(batch.column("_pos")[0].as_py() if batch.num_rows else -1, facts_of(rows)))
+    return pa.table(
+        {"id": pa.array([r.id for r in rows], pa.string()), "_pos": pa.array([r.position for r in rows], pa.int64())}
+    )
+
+
+def id_pass(
+    plan: InputPlan, defaults: SamplingParams, partitions: int, num_cpus: float
+) -> tuple[dict[str, int], InputFacts]:
+    """{id: its first position} for every id that repeats, and the input's facts. The grouping is Ray Data's
+    hash-partitioned aggregation; only repeated ids come back to the driver."""
+    collector = ray.remote(num_cpus=0)(_FactsCollector).remote()
+    ids = read_records([f for f in plan.files if f.records], 1, None, num_cpus).map_batches(
+        _valid_ids,
+        fn_kwargs={"defaults": defaults, "collector": collector},
+        batch_format="pyarrow",
+        batch_size=None,
+        num_cpus=num_cpus,
+    )
+    grouped = ids.groupby("id", num_partitions=partitions).aggregate(
+        Count(alias_name="n"), Min("_pos", alias_name="first")
+    )
+    repeated = grouped.filter(_repeats)
+    duplicates: dict[str, int] = {}
+    for batch in repeated.iter_batches(batch_size=None, batch_format="pyarrow"):
+        duplicates.update(zip(batch.column("id").to_pylist(), batch.column("first").to_pylist(), strict=True))
+    facts = ray.get(collector.result.remote())
+    with contextlib.suppress(Exception):
+        ray.kill(collector)
+    return duplicates, facts
+
+
+def _repeats(row: dict[str, Any]) -> bool:
+    return bool(row["n"] > 1)
+
+
+# --- the main stream's validation stage ------------------------------------------------------------------------
+
+ENGINE_FIELDS = ("_pos", "id", "prompt", "messages_json", "sampling_params", "_max_tokens", "_passthrough")
+ERROR_FIELDS = ("_file", "_row", "_line", "_raw", "_raw_encoding", "_error_type", ERROR_COLUMN)
+
+
+def _validated(batch: pa.Table, defaults: SamplingParams, duplicates: dict[str, int], rejected: bool) -> pa.Table:
+    """One block of records: the valid ones as the engine's input, or (`rejected`) the bad ones as error rows
+    (`__inference_error__` set, with the record's file, line, row and raw bytes)."""
+    columns: dict[str, list[Any]] = {name: [] for name in ENGINE_FIELDS + ERROR_FIELDS}
+    fallback = defaults.for_engine()
+    for record in _records(batch):
+        outcome = validate_record(record, defaults)
+        if isinstance(outcome, ValidRow) and duplicates.get(outcome.id, record.position) != record.position:
+            text, encoding = raw_text(record.raw)
+            outcome = RowError(
+                record.position,
+                outcome.id,
+                record.origin,
+                text,
+                encoding,
+                "duplicate_id",
+                f"id {outcome.id!r} appeared earlier",
+            )
+        if isinstance(outcome, ValidRow) == rejected:
+            continue  # the other read's row
+        if isinstance(outcome, ValidRow):
+            values = {
+                "_pos": outcome.position,
+                "id": outcome.id,
+                "prompt": outcome.prompt,
+                "messages_json": None if outcome.messages is None else json.dumps(outcome.messages),
+                "sampling_params": outcome.sampling,
+                "_max_tokens": int(outcome.sampling["max_tokens"]),
+                "_passthrough": pickle.dumps(outcome.passthrough) if outcome.passthrough else None,
+                "_file": outcome.origin.file,
+                "_row": outcome.origin.row,
+                "_line": outcome.origin.line,
+                "_raw": outcome.raw_text,
+                "_raw_encoding": "utf-8",
+                "_error_type": None,
+                ERROR_COLUMN: "",
+            }
+        else:
+            values = {
+                "_pos": outcome.position,
+                "id": outcome.id,
+                "prompt": None,
+                "messages_json": None,
+                "sampling_params": fallback,  # every row carries one, so every block has one schema
+                "_max_tokens": int(fallback["max_tokens"]),
+                "_passthrough": None,
+                "_file": outcome.origin.file,
+                "_row": outcome.origin.row,
+                "_line": outcome.origin.line,
+                "_raw": outcome.raw_input,
+                "_raw_encoding": outcome.raw_input_encoding,
+                "_error_type": outcome.error_type,
+                ERROR_COLUMN: REJECTED_PREFIX + outcome.error_message,
+            }
+        for name, value in values.items():
+            columns[name].append(value)
+    types = {
+        "sampling_params": SAMPLING_TYPE,
+        "_pos": pa.int64(),
+        "_row": pa.int64(),
+        "_line": pa.int64(),
+        "_max_tokens": pa.int64(),
+        "_passthrough": pa.binary(),
+    }
+    return pa.table({name: pa.array(values, types.get(name, pa.string())) for name, values in columns.items()})
+
+
+def input_stream(
+    plan: InputPlan,
+    defaults: SamplingParams,
+    duplicates: dict[str, int],
+    shard_rows: int,
+    shards: set[int],
+    num_cpus: float,
+    rejected: bool,
+) -> ray.data.Dataset:
+    """The rows of `shards`, validated: the valid ones (the pipeline's input, see workload/pipeline.py's
+    build_pipeline), or with `rejected` the ones that failed validation, as error rows.
+
+    The two are separate reads of the same files, joined after the engine stages (`Dataset.union`): a batch of
+    only failed rows inside Ray Data LLM's stages gets other column types than its neighbours, which Ray Data
+    then cannot concatenate (a null column where the others hold a struct)."""
+    files = plan.files_with(shards, shard_rows)
+    return read_records(files, shard_rows, shards, num_cpus).map_batches(
+        _validated,
+        fn_kwargs={"defaults": defaults, "duplicates": duplicates, "rejected": rejected},
+        batch_format="pyarrow",
+        batch_size=None,
+        num_cpus=num_cpus,
+    )
