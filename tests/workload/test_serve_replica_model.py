@@ -117,9 +117,9 @@ def test_the_local_endpoint_checks_the_source_without_fetching_it(tmp_path: Path
     check_model_source(ModelConfig(source="Qwen/Qwen3-0.6B", cache_dir=str(cache)))
     assert not cache.exists()
     boto3.client("s3").put_object(Bucket=s3_tiny.split("/")[2], Key="notes/readme.txt", Body=b"x")
-    with pytest.raises(ModelSourceError, match="no config.json under that prefix"):
+    with pytest.raises(ModelSourceError, match=r"no config\.json under that prefix"):
         check_model_source(ModelConfig(source=s3_tiny.rsplit("/", 1)[0] + "/notes", cache_dir=str(cache)))
     with pytest.raises(ModelSourceError, match="no such local folder"):
         check_model_source(ModelConfig(source=str(tmp_path / "nope"), cache_dir=str(cache)))
-    with pytest.raises(ModelSourceError, match="has no config.json"):
+    with pytest.raises(ModelSourceError, match=r"has no config\.json"):
         check_model_source(ModelConfig(source=str(tmp_path), cache_dir=str(cache)))
