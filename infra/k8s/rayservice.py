@@ -124,7 +124,7 @@ class RayServiceArgs(_Strict):
 
     @field_validator("worker_models_volume")
     @classmethod
-    def _models_volume(cls, value: str) -> str:
+    def _worker_models_volume(cls, value: str) -> str:
         return check_quantity(value, "worker_models_volume")
 
     @field_validator("pool")
