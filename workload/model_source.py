@@ -153,6 +153,16 @@ def _download_all(client: Any, bucket: str, files: list[_Remote], staging: Path)
             raise ModelSourceError(f"model.source s3://{bucket}/{file.key}: got {got} bytes of {file.size}")
 
 
+def _model_listing(client: Any, uri: str) -> list[_Remote]:
+    """The files under an s3:// prefix, refused unless they look like a model folder."""
+    files = _list_remote(client, uri)
+    if not files:
+        raise ModelSourceError(f"model.source {uri}: no files under that prefix")
+    if "config.json" not in {f.relative for f in files}:
+        raise ModelSourceError(f"model.source {uri}: no config.json under that prefix; is it a model folder?")
+    return files
+
+
 def _from_s3(uri: str, cache: Path) -> Path:
     """This node's copy of an s3:// prefix, fetched once and kept while the prefix lists the same files."""
     try:
@@ -161,11 +171,7 @@ def _from_s3(uri: str, cache: Path) -> Path:
         raise ModelSourceError(f"model.source {uri}: {error}") from error
     target = cache / "s3" / source.path
     client = _s3_client(PARALLEL_REQUESTS)
-    files = _list_remote(client, uri)
-    if not files:
-        raise ModelSourceError(f"model.source {uri}: no files under that prefix")
-    if "config.json" not in {f.relative for f in files}:
-        raise ModelSourceError(f"model.source {uri}: no config.json under that prefix; is it a model folder?")
+    files = _model_listing(client, uri)
     if _is_complete(target, files):
         return target
     with _node_lock(cache, uri):
@@ -232,3 +238,27 @@ def resolve_model(config: ModelConfig) -> str:
         raise ModelSourceError(f"model.source {source}: no such local folder, and not a hub id (owner/name)")
     with _node_lock(cache, source):
         return str(_from_hub(source, cache))
+
+
+def check_model_source(config: ModelConfig) -> None:
+    """Refuse a `model.source` that cannot be a model, without fetching it: a folder without config.json, an
+    s3:// prefix that lists no config.json (one LIST, no GETs), a name that is neither a folder nor a hub id.
+    For a process that only plans the work (the local endpoint before it starts Ray), so a bad source stops
+    before any engine starts; the nodes that run engines fetch the model themselves (`resolve_model`)."""
+    source = config.source
+    if source is None:
+        return
+    if source.startswith("s3://"):
+        try:
+            locate(source)
+        except StorageError as error:
+            raise ModelSourceError(f"model.source {source}: {error}") from error
+        _model_listing(_s3_client(1), source)
+        return
+    local = Path(source).expanduser()
+    if local.exists():
+        if not (local / "config.json").is_file():
+            raise ModelSourceError(f"model.source {source}: the folder has no config.json")
+        return
+    if not is_hub_id(source):
+        raise ModelSourceError(f"model.source {source}: no such local folder, and not a hub id (owner/name)")

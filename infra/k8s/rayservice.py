@@ -9,6 +9,11 @@ internal load balancer, never an internet-facing one.
 Replicas autoscale between `min_replicas` (0: no GPU node while idle) and `max_replicas`: Serve's autoscaler
 asks for replicas, Ray's autoscaler (KubeRay's sidecar in the head) adds a worker pod per replica, and the node
 pool of the endpoint (its own, never the nightly job's: `pool`) adds a GPU node for each.
+
+The model lives where the engines run: each engine replica fetches it into its worker pod's own `/models` volume
+(node disk, sized for the model, as the nightly job's workers have: `infra.k8s.rayjob`), with the job's code
+(workload/serve/replica_model.py). The head builds the app from the model's label and fetches nothing: it has no
+model volume and no hub token.
 """
 
 from __future__ import annotations
@@ -30,12 +35,21 @@ from infra.k8s.common import (
     base_labels,
     check_dns_label,
     check_labels,
+    check_quantity,
     gpu_toleration,
     quantity_value,
 )
 from infra.k8s.head_group import RAY_AUTOSCALER, SERVE_REPORTER
 from infra.k8s.network_policy import SERVE_PORT
-from infra.k8s.rayjob import RAY_API_VERSION, PodSize, _container_security, _pod_security
+from infra.k8s.rayjob import (
+    RAY_API_VERSION,
+    PodSize,
+    WorkerSpec,
+    _container_security,
+    _models_volume,
+    _pod_security,
+    _shm_volume,
+)
 from workload.entrypoint import MODELS_DIR
 from workload.serve.config import ServeConfig
 
@@ -83,8 +97,11 @@ class RayServiceArgs(_Strict):
     target_ongoing_requests: int = Field(16, ge=1)
     head_size: PodSize
     worker_size: PodSize
-    head_models_volume: str = "20Gi"
-    worker_models_volume: str = "100Gi"
+    worker_models_volume: str = Field(
+        WorkerSpec.model_fields["models_volume"].default,
+        description="Size limit of each GPU worker's /models emptyDir (node disk), where its replica fetches the "
+        "model: the nightly workers' size.",
+    )
     pool: str = Field(SERVE_POOL, description="The `llm-batch.io/pool` label of the endpoint's own GPU nodes.")
     internal_load_balancer: bool = False
     protect_from_consolidation: bool = False
@@ -104,6 +121,11 @@ class RayServiceArgs(_Strict):
     @classmethod
     def _labels(cls, value: dict[str, str]) -> dict[str, str]:
         return check_labels(value, "labels")
+
+    @field_validator("worker_models_volume")
+    @classmethod
+    def _worker_models_volume(cls, value: str) -> str:
+        return check_quantity(value, "worker_models_volume")
 
     @field_validator("pool")
     @classmethod
@@ -193,15 +215,12 @@ def _env() -> list[dict[str, str]]:
     return [{"name": name, "value": value} for name, value in SERVE_ENV.items()]
 
 
-def _volumes(models_volume: str) -> list[dict[str, Any]]:
-    return [
-        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
-        {"name": "models", "emptyDir": {"sizeLimit": models_volume}},
-    ]
+def _shm_mount() -> dict[str, Any]:
+    return {"name": "dshm", "mountPath": "/dev/shm"}
 
 
-def _mounts() -> list[dict[str, Any]]:
-    return [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "models", "mountPath": MODELS_DIR}]
+def _models_mount() -> dict[str, Any]:
+    return {"name": "models", "mountPath": MODELS_DIR}
 
 
 def _with_hub_token(args: RayServiceArgs, pod: dict[str, Any]) -> dict[str, Any]:
@@ -223,21 +242,19 @@ def _head_template(args: RayServiceArgs) -> dict[str, Any]:
         "env": _env(),
         "resources": args.head_size.resources(),
         "securityContext": _container_security(),
-        "volumeMounts": _mounts(),
+        "volumeMounts": [_shm_mount()],
     }
     return {
         "metadata": _metadata(args, "ray-head"),
-        "spec": _with_hub_token(
-            args,
-            {
-                "serviceAccountName": args.service_account,
-                "nodeSelector": {POOL_LABEL: HEAD_POOL},
-                "securityContext": _pod_security(),
-                # KubeRay treats the first container as Ray's; the reporter comes after it.
-                "containers": [container, _reporter(args)],
-                "volumes": _volumes(args.head_models_volume),
-            },
-        ),
+        # No model volume and no hub token: the head builds the app from the model's label and runs no engine.
+        "spec": {
+            "serviceAccountName": args.service_account,
+            "nodeSelector": {POOL_LABEL: HEAD_POOL},
+            "securityContext": _pod_security(),
+            # KubeRay treats the first container as Ray's; the reporter comes after it.
+            "containers": [container, _reporter(args)],
+            "volumes": [_shm_volume()],
+        },
     }
 
 
@@ -274,7 +291,7 @@ def _worker_template(args: RayServiceArgs) -> dict[str, Any]:
         "env": _env(),
         "resources": args.worker_size.resources(),
         "securityContext": _container_security(),
-        "volumeMounts": _mounts(),
+        "volumeMounts": [_shm_mount(), _models_mount()],
     }
     return {
         "metadata": _metadata(args, WORKER_COMPONENT),
@@ -289,7 +306,8 @@ def _worker_template(args: RayServiceArgs) -> dict[str, Any]:
                 "tolerations": [gpu_toleration()],
                 "securityContext": _pod_security(),
                 "containers": [container],
-                "volumes": _volumes(args.worker_models_volume),
+                # The replica fetches the model here (workload/serve/replica_model.py): the node's disk, sized.
+                "volumes": [_shm_volume(), _models_volume(args.worker_models_volume)],
             },
         ),
     }

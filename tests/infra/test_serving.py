@@ -315,7 +315,7 @@ def test_pod_security_reads_every_pod_of_the_rayservice() -> None:
     head = "spec.rayClusterConfig.headGroupSpec.template.spec"
     worker = "spec.rayClusterConfig.workerGroupSpecs[0].template.spec"
     assert set(pods) == {head, worker}
-    # The head's containers: Ray, the metrics reporter and KubeRay's autoscaler sidecar; the hub token's init.
+    # The head's containers: Ray, the metrics reporter and KubeRay's autoscaler sidecar.
     assert [c["name"] for c in pods[head]["containers"]] == ["ray-head", "serve-reporter", "autoscaler"]
     assert all(checks_k8s.pod_security_problems(pod) == [] for pod in pods.values())
     bad = json.loads(json.dumps(manifest))
@@ -324,6 +324,36 @@ def test_pod_security_reads_every_pod_of_the_rayservice() -> None:
     }
     problems = checks_k8s.pod_security_problems(dict(checks_k8s.pod_specs(bad))[worker])
     assert "container ray-worker is privileged" in problems
+
+
+def test_each_gpu_worker_fetches_the_model_into_its_own_volume_and_the_head_holds_none() -> None:
+    """The replicas fetch the model on their own nodes (workload/serve/replica_model.py): the worker pods mount a
+    node-disk volume sized as the nightly workers' at the job's cache; the head has neither volume nor hub token."""
+    config = _config("large", **SERVE_ON, **{"job.model_source": "s3://weights/models/qwen"})
+    manifest = rayservice_manifest(config, "large", "r/i:1", "arn:secret")
+    cluster = manifest["spec"]["rayClusterConfig"]
+    head = cluster["headGroupSpec"]["template"]["spec"]
+    (group,) = cluster["workerGroupSpecs"]
+    worker = group["template"]["spec"]
+    nightly = render_rayjob(base_rayjob_args(_config("large"), "large", "r/i:1", "bucket"))
+    nightly_worker = nightly["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+
+    def models_volume(pod: dict[str, Any]) -> dict[str, Any]:
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "models"]
+        return volume
+
+    assert models_volume(worker) == models_volume(nightly_worker)  # node disk (no hostPath, no memory), same size
+    assert "medium" not in models_volume(worker)["emptyDir"] and "hostPath" not in models_volume(worker)
+    (ray,) = [c for c in worker["containers"] if c["name"] == "ray-worker"]
+    (mount,) = [m for m in ray["volumeMounts"] if m["name"] == "models"]
+    served = yaml.safe_load(manifest["spec"]["serveConfigV2"])["applications"][0]["args"]["config"]
+    assert served["model"]["source"] == "s3://weights/models/qwen"
+    assert served["model"]["cache_dir"].startswith(mount["mountPath"] + "/")  # the replica's fetch lands on it
+    assert [c["name"] for c in worker.get("initContainers", [])] == ["fetch-hub-token"]
+
+    assert "models" not in {v["name"] for v in head["volumes"]}
+    assert all(m["name"] != "models" for c in head["containers"] for m in c.get("volumeMounts", []))
+    assert "initContainers" not in head  # no hub token where no model is fetched
 
 
 def test_plan_set_overrides_reach_the_config_and_bad_ones_are_named() -> None:

@@ -1,9 +1,11 @@
 """The RayService runs the local endpoint's application: its serveConfigV2's builder, called with its own args,
 builds Serve LLM's app, and the autoscaling override names a deployment that app really has.
 
-Built with Ray Serve's own application builder (what `serve deploy` does before it starts anything), over the
-job's tiny demo model; no engine is started. The builder starts a local Ray in this process, which the test shuts
-down: a Ray left connected here makes every later in-process job's `ray.init` fail (seen in CI).
+Built with Ray Serve's own application builder (what `serve deploy` does before it starts anything), from an
+s3:// model with no S3 reachable: the builder (on the head) must fetch nothing, only name the model for the
+replicas, which fetch it on their own nodes. No engine is started. The builder starts a local Ray in this
+process, which the test shuts down: a Ray left connected here makes every later in-process job's `ray.init` fail
+(seen in CI).
 """
 
 from __future__ import annotations
@@ -40,9 +42,12 @@ def test_the_serve_config_builds_the_endpoint_app_and_overrides_its_engine_deplo
             "serve.enabled": True,
             "eks.head_instance_type": "m5.2xlarge",
             "serve.min_replicas": 0,
-            "job.job_overrides": {"model": {"cache_dir": str(tmp_path)}},
+            "job.model_source": "s3://weights/models/qwen",
+            "job.job_overrides": {"model": {"cache_dir": str(tmp_path / "head")}},
         },
     )
+    # Nowhere to fetch from: any S3 call from the builder would fail the build.
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
     config = load_stack_config("large", decode_pulumi_values(values))
     manifest = rayservice_manifest(config, "large", "r/i:1")
     (app,) = yaml.safe_load(manifest["spec"]["serveConfigV2"])["applications"]
@@ -55,3 +60,8 @@ def test_the_serve_config_builds_the_endpoint_app_and_overrides_its_engine_deplo
     engine = next(deployment for deployment in built.deployments if deployment.name == override["name"])
     # The app's own autoscaling (from the endpoint config) stays within what the override sets.
     assert engine._deployment_config.autoscaling_config.max_replicas == override["autoscaling_config"]["max_replicas"]
+    # The engine replicas get the model's label and the callback that fetches it on their node; the head has nothing.
+    (llm_config,) = [v for v in [*engine.init_args, *engine.init_kwargs.values()] if hasattr(v, "model_loading_config")]
+    assert llm_config.model_loading_config.model_source == str(tmp_path / "head" / "s3" / "weights" / "models" / "qwen")
+    assert llm_config.callback_config.callback_class == "workload.serve.replica_model:FetchModelOnNode"
+    assert not (tmp_path / "head").exists()

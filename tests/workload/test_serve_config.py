@@ -59,11 +59,11 @@ def test_the_app_gets_the_batch_jobs_own_engine_arguments() -> None:
     from workload.serve.app import llm_config_fields
 
     config = build_serve_config(JOB_CONFIG)
-    fields = llm_config_fields(config, "/models/qwen")
+    fields = llm_config_fields(config)
     job = build_config(JOB_CONFIG)
     assert fields["engine_kwargs"] == engine_kwargs(job)
     assert fields["runtime_env"] == {"env_vars": engine_env(job)}
-    assert fields["model_loading_config"] == {"model_id": DEFAULT_MODEL_ID, "model_source": "/models/qwen"}
+    assert fields["model_loading_config"] == {"model_id": DEFAULT_MODEL_ID, "model_source": "Qwen/Qwen3-0.6B"}
     assert fields["deployment_config"]["autoscaling_config"] == {
         "min_replicas": 1,
         "initial_replicas": 1,
@@ -77,7 +77,7 @@ def test_ray_serve_llm_accepts_the_config_as_a_cpu_deployment() -> None:
 
     from workload.serve.app import llm_config_fields
 
-    llm_config = LLMConfig(**llm_config_fields(build_serve_config({}), "/models/tiny"))
+    llm_config = LLMConfig(**llm_config_fields(build_serve_config({})))
     assert llm_config.accelerator_config is not None
     assert llm_config.accelerator_config.kind == "cpu"
     assert llm_config.max_request_context_length == 2048
@@ -86,7 +86,7 @@ def test_ray_serve_llm_accepts_the_config_as_a_cpu_deployment() -> None:
 def test_a_gpu_config_leaves_placement_to_serve_llm() -> None:
     from workload.serve.app import llm_config_fields
 
-    fields = llm_config_fields(build_serve_config({"device": "gpu"}), "/models/x")
+    fields = llm_config_fields(build_serve_config({"device": "gpu"}))
     assert "placement_group_config" not in fields
     assert fields["engine_kwargs"]["gpu_memory_utilization"] == 0.9
 

@@ -1,5 +1,6 @@
-"""The online endpoint end to end: `python -m workload serve` (real Ray Serve LLM, real vLLM on the CPU, the embedded
-tiny model) answered over HTTP on 127.0.0.1, as an OpenAI client would call it.
+"""The online endpoint end to end: `python -m workload serve` (real Ray Serve LLM, real vLLM on the CPU, the job's
+tiny model under an s3:// prefix on a moto server, which the engine replica fetches itself) answered over HTTP on
+127.0.0.1, as an OpenAI client would call it.
 
 One endpoint start (about 1.5 minutes on 2 cores) is shared by every test in this module.
 """
@@ -15,15 +16,19 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import httpx
 import pytest
 import yaml
 
 from tests.conftest import _free_port
+from workload.config import ModelConfig
+from workload.model_source import COMPLETE_MARKER, resolve_model
 
 pytestmark = pytest.mark.slow
 
@@ -35,14 +40,26 @@ LONG_TOKENS = 1900  # a stream that takes seconds to finish on the tiny model
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+def s3_model(tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str) -> tuple[str, Path]:
+    """The tiny model under an s3:// prefix on the moto server, and the endpoint's (empty) model cache."""
+    built = Path(resolve_model(ModelConfig(cache_dir=str(tmp_path_factory.mktemp("build")))))
+    bucket = f"models-{uuid.uuid4().hex[:8]}"
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket=bucket)
+    for file in sorted(p for p in built.iterdir() if p.is_file()):
+        s3.put_object(Bucket=bucket, Key=f"tiny/{file.name}", Body=file.read_bytes())
+    return f"s3://{bucket}/tiny", tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, s3_model: tuple[str, Path]) -> Iterator[tuple[str, int]]:
     """The endpoint's URL and its process id, in its default configuration (HAProxy ingress, direct streaming)."""
     folder = tmp_path_factory.mktemp("serve")
     port = _free_port()
     config = folder / "serve.yaml"
-    config.write_text(
-        yaml.safe_dump({"model": {"cache_dir": str(folder / "models")}, "engine": ENGINE, "serve": {"model_id": MODEL}})
-    )
+    source, cache = s3_model
+    model = {"source": source, "cache_dir": str(cache)}
+    config.write_text(yaml.safe_dump({"model": model, "engine": ENGINE, "serve": {"model_id": MODEL}}))
     log = (folder / "serve.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "workload", "serve", "--config", str(config), "--port", str(port)],
@@ -99,6 +116,15 @@ def test_lists_the_model_with_its_context_length(endpoint: str) -> None:
     models = response.json()["data"]
     assert [model["id"] for model in models] == [MODEL]
     assert models[0]["max_model_len"] == MAX_MODEL_LEN
+
+
+def test_the_replica_fetched_the_s3_model_into_its_nodes_cache(endpoint: str, s3_model: tuple[str, Path]) -> None:
+    """The endpoint's process only checked the source; the engine replica fetched it (workload/serve/replica_model.py)
+    into the node's cache, whole, and its engine serves from that folder."""
+    source, cache = s3_model
+    local = cache / "s3" / source.removeprefix("s3://")
+    assert (local / COMPLETE_MARKER).is_file() and (local / "config.json").is_file()
+    assert [p.name for p in local.parent.iterdir()] == [local.name]  # one copy, nothing half-made
 
 
 def test_chat_completion_answers(endpoint: str) -> None:

@@ -1,18 +1,26 @@
 """The Ray Serve LLM application: one LLMConfig, built from the endpoint's config with the job's engine settings.
 
 Imports Ray Serve LLM; the config module stays free of it so the CLI can reject a bad config in milliseconds.
+The builder touches no model: it names the model by its label, and each engine replica fetches it on its own node
+(workload/serve/replica_model.py), as the batch job's actors do.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from workload.model_source import model_label
 from workload.pipeline import engine_env, engine_kwargs
 from workload.serve.config import ServeConfig
+from workload.serve.replica_model import callback_config
 
 
-def llm_config_fields(config: ServeConfig, model_path: str) -> dict[str, Any]:
-    """The fields of `ray.serve.llm.LLMConfig`, as plain data (tests and the benchmark's record read them)."""
+def llm_config_fields(config: ServeConfig) -> dict[str, Any]:
+    """The fields of `ray.serve.llm.LLMConfig`, as plain data (tests and the benchmark's record read them).
+
+    `model_source` is only the model's label (the folder each node will hold it in, or its hub id): the replica's
+    callback resolves `config.model` on its own node before the engine starts and points the engine there.
+    """
     job = config.job_view()
     settings = config.serve
     autoscaling = {
@@ -21,7 +29,8 @@ def llm_config_fields(config: ServeConfig, model_path: str) -> dict[str, Any]:
         "max_replicas": config.max_replicas or config.replicas,
     }
     fields: dict[str, Any] = {
-        "model_loading_config": {"model_id": settings.model_id, "model_source": model_path},
+        "model_loading_config": {"model_id": settings.model_id, "model_source": model_label(config.model)},
+        "callback_config": callback_config(config.model),
         # The batch job's own engine arguments. Stats logging stays on: Serve LLM's engine metrics need it.
         "engine_kwargs": engine_kwargs(job),
         "runtime_env": {"env_vars": engine_env(job)},
@@ -39,7 +48,7 @@ def llm_config_fields(config: ServeConfig, model_path: str) -> dict[str, Any]:
     return fields
 
 
-def build_app(config: ServeConfig, model_path: str) -> Any:
+def build_app(config: ServeConfig) -> Any:
     """The OpenAI-compatible application (`/v1/models`, `/v1/chat/completions`, `/v1/completions`, ...)."""
     from ray.serve.llm import LLMConfig
 
@@ -51,9 +60,9 @@ def build_app(config: ServeConfig, model_path: str) -> Any:
         from workload.serve.direct import CpuDirectServer
 
         server_cls = {"server_cls": CpuDirectServer} if config.device == "cpu" else {}
-        llm_config = LLMConfig(**llm_config_fields(config, model_path), **server_cls)
+        llm_config = LLMConfig(**llm_config_fields(config), **server_cls)
         return build_openai_app({"llm_configs": [llm_config]})
-    llm_config = LLMConfig(**llm_config_fields(config, model_path))
+    llm_config = LLMConfig(**llm_config_fields(config))
     from workload.serve.ingress import build_openai_app as build_mended_app
 
     ingress_options = {"ray_actor_options": {"num_cpus": config.serve.ingress_num_cpus}}

@@ -1,9 +1,11 @@
 """The endpoint's application as a Ray Serve application builder, for a RayService's `serveConfigV2`.
 
 `import_path: workload.serve.cluster:app` with `args: {config: <ServeConfig as a dict>}` builds the very app that
-`python -m workload serve` runs locally (`workload.serve.app.build_app`), from the same config model; the model
-is resolved (downloaded to the node's model cache) where Serve builds the application, as the local endpoint does.
-A bad config fails the build with the config's own error, which Serve reports as the application's status.
+`python -m workload serve` runs locally (`workload.serve.app.build_app`), from the same config model. The builder
+runs on the head and touches no model and no storage: each engine replica fetches the model on its own GPU node
+(workload/serve/replica_model.py), and a source that cannot be had fails that replica with the source's own error,
+which Serve reports in the deployment's status. A bad config fails the build with the config's own error, which
+Serve reports as the application's status.
 """
 
 from __future__ import annotations
@@ -14,10 +16,9 @@ from workload.serve.config import build_serve_config
 
 
 def app(args: dict[str, Any]) -> Any:
-    from workload.model_source import resolve_model
     from workload.serve.app import build_app
 
     if "config" not in args:
         raise ValueError("the application's args need a `config` (the endpoint's ServeConfig as a mapping)")
     config = build_serve_config(args["config"])
-    return build_app(config, resolve_model(config.model))
+    return build_app(config)

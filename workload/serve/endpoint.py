@@ -1,4 +1,6 @@
-"""Run the endpoint: resolve the model, start Ray and Serve, deploy the app, serve until SIGTERM/SIGINT.
+"""Run the endpoint: check the model source, start Ray and Serve, deploy the app, serve until SIGTERM/SIGINT.
+
+The engine replica fetches the model on its node (workload/serve/replica_model.py); this process fetches none.
 
 Serve's feature switches are environment variables that Ray reads once, at import, in every process it starts:
 they are set here before anything imports `ray.serve` and before Ray starts its workers (which inherit them).
@@ -125,21 +127,22 @@ def _watchdog(ready: threading.Event, timeout_s: float) -> None:
 
 def serve_until_stopped(config: ServeConfig) -> int:
     """Blocks until SIGTERM or SIGINT; returns the process exit code."""
-    from workload.model_source import resolve_model
+    from workload.model_source import check_model_source
 
     scratch = tempfile.mkdtemp(prefix="lsv-", dir="/tmp")
     try:
-        # Ray reads its switches once, at import: set them before anything (model resolution included) imports it.
+        # Ray reads its switches once, at import: set them before anything imports it.
         with _environment(feature_env(config, scratch)):
-            model_path = resolve_model(config.model)  # a missing model stops here, before Ray starts
-            return _serve(config, model_path)
+            # A source that cannot be a model stops here, before Ray starts; the replica fetches the model itself.
+            check_model_source(config.model)
+            return _serve(config)
     finally:
         if config.serve.haproxy:
             stop_leftover_haproxy(os.path.join(scratch, HAPROXY_FOLDER))
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _serve(config: ServeConfig, model_path: str) -> int:
+def _serve(config: ServeConfig) -> int:
     from ray import serve
 
     from workload.runtime import ray_session
@@ -153,7 +156,7 @@ def _serve(config: ServeConfig, model_path: str) -> int:
         for number in (signal.SIGTERM, signal.SIGINT):  # after ray.init, which installs handlers that just exit
             signal.signal(number, lambda *_: stop.set())
         serve.start(http_options={"host": settings.host, "port": settings.port})
-        serve.run(build_app(config, model_path), name=APP_NAME, route_prefix="/", blocking=False)
+        serve.run(build_app(config), name=APP_NAME, route_prefix="/", blocking=False)
         ready.set()
         url = f"http://{settings.host}:{settings.port}/v1"
         print(f"llm-batch serve: ready at {url} (model {settings.model_id!r})", flush=True)
