@@ -18,7 +18,7 @@ from ray.data.llm import Processor, build_processor, vLLMEngineProcessorConfig
 from workload import failpoints
 from workload.config import JobConfig
 from workload.engine_guard import GuardedEngineUDF
-from workload.results import CHAT_TEMPLATE_PREFIX, ENGINE_RESTARTS_COLUMN
+from workload.results import CHAT_TEMPLATE_PREFIX, ENGINE_FIRST_REQUEST_COLUMN, ENGINE_RESTARTS_COLUMN
 
 # Columns the driver needs back; the rest (token ids, prompts) is dropped before it crosses to the driver.
 RESULT_COLUMNS = (
@@ -32,6 +32,7 @@ RESULT_COLUMNS = (
     "time_taken_llm",
     "batch_uuid",
     ENGINE_RESTARTS_COLUMN,
+    ENGINE_FIRST_REQUEST_COLUMN,
 )
 ERROR_COLUMN = "__inference_error__"
 
