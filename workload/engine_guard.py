@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -36,7 +37,12 @@ from ray.llm._internal.common.errors import VLLM_FATAL_ERRORS
 
 from workload import failpoints
 from workload.node_stages import local_model
-from workload.results import ENGINE_CRASH_PREFIX, ENGINE_RESTARTS_COLUMN, EngineCrashLoopError
+from workload.results import (
+    ENGINE_CRASH_PREFIX,
+    ENGINE_FIRST_REQUEST_COLUMN,
+    ENGINE_RESTARTS_COLUMN,
+    EngineCrashLoopError,
+)
 
 
 class _EngineDied(BaseException):
@@ -126,6 +132,7 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         self._consecutive_crashes = 0
         self._engine_dead = False
         self._gate = _Gate()
+        self._first_request_at: float | None = None  # Unix time of this actor's first batch
         self._guard_engine()
 
     # --- the engine ---------------------------------------------------------------------------------------
@@ -248,6 +255,8 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
             return await self._isolate(rows, first)
 
     async def udf(self, batch: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+        if self._first_request_at is None:
+            self._first_request_at = time.time()
         rebuilt: list[str] = []
         _rebuilt_for_this_batch.set(rebuilt)  # this call runs in its own asyncio task, with its own context
         outputs = await self._answer(batch)
@@ -255,6 +264,7 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         # batch made ride on its first row, so each is counted once.
         for index, output in enumerate(outputs):
             output[ENGINE_RESTARTS_COLUMN] = len(rebuilt) if index == 0 else 0
+            output[ENGINE_FIRST_REQUEST_COLUMN] = self._first_request_at
             if not self._keep_metrics or (output.get("__inference_error__") and output.get("metrics") is None):
                 # `metrics` is the one struct the engine adds. Where a batch's rows all lack it (failed rows, or a
                 # row that skipped the engine, as a chat-template rejection does, which a later stage fills with

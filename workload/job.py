@@ -34,6 +34,7 @@ from workload.metrics import BatchReport, RunMetrics
 from workload.output import OutputStore, ShardCommit, utc_now
 from workload.progress import Progress
 from workload.results import (
+    ENGINE_FIRST_REQUEST_COLUMN,
     ENGINE_RESTARTS_COLUMN,
     EngineCrashLoopError,
     ShardBuffer,
@@ -257,13 +258,22 @@ class _ShardCommitter:
         for items in engine_batches.values():
             report = _batch_report(items)
             if report.rows_ok and self.first_request_at is None:
-                # When the engine began on the first answered batch: its arrival less its time in the engine.
-                self.first_request_at = time.monotonic() - report.duration_s
+                self.first_request_at = _first_request_at(items, report)
             self.metrics.batch_complete(report)
         if rejected:
             self.metrics.rows_rejected(rejected)
         self.commit_ready()
         return ok, failed, rejected, out_tokens
+
+
+def _first_request_at(items: list[dict[str, Any]], report: BatchReport) -> float:
+    """When the engine that answered this batch took its first one, on this process's monotonic clock. Rows that
+    carry no stamp: the batch's arrival less its time in the engine (an estimate that runs late when batches share
+    the engine, as the first one to arrive need not be the first one sent)."""
+    stamps = [float(i[ENGINE_FIRST_REQUEST_COLUMN]) for i in items if i.get(ENGINE_FIRST_REQUEST_COLUMN)]
+    if stamps:
+        return time.monotonic() - max(0.0, time.time() - min(stamps))
+    return time.monotonic() - report.duration_s
 
 
 def _batch_report(items: list[dict[str, Any]]) -> BatchReport:

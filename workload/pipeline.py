@@ -20,7 +20,7 @@ from workload.config import JobConfig, ModelConfig
 from workload.engine_guard import GuardedEngineUDF
 from workload.model_source import is_hub_id, model_label
 from workload.node_stages import NodeDetokenizeUDF, NodeTokenizeUDF, local_model
-from workload.results import CHAT_TEMPLATE_PREFIX, ENGINE_RESTARTS_COLUMN
+from workload.results import CHAT_TEMPLATE_PREFIX, ENGINE_FIRST_REQUEST_COLUMN, ENGINE_RESTARTS_COLUMN
 
 # Columns the driver needs back; the rest (token ids, prompts) is dropped before it crosses to the driver.
 RESULT_COLUMNS = (
@@ -34,6 +34,7 @@ RESULT_COLUMNS = (
     "time_taken_llm",
     "batch_uuid",
     ENGINE_RESTARTS_COLUMN,
+    ENGINE_FIRST_REQUEST_COLUMN,
 )
 ERROR_COLUMN = "__inference_error__"
 

@@ -25,6 +25,9 @@ JSON_TYPE = "json"  # the type of a pass-through column whose values share no Ar
 ENGINE_CRASH_PREFIX = "engine_crash: "  # the row killed the engine on its own (workload/engine_guard.py)
 CHAT_TEMPLATE_PREFIX = "chat_template: "  # the model's chat template rejected the row's messages
 ENGINE_RESTARTS_COLUMN = "engine_restarts"  # engine rebuilds a batch needed (on its first row; 0 on the others)
+# When the answering engine actor took its first batch (Unix time, on every row): the job's time to first engine
+# request, measured where the request happens rather than estimated at the driver from when answers arrive.
+ENGINE_FIRST_REQUEST_COLUMN = "engine_first_request_at"
 
 
 class EngineCrashLoopError(RuntimeError):

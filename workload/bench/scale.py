@@ -34,8 +34,8 @@ TARGET_FIRST_REQUEST_GROWTH = 1.5  # time to the first engine request, largest s
 PROJECT_TO = (10_000_000, 100_000_000)
 SCALE_DEFINITIONS = {
     "driver_peak_rss_gib": "the job driver's own peak resident memory (VmHWM of its process), from the manifest",
-    "time_to_first_engine_request_s": "from the job's start to its first engine request, estimated at the "
-    "driver: the first answer's arrival minus that answer's time in the engine (vLLM's time_taken_llm)",
+    "time_to_first_engine_request_s": "from the job's start to its first engine request: when the engine actor "
+    "that answered the first batch to reach the driver took its first batch (stamped on its rows, Unix time)",
     "wall_s": "wall clock around `python -m workload run` (process start to exit)",
     "rows_per_s": "input rows over wall_s",
     "resume_s": "wall clock of the same command over the finished output (lease, plan, reopen, summary)",
