@@ -158,16 +158,6 @@ def _model_copies(models: Path) -> dict[str, int]:
     return {str(path.relative_to(models)): path.stat().st_ino for path in models.rglob("config.json")}
 
 
-# Known job defect (workload/job.py + runtime.StopSignal), seen 2026-12-01: the container, image and run spec work (the
-# job ran all 40 rows in the container, exit 0; a stop exits 143 within the grace period), but a SIGTERM that lands
-# while the driver waits in `dataset.iter_batches` for Ray Data (which may hold every row until it finishes) is seen
-# only at the next batch; none comes within the grace period, so StopSignal's timer hard-exits 143 without writing
-# `_interrupted.json` (and without releasing the lease). Not strict: it passes whenever rows stream during the run.
-@pytest.mark.xfail(
-    reason="job defect: a SIGTERM while the driver waits on Ray Data hard-exits without _interrupted.json "
-    "(see the comment above)",
-    strict=False,
-)
 def test_the_job_runs_in_its_container_stops_in_grace_and_resumes_once(
     image: str, host_paths: entrypoint.HostPaths, moto_endpoint: str
 ) -> None:
