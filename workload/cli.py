@@ -83,10 +83,13 @@ def _run(config: JobConfig) -> int:
     # lease), so a scheduler waiting for summary.json learns why at once; a refused or lost lease leaves none.
     from workload.job import OutputMismatchError, run_job
     from workload.lease import LeaseHeldError, LeaseLostError
-    from workload.model_source import ModelSourceError
+    from workload.model_source import ModelSourceError, check_model_source
     from workload.rows import InputError
     from workload.storage import StorageError
 
+    # The nodes fetch the model themselves, once their engines start: a source that cannot be a model is refused
+    # here, before the lease, Ray or any engine (one LIST for an s3:// prefix, nothing downloaded).
+    check_model_source(config.model)
     try:
         outcome = run_job(config)
     except LeaseHeldError as error:

@@ -33,6 +33,17 @@ def test_bad_config_stops_before_any_work_naming_the_field(tmp_path: Path) -> No
     assert "Traceback" not in result.stderr
 
 
+def test_a_model_source_that_is_no_model_stops_before_any_work(tmp_path: Path) -> None:
+    source = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "prompt": "x"}])
+    (tmp_path / "not-a-model").mkdir()
+    config = write_config(tmp_path / "job.yaml", str(source), str(tmp_path / "out"), tmp_path / "models")
+    for model, named in ((tmp_path / "not-a-model", "no config.json"), (tmp_path / "gone", "no such local folder")):
+        result = _cli("run", "--config", str(config), "--model", str(model))
+        assert result.returncode == 2, result.stderr
+        assert f"model.source {model}" in result.stderr and named in result.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "models").exists()
+
+
 def test_flags_override_the_file(tmp_path: Path) -> None:
     config = write_config(tmp_path / "job.yaml", "nowhere.jsonl", str(tmp_path / "out"), tmp_path / "models")
     source = write_jsonl(tmp_path / "real.jsonl", [{"id": "a", "prompt": "x"}])
