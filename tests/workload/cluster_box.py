@@ -104,6 +104,21 @@ class Node:
         self.process.wait(30)
 
 
+HOST_TMP_VIEW = "/run/llm-batch-host-tmp"  # inside each node's own mount namespace only
+
+
+def _rebind_under_tmp(paths: tuple[Path, ...]) -> list[str]:
+    """Shell lines that bind each of `paths` lying under /tmp back over the node's private /tmp."""
+    lines = []
+    for path in sorted({p.resolve() for p in paths}):
+        if path.is_relative_to("/tmp"):
+            inside = f"{HOST_TMP_VIEW}/{path.relative_to('/tmp')}"
+            lines.append(
+                f"mkdir -p {shlex.quote(str(path))} && mount --bind {shlex.quote(inside)} {shlex.quote(str(path))}"
+            )
+    return lines
+
+
 @dataclass
 class Cluster:
     rayjob: dict[str, Any]
@@ -157,8 +172,11 @@ class Cluster:
             f"mount --bind {shlex.quote(str(binds['models']))} {shlex.quote(mounts['models'])}",
             f"mount --bind {shlex.quote(str(binds['job-config']))} {shlex.quote(mounts['job-config'])}",
             f"mount -t tmpfs -o size={SHM_SIZE} tmpfs {shlex.quote(mounts['dshm'])}",
-            # Last: the host paths bound above may lie under /tmp.
+            # Last: the host paths bound above may lie under /tmp. So may the checkout and its virtualenv (a CI
+            # clone under /tmp): they are bound back into the node's own /tmp, read from a view of the host's.
+            f"mkdir -p {HOST_TMP_VIEW} && mount --bind /tmp {HOST_TMP_VIEW}",
             f"mount --bind {shlex.quote(str(binds['tmp']))} /tmp",
+            *_rebind_under_tmp((REPO_ROOT, Path(sys.prefix))),
             "mkdir -p /tmp/home",
             "exec ray start --block --disable-usage-stats --node-ip-address=127.0.0.1 "
             f"--object-store-memory={OBJECT_STORE_BYTES} --labels={POD_LABEL}={name} "
