@@ -151,8 +151,12 @@ class Cluster:
             RAY_USAGE_STATS_ENABLED="0",
             PYTHONUNBUFFERED="1",
         )
-        for name in ("RAY_ADDRESS", "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR"):
+        for name in ("RAY_ADDRESS", "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
             env.pop(name, None)
+        # A pod's Ray runs without token auth (KubeRay sets no RAY_AUTH_MODE). Set it explicitly: an earlier in-process
+        # `ray.init()` of this test session turns token mode on in os.environ (Ray's local default), and nodes started
+        # with it but without that token refuse to start.
+        env["RAY_AUTH_MODE"] = "disabled"
         if worker:
             env["VLLM_CPU_KVCACHE_SPACE"] = "1"  # the stand-in for the GPU's memory: small, the machine is shared
         return env
