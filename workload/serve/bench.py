@@ -3,7 +3,9 @@
 For each target (native vLLM, then Ray Serve LLM with each feature set) one server is started on 127.0.0.1 with
 the same model and engine arguments, `vllm bench serve` sends vLLM's random dataset at each offered rate up to
 saturation, the server is stopped, and the next starts: one server at a time, so none steals the other's cores.
-Every `vllm bench serve` result JSON is kept; the scorecard (JSON, Markdown) and a plot are made from them.
+With `repeat` > 1 the targets are measured round after round, interleaved (`round_orders`), and the scorecard holds
+every round and takes the median per target and rate. Every `vllm bench serve` result JSON is kept; the scorecard
+(JSON, Markdown) and a plot are made from them.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import yaml
 
 from workload.bench.profiles import materialise_model
 from workload.pipeline import engine_env, engine_kwargs
-from workload.serve.bench_profiles import NATIVE, SERVE_TARGETS, ServeBenchProfile
+from workload.serve.bench_profiles import NATIVE, SERVE_TARGETS, ServeBenchProfile, round_orders
 from workload.serve.config import DEFAULT_MODEL_ID, ServeConfig, build_serve_config
 
 START_TIMEOUT_S = 900
@@ -150,28 +152,42 @@ def _bench_command(profile: ServeBenchProfile, base_url: str, model_path: Path, 
     ]
 
 
-def run_target(profile: ServeBenchProfile, target: str, model_path: Path, out_dir: Path) -> dict[str, Any]:
-    """Start one server, measure every rate against it, stop it. Failures are recorded, not raised."""
+def _stamp() -> str:
+    return time.strftime("%H:%M:%S", time.gmtime())
+
+
+def run_target(
+    profile: ServeBenchProfile, target: str, model_path: Path, out_dir: Path, round_number: int | None = None
+) -> dict[str, Any]:
+    """Start one server, measure every rate against it, stop it. Failures are recorded, not raised.
+
+    `round_number` (from 1) names the files of a repeated run (`TARGET.round-N-rate-R.json`) so no round overwrites
+    another; None keeps a single run's names."""
     port = _free_port()
     config = serve_config(profile, model_path, target, port)
     base_url = f"http://127.0.0.1:{port}"
     logs = out_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    stem = target if round_number is None else f"{target}.round-{round_number}"
     record: dict[str, Any] = {"target": target, "features": SERVE_TARGETS.get(target), "points": {}, "error": None}
+    if round_number is not None:
+        record["round"] = round_number
     # The machine's 1-minute load average as each rate starts: on shared cores it explains much of the spread.
     record["load_average"] = {}
     with tempfile.TemporaryDirectory(prefix="llmb-bench-", dir="/tmp") as scratch:
         command, extra_env = _server_command(target, config, model_path, Path(scratch))
         env = {**os.environ, **extra_env, "TMPDIR": scratch, "VLLM_CACHE_ROOT": os.path.join(scratch, "vllm")}
-        with (logs / f"{target}.server.log").open("wb") as log:
+        with (logs / f"{stem}.server.log").open("wb") as log:
             process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             try:
                 record["ready_s"] = round(_wait_ready(base_url, process, START_TIMEOUT_S), 1)
                 for rate in profile.rates:
-                    result_file = out_dir / "raw" / f"{target}-rate-{_rate_label(rate)}.json"
+                    result_file = out_dir / "raw" / f"{stem}-rate-{_rate_label(rate)}.json"
                     result_file.parent.mkdir(parents=True, exist_ok=True)
                     record["load_average"][_rate_label(rate)] = round(os.getloadavg()[0], 2)
-                    with (logs / f"{target}-rate-{_rate_label(rate)}.bench.log").open("wb") as bench_log:
+                    # A timestamp per point, so samples taken beside the run (top, ps) can be matched to it.
+                    print(f"[bench-serve] {_stamp()} {stem}: rate {_rate_label(rate)}", flush=True)
+                    with (logs / f"{stem}-rate-{_rate_label(rate)}.bench.log").open("wb") as bench_log:
                         done = subprocess.run(
                             _bench_command(profile, base_url, model_path, rate, result_file),
                             stdout=bench_log,
@@ -190,17 +206,23 @@ def run_target(profile: ServeBenchProfile, target: str, model_path: Path, out_di
     return record
 
 
-def run_serve_bench(profile: ServeBenchProfile, targets: list[str], out_dir: Path, model_cache: Path) -> dict[str, Any]:
+def run_serve_bench(
+    profile: ServeBenchProfile, targets: list[str], out_dir: Path, model_cache: Path, repeat: int = 1
+) -> dict[str, Any]:
     from workload.serve.scorecard import build_scorecard, plot_scorecard, render_table
 
+    orders = round_orders(targets, repeat)
     out_dir.mkdir(parents=True, exist_ok=True)
     model_path = materialise_model(profile.model, model_cache)
     runs = []
-    for target in targets:
-        print(f"[bench-serve] {target}: starting", flush=True)
-        runs.append(run_target(profile, target, model_path, out_dir))
-        print(f"[bench-serve] {target}: done ({runs[-1]['error'] or 'ok'})", flush=True)
-    scorecard = build_scorecard(profile, runs)
+    for number, order in enumerate(orders, start=1):
+        for target in order:
+            round_number = number if repeat > 1 else None
+            name = target if round_number is None else f"{target} (round {number}/{repeat})"
+            print(f"[bench-serve] {_stamp()} {name}: starting", flush=True)
+            runs.append(run_target(profile, target, model_path, out_dir, round_number))
+            print(f"[bench-serve] {_stamp()} {name}: done ({runs[-1]['error'] or 'ok'})", flush=True)
+    scorecard = build_scorecard(profile, runs, targets)
     (out_dir / "scorecard.json").write_text(json.dumps(scorecard, indent=2))
     (out_dir / "scorecard.md").write_text(render_table(scorecard))
     plot_scorecard(scorecard, out_dir / "serve_vs_vllm.png")

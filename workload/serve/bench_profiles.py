@@ -22,6 +22,17 @@ SERVE_TARGETS: dict[str, dict[str, Any]] = {
 TARGETS = (NATIVE, *SERVE_TARGETS)
 
 
+def round_orders(targets: list[str], repeat: int) -> list[list[str]]:
+    """The order targets are measured in, round by round: round r starts r places further along the list, so with
+    `vllm,serve` the rounds go vllm-serve, serve-vllm, vllm-serve. On shared cores the load drifts over minutes;
+    interleaving gives every target the same share of quiet and busy minutes, and no target always goes first."""
+    if repeat < 1:
+        raise ValueError(f"repeat must be at least 1, got {repeat}")
+    if not targets:
+        raise ValueError("no targets to measure")
+    return [targets[r % len(targets) :] + targets[: r % len(targets)] for r in range(repeat)]
+
+
 class ServeBenchProfile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -1,5 +1,6 @@
 """`python -m workload serve [--config FILE] [--port N] [--host ADDR]`: the OpenAI-compatible endpoint;
-`python -m workload bench-serve --out DIR`: the endpoint against `vllm serve`, measured by `vllm bench serve`."""
+`python -m workload bench-serve --out DIR [--repeat N]`: the endpoint against `vllm serve`, measured by
+`vllm bench serve`."""
 
 from __future__ import annotations
 
@@ -46,6 +47,13 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"Comma-separated, measured in this order (default: {','.join(TARGETS)})",
     )
     parser.add_argument("--rates", help="Comma-separated request rates in req/s, 'inf' for saturation")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="Rounds: every target once per round, interleaved (the order rotates each round); "
+        "the scorecard keeps every round and judges the medians (default: 1)",
+    )
     parser.add_argument("--model-cache", type=Path, default=Path(ModelConfig().cache_dir).expanduser())
 
 
@@ -59,6 +67,9 @@ def run_bench(args: argparse.Namespace) -> int:
     if unknown or not targets:
         print(f"llm-batch: --targets: unknown {unknown}; choose from {', '.join(TARGETS)}", file=sys.stderr)
         return 2
+    if args.repeat < 1:
+        print(f"llm-batch: --repeat must be at least 1, got {args.repeat}", file=sys.stderr)
+        return 2
     if args.rates:
         try:
             rates = sorted(float(rate) for rate in args.rates.split(","))
@@ -69,6 +80,6 @@ def run_bench(args: argparse.Namespace) -> int:
             print("llm-batch: --rates must be positive", file=sys.stderr)
             return 2
         profile = profile.model_copy(update={"rates": rates})
-    scorecard = run_serve_bench(profile, targets, args.out, args.model_cache)
+    scorecard = run_serve_bench(profile, targets, args.out, args.model_cache, args.repeat)
     print((args.out / "scorecard.md").read_text())
     return 1 if scorecard["errors"] else 0
