@@ -222,8 +222,9 @@ def run_serve_bench(
             print(f"[bench-serve] {_stamp()} {name}: starting", flush=True)
             runs.append(run_target(profile, target, model_path, out_dir, round_number))
             print(f"[bench-serve] {_stamp()} {name}: done ({runs[-1]['error'] or 'ok'})", flush=True)
-    scorecard = build_scorecard(profile, runs, targets)
-    (out_dir / "scorecard.json").write_text(json.dumps(scorecard, indent=2))
-    (out_dir / "scorecard.md").write_text(render_table(scorecard))
+            # Rewritten after every server: a run cut short (a timeout, a lost lock) still leaves what it measured.
+            scorecard = build_scorecard(profile, runs, targets)
+            (out_dir / "scorecard.json").write_text(json.dumps(scorecard, indent=2))
+            (out_dir / "scorecard.md").write_text(render_table(scorecard))
     plot_scorecard(scorecard, out_dir / "serve_vs_vllm.png")
     return scorecard
