@@ -255,6 +255,8 @@ def plot_scorecard(scorecard: dict[str, Any], path: Path) -> Path:
         axis.grid(alpha=0.3)
         axis.legend()
     right.set_yscale("log")
+    if scorecard.get("repeat", 1) > 1:
+        figure.suptitle(f"Median of {scorecard['repeat']} interleaved rounds; bars: lowest to highest round")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
