@@ -151,7 +151,13 @@ class Cluster:
             RAY_USAGE_STATS_ENABLED="0",
             PYTHONUNBUFFERED="1",
         )
-        for name in ("RAY_ADDRESS", "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        for name in (
+            "RAY_ADDRESS",
+            "VLLM_CACHE_ROOT",
+            "TORCHINDUCTOR_CACHE_DIR",
+            "RAY_AUTH_TOKEN",
+            "RAY_AUTH_TOKEN_PATH",
+        ):
             env.pop(name, None)
         # A pod's Ray runs without token auth (KubeRay sets no RAY_AUTH_MODE). Set it explicitly: an earlier in-process
         # `ray.init()` of this test session turns token mode on in os.environ (Ray's local default), and nodes started
