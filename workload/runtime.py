@@ -20,6 +20,8 @@ from typing import Any
 import ray
 from ray.data import DataContext
 
+from workload.leftovers import raylet_pid, stop_session_processes
+
 _SCRATCH_VARIABLES = ("TMPDIR", "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR")
 
 
@@ -35,8 +37,8 @@ def ray_session(device: str, runtime_env: dict[str, Any] | None = None) -> Itera
         os.environ[name] = os.path.join(scratch, name.lower())
         os.makedirs(os.environ[name], exist_ok=True)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    address = os.environ.get("RAY_ADDRESS")
     try:
-        address = os.environ.get("RAY_ADDRESS")
         if address:
             ray.init(address=address, log_to_driver=True, runtime_env=runtime_env)
         else:
@@ -52,7 +54,10 @@ def ray_session(device: str, runtime_env: dict[str, Any] | None = None) -> Itera
         context.enable_operator_progress_bars = False
         yield
     finally:
+        raylet = None if address else raylet_pid()
         ray.shutdown()
+        if not address:  # the private Ray was ours: so is whatever its workers left running
+            stop_session_processes(os.environ["TMPDIR"], raylet)
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
