@@ -158,9 +158,6 @@ def _model_copies(models: Path) -> dict[str, int]:
     return {str(path.relative_to(models)): path.stat().st_ino for path in models.rglob("config.json")}
 
 
-# The stop now works in the container (exit 143 in grace, _interrupted.json written: seen 2026-12-01); the rerun
-# from the same cache has not yet been seen passing since the nodes fetch the model themselves. Not strict.
-@pytest.mark.xfail(reason="the rerun half is not yet seen passing; see the comment above", strict=False)
 def test_the_job_runs_in_its_container_stops_in_grace_and_resumes_once(
     image: str, host_paths: entrypoint.HostPaths, moto_endpoint: str
 ) -> None:
