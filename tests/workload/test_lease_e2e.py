@@ -138,9 +138,11 @@ def test_a_second_attempt_is_refused_or_waits_while_the_first_runs(
         assert _files(case.output, "_commits"), "shard 0 (only invalid rows) was not committed"
         # Freeze the first attempt, Ray and engine included, as a stalled host would: alive and holding its lease
         # (live for at least 2/3 of resume.lease_ttl_s after its last renewal), however soon its rows would finish.
-        # Without this the race was lost to the clock: with the input streamed, shard 0 commits about when the
-        # engine starts, and short answers let the first attempt end and release the lease before a second one
-        # got to it (seen 2026-12-01: the second "won" by resuming a finished output).
+        # Without this the race was lost to the clock: with the input streamed, shard 0 commits anywhere from well
+        # before the engine's first answer to with it (seen 2026-12-01 on S3: at 99 s, and the first attempt
+        # released its lease 2 s of running later), so the second `run` or the `--restart` found the lease free
+        # and rightly went on. The lease itself held: renewed every 40 s, and every attempt that met it live was
+        # refused.
         os.killpg(first.pid, signal.SIGSTOP)
         assert first.poll() is None, "the first attempt ended before a second could race it"
         assert _holder_pid(case.output) == first.pid, "the first attempt no longer holds the lease"
