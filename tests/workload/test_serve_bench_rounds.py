@@ -10,24 +10,12 @@ from typing import Any
 
 import pytest
 
+from tests.workload.serve_results import bench_result
 from workload.serve.bench_profiles import SERVE_PROFILES, round_orders
 from workload.serve.scorecard import build_scorecard, median_point, plot_scorecard, render_table
 
 PROFILE = SERVE_PROFILES["cpu"].model_copy(update={"rates": [2.0, 8.0, math.inf]})
 DIRECT = "serve+haproxy+direct"
-
-
-def _result(throughput: float, ttft_p99: float, completed: int = 40) -> dict[str, Any]:
-    return {
-        "num_prompts": 40,
-        "completed": completed,
-        "request_throughput": throughput / 128,
-        "output_throughput": throughput,
-        "p50_ttft_ms": ttft_p99 / 2,
-        "p99_ttft_ms": ttft_p99,
-        "p95_itl_ms": 3.0,
-        "p95_e2el_ms": 900.0,
-    }
 
 
 def _run(target: str, round_number: int, saturation: float, ttft_at_8: float, **points: Any) -> dict[str, Any]:
@@ -38,7 +26,12 @@ def _run(target: str, round_number: int, saturation: float, ttft_at_8: float, **
         "error": None,
         "ready_s": 10.0 * round_number,
         "load_average": {"2": float(round_number), "8": 2.0, "inf": 3.0},
-        "points": {"2": _result(250, 40), "8": _result(1000, ttft_at_8), "inf": _result(saturation, 900), **points},
+        "points": {
+            "2": bench_result(250, 40),
+            "8": bench_result(1000, ttft_at_8),
+            "inf": bench_result(saturation, 900),
+            **points,
+        },
     }
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.workload.serve_results import bench_result
 from workload.cli import EXIT_BAD_CONFIG, main
 from workload.config import ConfigError, build_config
 from workload.serve.config import DEFAULT_MODEL_ID, build_serve_config, load_serve_config
@@ -185,20 +186,6 @@ def test_vllm_cli_shim_runs_vllms_own_cli_on_the_cpu_build() -> None:
     assert result.stdout.strip().splitlines()[-1].startswith("0.32.0")
 
 
-def _bench_result(throughput: float, ttft_p99: float, completed: int = 40) -> dict[str, object]:
-    """The fields of a `vllm bench serve` result JSON that the scorecard reads (vLLM 0.32's names)."""
-    return {
-        "num_prompts": 40,
-        "completed": completed,
-        "request_throughput": throughput / 128,
-        "output_throughput": throughput,
-        "p50_ttft_ms": ttft_p99 / 2,
-        "p99_ttft_ms": ttft_p99,
-        "p95_itl_ms": 3.0,
-        "p95_e2el_ms": 900.0,
-    }
-
-
 def test_scorecard_holds_serve_to_the_issues_two_targets(tmp_path: Path) -> None:
     import math
 
@@ -211,15 +198,15 @@ def test_scorecard_holds_serve_to_the_issues_two_targets(tmp_path: Path) -> None
             "target": "vllm",
             "features": None,
             "error": None,
-            "points": {"2": _bench_result(250, 40), "8": _bench_result(1000, 50), "inf": _bench_result(4000, 900)},
+            "points": {"2": bench_result(250, 40), "8": bench_result(1000, 50), "inf": bench_result(4000, 900)},
         },
         {
             "target": "serve",
             "features": {"haproxy": False, "direct_streaming": False},
             "error": None,
             "points": {
-                "2": _bench_result(250, 45),
-                "8": _bench_result(990, 70, completed=39),
+                "2": bench_result(250, 45),
+                "8": bench_result(990, 70, completed=39),
                 "inf": {"error": "vllm bench serve exited 1"},
             },
         },
