@@ -43,6 +43,7 @@ from workload.results import (
     ENGINE_RESTARTS_COLUMN,
     EngineCrashLoopError,
 )
+from workload.startup_trace import mark
 
 
 class _EngineDied(BaseException):
@@ -122,9 +123,11 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
     ) -> None:
         # The model is fetched on this node, by this actor (workload/node_stages.py says why not by upstream);
         # a rebuilt engine reuses the folder.
+        mark("engine_build_start")
         kwargs["model"] = local_model(model_config)
         self._engine_args = (args, kwargs)
         super().__init__(*args, **kwargs)
+        mark("engine_ready")
         self._keep_metrics = keep_metrics
         self._crash_retries = crash_retries
         self._max_consecutive_crashes = max_consecutive_crashes

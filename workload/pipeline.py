@@ -15,7 +15,7 @@ import pyarrow as pa
 import ray.data
 from ray.data.llm import Processor, build_processor, vLLMEngineProcessorConfig
 
-from workload import failpoints
+from workload import failpoints, startup_trace
 from workload.config import JobConfig, ModelConfig
 from workload.engine_guard import GuardedEngineUDF
 from workload.model_source import is_hub_id, model_label
@@ -136,6 +136,9 @@ def engine_env(config: JobConfig) -> dict[str, str]:
     failpoint = os.environ.get(failpoints.VARIABLE)
     if failpoint:  # a test's injected engine crash (failpoints.ENGINE_CRASH_ON_ROW) must reach the engine actors
         env[failpoints.VARIABLE] = failpoint
+    trace = os.environ.get(startup_trace.VARIABLE)
+    if trace:  # the benchmark's start-up breakdown: the engine actor marks its build (workload/startup_trace.py)
+        env[startup_trace.VARIABLE] = trace
     return env
 
 

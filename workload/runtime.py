@@ -21,6 +21,7 @@ import ray
 from ray.data import DataContext
 
 from workload.leftovers import raylet_pid, stop_session_processes
+from workload.startup_trace import mark
 
 _SCRATCH_VARIABLES = ("TMPDIR", "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR")
 
@@ -39,6 +40,7 @@ def ray_session(device: str, runtime_env: dict[str, Any] | None = None) -> Itera
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     address = os.environ.get("RAY_ADDRESS")
     try:
+        mark("ray_start")
         if address:
             ray.init(address=address, log_to_driver=True, runtime_env=runtime_env)
         else:
@@ -49,6 +51,7 @@ def ray_session(device: str, runtime_env: dict[str, Any] | None = None) -> Itera
                 log_to_driver=False,
                 runtime_env=runtime_env,
             )
+        mark("ray_ready")
         context = DataContext.get_current()
         context.enable_progress_bars = False  # the job prints its own progress line
         context.enable_operator_progress_bars = False

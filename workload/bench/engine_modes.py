@@ -19,6 +19,8 @@ from workload.bench.memory import PeakMemory
 from workload.bench.progress import say
 from workload.bench.records import RequestRecord, record_from_metrics, wall_to_monotonic_offset
 from workload.bench.results import ModeRun
+from workload.bench.startup import first_token_wall
+from workload.startup_trace import mark
 
 
 def _records(llm: Any, requests: list[BenchRequest], detokenize: bool, use_tqdm: Any) -> list[RequestRecord]:
@@ -93,10 +95,14 @@ def run_engine_modes(
 
     say("engine modes: starting the vLLM engine")
     started = time.monotonic()
+    mark("engine_build_start")
     llm = LLM(**kwargs)
+    mark("engine_ready")
     # One tiny generate first: the first step pays one-off allocations that would otherwise land on one mode.
     warmup = points[0][1].model_copy(update={"num_requests": 2})
-    _records(llm, generate(warmup), warmup.detokenize, use_tqdm=False)
+    first = first_token_wall(_records(llm, generate(warmup), warmup.detokenize, use_tqdm=False))
+    if first is not None:
+        mark("first_token", at=first)
     startup_s = time.monotonic() - started
     say(f"engine modes: engine ready in {startup_s:.1f}s")
     runs = []

@@ -18,7 +18,9 @@ from workload.bench.memory import PeakMemory
 from workload.bench.progress import say
 from workload.bench.records import RequestRecord, record_from_metrics, wall_to_monotonic_offset
 from workload.bench.results import ModeRun
+from workload.bench.startup import first_token_wall
 from workload.config import JobConfig
+from workload.startup_trace import mark
 
 _PROGRESS_EVERY = 0.1  # report every tenth of the rows
 
@@ -71,6 +73,9 @@ def _run_point(config: JobConfig, model_path: str, point: str, spec: WorkloadSpe
                 if len(records) % step == 0:
                     say(f"{point} job: {len(records)}/{len(requests)} rows")
         finished = time.monotonic()
+    first = first_token_wall(records)
+    if first is not None:
+        mark("first_token", at=first)
     arrivals = [record.arrival for record in records if not record.error]
     startup_s = (min(arrivals) - submitted) if arrivals else finished - submitted
     return ModeRun(

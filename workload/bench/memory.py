@@ -1,9 +1,13 @@
 """Peak memory of a mode, sampled the same way in every mode.
 
-On the CPU: the summed resident set (RSS) of the worker process and all its descendants (vLLM's engine-core
-process; Ray's GCS, raylet and worker processes), sampled every `interval_s`. RSS counts shared pages once
-per process, so the figure is an upper bound; it is the same bound in every mode. On a GPU: the device's
-used memory from NVML, which is what decides whether a configuration fits.
+On the CPU: the summed proportional set size (PSS, from /proc/PID/smaps_rollup) of the worker process and all its
+descendants (vLLM's engine-core and worker processes; Ray's GCS, raylet and worker processes), sampled every
+`interval_s` (2 s: reading one process's PSS costs the kernel a walk of its mappings, ~4 ms for a process that
+imported torch, and the sampler must not slow what it measures; the KV cache and the weights, which make the peak,
+are held for the whole run). PSS charges each shared page (torch's libraries, mapped by every process that imports
+it; Ray's object store in /dev/shm) once in all, split between the processes that map it, so the sum is what the
+tree costs the machine. Summed RSS would charge the same libraries once per process and favour the tree with fewer
+processes. On a GPU: the device's used memory from NVML, which is what decides whether a configuration fits.
 
 The same sampler adds up the CPU seconds each process of the tree spent during the run, grouped by role (vLLM's
 engine core, each Ray actor or task, the driver): on a 2-core machine this shows where the job's time goes.
@@ -12,6 +16,7 @@ engine core, each Ray actor or task, the driver): on a 2-core machine this shows
 from __future__ import annotations
 
 import threading
+import time
 from types import TracebackType
 from typing import Literal
 
@@ -33,14 +38,46 @@ def process_role(process: psutil.Process) -> str:
     for known in ("raylet", "gcs_server", "dashboard", "log_monitor", "runtime_env"):
         if known in title:
             return f"ray {known}"
-    return "driver" if process.pid == psutil.Process().pid else process.name()
+    if process.pid == psutil.Process().pid:
+        return "driver"
+    return _python_script(title.split()) or process.name()
 
 
-def tree_rss_bytes(root: psutil.Process) -> int:
+def _python_script(argv: list[str]) -> str | None:
+    """'python monitor.py' or 'python -m pkg': Ray's helper processes carry no title of their own."""
+    if not argv or "python" not in argv[0].rsplit("/", 1)[-1]:
+        return None
+    for index, arg in enumerate(argv[1:], start=1):
+        if arg == "-m" and index + 1 < len(argv):
+            return f"python -m {argv[index + 1]}"
+        if arg.endswith(".py"):
+            return f"python {arg.rsplit('/', 1)[-1]}"
+    return None
+
+
+def pss_bytes(process: psutil.Process) -> int:
+    """The kernel's one-line total (smaps_rollup, Linux 4.14+): psutil's memory_full_info parses the whole smaps,
+    thousands of mappings for a process that imported torch, and at five samples a second that costs the
+    sampler a core-minute a run, enough to slow the figures it measures."""
+    try:
+        with open(f"/proc/{process.pid}/smaps_rollup", encoding="ascii") as rollup:
+            for line in rollup:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except FileNotFoundError:
+        if psutil.pid_exists(process.pid):  # an older kernel without smaps_rollup
+            return int(process.memory_full_info().pss)
+        raise psutil.NoSuchProcess(process.pid) from None
+    except ProcessLookupError:
+        raise psutil.NoSuchProcess(process.pid) from None
+    return 0
+
+
+def tree_pss_bytes(root: psutil.Process) -> int:
     total = 0
     for process in [root, *root.children(recursive=True)]:
         try:
-            total += process.memory_info().rss
+            total += pss_bytes(process)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue  # a process that ended between listing and reading holds no memory now
     return total
@@ -62,9 +99,10 @@ def gpu_used_bytes() -> int:
 class PeakMemory:
     """A context manager that samples in a background thread and keeps the peak, in bytes."""
 
-    def __init__(self, device: Literal["cpu", "gpu"], interval_s: float = 0.2) -> None:
+    def __init__(self, device: Literal["cpu", "gpu"], interval_s: float = 2.0, cpu_interval_s: float = 0.2) -> None:
         self.device = device
         self.interval_s = interval_s
+        self.cpu_interval_s = cpu_interval_s  # CPU times are cheap to read; a short-lived process is still seen
         self.peak_bytes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="peak-memory", daemon=True)
@@ -98,16 +136,19 @@ class PeakMemory:
 
     @property
     def source(self) -> str:
-        return "nvml-device-used" if self.device == "gpu" else "process-tree-rss"
+        return "nvml-device-used" if self.device == "gpu" else "process-tree-pss"
 
     def sample(self) -> int:
-        return gpu_used_bytes() if self.device == "gpu" else tree_rss_bytes(self._root)
+        return gpu_used_bytes() if self.device == "gpu" else tree_pss_bytes(self._root)
 
     def _run(self) -> None:
+        next_memory = 0.0
         while not self._stop.is_set():
-            self.peak_bytes = max(self.peak_bytes, self.sample())
+            if time.monotonic() >= next_memory:
+                self.peak_bytes = max(self.peak_bytes, self.sample())
+                next_memory = time.monotonic() + self.interval_s
             self._sample_cpu()
-            self._stop.wait(self.interval_s)
+            self._stop.wait(self.cpu_interval_s)
 
     def __enter__(self) -> PeakMemory:
         self.peak_bytes = self.sample()

@@ -31,10 +31,23 @@ def _cell(value: Any, fmt: str) -> str:
     return fmt.format(value)
 
 
-def _ratio_line(name: str, value: float | None, target: float) -> str:
+def _ratio_line(name: str, value: float | None, target: float, at_most: bool = False) -> str:
     shown = "not measured" if value is None else f"**{value:.2f}**"
-    verdict = "" if value is None else (" (target met)" if value >= target else " (below target)")
-    return f"- {name}: {shown}, target >= {target}{verdict}"
+    met = value is not None and (value <= target if at_most else value >= target)
+    verdict = "" if value is None else (" (target met)" if met else " (target missed)")
+    return f"- {name}: {shown}, target {'<=' if at_most else '>='} {target}{verdict}"
+
+
+def _startup_lines(startup: dict[str, Any]) -> list[str]:
+    lines = []
+    for group, figures in startup.items():
+        if not figures:
+            continue
+        phases = ", ".join(
+            f"{name} {_cell(seconds, '{:.1f}')}" for name, seconds in figures.get("phases_s", {}).items()
+        )
+        lines.append(f"- {group}: **{_cell(figures.get('total_s'), '{:.1f}')} s** ({phases})")
+    return lines
 
 
 def markdown(scorecard: dict[str, Any]) -> str:
@@ -51,6 +64,18 @@ def markdown(scorecard: dict[str, Any]) -> str:
             targets["continuous_over_synchronous"],
         ),
         _ratio_line("job / continuous", scorecard["job_over_continuous"], targets["job_over_continuous"]),
+        _ratio_line(
+            "job start-up / engine start-up",
+            scorecard.get("job_startup_over_engine_startup"),
+            targets.get("job_startup_over_engine_startup", 1.3),
+            at_most=True,
+        ),
+        _ratio_line(
+            "job peak memory / engine peak memory",
+            scorecard.get("job_peak_memory_over_engine"),
+            targets.get("job_peak_memory_over_engine", 1.3),
+            at_most=True,
+        ),
         "",
         "| " + " | ".join(header for _, header, _ in _COLUMNS) + " |",
         "|" + "|".join("---" for _ in _COLUMNS) + "|",
@@ -63,6 +88,9 @@ def markdown(scorecard: dict[str, Any]) -> str:
         for run in breakdown:
             top = list(run["cpu_seconds_by_process"].items())[:6]
             lines.append(f"- {run['mode']}: " + ", ".join(f"{role} {seconds:.1f}" for role, seconds in top))
+    startup = _startup_lines(scorecard.get("startup") or {})
+    if startup:
+        lines += ["", "Start-up, worker process start to first output token, by phase (seconds):", "", *startup]
     if scorecard["errors"]:
         lines += ["", "Errors:", ""] + [f"- {group}: {error}" for group, error in scorecard["errors"].items()]
     lines += [
@@ -91,7 +119,12 @@ def terminal_summary(scorecard: dict[str, Any]) -> str:
             f"{_cell(run.get('requests_per_s'), '{:.2f}'):>6} req/s, "
             f"failures {run['failures']}"
         )
-    for name in ("continuous_over_synchronous", "job_over_continuous"):
-        value = scorecard[name]
+    for name in (
+        "continuous_over_synchronous",
+        "job_over_continuous",
+        "job_startup_over_engine_startup",
+        "job_peak_memory_over_engine",
+    ):
+        value = scorecard.get(name)
         lines.append(f"{name}: {'not measured' if value is None else f'{value:.2f}'}")
     return "\n".join(lines)

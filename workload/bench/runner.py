@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workload import startup_trace
 from workload.bench.engine_args import engine_kwargs
 from workload.bench.isolation import worker_env
 from workload.bench.plots import plot_latency, plot_throughput
@@ -41,11 +42,13 @@ def _run_group(group: str, task: WorkerTask, out: Path, scratch: Path, profile: 
     result_file = out / "raw" / f"{group}.json"
     task_file.write_text(task.model_dump_json(indent=2))
     result_file.unlink(missing_ok=True)
+    trace_file = out / "raw" / f"{group}-startup.jsonl"
+    trace_file.unlink(missing_ok=True)
     say(f"{group} modes: worker starting")
     started = time.monotonic()
     completed = subprocess.run(
         [sys.executable, "-m", "workload.bench.worker", str(task_file), str(result_file)],
-        env=worker_env(scratch / group, profile.engine),
+        env={**worker_env(scratch / group, profile.engine), startup_trace.VARIABLE: str(trace_file.resolve())},
         cwd=REPO_ROOT,
         check=False,
     )

@@ -12,7 +12,9 @@ from workload.bench.stats import DEFINITIONS, summarise
 SCHEMA_VERSION = 1
 TARGET_CONTINUOUS_OVER_SYNCHRONOUS = 2.0
 TARGET_JOB_OVER_CONTINUOUS = 0.9
-RATIO_BASIS = "output_tokens_per_s"  # both ratios compare steady-state output tokens/s on the bimodal point
+TARGET_JOB_STARTUP_OVER_ENGINE = 1.3  # at most: the job's start-up over a bare vllm.LLM's, both to first token
+TARGET_JOB_PEAK_MEMORY_OVER_ENGINE = 1.3  # at most: the job's peak summed PSS over the bare engine's
+RATIO_BASIS = "output_tokens_per_s"  # both throughput ratios compare steady-state output tokens/s on the bimodal point
 
 
 def _ratio(runs: dict[str, dict[str, Any]], top: str, bottom: str) -> float | None:
@@ -23,6 +25,16 @@ def _ratio(runs: dict[str, dict[str, Any]], top: str, bottom: str) -> float | No
     if not denominator or math.isnan(numerator) or math.isnan(denominator):
         return None
     return float(numerator / denominator)
+
+
+# Whose start-up the scorecard reports: the engine group's (one engine serves both engine modes) and the job's.
+STARTUP_MODES = (("engine", "continuous"), ("job", "job"))
+
+
+def _quotient(top: float | None, bottom: float | None) -> float | None:
+    if top is None or not bottom or math.isnan(top) or math.isnan(bottom):
+        return None
+    return float(top / bottom)
 
 
 def long_tokens_of(point: str, profile: BenchProfile) -> float:
@@ -47,6 +59,13 @@ def build_scorecard(
     headline = by_point.get("bimodal", {})
     continuous_over_synchronous = _ratio(headline, "continuous", "synchronous")
     job_over_continuous = _ratio(headline, "job", "continuous")
+    startup = {group: headline[mode].get("startup") for group, mode in STARTUP_MODES if mode in headline}
+    job_startup_over_engine_startup = _quotient(
+        (startup.get("job") or {}).get("total_s"), (startup.get("engine") or {}).get("total_s")
+    )
+    job_peak_memory_over_engine = _quotient(
+        headline.get("job", {}).get("peak_memory_gib"), headline.get("continuous", {}).get("peak_memory_gib")
+    )
     sweep = [
         {
             "point": point,
@@ -62,17 +81,31 @@ def build_scorecard(
         "profile": profile.name,
         "continuous_over_synchronous": continuous_over_synchronous,
         "job_over_continuous": job_over_continuous,
+        "job_startup_over_engine_startup": job_startup_over_engine_startup,
+        "job_peak_memory_over_engine": job_peak_memory_over_engine,
+        "startup": startup,
         "targets": {
             "continuous_over_synchronous": TARGET_CONTINUOUS_OVER_SYNCHRONOUS,
             "job_over_continuous": TARGET_JOB_OVER_CONTINUOUS,
+            "job_startup_over_engine_startup": TARGET_JOB_STARTUP_OVER_ENGINE,
+            "job_peak_memory_over_engine": TARGET_JOB_PEAK_MEMORY_OVER_ENGINE,
         },
         "targets_met": {
             "continuous_over_synchronous": continuous_over_synchronous is not None
             and continuous_over_synchronous >= TARGET_CONTINUOUS_OVER_SYNCHRONOUS,
             "job_over_continuous": job_over_continuous is not None
             and job_over_continuous >= TARGET_JOB_OVER_CONTINUOUS,
+            "job_startup_over_engine_startup": job_startup_over_engine_startup is not None
+            and job_startup_over_engine_startup <= TARGET_JOB_STARTUP_OVER_ENGINE,
+            "job_peak_memory_over_engine": job_peak_memory_over_engine is not None
+            and job_peak_memory_over_engine <= TARGET_JOB_PEAK_MEMORY_OVER_ENGINE,
         },
         "ratio_basis": f"steady-state {RATIO_BASIS} on the bimodal point",
+        "other_ratio_bases": {
+            "job_startup_over_engine_startup": "process start -> first token, job worker over engine worker",
+            "job_peak_memory_over_engine": "peak summed PSS of the process tree on the bimodal point, job over "
+            "continuous (CPU; NVML device memory on a GPU)",
+        },
         "measurement": DEFINITIONS,
         "runs": summaries,
         "sweep": sorted(sweep, key=lambda row: (row["point"] != "bimodal", row["long_tokens"])),

@@ -127,7 +127,10 @@ DEFINITIONS = {
     "over the window",
     "overall": "ready -> last finished request (includes the ramp, excludes start-up)",
     "occupancy": "mean requests in decode during the window / max_num_seqs",
-    "peak_memory": "CPU: summed RSS of the worker's process tree; GPU: NVML device memory used",
+    "peak_memory": "CPU: summed PSS (proportional set size) of the worker's process tree, peak over the point's "
+    "run (the job's includes its start-up); GPU: NVML device memory used",
+    "startup": "worker process start -> first output token (engine group: its warm-up request; job: its first "
+    "point's first request), by phase; phases end at marks the product code writes (workload/startup_trace.py)",
     "cpu_seconds_by_process": "CPU seconds each process role of the worker's tree spent during the run "
     "(start-up included for the job, whose actors start inside the run)",
     "failures": "requests with an error or an output length other than the requested one (ignore_eos)",

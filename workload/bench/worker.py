@@ -8,15 +8,18 @@ engine in a new process, so everything runs under the `__main__` guard.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from workload import startup_trace
 from workload.bench.engine_args import engine_kwargs
 from workload.bench.generator import WorkloadSpec
 from workload.bench.profiles import BenchProfile
+from workload.bench.startup import ENGINE_PHASES, JOB_PHASES, breakdown, process_start_time
 
 
 class WorkerTask(BaseModel):
@@ -30,6 +33,7 @@ class WorkerTask(BaseModel):
 
 
 def run_task(task: WorkerTask) -> list[dict[str, Any]]:
+    process_start = process_start_time()
     config = task.profile.job_config(task.model_path, Path(task.run_dir))
     if task.group == "engine":
         from workload.bench.engine_modes import run_engine_modes
@@ -41,6 +45,12 @@ def run_task(task: WorkerTask) -> list[dict[str, Any]]:
         from workload.bench.job_mode import run_job_mode
 
         runs = run_job_mode(config, task.model_path, task.points)
+    trace = os.environ.get(startup_trace.VARIABLE)
+    if trace:  # the orchestrator asked for the start-up breakdown (workload/bench/startup.py)
+        marks = startup_trace.first_marks(startup_trace.read_marks(Path(trace)))
+        startup = breakdown(ENGINE_PHASES if task.group == "engine" else JOB_PHASES, process_start, marks)
+        for run in runs:
+            run.notes["startup"] = startup
     return [run.to_json() for run in runs]
 
 
