@@ -37,6 +37,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "workload.long_fraction=0.5 (value parsed as YAML); repeatable. Every mode gets the same engine args.",
     )
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="Full runs, round k into OUT/round-k/ (each a complete scorecard, table, plots, raw); OUT/scorecard.json "
+        "and .md then hold every round's ratios and judge the targets on their medians (default: 1, a single run "
+        "straight into OUT).",
+    )
+    parser.add_argument(
         "--model-cache",
         type=Path,
         default=Path(ModelConfig().cache_dir),
@@ -86,7 +95,20 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any, setting: str) -> Non
 def run(args: argparse.Namespace) -> int:
     from workload.bench.runner import run_bench
 
+    if args.repeat < 1:
+        raise SystemExit(f"--repeat must be at least 1 (the number of full runs), got {args.repeat}")
     profile = profile_from_args(args)
+    if profile.scale_rows and args.repeat > 1:
+        raise SystemExit(
+            f"--repeat is for the engine-comparison profiles; {profile.name!r} is a scale run (scale_rows set)"
+        )
+    if args.repeat > 1:
+        from workload.bench.rounds import ratio_lines, run_rounds
+
+        combined = run_rounds(profile, args.out, args.model_cache, args.repeat)
+        print("\n".join(ratio_lines(combined)))
+        print(f"scorecard: {args.out / 'scorecard.json'}\ntable: {args.out / 'scorecard.md'}")
+        return 1 if combined["errors"] else 0
     if profile.scale_rows:
         from workload.bench.scale import run_scale
 
