@@ -35,6 +35,20 @@ def command(config_path: str = CONFIG_PATH) -> list[str]:
     return [*ENTRYPOINT, *run_args(config_path)]
 
 
+# Ray starts its workers at nice 15 so that a node's raylet and GCS stay responsive under user work. Here the
+# engine is the node's work: its actor, vLLM's engine core and model runner (which inherit the nice value) lost
+# the CPU to the driver's scheduling loop and Ray's own processes, and the job kept 0.78-0.80 of a bare engine's
+# steady-state throughput on the bimodal benchmark against 0.92 at nice 0 (2 cores, docs/benchmark.md). A GPU
+# node's engine core schedules every step on the CPU, so the same preemption idles the GPU. Read by the raylet at
+# its start: the container's `ray start` on Kubernetes, the job's own private Ray elsewhere (workload/runtime.py).
+WORKER_NICENESS: dict[str, str] = {"RAY_worker_niceness": "0"}
+# Ray's usage statistics off: a batch node has no business reporting to Ray's collector (and the private subnets of
+# the EKS tiers have no route to it). With it off, the job also skips Ray Data LLM's telemetry actor
+# (workload/pipeline.py, usage_telemetry_off_when_disabled).
+NO_USAGE_STATS: dict[str, str] = {"RAY_USAGE_STATS_ENABLED": "0"}
+RAY_NODE_SETTINGS: dict[str, str] = {**WORKER_NICENESS, **NO_USAGE_STATS}
+
+
 # --- The run spec: how every tier starts the container, defined once ----------------------------------------------
 # The small node's `docker run` (infra/components/user_data.py), the RayJob's pods (infra/k8s/rayjob.py) and the
 # container tests (tests/workload/test_container.py) all render from here. What only a GPU host has (`--gpus all`,
@@ -57,7 +71,7 @@ HUB_TOKEN_PATH = f"{HUB_TOKEN_DIR}/hub_token"
 # and vLLM to exit once the finished shards are committed and `_interrupted.json` is written.
 STOP_MARGIN_S = 20
 # What every tier sets; the token's path only where a token file is mounted.
-ENV: dict[str, str] = {"HOME": SCRATCH_DIR, "HF_HUB_DISABLE_TELEMETRY": "1"}
+ENV: dict[str, str] = {"HOME": SCRATCH_DIR, "HF_HUB_DISABLE_TELEMETRY": "1", **RAY_NODE_SETTINGS}
 TOKEN_ENV: dict[str, str] = {"HF_TOKEN_PATH": HUB_TOKEN_PATH}
 
 

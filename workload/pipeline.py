@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -206,6 +208,35 @@ def fetch_model_on_each_node(processor: Processor, model: ModelConfig) -> None:
     processor.get_stage_by_name("vLLMEngineStage").fn_constructor_kwargs["model_config"] = config
 
 
+class _NoTelemetry:
+    def push_telemetry_report(self, telemetry: Any) -> None:
+        pass
+
+
+@contextmanager
+def usage_telemetry_off_when_disabled() -> Iterator[None]:
+    """With Ray's usage stats turned off (RAY_USAGE_STATS_ENABLED=0, which every tier sets: workload/entrypoint.py),
+    build the processor without its usage-telemetry actor.
+
+    Ray Data LLM's `build_processor` starts a named `_TelemetryAgent` actor and waits on it
+    (ray/llm/_internal/batch/processor/vllm_engine_proc.py, Ray 2.60), whatever the usage-stats setting: on 2
+    cores that put a Ray worker's start on the job's path to its first token, and the actor then held 126 MiB for
+    the whole run, to record tags that a cluster with usage stats off never sends.
+    """
+    from ray._common.usage.usage_lib import usage_stats_enabled
+    from ray.llm._internal.batch.processor import vllm_engine_proc
+
+    if usage_stats_enabled():
+        yield
+        return
+    upstream = vllm_engine_proc.get_or_create_telemetry_agent
+    vllm_engine_proc.get_or_create_telemetry_agent = _NoTelemetry
+    try:
+        yield
+    finally:
+        vllm_engine_proc.get_or_create_telemetry_agent = upstream
+
+
 def _keep(columns: tuple[str, ...]) -> Any:
     def postprocess(row: dict[str, Any]) -> dict[str, Any]:
         return {key: row.get(key) for key in columns}
@@ -273,12 +304,15 @@ def build_pipeline(
             batch_format="pyarrow",
         )
     columns = RESULT_COLUMNS + (("metrics",) if keep_metrics else ())
-    processor = build_processor(
-        processor_config(config, model, seeded),
-        postprocess=_keep(columns),
-        preprocess_map_kwargs={"num_cpus": stages.num_cpus},
-        postprocess_map_kwargs={"num_cpus": stages.num_cpus},
-    )
+    with usage_telemetry_off_when_disabled():
+        processor = build_processor(
+            processor_config(config, model, seeded),
+            postprocess=_keep(columns),
+            preprocess_map_kwargs={"num_cpus": stages.num_cpus},
+            postprocess_map_kwargs={"num_cpus": stages.num_cpus},
+        )
     guard_engine_stage(processor, config, keep_metrics)
     fetch_model_on_each_node(processor, model)
-    return processor(templated)
+    answered = processor(templated)
+    startup_trace.mark("pipeline_built")
+    return answered

@@ -20,6 +20,7 @@ from typing import Any
 import ray
 from ray.data import DataContext
 
+from workload.entrypoint import RAY_NODE_SETTINGS
 from workload.leftovers import raylet_pid, stop_session_processes
 from workload.startup_trace import mark
 
@@ -33,11 +34,13 @@ def ray_session(device: str, runtime_env: dict[str, Any] | None = None) -> Itera
     `runtime_env` is the job-level Ray runtime environment (every worker of this driver gets it)."""
     # Ray's socket paths must stay under ~107 characters: keep the scratch root short.
     scratch = tempfile.mkdtemp(prefix="llmb-", dir="/tmp")
-    saved = {name: os.environ.get(name) for name in (*_SCRATCH_VARIABLES, "VLLM_LOGGING_LEVEL")}
+    saved = {name: os.environ.get(name) for name in (*_SCRATCH_VARIABLES, "VLLM_LOGGING_LEVEL", *RAY_NODE_SETTINGS)}
     for name in _SCRATCH_VARIABLES:
         os.environ[name] = os.path.join(scratch, name.lower())
         os.makedirs(os.environ[name], exist_ok=True)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    for variable, setting in RAY_NODE_SETTINGS.items():  # what every tier's node sets (workload/entrypoint.py)
+        os.environ.setdefault(variable, setting)
     address = os.environ.get("RAY_ADDRESS")
     try:
         mark("ray_start")

@@ -34,7 +34,13 @@ def test_docker_flags_carry_the_whole_spec() -> None:
         "/s:/var/run/llm-batch/secrets:ro",
     }
     env = dict(value.split("=", 1) for flag, value in pairs if flag == "-e")
-    assert env == {"HOME": "/tmp", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_TOKEN_PATH": entrypoint.HUB_TOKEN_PATH}
+    assert env == {
+        "HOME": "/tmp",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "RAY_worker_niceness": "0",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "HF_TOKEN_PATH": entrypoint.HUB_TOKEN_PATH,
+    }
     # What only a GPU host has stays with that host.
     assert not {"--gpus", "--log-driver", "--shm-size"} & set(flags)
 

@@ -24,7 +24,8 @@ ENGINE_PHASES = (
 JOB_PHASES = (
     ("python and imports", "ray_start"),
     ("Ray start", "ray_ready"),
-    ("dataset plan, actor placement and imports", "engine_build_start"),
+    ("pipeline build (Ray Data LLM's processor)", "pipeline_built"),
+    ("actor placement and imports", "engine_build_start"),
     ("engine build (engine process, model load, KV cache)", "engine_ready"),
     ("first token", "first_token"),
 )
