@@ -114,8 +114,11 @@ class EngineConfig(_Strict):
 class StagesConfig(_Strict):
     """CPU stages around the engine (chat template, tokenize, detokenize)."""
 
-    tokenize_on_cpu: bool = Field(
-        True, description="Tokenize and detokenize as separate CPU stages, so the GPU only decodes."
+    tokenize_on_cpu: bool | None = Field(
+        None,
+        description="Tokenize and detokenize as separate CPU stages, so the GPU only decodes. Unset: on with "
+        "device gpu, off with device cpu (the engine tokenizes itself; two more actors on the engine's own cores "
+        "cost more than they save: docs/benchmark.md).",
     )
     num_cpus: float = Field(0.1, gt=0, description="CPUs reserved per CPU-stage actor.")
     concurrency: int = Field(1, ge=1, description="Actors per CPU stage.")
@@ -225,6 +228,11 @@ class JobConfig(_Strict):
         if self.max_replicas is not None and self.max_replicas < self.replicas:
             raise ValueError(f"max_replicas ({self.max_replicas}) is less than replicas ({self.replicas})")
         return self
+
+    @property
+    def tokenizer_stages(self) -> bool:
+        """Whether tokenize and detokenize run as stages of their own (`stages.tokenize_on_cpu`, by device if unset)."""
+        return self.device == "gpu" if self.stages.tokenize_on_cpu is None else self.stages.tokenize_on_cpu
 
     def output_hash(self) -> str:
         """Hash of every setting that changes what a row's output is; resume refuses to mix two of them."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -36,6 +37,8 @@ from ray.llm._internal.batch.stages.vllm_engine_stage import vLLMEngineStageUDF,
 from ray.llm._internal.common.errors import VLLM_FATAL_ERRORS
 
 from workload import failpoints
+from workload.config import ModelConfig
+from workload.model_source import compile_cache_env
 from workload.node_stages import local_model
 from workload.results import (
     ENGINE_CRASH_PREFIX,
@@ -125,6 +128,8 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         # a rebuilt engine reuses the folder.
         mark("engine_build_start")
         kwargs["model"] = local_model(model_config)
+        # Set before the engine starts: vLLM's engine-core process inherits this process's environment.
+        os.environ.update(compile_cache_env(ModelConfig.model_validate(model_config)))
         self._engine_args = (args, kwargs)
         super().__init__(*args, **kwargs)
         mark("engine_ready")

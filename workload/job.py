@@ -506,7 +506,7 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
     with StopSignal(config.resume.grace_period_s) as stop:
         committer = _ShardCommitter(store, config, plan.rows_in, pending, {}, attempt, metrics, record_attempt)
         if pending and not stop.stopped:
-            with ray_session(config.device):
+            with ray_session(config.device, preload=("workload.pipeline",)):
                 completed = _run_engine(committer, config, plan, progress, stop, lease, timings, memory)
             # Stopped by a signal: every shard complete so far is committed; the rest is redone next time.
             completed = completed and not committer.pending

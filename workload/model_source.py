@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -51,6 +52,28 @@ class _Remote:
 
 def _cache_root(config: ModelConfig) -> Path:
     return Path(os.path.expanduser(config.cache_dir))
+
+
+# The compile caches an engine start reads and writes, by the folder each gets under `<cache_dir>/compile/`.
+COMPILE_CACHE_FOLDERS = {"VLLM_CACHE_ROOT": "vllm", "TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
+
+
+def compile_cache_env(config: ModelConfig) -> dict[str, str]:
+    """The environment that points vLLM's and torch's caches (compiled graphs and kernels, vLLM's model-class
+    inspection) into this node's model cache, which lives as long as the node: a resume or a restarted container
+    on the same node starts from them instead of compiling again. Empty, with a warning, where the folder cannot
+    be made: the engine then keeps the run's scratch folders, as before."""
+    root = _cache_root(config) / "compile"
+    env: dict[str, str] = {}
+    try:
+        for variable, folder in COMPILE_CACHE_FOLDERS.items():
+            path = root / folder
+            path.mkdir(parents=True, exist_ok=True)
+            env[variable] = str(path)
+    except OSError as error:
+        print(f"[llm-batch] compile caches stay in the run's scratch folder: {error}", file=sys.stderr)
+        return {}
+    return env
 
 
 def is_hub_id(source: str | None) -> bool:

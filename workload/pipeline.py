@@ -149,7 +149,7 @@ def processor_config(config: JobConfig, model: ModelConfig, seeded: bool | None 
     node (`fetch_model_on_each_node`), so the driver never downloads anything."""
     stages = config.stages
     cpu_stage = {
-        "enabled": stages.tokenize_on_cpu,
+        "enabled": config.tokenizer_stages,
         "num_cpus": stages.num_cpus,
         "concurrency": stages.concurrency,
         "batch_size": stages.batch_size,
@@ -201,7 +201,7 @@ def fetch_model_on_each_node(processor: Processor, model: ModelConfig) -> None:
     for name, udf in (("TokenizeStage", NodeTokenizeUDF), ("DetokenizeStage", NodeDetokenizeUDF)):
         try:
             stage = processor.get_stage_by_name(name)
-        except ValueError:  # the stage is turned off (stages.tokenize_on_cpu false)
+        except ValueError:  # the stage is turned off (JobConfig.tokenizer_stages)
             continue
         object.__setattr__(stage, "fn", udf)  # not `stage.fn = `: see guard_engine_stage
         stage.fn_constructor_kwargs["model_config"] = config

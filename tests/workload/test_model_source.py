@@ -13,7 +13,7 @@ import pytest
 
 from workload import model_source
 from workload.config import ModelConfig
-from workload.model_source import ModelSourceError, resolve_model
+from workload.model_source import ModelSourceError, compile_cache_env, resolve_model
 
 
 def test_embedded_model_is_built_once_with_4096_positions(tmp_path) -> None:
@@ -163,3 +163,23 @@ def test_a_prefix_that_is_no_model_is_named(tmp_path, s3_model) -> None:
         resolve_model(ModelConfig(source=f"s3://{bucket}/notes", cache_dir=str(tmp_path / "node")))
     with pytest.raises(ModelSourceError, match="no files under that prefix"):
         resolve_model(ModelConfig(source=f"s3://{bucket}/nothing", cache_dir=str(tmp_path / "node")))
+
+
+def test_compile_caches_live_beside_the_model_cache(tmp_path: Path) -> None:
+    """A resume or a restarted container on the node finds the compile caches where the model cache is."""
+    env = compile_cache_env(ModelConfig(cache_dir=str(tmp_path / "models")))
+    assert env == {
+        "VLLM_CACHE_ROOT": str(tmp_path / "models" / "compile" / "vllm"),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "models" / "compile" / "inductor"),
+        "TRITON_CACHE_DIR": str(tmp_path / "models" / "compile" / "triton"),
+    }
+    assert all(Path(path).is_dir() for path in env.values())
+
+
+def test_an_unwritable_cache_leaves_the_compile_caches_to_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "models"
+    blocker.write_text("a file where the cache folder should be")
+    assert compile_cache_env(ModelConfig(cache_dir=str(blocker))) == {}
+    assert "compile caches stay in the run's scratch folder" in capsys.readouterr().err

@@ -99,7 +99,7 @@ def run_job_mode(config: JobConfig, model_path: str, points: list[tuple[str, Wor
     from workload.runtime import ray_session
 
     # The job's own Ray session (scratch folders, progress bars off), so the job is measured as it runs.
-    with ray_session(config.device):
+    with ray_session(config.device, preload=("workload.pipeline",)):
         runs = []
         for point, spec in points:
             say(f"{point}: job ({spec.num_requests} requests)")

@@ -20,6 +20,7 @@ from workload.bench.engine_args import engine_kwargs
 from workload.bench.generator import WorkloadSpec
 from workload.bench.profiles import BenchProfile
 from workload.bench.startup import ENGINE_PHASES, JOB_PHASES, breakdown, process_start_time
+from workload.model_source import compile_cache_env
 
 
 class WorkerTask(BaseModel):
@@ -37,6 +38,9 @@ def run_task(task: WorkerTask) -> list[dict[str, Any]]:
     config = task.profile.job_config(task.model_path, Path(task.run_dir))
     if task.group == "engine":
         from workload.bench.engine_modes import run_engine_modes
+
+        # The compile caches the job's engine actor uses (workload/engine_guard.py): both start equally warm.
+        os.environ.update(compile_cache_env(config.model))
 
         runs = run_engine_modes(
             engine_kwargs(config, task.model_path), task.points, task.profile.chunk_size, task.profile.device
