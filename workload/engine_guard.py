@@ -33,6 +33,7 @@ from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from typing import Any
 
+import psutil
 from ray.llm._internal.batch.stages.vllm_engine_stage import vLLMEngineStageUDF, vLLMOutputData
 from ray.llm._internal.common.errors import VLLM_FATAL_ERRORS
 
@@ -126,6 +127,7 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
     ) -> None:
         # The model is fetched on this node, by this actor (workload/node_stages.py says why not by upstream);
         # a rebuilt engine reuses the folder.
+        mark("engine_actor_process_start", at=psutil.Process().create_time())
         mark("engine_build_start")
         kwargs["model"] = local_model(model_config)
         # Set before the engine starts: vLLM's engine-core process inherits this process's environment.

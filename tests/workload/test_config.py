@@ -98,3 +98,14 @@ def test_seeded_cpu_runs_refuse_engine_settings_that_chunk_prefills() -> None:
     build_config(seeded)  # left unset, the job chooses settings that work
     build_config({**seeded, "device": "gpu", "engine": {"enable_chunked_prefill": True}})  # the GPU is unaffected
     build_config({**BASE, "engine": {"enable_chunked_prefill": True}})  # no seed, no problem
+
+
+@pytest.mark.parametrize(
+    ("device", "setting", "separate"),
+    [("gpu", None, True), ("cpu", None, False), ("cpu", True, True), ("gpu", False, False)],
+)
+def test_tokenizer_stages_follow_the_device_unless_set(device: str, setting: bool | None, separate: bool) -> None:
+    """On a GPU the engine only decodes; on the CPU the engine tokenizes itself (two fewer actors on its cores)."""
+    stages = {} if setting is None else {"tokenize_on_cpu": setting}
+    config = build_config({**BASE, "device": device, "stages": stages})
+    assert config.tokenizer_stages is separate

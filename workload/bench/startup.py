@@ -25,7 +25,8 @@ JOB_PHASES = (
     ("python and imports", "ray_start"),
     ("Ray start", "ray_ready"),
     ("pipeline build (Ray Data LLM's processor)", "pipeline_built"),
-    ("actor placement and imports", "engine_build_start"),
+    ("engine actor placement (to its process start)", "engine_actor_process_start"),
+    ("engine actor imports (vLLM)", "engine_build_start"),
     ("engine build (engine process, model load, KV cache)", "engine_ready"),
     ("first token", "first_token"),
 )
