@@ -160,6 +160,27 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
                 raise _EngineDied(describe_engine_error(error)) from error
 
         self.llm.generate_async = guarded
+        self._final_outputs_only()
+
+    def _final_outputs_only(self) -> None:
+        """Ask the engine for each row's final output only, as `vllm.LLM.generate` does for its own requests.
+
+        Upstream sends rows with vLLM's default `RequestOutputKind.CUMULATIVE` and reads only the finished output
+        (vllm_engine_stage.py, `_generate_async`, Ray 2.60): the engine's frontend then built a cumulative output for
+        every running row at every decode step and woke that row's coroutine with it, work whose cost grows with the
+        row's length. On 2 cores it competed with the engine for the CPU: in the bimodal benchmark the job's engine
+        ran its decode steps 30-70% slower than a bare engine's (ITL p95 16-21 ms against 12 ms)."""
+        from vllm.sampling_params import RequestOutputKind, SamplingParams
+
+        prepare = self.llm._prepare_llm_request
+
+        async def final_only(row: dict[str, Any]) -> Any:
+            request = await prepare(row)
+            if isinstance(request.params, SamplingParams):
+                request.params.output_kind = RequestOutputKind.FINAL_ONLY
+            return request
+
+        self.llm._prepare_llm_request = final_only
 
     def _rebuild_engine(self) -> None:
         """Shut the dead engine down (its processes would be orphaned otherwise) and build a new one exactly as
