@@ -24,8 +24,8 @@ SCHEMA_VERSION = 1
 RATIOS: dict[str, tuple[float, str]] = {
     "continuous_over_synchronous": (scorecard_module.TARGET_CONTINUOUS_OVER_SYNCHRONOUS, "at_least"),
     "job_over_continuous": (scorecard_module.TARGET_JOB_OVER_CONTINUOUS, "at_least"),
-    "job_startup_over_engine_startup": (getattr(scorecard_module, "TARGET_JOB_STARTUP_OVER_ENGINE", 1.3), "at_most"),
-    "job_peak_memory_over_engine": (getattr(scorecard_module, "TARGET_JOB_PEAK_MEMORY_OVER_ENGINE", 1.3), "at_most"),
+    "job_startup_over_engine_startup": (scorecard_module.TARGET_JOB_STARTUP_OVER_ENGINE, "at_most"),
+    "job_peak_memory_over_engine": (scorecard_module.TARGET_JOB_PEAK_MEMORY_OVER_ENGINE, "at_most"),
 }
 _SYMBOL = {"at_least": ">=", "at_most": "<="}
 
