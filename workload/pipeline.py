@@ -135,12 +135,12 @@ def engine_env(config: JobConfig) -> dict[str, str]:
         env["HF_HUB_OFFLINE"] = "1"
     if config.device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(config.engine.cpu_kvcache_space_gib)
-    failpoint = os.environ.get(failpoints.VARIABLE)
-    if failpoint:  # a test's injected engine crash (failpoints.ENGINE_CRASH_ON_ROW) must reach the engine actors
-        env[failpoints.VARIABLE] = failpoint
-    trace = os.environ.get(startup_trace.VARIABLE)
-    if trace:  # the benchmark's start-up breakdown: the engine actor marks its build (workload/startup_trace.py)
-        env[startup_trace.VARIABLE] = trace
+    # Set by a test or the benchmark, they must reach the engine actors: an injected engine crash
+    # (failpoints.ENGINE_CRASH_ON_ROW) and the start-up marks of the engine's build (workload/startup_trace.py).
+    for variable in (failpoints.VARIABLE, startup_trace.VARIABLE):
+        value = os.environ.get(variable)
+        if value:
+            env[variable] = value
     return env
 
 
