@@ -81,6 +81,7 @@ def run_mode(
         notes={
             **({"chunk_size": chunk_size} if mode == "synchronous" else {}),
             "cpu_seconds_by_process": memory.cpu_seconds,
+            "peak_pss_mib_by_process": memory.peak_mib_by_role,
         },
     )
 

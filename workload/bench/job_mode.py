@@ -91,6 +91,7 @@ def _run_point(config: JobConfig, model_path: str, point: str, spec: WorkloadSpe
             "batch_size": config.batch_size,
             "max_concurrent_batches": config.max_concurrent_batches,
             "cpu_seconds_by_process": memory.cpu_seconds,
+            "peak_pss_mib_by_process": memory.peak_mib_by_role,
         },
     )
 

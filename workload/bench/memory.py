@@ -9,6 +9,9 @@ it; Ray's object store in /dev/shm) once in all, split between the processes tha
 tree costs the machine. Summed RSS would charge the same libraries once per process and favour the tree with fewer
 processes. On a GPU: the device's used memory from NVML, which is what decides whether a configuration fits.
 
+With the peak it keeps the PSS of each process role at the sample that made it (`peak_by_role`): what the tree's
+peak is made of, which is what a change to the job's memory must move.
+
 The same sampler adds up the CPU seconds each process of the tree spent during the run, grouped by role (vLLM's
 engine core, each Ray actor or task, the driver): on a 2-core machine this shows where the job's time goes.
 """
@@ -73,14 +76,21 @@ def pss_bytes(process: psutil.Process) -> int:
     return 0
 
 
-def tree_pss_bytes(root: psutil.Process) -> int:
-    total = 0
+def tree_pss_by_role(root: psutil.Process) -> dict[str, int]:
+    """PSS bytes of `root` and its descendants, summed by process role."""
+    by_role: dict[str, int] = {}
     for process in [root, *root.children(recursive=True)]:
         try:
-            total += pss_bytes(process)
+            size = pss_bytes(process)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue  # a process that ended between listing and reading holds no memory now
-    return total
+        role = process_role(process)
+        by_role[role] = by_role.get(role, 0) + size
+    return by_role
+
+
+def tree_pss_bytes(root: psutil.Process) -> int:
+    return sum(tree_pss_by_role(root).values())
 
 
 def gpu_used_bytes() -> int:
@@ -104,6 +114,7 @@ class PeakMemory:
         self.interval_s = interval_s
         self.cpu_interval_s = cpu_interval_s  # CPU times are cheap to read; a short-lived process is still seen
         self.peak_bytes = 0
+        self.peak_by_role: dict[str, int] = {}  # on the CPU: PSS by process role at the peak's sample
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="peak-memory", daemon=True)
         self._root = psutil.Process()
@@ -138,20 +149,35 @@ class PeakMemory:
     def source(self) -> str:
         return "nvml-device-used" if self.device == "gpu" else "process-tree-pss"
 
+    @property
+    def peak_mib_by_role(self) -> dict[str, int]:
+        """The peak's PSS by process role in MiB, largest first (empty on a GPU, where NVML gives one figure)."""
+        ordered = sorted(self.peak_by_role.items(), key=lambda item: -item[1])
+        return {role: round(size / 2**20) for role, size in ordered}
+
     def sample(self) -> int:
-        return gpu_used_bytes() if self.device == "gpu" else tree_pss_bytes(self._root)
+        """Read the memory now and keep it if it is the peak so far."""
+        if self.device == "gpu":
+            used = gpu_used_bytes()
+        else:
+            by_role = tree_pss_by_role(self._root)
+            used = sum(by_role.values())
+            if used > self.peak_bytes:
+                self.peak_by_role = by_role
+        self.peak_bytes = max(self.peak_bytes, used)
+        return used
 
     def _run(self) -> None:
         next_memory = 0.0
         while not self._stop.is_set():
             if time.monotonic() >= next_memory:
-                self.peak_bytes = max(self.peak_bytes, self.sample())
+                self.sample()
                 next_memory = time.monotonic() + self.interval_s
             self._sample_cpu()
             self._stop.wait(self.cpu_interval_s)
 
     def __enter__(self) -> PeakMemory:
-        self.peak_bytes = self.sample()
+        self.sample()
         self._sample_cpu(first=True)
         self._thread.start()
         return self
@@ -161,5 +187,5 @@ class PeakMemory:
     ) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak_bytes = max(self.peak_bytes, self.sample())
+        self.sample()
         self._sample_cpu()

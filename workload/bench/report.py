@@ -88,6 +88,12 @@ def markdown(scorecard: dict[str, Any]) -> str:
         for run in breakdown:
             top = list(run["cpu_seconds_by_process"].items())[:6]
             lines.append(f"- {run['mode']}: " + ", ".join(f"{role} {seconds:.1f}" for role, seconds in top))
+    memory = [run for run in scorecard["runs"] if run["point"] == "bimodal" and run.get("peak_pss_mib_by_process")]
+    if memory:
+        lines += ["", "PSS by process at the peak of the bimodal point (MiB; where the memory goes):", ""]
+        for run in memory:
+            top = list(run["peak_pss_mib_by_process"].items())[:12]
+            lines.append(f"- {run['mode']}: " + ", ".join(f"{role} {mib}" for role, mib in top))
     startup = _startup_lines(scorecard.get("startup") or {})
     if startup:
         lines += ["", "Start-up, worker process start to first output token, by phase (seconds):", "", *startup]

@@ -133,5 +133,6 @@ DEFINITIONS = {
     "point's first request), by phase; phases end at marks the product code writes (workload/startup_trace.py)",
     "cpu_seconds_by_process": "CPU seconds each process role of the worker's tree spent during the run "
     "(start-up included for the job, whose actors start inside the run)",
+    "peak_pss_mib_by_process": "CPU only: the PSS (MiB) of each process role at the sample that made the peak",
     "failures": "requests with an error or an output length other than the requested one (ignore_eos)",
 }
