@@ -38,6 +38,18 @@ def _ratio_line(name: str, value: float | None, target: float, at_most: bool = F
     return f"- {name}: {shown}, target {'<=' if at_most else '>='} {target}{verdict}"
 
 
+def _by_process(scorecard: dict[str, Any], key: str, title: str, top: int) -> list[str]:
+    """A titled list, one line per mode of the bimodal point, of the `top` largest process roles under `key`."""
+    runs = [run for run in scorecard["runs"] if run["point"] == "bimodal" and run.get(key)]
+    if not runs:
+        return []
+    lines = ["", f"{title}:", ""]
+    for run in runs:
+        parts = list(run[key].items())[:top]
+        lines.append(f"- {run['mode']}: " + ", ".join(f"{role} {value:g}" for role, value in parts))
+    return lines
+
+
 def _startup_lines(startup: dict[str, Any]) -> list[str]:
     lines = []
     for group, figures in startup.items():
@@ -82,18 +94,15 @@ def markdown(scorecard: dict[str, Any]) -> str:
     ]
     for run in scorecard["runs"]:
         lines.append("| " + " | ".join(_cell(run.get(key), fmt) for key, _, fmt in _COLUMNS) + " |")
-    breakdown = [run for run in scorecard["runs"] if run["point"] == "bimodal" and run.get("cpu_seconds_by_process")]
-    if breakdown:
-        lines += ["", "CPU seconds by process during the bimodal point (where the time goes):", ""]
-        for run in breakdown:
-            top = list(run["cpu_seconds_by_process"].items())[:6]
-            lines.append(f"- {run['mode']}: " + ", ".join(f"{role} {seconds:.1f}" for role, seconds in top))
-    memory = [run for run in scorecard["runs"] if run["point"] == "bimodal" and run.get("peak_pss_mib_by_process")]
-    if memory:
-        lines += ["", "PSS by process at the peak of the bimodal point (MiB; where the memory goes):", ""]
-        for run in memory:
-            top = list(run["peak_pss_mib_by_process"].items())[:12]
-            lines.append(f"- {run['mode']}: " + ", ".join(f"{role} {mib}" for role, mib in top))
+    lines += _by_process(
+        scorecard, "cpu_seconds_by_process", "CPU seconds by process during the bimodal point (where the time goes)", 6
+    )
+    lines += _by_process(
+        scorecard,
+        "peak_pss_mib_by_process",
+        "PSS by process at the peak of the bimodal point (MiB; where the memory goes)",
+        12,
+    )
     startup = _startup_lines(scorecard.get("startup") or {})
     if startup:
         lines += ["", "Start-up, worker process start to first output token, by phase (seconds):", "", *startup]
