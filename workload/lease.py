@@ -222,9 +222,11 @@ class OutputLease:
                 interval = self.ttl_s / 3
             except LeaseLostError:
                 return
-            except (StorageError, OSError) as error:
-                # A transient failure: retry soon; `check` declares the lease lost if this goes on.
-                print(f"[llm-batch] lease renewal failed, retrying: {error}", file=sys.stderr, flush=True)
+            except Exception as error:  # this thread must outlive any one failed renewal
+                # A transient failure (storage, network, or an error type no one mapped to StorageError): retry
+                # soon; `check` declares the lease lost if this goes on. Ending the thread here would let a live
+                # job's lease lapse for good over one odd exception.
+                print(f"[llm-batch] lease renewal failed, retrying: {error!r}", file=sys.stderr, flush=True)
                 interval = min(2.0, self.ttl_s / 10)
             if time.monotonic() > self._valid_until - self.ttl_s / 4:
                 try:

@@ -142,6 +142,28 @@ def test_background_renewal_keeps_a_short_lease_alive(root: Location) -> None:
     assert read_versioned(root.child(LEASE)) is None  # released on the way out
 
 
+def test_renewal_survives_an_unexpected_error_and_keeps_the_lease(
+    root: Location, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A renewal that fails with an error nobody mapped to StorageError is retried, not the end of the renewals."""
+    with hold_lease(root, ttl_s=0.9) as lease:
+        upstream = lease.renew
+        failures = []
+
+        def flaky() -> None:
+            if not failures:
+                failures.append(1)
+                raise RuntimeError("an odd error from the storage client")
+            upstream()
+
+        monkeypatch.setattr(lease, "renew", flaky)
+        time.sleep(1.8)  # two TTLs: only renewals after the failed one keep it
+        lease.check()
+        assert failures == [1]
+        with pytest.raises(LeaseHeldError):
+            OutputLease(root, ttl_s=0.9, clock_skew_s=0.0).acquire()
+
+
 def test_a_broken_lease_is_noticed_by_the_renewals_and_the_store_writes_nothing_more(root: Location) -> None:
     with hold_lease(root, ttl_s=0.9) as lease:
         store = OutputStore(root.uri, guard=lease.check)
