@@ -114,6 +114,15 @@ def test_actors_may_reach_the_hub_only_for_a_hub_model() -> None:
     assert "HF_HUB_OFFLINE" not in engine_env(build_config({**BASE, "model": {"source": "org/model"}}))
 
 
+def test_the_cpu_engine_runs_its_model_in_the_engine_core_process() -> None:
+    """The CPU layout matches one GPU's (no separate worker process); a GPU engine keeps vLLM's own choice. The
+    real run of this layout is every job test (e.g. test_job_e2e) and the benchmark."""
+    from workload.pipeline import CPU_ONE_PROCESS_ENGINE, engine_env
+
+    assert CPU_ONE_PROCESS_ENGINE.items() <= engine_env(build_config({**BASE, "device": "cpu"})).items()
+    assert not CPU_ONE_PROCESS_ENGINE.keys() & engine_env(build_config({**BASE, "device": "gpu"})).keys()
+
+
 def test_a_row_rejected_by_validation_keeps_its_error_and_is_not_rendered(strict_model: Path) -> None:
     table = pa.table(
         {
