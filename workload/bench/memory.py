@@ -89,10 +89,6 @@ def tree_pss_by_role(root: psutil.Process) -> dict[str, int]:
     return by_role
 
 
-def tree_pss_bytes(root: psutil.Process) -> int:
-    return sum(tree_pss_by_role(root).values())
-
-
 def gpu_used_bytes() -> int:
     import pynvml
 
