@@ -7,5 +7,5 @@
   Their commands keep the short names ``python -m infra.plan`` etc. through one-line launchers beside this file.
 
 Imports go downwards only (``tests/test_layers.py``): the program never imports ``ops``, and nothing here
-imports the job beyond ``workload.config``.
+imports the job beyond ``workload.contract.config``.
 """

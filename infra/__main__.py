@@ -40,7 +40,7 @@ from infra.k8s.network_policy import SERVE_PORT
 from infra.k8s.rayservice import pod_labels
 from infra.nightly_template import night_template_json
 from infra.pricing import stack_costs
-from workload.config import render_config
+from workload.contract.config import render_config
 
 stack = pulumi.get_stack()
 config = from_pulumi()

@@ -31,9 +31,9 @@ from infra.k8s.karpenter import NodePoolArgs
 from infra.k8s.network_policy import SERVE_PORT
 from infra.k8s.rayjob import PodSize
 from monitoring.alarms import AlarmThresholds, ServeWatch
-from workload import entrypoint
-from workload.config import DEFAULT_METRICS_NAMESPACE, ConfigError, JobConfig, ResumeConfig, build_config
-from workload.serve.config import ServeConfig, build_serve_config
+from workload.contract import entrypoint
+from workload.contract.config import DEFAULT_METRICS_NAMESPACE, ConfigError, JobConfig, ResumeConfig, build_config
+from workload.contract.serve_config import ServeConfig, build_serve_config
 
 Tier = Literal["small", "medium", "large"]
 InterfaceEndpoint = Literal["ecr.api", "ecr.dkr", "sts", "logs", "ssm", "ssmmessages", "ec2messages", "monitoring"]
@@ -309,7 +309,7 @@ class ServeSection(_Section):
     )
     endpoint_overrides: dict[str, Any] = Field(
         default_factory=dict,
-        description="Merged into the endpoint's `serve` settings (workload.serve.config.ServeSettings), e.g. "
+        description="Merged into the endpoint's `serve` settings (workload.contract.serve_config.ServeSettings), e.g. "
         "model_id or max_ongoing_requests; host and port are the cluster's.",
     )
 
@@ -376,7 +376,7 @@ class JobSection(_Section):
     input_prefix: str = Field("input/{date}/", description="Key prefix of a run's prompts; {date} is the run's.")
     output_prefix: str = Field("output/{date}/", description="Key prefix of a run's results.")
     job_overrides: dict[str, Any] = Field(
-        default_factory=dict, description="Merged into the job's workload.config.JobConfig (nested keys)."
+        default_factory=dict, description="Merged into the job's workload.contract.config.JobConfig (nested keys)."
     )
 
     @field_validator("input_prefix", "output_prefix")

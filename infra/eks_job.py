@@ -14,7 +14,7 @@ from infra.config import StackConfig
 from infra.k8s.common import Manifest
 from infra.k8s.rayjob import HeadSpec, RayJobArgs, WorkerSpec, fit_job_to_workers, for_night, render_job
 from infra.pricing.stack_costs import run_price_per_hour_usd
-from workload.config import build_config
+from workload.contract.config import build_config
 
 RAYJOB_NAME = "llm-batch"
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")

@@ -1,7 +1,7 @@
 """`python -m infra.run`: the operator tool lives in `infra/ops/run.py`; this name is kept as its command."""
 
 from infra.ops.run import main
-from workload.cli_errors import run_command
+from workload.contract.cli_errors import run_command
 
 if __name__ == "__main__":
     raise SystemExit(run_command("python -m infra.run", main))

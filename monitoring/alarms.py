@@ -1,6 +1,6 @@
 """The stack's CloudWatch alarms as data: what each watches, when it fires, what it means, what to do.
 
-Metric and dimension names come from `workload.metric_names`, the module the job publishes with, so an alarm
+Metric and dimension names come from `workload.contract.metric_names`, the module the job publishes with, so an alarm
 cannot watch a metric the job does not send. Pulumi (`infra/components/observability.py`) turns each spec
 into an `aws.cloudwatch.MetricAlarm`; tests also put them to a moto server through boto3.
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from workload import metric_names as mn
+from workload.contract import metric_names as mn
 
 _PERIOD_MINUTES = mn.ALARM_PERIOD_S // 60
 # AWS updates EstimatedCharges a few times a day; a 6-hour period always holds one value.
@@ -215,7 +215,8 @@ class ServeWatch:
 
 
 def serve_alarms(stack: str, namespace: str, watch: ServeWatch) -> list[AlarmSpec]:
-    """The alarms on the endpoint's metrics (`workload.serve_reporter` publishes them while the RayService runs).
+    """The alarms on the endpoint's metrics (`workload.telemetry.serve_reporter` publishes them while the RayService
+    runs).
 
     No data means no reporter (the endpoint is being deployed or is gone) or, for latency, no request: neither
     is a breach; an endpoint that is down shows as a failed RayService in KubeRay, and its clients' errors."""

@@ -10,7 +10,7 @@ from typing import Any
 
 from monitoring.alarms import AlarmThresholds, ServeWatch
 from monitoring.queries import SavedQuery, strip_comments
-from workload import metric_names as mn
+from workload.contract import metric_names as mn
 
 _WIDTH = 12
 _HEIGHT = 6

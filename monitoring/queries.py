@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from workload.metric_names import LOG_FIELDS
+from workload.contract.metric_names import LOG_FIELDS
 
 QUERIES_DIR = Path(__file__).resolve().parent / "queries"
 

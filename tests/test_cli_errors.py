@@ -20,8 +20,8 @@ import pytest
 from infra.ops import plan as plan_tool
 from infra.ops import preflight, run, status
 from infra.ops import stacks as stacks_module
-from workload import cli as workload_cli
-from workload.cli_errors import EXIT_AWS, EXIT_BAD_INPUT, run_command
+from workload.cli import commands as workload_cli
+from workload.contract.cli_errors import EXIT_AWS, EXIT_BAD_INPUT, run_command
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_AWS = {
@@ -182,9 +182,9 @@ def test_the_plan_command_catches_its_own_errors(capsys: pytest.CaptureFixture[s
 
 def test_a_failed_run_is_exit_1_not_bad_input() -> None:
     """A project error that is a failure of the run itself (the engine's crash loop) carries its own exit code."""
-    from workload.cli_errors import EXIT_BAD_INPUT, EXIT_FAILED, describe
-    from workload.config import ConfigError
-    from workload.results import EngineCrashLoopError
+    from workload.contract.cli_errors import EXIT_BAD_INPUT, EXIT_FAILED, describe
+    from workload.contract.config import ConfigError
+    from workload.files.results import EngineCrashLoopError
 
     assert describe(EngineCrashLoopError("every row of a batch killed the engine")).exit_code == EXIT_FAILED
     assert describe(ConfigError("engine.max_num_seqs: must be at least 1")).exit_code == EXIT_BAD_INPUT

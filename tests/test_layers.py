@@ -111,17 +111,17 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 LAUNCHERS = {"infra.plan", "infra.policy", "infra.preflight", "infra.run", "infra.status", "infra.pricing.refresh"}
 # What the deploy-time program and the monitoring may read of the job: its config model, the image's fixed paths
 # and the metric names the alarms watch; none of them imports Ray, vLLM or torch (test_plan_imports_no_engine).
-# The commands' error boundary (workload.cli_errors) imports only the standard library. The online endpoint's
-# config model (workload.serve.config) is the job's config plus a `serve` section, free of Ray like it: the EKS
+# The commands' error boundary (workload.contract.cli_errors) imports only the standard library. The online endpoint's
+# config model (workload.contract.serve_config) is the job's config plus a `serve` section, free of Ray like it: the EKS
 # tiers' RayService is rendered from it.
 WORKLOAD_FOR_INFRA = {
     "workload",
-    "workload.config",
+    "workload.contract.config",
     "workload.serve",
-    "workload.serve.config",
-    "workload.entrypoint",
-    "workload.metric_names",
-    "workload.cli_errors",
+    "workload.contract.serve_config",
+    "workload.contract.entrypoint",
+    "workload.contract.metric_names",
+    "workload.contract.cli_errors",
 }
 
 

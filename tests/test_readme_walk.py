@@ -38,8 +38,8 @@ from tests.infra.nightly_aws import (
     summary,
     wait_for,
 )
-from workload import cli as workload_cli
-from workload.output import OutputStore
+from workload.cli import commands as workload_cli
+from workload.job.output import OutputStore
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -51,7 +51,7 @@ MODULE_MAINS = {
     "infra.status": "infra.ops.status",
     "infra.pricing.refresh": "infra.ops.refresh_prices",
     "infra.ops.deployer_policy": "infra.ops.deployer_policy",
-    "workload": "workload.cli",
+    "workload": "workload.cli.commands",
 }
 
 

@@ -17,7 +17,7 @@ from pydantic_core import PydanticUndefined
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from workload.config import JobConfig
+from workload.contract.config import JobConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_DOC = "docs/config-reference.md"

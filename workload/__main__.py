@@ -1,5 +1,5 @@
-from workload.cli import main
-from workload.cli_errors import run_command
+from workload.cli.commands import main
+from workload.contract.cli_errors import run_command
 
 if __name__ == "__main__":
     raise SystemExit(run_command("python -m workload", main))

@@ -21,9 +21,9 @@ from typing import Any
 import ray
 from ray.data import DataContext
 
-from workload.entrypoint import RAY_NODE_SETTINGS
+from workload.contract.entrypoint import RAY_NODE_SETTINGS
 from workload.leftovers import raylet_pid, stop_session_processes
-from workload.startup_trace import mark
+from workload.telemetry.startup_trace import mark
 
 _SCRATCH_VARIABLES = ("TMPDIR", "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR")
 
@@ -43,7 +43,7 @@ def ray_session(
         os.environ[name] = os.path.join(scratch, name.lower())
         os.makedirs(os.environ[name], exist_ok=True)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    for variable, setting in RAY_NODE_SETTINGS.items():  # what every tier's node sets (workload/entrypoint.py)
+    for variable, setting in RAY_NODE_SETTINGS.items():  # what every tier's node sets (workload/contract/entrypoint.py)
         os.environ.setdefault(variable, setting)
     address = os.environ.get("RAY_ADDRESS")
     try:

@@ -1,7 +1,7 @@
 """What operators watch: the job's alarms, dashboard, saved queries and the Spot warning rule.
 
 The definitions live in `monitoring/` (alarms, dashboard, queries, event pattern) and name the metrics the job
-publishes (`workload.metric_names`); this component only turns them into resources. Every alarm notifies the
+publishes (`workload.contract.metric_names`); this component only turns them into resources. Every alarm notifies the
 stack's alerts topic, except where AWS forbids it: the billing metric lives only in us-east-1 and an alarm
 can notify only a topic in its own region, so a stack elsewhere gets a small encrypted alerts topic there.
 """

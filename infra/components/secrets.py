@@ -20,7 +20,7 @@ RECOVERY_WINDOW_DAYS = 7
 class JobSecretsArgs:
     stack: str
     key_arn: pulumi.Input[str]
-    # The YAML the job reads (workload.config.render_config): model source, engine and sampling settings.
+    # The YAML the job reads (workload.contract.config.render_config): model source, engine and sampling settings.
     job_settings: pulumi.Input[str]
     # The Hugging Face hub token from `pulumi config set --secret llm-batch:hub_token`; None: set it by hand.
     hub_token: pulumi.Input[str] | None = None

@@ -14,9 +14,9 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from workload import entrypoint
-from workload.config import ResumeConfig
-from workload.entrypoint import JOB_GID, JOB_UID, STOP_MARGIN_S
+from workload.contract import entrypoint
+from workload.contract.config import ResumeConfig
+from workload.contract.entrypoint import JOB_GID, JOB_UID, STOP_MARGIN_S
 
 CONFIG_DIR = "/etc/llm-batch"
 # The node's model cache: on the instance's root volume, mounted at /models (the job image's user owns it).
@@ -27,9 +27,9 @@ CONTAINER = "llm-batch-job"
 SPOT_NOTICE_S = 120
 SPOT_POLL_S = 5
 DEFAULT_GRACE_PERIOD_S = ResumeConfig().grace_period_s
-# The job's own failure marker (workload.output.FAILURE); the state machine looks for it under the output.
+# The job's own failure marker (workload.job.output.FAILURE); the state machine looks for it under the output.
 FAILURE_MARKER = "_failed.json"
-# The job's exit codes when another attempt owns the night's output (workload/cli.py EXIT_LEASE_HELD and
+# The job's exit codes when another attempt owns the night's output (workload/cli/commands.py EXIT_LEASE_HELD and
 # EXIT_LEASE_LOST): the output is not this node's to mark failed. tests/infra/test_boot_failure.py keeps them equal.
 LEASE_HELD_EXIT = 4
 LEASE_LOST_EXIT = 5
@@ -115,7 +115,8 @@ def render_user_data(settings: BootSettings) -> str:
     job_config = shlex.quote(job_config_path(settings.config_dir))
     token = shlex.quote(f"{settings.config_dir}/secrets/hub_token")
     models_dir = q["models_dir"]
-    # The run spec (workload/entrypoint.py): user, read-only root, scratch tmpfs, mounts, environment, stop timeout.
+    # The run spec (workload/contract/entrypoint.py): user, read-only root, scratch tmpfs, mounts, environment, stop
+    # timeout.
     host = entrypoint.HostPaths(
         models=settings.models_dir,
         config=job_config_path(settings.config_dir),

@@ -55,7 +55,7 @@ RAY_AUTOSCALER = Requests(cpu="500m", memory="512Mi")
 # `ray job submit` then following the job's logs: mostly idle. KubeRay's default submitter asks for 500m/200Mi
 # with a 1 CPU / 1Gi limit, enough to leave the large tier's head node short.
 RAYJOB_SUBMITTER = Requests(cpu="200m", memory="512Mi")
-# The online endpoint's metrics sidecar in the RayService's head (`python -m workload.serve_reporter`).
+# The online endpoint's metrics sidecar in the RayService's head (`python -m workload.telemetry.serve_reporter`).
 SERVE_REPORTER = Requests(cpu="100m", memory="256Mi")
 
 # EKS's default add-ons (created with the cluster), at the requests EKS gives them: CoreDNS (two replicas),

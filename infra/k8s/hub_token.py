@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from workload import entrypoint
+from workload.contract import entrypoint
 
-# The run spec's token folder and file (workload/entrypoint.py), as on the small tier's node.
+# The run spec's token folder and file (workload/contract/entrypoint.py), as on the small tier's node.
 TOKEN_DIR = entrypoint.HUB_TOKEN_DIR
 TOKEN_FILE = entrypoint.HUB_TOKEN_PATH
 VOLUME = "hub-token"

@@ -30,18 +30,18 @@ from infra.k8s.common import (
 )
 from infra.k8s.head_group import RAY_AUTOSCALER, RAYJOB_SUBMITTER
 from infra.k8s.network_policy import SUBMITTER_COMPONENT
-from workload import entrypoint
-from workload.config import JobConfig, build_config, render_config
-from workload.entrypoint import MODELS_DIR
+from workload.contract import entrypoint
+from workload.contract.config import JobConfig, build_config, render_config
+from workload.contract.entrypoint import MODELS_DIR
 
 RAY_API_VERSION = "ray.io/v1"
 CONFIG_DIR = "/etc/llm-batch"
 CONFIG_FILE = "job.yaml"
 ENTRYPOINT = f"python -m workload run --config {CONFIG_DIR}/{CONFIG_FILE}"
 # The GPU worker's sidecar: publishes the node's GPU utilisation, which the driver on the CPU head cannot see.
-GPU_REPORTER_COMMAND = ["python", "-m", "workload.gpu_reporter", "--config", f"{CONFIG_DIR}/{CONFIG_FILE}"]
+GPU_REPORTER_COMMAND = ["python", "-m", "workload.telemetry.gpu_reporter", "--config", f"{CONFIG_DIR}/{CONFIG_FILE}"]
 GPU_REPORTER_SIZE = {"cpu": "100m", "memory": "256Mi"}
-# The image's user (the run spec, workload/entrypoint.py); runAsNonRoot checks it is not 0.
+# The image's user (the run spec, workload/contract/entrypoint.py); runAsNonRoot checks it is not 0.
 JOB_UID = entrypoint.JOB_UID
 
 # KubeRay names the RayCluster `<rayjob>-<5 chars>` and its head Service `<cluster>-head-svc`; a Service name
@@ -319,7 +319,7 @@ def _ray_mounts() -> list[dict[str, Any]]:
 
 
 def _gpu_reporter(args: RayJobArgs) -> dict[str, Any]:
-    """The sidecar publishing the worker node's GPU utilisation (`python -m workload.gpu_reporter`).
+    """The sidecar publishing the worker node's GPU utilisation (`python -m workload.telemetry.gpu_reporter`).
 
     It asks for no GPU: the device plugin hands each `nvidia.com/gpu` to one container only, so a request here
     would take the GPU away from the engine (or leave the pod unschedulable). Instead it sets

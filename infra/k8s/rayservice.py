@@ -1,7 +1,8 @@
 """The online endpoint of the EKS tiers: a KubeRay RayService serving the nightly job's model.
 
 Its Serve application is the one `python -m workload serve` runs (`workload.serve.cluster:app`, which builds it
-with `workload.serve.app.build_app`) from the same config model (`workload.serve.config.ServeConfig`), which the
+with `workload.serve.app.build_app`) from the same config model (`workload.contract.serve_config.ServeConfig`), which
+the
 stack makes from the job's own model and engine sections (`StackConfig.serve_config`). Serve's HTTP proxy runs on
 the head only (`proxy_location: HeadOnly`), behind KubeRay's serve Service: a ClusterIP Service, or by config an
 internal load balancer, never an internet-facing one.
@@ -50,8 +51,8 @@ from infra.k8s.rayjob import (
     _pod_security,
     _shm_volume,
 )
-from workload.entrypoint import MODELS_DIR
-from workload.serve.config import ServeConfig
+from workload.contract.entrypoint import MODELS_DIR
+from workload.contract.serve_config import ServeConfig
 
 # The application builder in the image: `app(args)` builds the Serve app from `args["config"]` (a ServeConfig).
 APP_IMPORT_PATH = "workload.serve.cluster:app"
@@ -259,7 +260,8 @@ def _head_template(args: RayServiceArgs) -> dict[str, Any]:
 
 
 def _reporter(args: RayServiceArgs) -> dict[str, Any]:
-    """The sidecar publishing the endpoint's latency, errors and replicas (`python -m workload.serve_reporter`)
+    """The sidecar publishing the endpoint's latency, errors and replicas (`python -m
+    workload.telemetry.serve_reporter`)
     from the head's Prometheus export; the head's service account carries the job role's PutMetricData."""
     return {
         "name": "serve-reporter",
@@ -268,7 +270,7 @@ def _reporter(args: RayServiceArgs) -> dict[str, Any]:
         "command": [
             "python",
             "-m",
-            "workload.serve_reporter",
+            "workload.telemetry.serve_reporter",
             "--namespace",
             args.metrics_namespace,
             "--stack",

@@ -179,7 +179,7 @@ def render_tree(plan: list[dict[str, Any]], details: bool = True) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from workload.cli_errors import HELP_EPILOG
+    from workload.contract.cli_errors import HELP_EPILOG
 
     parser = argparse.ArgumentParser(
         prog="python -m infra.plan",

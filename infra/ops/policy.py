@@ -462,7 +462,7 @@ def gate(plan: Plan) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from workload.cli_errors import HELP_EPILOG
+    from workload.contract.cli_errors import HELP_EPILOG
 
     parser = argparse.ArgumentParser(
         prog="python -m infra.policy",

@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     from infra.config import StackConfigError
     from infra.ops.plan import PlanError
     from infra.ops.stacks import offline_config
-    from workload.cli_errors import EXIT_AWS, HELP_EPILOG, CommandError, describe
+    from workload.contract.cli_errors import EXIT_AWS, HELP_EPILOG, CommandError, describe
 
     parser = argparse.ArgumentParser(
         prog="python -m infra.preflight",

@@ -179,7 +179,7 @@ def refresh_region(
 def main(argv: list[str] | None = None) -> int:
     import boto3
 
-    from workload.cli_errors import HELP_EPILOG
+    from workload.contract.cli_errors import HELP_EPILOG
 
     parser = argparse.ArgumentParser(
         prog="python -m infra.pricing.refresh",

@@ -90,7 +90,7 @@ def stop_runs(outputs: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from workload.cli_errors import HELP_EPILOG
+    from workload.contract.cli_errors import HELP_EPILOG
 
     parser = argparse.ArgumentParser(
         prog="python -m infra.run",

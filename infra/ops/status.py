@@ -119,7 +119,7 @@ def render(rows: list[RunRow]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from workload.cli_errors import HELP_EPILOG
+    from workload.contract.cli_errors import HELP_EPILOG
 
     parser = argparse.ArgumentParser(
         prog="python -m infra.status",

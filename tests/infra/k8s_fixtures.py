@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from infra.k8s.karpenter import NodeClassArgs
 from infra.k8s.rayjob import RayJobArgs, WorkerSpec, fit_job_to_workers
-from workload.config import JobConfig
+from workload.contract.config import JobConfig
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/llm-batch:0.1.0"
 

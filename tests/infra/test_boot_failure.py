@@ -22,7 +22,7 @@ import pytest
 
 from infra.components.user_data import BootSettings, render_user_data
 from infra.config import load_stack_config
-from workload.config import render_config
+from workload.contract.config import render_config
 
 BUCKET = "llm-batch-small-data"
 GROUP = "llm-batch-small-gpu"
@@ -168,7 +168,7 @@ def test_the_small_plans_node_may_write_exactly_the_failure_marker(plan_for: Any
 
 def test_lease_exit_codes_are_the_jobs() -> None:
     from infra.components import user_data
-    from workload import cli
+    from workload.cli import commands as cli
 
     assert (user_data.LEASE_HELD_EXIT, user_data.LEASE_LOST_EXIT) == (cli.EXIT_LEASE_HELD, cli.EXIT_LEASE_LOST)
 

@@ -96,7 +96,8 @@ def test_content_tag_moves_exactly_when_the_image_inputs_move(tmp_path: Path) ->
     # Everything it does receive, or is built with, does.
     changed = {content_tag(root, dockerfile, {"BASE_IMAGE": "python:3.11.15-slim-bookworm"}, PLATFORM)}
     changed.add(content_tag(root, dockerfile, ARGS, "linux/arm64"))
-    (root / "workload" / "config.py").write_text((root / "workload" / "config.py").read_text() + "\n")
+    job_config = root / "workload" / "contract" / "config.py"
+    job_config.write_text(job_config.read_text() + "\n")
     changed.add(content_tag(root, dockerfile, ARGS, PLATFORM))
     (root / "requirements" / "gpu.lock").write_text((root / "requirements" / "gpu.lock").read_text() + "\n")
     changed.add(content_tag(root, dockerfile, ARGS, PLATFORM))

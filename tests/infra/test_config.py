@@ -20,7 +20,7 @@ from infra.config import (
 )
 from infra.ops.stacks import read_stack_config, stack_file
 from tests.infra.conftest import STACKS
-from workload.config import ConfigError, load_config
+from workload.contract.config import ConfigError, load_config
 
 BASE = {"tier": "small", "cost_center": "ml-platform"}
 
@@ -168,7 +168,7 @@ def test_job_config_renders_what_the_job_loads(tmp_path: Any) -> None:
     assert job.metrics.sink == "cloudwatch" and job.metrics.stack == "small"
     assert job.resume.lease_wait_s == 300  # a replacement waits out the old attempt's lease
     assert job.metrics.namespace == config.monitoring.metrics_namespace
-    from workload.config import render_config
+    from workload.contract.config import render_config
 
     path = tmp_path / "job.yaml"
     path.write_text(render_config(job))

@@ -23,7 +23,7 @@ from infra.components.image import DOCKERFILE, REPO_ROOT
 from infra.config import load_stack_config
 from infra.eks_job import night_manifests
 from infra.k8s import rayjob
-from workload import entrypoint
+from workload.contract import entrypoint
 
 Plan = list[dict[str, Any]]
 

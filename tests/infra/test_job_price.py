@@ -19,8 +19,8 @@ from infra.ops.stacks import offline_config
 from infra.pricing.stack_costs import price_warning, run_hourly_usd, run_price_per_hour_usd
 from infra.pricing.table import DEFAULT_TABLE, load_prices
 from tests.infra.conftest import STACKS
-from workload.cloudwatch import cost_per_million_output_tokens
-from workload.summary import build_summary
+from workload.job.summary import build_summary
+from workload.telemetry.cloudwatch import cost_per_million_output_tokens
 
 # What each shipped stack runs at most at once, worked out by hand from its stack file and the tier defaults:
 # small one g5.xlarge; medium two g5.2xlarge (eks.gpu_max_nodes); large eight workers of 3 CPU / 12 GiB / 1 GPU,

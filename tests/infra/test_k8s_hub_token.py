@@ -16,7 +16,7 @@ from infra.k8s import hub_token
 from infra.k8s.rayjob import RayJobArgs, render_rayjob
 from tests.infra.crd_schema import assert_valid
 from tests.infra.k8s_fixtures import large_args, medium_args
-from workload import entrypoint
+from workload.contract import entrypoint
 
 TOKEN = "hf_not_a_real_token_0123456789"
 
@@ -53,7 +53,8 @@ def test_every_ray_pod_fetches_the_token_first(make: Any, crds_dir: Path) -> Non
 def test_without_a_token_the_pods_are_unchanged() -> None:
     for pod in _pods(render_rayjob(medium_args())):
         assert "initContainers" not in pod
-        # Only the run spec's environment (workload/entrypoint.py ENV): no token path to a file that is not there.
+        # Only the run spec's environment (workload/contract/entrypoint.py ENV): no token path to a file that is not
+        # there.
         assert pod["containers"][0]["env"] == entrypoint.k8s_env()
         assert all(env["name"] != "HF_TOKEN_PATH" for env in pod["containers"][0]["env"])
 

@@ -27,9 +27,9 @@ from infra.ops.checks_k8s import pod_security_problems, pod_specs
 from infra.ops.stacks import offline_config
 from tests.infra.crd_schema import assert_valid, crd_errors
 from tests.infra.k8s_fixtures import IMAGE, job_config, large_args, medium_args
-from workload import gpu_reporter
-from workload.config import build_config, load_config
-from workload.entrypoint import MODEL_CACHE_DIR, MODELS_DIR
+from workload.contract.config import build_config, load_config
+from workload.contract.entrypoint import MODEL_CACHE_DIR, MODELS_DIR
+from workload.telemetry import gpu_reporter
 
 TIERS = {"medium": medium_args, "large": large_args}
 
@@ -296,7 +296,7 @@ def test_gpu_workers_run_the_gpu_reporter_beside_ray(tier: str) -> None:
     assert ray["name"] == "ray-worker"  # KubeRay configures the first container as Ray's
     assert reporter["name"] == "gpu-reporter"
     assert reporter["image"] == ray["image"] == IMAGE
-    assert reporter["command"][:3] == ["python", "-m", "workload.gpu_reporter"]
+    assert reporter["command"][:3] == ["python", "-m", "workload.telemetry.gpu_reporter"]
     # It reads the config the ConfigMap mounts, at the path the mount gives it.
     config_path = reporter["command"][reporter["command"].index("--config") + 1]
     mount = next(m for m in reporter["volumeMounts"] if m["name"] == "job-config")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from infra.components.user_data import BootSettings, job_config_path, render_user_data
 from infra.config import load_stack_config
-from workload.config import load_config, render_config
+from workload.contract.config import load_config, render_config
 
 RUN_REQUEST_URI = "s3://llm-batch-small-data/control/run.json"
 STUB = """#!/bin/bash

@@ -18,7 +18,7 @@ from monitoring.alarms import billing_alarm, job_alarms
 from monitoring.queries import load_queries
 from tests.infra.conftest import STACKS, Plan
 from tests.infra.plan_select import children, component, only_child, stack_key
-from workload import metric_names as mn
+from workload.contract import metric_names as mn
 
 ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
 LOG_GROUP = "aws:cloudwatch/logGroup:LogGroup"

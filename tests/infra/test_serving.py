@@ -32,7 +32,7 @@ from infra.pricing.table import load_prices
 from monitoring.alarms import serve_alarms
 from tests.infra.conftest import Plan
 from tests.infra.crd_schema import assert_valid
-from workload import metric_names as mn
+from workload.contract import metric_names as mn
 
 # What a stack sets to serve: the endpoint, and a head node with room for its head beside the nightly one's.
 SERVE_ON = {"serve.enabled": True, "eks.head_instance_type": "m5.2xlarge"}

@@ -20,7 +20,7 @@ from infra.eks_job import base_rayjob_args
 from infra.functions.submit_rayjob import handler as submit
 from infra.ops.stacks import read_stack_config
 from tests.infra.fake_kube import FakeKube, self_signed_cert
-from workload.config import build_config
+from workload.contract.config import build_config
 
 NAMESPACE = "llm-batch"
 RAYJOBS = f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs"

@@ -26,7 +26,7 @@ from infra.components.user_data import (
     stop_timeout_s,
 )
 from infra.config import load_stack_config
-from workload.config import load_config, render_config
+from workload.contract.config import load_config, render_config
 
 TOKEN = "hf_dont_print_me_123"
 SETTINGS_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:llm-batch-small/job-settings-AbCdEf"

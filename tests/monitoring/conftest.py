@@ -11,10 +11,10 @@ from typing import Any
 import boto3
 import pytest
 
-from workload.cloudwatch import CloudWatchMetrics
-from workload.config import MetricsConfig
-from workload.gpu import GpuSampler
-from workload.metrics import BatchReport
+from workload.contract.config import MetricsConfig
+from workload.telemetry.cloudwatch import CloudWatchMetrics
+from workload.telemetry.gpu import GpuSampler
+from workload.telemetry.metrics import BatchReport
 
 STACK = "mon-test"
 GROUP = "/llm-batch/mon-test/job"

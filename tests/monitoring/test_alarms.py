@@ -13,9 +13,9 @@ from pydantic import ValidationError
 
 from monitoring.alarms import AlarmSpec, AlarmThresholds, billing_alarm, evaluation_minutes, job_alarms
 from tests.monitoring.conftest import STACK, PublishedRun
-from workload import metric_names as mn
-from workload.cloudwatch import CloudWatchMetrics
-from workload.config import DEFAULT_METRICS_NAMESPACE, MetricsConfig
+from workload.contract import metric_names as mn
+from workload.contract.config import DEFAULT_METRICS_NAMESPACE, MetricsConfig
+from workload.telemetry.cloudwatch import CloudWatchMetrics
 
 THRESHOLDS = AlarmThresholds(
     gpu_util_min_percent=35, gpu_util_low_minutes=20, batch_latency_p95_max_s=60, error_ratio_max=0.02,

@@ -12,7 +12,7 @@ from monitoring.alarms import AlarmThresholds
 from monitoring.dashboard import dashboard_body
 from monitoring.queries import load_queries
 from tests.monitoring.conftest import GROUP, STACK, PublishedRun
-from workload import metric_names as mn
+from workload.contract import metric_names as mn
 
 THRESHOLDS = AlarmThresholds(batch_latency_p95_max_s=90, gpu_util_min_percent=40, error_ratio_max=0.1)
 

@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from workload.tiny_model import ensure_tiny_model
+from workload.engine.tiny_model import ensure_tiny_model
 
 BOM = b"\xef\xbb\xbf"
 

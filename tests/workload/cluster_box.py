@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 
 from infra.k8s.common import GPU_RESOURCE, quantity_value
-from workload.entrypoint import MODELS_DIR
+from workload.contract.entrypoint import MODELS_DIR
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHM_SIZE = "1g"

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from workload.entrypoint import ENTRYPOINT
+from workload.contract.entrypoint import ENTRYPOINT
 
 # Small enough for 2 cores, big enough for several shards to commit one after another.
 ENGINE = {"max_model_len": 512, "max_num_seqs": 16, "enforce_eager": True, "cpu_kvcache_space_gib": 1}

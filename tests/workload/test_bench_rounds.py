@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from workload import cli as workload_cli
 from workload.bench import runner
 from workload.bench.rounds import RATIOS, combine, combined_markdown, ratio_lines
+from workload.cli import commands as workload_cli
 
 
 def _round(

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from tests.workload.test_bench_scorecard import RECORDS, _run
-from workload import startup_trace
 from workload.bench.profiles import get_profile
 from workload.bench.report import markdown
 from workload.bench.scorecard import build_scorecard
 from workload.bench.startup import ENGINE_PHASES, JOB_PHASES, breakdown
+from workload.telemetry import startup_trace
 
 REPRO = {
     "command": "python -m workload bench --out x",
@@ -29,7 +29,8 @@ def test_marks_from_several_processes_reach_one_file(tmp_path: Path, monkeypatch
     startup_trace.mark("ray_start", at=100.0)
     # An actor is another process: it gets the variable through its environment, as pipeline.engine_env passes it.
     code = (
-        "from workload.startup_trace import mark; mark('engine_build_start', at=110.0); mark('engine_ready', at=130.0)"
+        "from workload.telemetry.startup_trace import mark; "
+        "mark('engine_build_start', at=110.0); mark('engine_ready', at=130.0)"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
     startup_trace.mark("engine_build_start", at=150.0)  # a second replica's, later: the first one counts

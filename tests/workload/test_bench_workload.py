@@ -23,7 +23,7 @@ from workload.bench.profiles import (
     materialise_model,
 )
 from workload.bench.worker import WorkerTask
-from workload.pipeline import engine_kwargs as job_engine_kwargs
+from workload.engine.pipeline import engine_kwargs as job_engine_kwargs
 
 SPEC = WorkloadSpec(
     num_requests=200,

@@ -12,12 +12,12 @@ from typing import Any
 import boto3
 import pytest
 
-from workload import metric_names as mn
-from workload.cloudwatch import CloudWatchMetrics, cost_per_million_output_tokens, log_stream_name, percentile
-from workload.config import DEFAULT_METRICS_NAMESPACE, MetricsConfig
-from workload.gpu import GpuSampler
-from workload.metric_sinks import open_metrics
-from workload.metrics import BatchReport
+from workload.contract import metric_names as mn
+from workload.contract.config import DEFAULT_METRICS_NAMESPACE, MetricsConfig
+from workload.telemetry.cloudwatch import CloudWatchMetrics, cost_per_million_output_tokens, log_stream_name, percentile
+from workload.telemetry.gpu import GpuSampler
+from workload.telemetry.metric_sinks import open_metrics
+from workload.telemetry.metrics import BatchReport
 
 STACK = "test-stack"
 RUN = "run-0001"

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from workload.config import ConfigError, JobConfig, build_config, load_config, render_config
+from workload.contract.config import ConfigError, JobConfig, build_config, load_config, render_config
 
 BASE = {"input": {"uri": "in.jsonl"}, "output": {"uri": "out"}}
 
@@ -22,8 +22,8 @@ def test_minimal_config_gets_documented_defaults() -> None:
 
 def test_importing_the_config_loads_neither_ray_nor_vllm() -> None:
     # infra renders this model inside a Pulumi run, where the job's heavy dependencies must not load.
-    assert "workload.config" in sys.modules
-    assert "vllm" not in sys.modules or "workload.pipeline" in sys.modules
+    assert "workload.contract.config" in sys.modules
+    assert "vllm" not in sys.modules or "workload.engine.pipeline" in sys.modules
 
 
 @pytest.mark.parametrize(

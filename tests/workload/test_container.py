@@ -1,7 +1,8 @@
 """The workload image, built and run here: the product's deliverable, not a parsed Dockerfile.
 
 One CPU build of workload/Dockerfile (tools/image.py: podman with runc, a debootstrap base, both cached), then the
-container runs the job exactly as the tiers start it, from the run spec (workload/entrypoint.py): non-root, read-only
+container runs the job exactly as the tiers start it, from the run spec (workload/contract/entrypoint.py): non-root,
+read-only
 root with a scratch tmpfs, the node's model cache at /models, the config file at /etc/llm-batch/job.yaml and the hub
 token as a file. Input and output live on the moto server on the host (--network=host), the S3 the job speaks.
 
@@ -28,8 +29,8 @@ import pytest
 from tests.workload.jobrun import write_config
 from tests.workload.test_resume import ROWS, _assert_complete, _input_rows, _s3_output
 from tools import image as image_tool
-from workload import entrypoint
-from workload.tiny_model import TINY_MODEL_VERSION
+from workload.contract import entrypoint
+from workload.engine.tiny_model import TINY_MODEL_VERSION
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +45,7 @@ KERNELS_LOAD = (
     "import torch; from vllm.platforms import current_platform; current_platform.import_kernels(); "
     "print('loaded' if hasattr(torch.ops._C, 'init_cpu_memory_env') else 'missing')"
 )
-# The job's progress line (workload/progress.py): rows are flowing through the engine.
+# The job's progress line (workload/telemetry/progress.py): rows are flowing through the engine.
 PROGRESS = "[llm-batch] attempt 1: "
 LEFTOVERS = ("src", "root/.cache", "opt/wheels", "opt/pypi", "opt/pypi-more", "etc/pip.conf", "tmp/pip")
 

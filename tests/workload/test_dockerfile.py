@@ -19,8 +19,8 @@ import pytest
 from dockerfile_parse import DockerfileParser
 
 from tools import pins
-from workload import entrypoint
-from workload.config import build_config
+from workload.contract import entrypoint
+from workload.contract.config import build_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO_ROOT / "workload" / "Dockerfile"
@@ -147,7 +147,7 @@ def test_entrypoint_module_is_the_job_cli() -> None:
     )
     assert run_help.returncode == 0 and "--config" in run_help.stdout, run_help.stderr
     # The CLI's own constant (what the end-to-end tests build their command from) is the image's entrypoint.
-    from workload import cli
+    from workload.cli import commands as cli
 
     assert list(cli.ENTRYPOINT) == list(entrypoint.ENTRYPOINT)
     from tests.workload.jobrun import job_command

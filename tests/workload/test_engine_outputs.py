@@ -10,7 +10,7 @@ from typing import Any
 
 from vllm.sampling_params import RequestOutputKind, SamplingParams
 
-from workload.engine_guard import GuardedEngineUDF
+from workload.engine.guard import GuardedEngineUDF
 
 
 class _UpstreamBuilder:

@@ -12,10 +12,10 @@ import boto3
 import pytest
 import yaml
 
-from workload import metric_names as mn
-from workload.config import build_config
-from workload.gpu import GpuSampler
-from workload.gpu_reporter import main, serve
+from workload.contract import metric_names as mn
+from workload.contract.config import build_config
+from workload.telemetry.gpu import GpuSampler
+from workload.telemetry.gpu_reporter import main, serve
 
 GROUP = "/llm-batch/gpu-test/job"
 

@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from workload.config import InputConfig
-from workload.input_plan import plan_input
-from workload.rows import InputError
+from workload.contract.config import InputConfig
+from workload.files.rows import InputError
+from workload.job.input_plan import plan_input
 
 
 def test_positions_follow_path_order_and_counts_skip_blank_lines(tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ from typing import Any
 import boto3
 import pytest
 
-from workload import metric_names as mn
-from workload.config import build_config
+from workload.contract import metric_names as mn
+from workload.contract.config import build_config
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP = "/llm-batch/e2e/job"
@@ -44,7 +44,7 @@ def _sum(metric: mn.MetricName, dimensions: dict[str, str], stat: str = "Sum") -
 
 @pytest.mark.slow
 def test_a_real_run_publishes_what_the_alarms_watch(moto_reset: str, tmp_path: Path) -> None:
-    from workload.job import run_job
+    from workload.job.attempt import run_job
 
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join((REPO / "data" / "sample.jsonl").read_text().splitlines(keepends=True)[:ROWS]))

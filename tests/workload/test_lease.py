@@ -15,9 +15,9 @@ from datetime import UTC, datetime, timedelta
 import boto3
 import pytest
 
-from workload.lease import LEASE, LeaseHeldError, LeaseLostError, LeaseRecord, OutputLease, hold_lease
-from workload.output import OutputStore
-from workload.storage import Location, list_files, locate, read_bytes, read_versioned, write_bytes_atomic
+from workload.files.storage import Location, list_files, locate, read_bytes, read_versioned, write_bytes_atomic
+from workload.job.lease import LEASE, LeaseHeldError, LeaseLostError, LeaseRecord, OutputLease, hold_lease
+from workload.job.output import OutputStore
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -90,7 +90,8 @@ def test_an_expired_lease_is_taken_over_and_its_old_holder_has_lost_it(root: Loc
 def test_a_holder_killed_on_this_machine_frees_the_lease_at_once(root: Location) -> None:
     # A real attempt process takes the lease and dies without releasing it (as SIGKILL leaves it).
     script = (
-        "import os, sys; from workload.lease import OutputLease; from workload.storage import locate; "
+        "import os, sys; from workload.job.lease import OutputLease; "
+        "from workload.files.storage import locate; "
         "OutputLease(locate(sys.argv[1]), ttl_s=300).acquire(); os._exit(0)"
     )
     subprocess.run([sys.executable, "-c", script, root.uri], check=True, timeout=60)

@@ -26,8 +26,8 @@ import pytest
 import yaml
 
 from tests.workload.jobrun import job_command, run_job, write_config
-from workload.lease import LEASE, LeaseRecord
-from workload.storage import Location, list_files, locate, read_bytes, read_versioned
+from workload.files.storage import Location, list_files, locate, read_bytes, read_versioned
+from workload.job.lease import LEASE, LeaseRecord
 
 pytestmark = pytest.mark.slow
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import boto3
 import pytest
 
-from workload import model_source
-from workload.config import ModelConfig
-from workload.model_source import ModelSourceError, compile_cache_env, resolve_model
+from workload.contract.config import ModelConfig
+from workload.engine import model_source
+from workload.engine.model_source import ModelSourceError, compile_cache_env, resolve_model
 
 
 def test_embedded_model_is_built_once_with_4096_positions(tmp_path) -> None:

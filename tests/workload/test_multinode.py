@@ -28,9 +28,9 @@ from infra.k8s.rayjob import RayJobArgs
 from infra.ops.stacks import offline_config
 from tests.infra.k8s_fixtures import IMAGE
 from tests.workload import cluster_box
-from workload.config import build_config
-from workload.model_source import COMPLETE_MARKER
-from workload.tiny_model import ensure_tiny_model
+from workload.contract.config import build_config
+from workload.engine.model_source import COMPLETE_MARKER
+from workload.engine.tiny_model import ensure_tiny_model
 
 pytestmark = pytest.mark.slow
 
@@ -122,7 +122,7 @@ def _results(bucket: str, output: str) -> list[dict[str, Any]]:
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
-    from workload.storage import _s3_filesystem
+    from workload.files.storage import _s3_filesystem
 
     prefix = output[len("s3://") :] + "results"
     fs: pafs.FileSystem = _s3_filesystem()

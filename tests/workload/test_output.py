@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from workload.output import OutputStore
-from workload.storage import delete_file, list_files, locate, read_bytes, write_bytes_atomic
+from workload.files.storage import delete_file, list_files, locate, read_bytes, write_bytes_atomic
+from workload.job.output import OutputStore
 
 STATS = {"rows_ok": 2, "rows_failed": 1, "input_tokens": 10, "output_tokens": 20, "error_types": {"x": 1}}
 

@@ -11,9 +11,9 @@ import pyarrow as pa
 import pytest
 
 from tests.workload.bad_text import STRICT_TEMPLATE
-from workload.config import ModelConfig, build_config
-from workload.pipeline import ApplyChatTemplate, engine_kwargs
-from workload.tiny_model import ensure_tiny_model
+from workload.contract.config import ModelConfig, build_config
+from workload.engine.pipeline import ApplyChatTemplate, engine_kwargs
+from workload.engine.tiny_model import ensure_tiny_model
 
 BASE = {"input": {"uri": "in.jsonl"}, "output": {"uri": "out"}}
 
@@ -107,7 +107,7 @@ def test_a_model_without_a_chat_template_fails_chat_rows_only(tmp_path: Path, st
 
 def test_actors_may_reach_the_hub_only_for_a_hub_model() -> None:
     """Each actor fetches the model itself: a hub id needs the hub; a folder or s3:// copy is loaded offline."""
-    from workload.pipeline import engine_env
+    from workload.engine.pipeline import engine_env
 
     assert engine_env(build_config(BASE))["HF_HUB_OFFLINE"] == "1"
     assert engine_env(build_config({**BASE, "model": {"source": "s3://b/models/x"}}))["HF_HUB_OFFLINE"] == "1"
@@ -117,7 +117,7 @@ def test_actors_may_reach_the_hub_only_for_a_hub_model() -> None:
 def test_the_cpu_engine_runs_its_model_in_the_engine_core_process() -> None:
     """The CPU layout matches one GPU's (no separate worker process); a GPU engine keeps vLLM's own choice. The
     real run of this layout is every job test (e.g. test_job_e2e) and the benchmark."""
-    from workload.pipeline import CPU_ONE_PROCESS_ENGINE, engine_env
+    from workload.engine.pipeline import CPU_ONE_PROCESS_ENGINE, engine_env
 
     assert CPU_ONE_PROCESS_ENGINE.items() <= engine_env(build_config({**BASE, "device": "cpu"})).items()
     assert not CPU_ONE_PROCESS_ENGINE.keys() & engine_env(build_config({**BASE, "device": "gpu"})).keys()

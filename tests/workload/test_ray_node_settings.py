@@ -9,8 +9,8 @@ import sys
 import pytest
 import ray
 
-from workload import entrypoint
-from workload.pipeline import usage_telemetry_off_when_disabled
+from workload.contract import entrypoint
+from workload.engine.pipeline import usage_telemetry_off_when_disabled
 from workload.runtime import _import_in_background, ray_session
 
 

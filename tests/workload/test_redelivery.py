@@ -1,6 +1,6 @@
 """A row that reaches the driver twice (a batch Ray reran after a lost node, whose first answers had already come
 back) is written once, and counted. The committer and a local output store are the real ones; the rows stand in
-for the pipeline's output, whose columns workload/pipeline.py defines."""
+for the pipeline's output, whose columns workload/engine/pipeline.py defines."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from workload.config import build_config
-from workload.job import _ShardCommitter
-from workload.metrics import NullMetrics
-from workload.output import OutputStore
+from workload.contract.config import build_config
+from workload.job.attempt import _ShardCommitter
+from workload.job.output import OutputStore
+from workload.telemetry.metrics import NullMetrics
 
 
 def _answer(position: int, text: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import boto3
 import pytest
 
 from tests.workload.jobrun import run_job, write_config
-from workload.storage import list_files, locate, read_bytes
+from workload.files.storage import list_files, locate, read_bytes
 
 EXIT_OUTPUT_MISMATCH = 3
 

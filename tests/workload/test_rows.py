@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from workload.config import InputConfig, SamplingParams
-from workload.rows import InputError, read_input
+from workload.contract.config import InputConfig, SamplingParams
+from workload.files.rows import InputError, read_input
 
 DEFAULTS = SamplingParams(max_tokens=16)
 
@@ -162,7 +162,7 @@ def test_parquet_struct_fields_a_row_never_set_are_not_nulls(tmp_path: Path) -> 
 
 def test_a_record_split_over_any_chunks_reads_as_in_one_piece() -> None:
     """The streamed readers see a file chunk by chunk: a line (or the BOM) cut anywhere reads the same."""
-    from workload.rows import jsonl_records
+    from workload.files.rows import jsonl_records
 
     data = b'\xef\xbb\xbf{"id": 1}\r\n\n  \n{"id": 2, "prompt": "' + b"x" * 50 + b'"}\n{"id": 3}'
     whole = list(jsonl_records([data]))

@@ -1,4 +1,4 @@
-"""The run spec (workload/entrypoint.py) is the one description of how the container starts, on every tier: the
+"""The run spec (workload/contract/entrypoint.py) is the one description of how the container starts, on every tier: the
 small node's `docker run`, the RayJob's pods and the container tests render from it and agree."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from infra.components.user_data import BootSettings, render_user_data
 from infra.k8s.rayjob import render_rayjob
 from tests.infra.k8s_fixtures import medium_args
-from workload import entrypoint
+from workload.contract import entrypoint
 
 HOST = entrypoint.HostPaths(models="/var/lib/llm-batch/models", config="/etc/llm-batch/job.yaml", secrets="/s")
 

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from tests.workload.serve_results import bench_result
-from workload.cli import EXIT_BAD_CONFIG, main
-from workload.config import ConfigError, build_config
-from workload.serve.config import DEFAULT_MODEL_ID, build_serve_config, load_serve_config
+from workload.cli.commands import EXIT_BAD_CONFIG, main
+from workload.contract.config import ConfigError, build_config
+from workload.contract.serve_config import DEFAULT_MODEL_ID, build_serve_config, load_serve_config
 
 JOB_CONFIG = {
     "input": {"uri": "data/prompts.jsonl"},
@@ -56,7 +56,7 @@ def test_a_job_config_file_serves_the_same_model_and_engine(tmp_path: Path) -> N
 
 
 def test_the_app_gets_the_batch_jobs_own_engine_arguments() -> None:
-    from workload.pipeline import engine_env, engine_kwargs
+    from workload.engine.pipeline import engine_env, engine_kwargs
     from workload.serve.app import llm_config_fields
 
     config = build_serve_config(JOB_CONFIG)

@@ -27,8 +27,8 @@ import pytest
 import yaml
 
 from tests.conftest import _free_port
-from workload.config import ModelConfig
-from workload.model_source import COMPLETE_MARKER, resolve_model
+from workload.contract.config import ModelConfig
+from workload.engine.model_source import COMPLETE_MARKER, resolve_model
 
 pytestmark = pytest.mark.slow
 

@@ -1,5 +1,5 @@
 """The endpoint's model on each replica's node: the app builder names the model and fetches nothing; the replica's
-callback fetches it with the batch job's own code (workload.model_source) and points its engine there.
+callback fetches it with the batch job's own code (workload.engine.model_source) and points its engine there.
 
 Ray Serve LLM's real LLMConfig, engine config and downloader; the S3 source on a moto server. No Ray or engine is
 started: the end-to-end check (an endpoint serving an s3:// model from moto) is tests/workload/test_serve_endpoint.py.
@@ -15,10 +15,10 @@ from pathlib import Path
 import boto3
 import pytest
 
-from workload import model_source
-from workload.config import ModelConfig
-from workload.model_source import ModelSourceError, check_model_source, resolve_model
-from workload.serve.config import build_serve_config
+from workload.contract.config import ModelConfig
+from workload.contract.serve_config import build_serve_config
+from workload.engine import model_source
+from workload.engine.model_source import ModelSourceError, check_model_source, resolve_model
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
 
-from workload import metric_names as mn
-from workload.serve_reporter import interval_values, parse, percentile_from_buckets, report
+from workload.contract import metric_names as mn
+from workload.telemetry.serve_reporter import interval_values, parse, percentile_from_buckets, report
 
 BUCKETS_MS = (50, 100, 500, 1000, 5000)
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from workload import cli
-from workload.output import OutputStore
+from workload.cli import commands as cli
+from workload.job.output import OutputStore
 
 STATS = {"rows_ok": 7, "rows_failed": 2, "input_tokens": 70, "output_tokens": 90, "error_types": {}}
 

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from workload.bench.profiles import PROFILES, BenchProfile, get_profile
-from workload.config import ModelConfig
+from workload.contract.config import ModelConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workload.config import JobConfig
+from workload.contract.config import JobConfig
 
 
 def engine_kwargs(config: JobConfig, model_path: str) -> dict[str, Any]:
@@ -13,6 +13,6 @@ def engine_kwargs(config: JobConfig, model_path: str) -> dict[str, Any]:
     Per-request timestamps are what the scorecard is made of, so stats logging is on: `vllm.LLM` turns it off
     by default, while the async engine inside Ray Data LLM leaves it on (the job gets the same behaviour).
     """
-    from workload.pipeline import engine_kwargs as job_engine_kwargs
+    from workload.engine.pipeline import engine_kwargs as job_engine_kwargs
 
     return {**job_engine_kwargs(config), "model": model_path, "disable_log_stats": False}

@@ -20,7 +20,7 @@ from workload.bench.progress import say
 from workload.bench.records import RequestRecord, record_from_metrics, wall_to_monotonic_offset
 from workload.bench.results import ModeRun
 from workload.bench.startup import first_token_wall
-from workload.startup_trace import mark
+from workload.telemetry.startup_trace import mark
 
 
 def _records(llm: Any, requests: list[BenchRequest], detokenize: bool, use_tqdm: Any) -> list[RequestRecord]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from workload.config import SamplingParams
+from workload.contract.config import SamplingParams
 
 # Plain words for prompts: their token count depends on the tokenizer, so the engine's own count is what is
 # reported.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from workload.config import EngineConfig
+from workload.contract.config import EngineConfig
 
 
 def worker_env(scratch: Path, engine: EngineConfig, base: dict[str, str] | None = None) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Mode 3: this project's Ray Data LLM pipeline (`workload.pipeline.build_pipeline`), same engine args.
+"""Mode 3: this project's Ray Data LLM pipeline (`workload.engine.pipeline.build_pipeline`), same engine args.
 
 Each point runs the job's processor over the point's requests as a Ray Dataset and reads the per-request
 vLLM timestamps back from the `metrics` column, so the job is timed exactly as the engine modes are. Ray
@@ -19,15 +19,15 @@ from workload.bench.progress import say
 from workload.bench.records import RequestRecord, record_from_metrics, wall_to_monotonic_offset
 from workload.bench.results import ModeRun
 from workload.bench.startup import first_token_wall
-from workload.config import JobConfig
-from workload.startup_trace import mark
+from workload.contract.config import JobConfig
+from workload.telemetry.startup_trace import mark
 
 _PROGRESS_EVERY = 0.1  # report every tenth of the rows
 
 
 def engine_blocks(requests: list[BenchRequest], detokenize: bool, batch_size: int) -> list[pa.Table]:
     """The engine input exactly as the job builds it: the same columns, cut by the job's own `input_blocks`."""
-    from workload.pipeline import engine_input, input_blocks
+    from workload.engine.pipeline import engine_input, input_blocks
 
     table = engine_input(
         [request.bench_id for request in requests],
@@ -55,7 +55,7 @@ def record_from_row(row: dict[str, Any], request: BenchRequest, offset: float) -
 def _run_point(config: JobConfig, model_path: str, point: str, spec: WorkloadSpec, device: str) -> ModeRun:
     import ray.data
 
-    from workload.pipeline import build_pipeline
+    from workload.engine.pipeline import build_pipeline
 
     requests = generate(spec)
     by_id = {request.bench_id: request for request in requests}
@@ -100,7 +100,7 @@ def run_job_mode(config: JobConfig, model_path: str, points: list[tuple[str, Wor
     from workload.runtime import ray_session
 
     # The job's own Ray session (scratch folders, progress bars off), so the job is measured as it runs.
-    with ray_session(config.device, preload=("workload.pipeline",)):
+    with ray_session(config.device, preload=("workload.engine.pipeline",)):
         runs = []
         for point, spec in points:
             say(f"{point}: job ({spec.num_requests} requests)")

@@ -17,8 +17,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workload.bench.generator import TokenRange, WorkloadSpec
-from workload.config import EngineConfig, JobConfig, StagesConfig
-from workload.tiny_model import ensure_tiny_model
+from workload.contract.config import EngineConfig, JobConfig, StagesConfig
+from workload.engine.tiny_model import ensure_tiny_model
 
 # Llama-3.1-8B's architecture (from its public config.json): only the shape matters with dummy weights.
 LLAMA_3_1_8B_SHAPE: dict[str, Any] = {

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workload import startup_trace
 from workload.bench.engine_args import engine_kwargs
 from workload.bench.isolation import worker_env
 from workload.bench.plots import plot_latency, plot_throughput
@@ -24,6 +23,7 @@ from workload.bench.repro import command_line, git_commit, hardware, versions
 from workload.bench.results import ModeRun
 from workload.bench.scorecard import build_scorecard
 from workload.bench.worker import WorkerTask
+from workload.telemetry import startup_trace
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GROUPS = ("engine", "job")

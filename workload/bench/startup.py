@@ -1,7 +1,8 @@
 """Start-up broken down by phase, from the worker process's start to its first output token.
 
 Both groups are timed the same way: the worker is a fresh process (its start is the operating system's record of
-it), the phases end at marks the product code writes (workload/startup_trace.py), and the first token is vLLM's
+it), the phases end at marks the product code writes (workload/telemetry/startup_trace.py), and the first token is
+vLLM's
 own first-token timestamp of the earliest request. The engine group's first token is its warm-up request's; the
 job's is its first point's first request's, with Ray, the dataset's actors and the engine started on the way.
 """

@@ -130,7 +130,8 @@ DEFINITIONS = {
     "peak_memory": "CPU: summed PSS (proportional set size) of the worker's process tree, peak over the point's "
     "run (the job's includes its start-up); GPU: NVML device memory used",
     "startup": "worker process start -> first output token (engine group: its warm-up request; job: its first "
-    "point's first request), by phase; phases end at marks the product code writes (workload/startup_trace.py)",
+    "point's first request), by phase; phases end at marks the product code writes "
+    "(workload/telemetry/startup_trace.py)",
     "cpu_seconds_by_process": "CPU seconds each process role of the worker's tree spent during the run "
     "(start-up included for the job, whose actors start inside the run)",
     "peak_pss_mib_by_process": "CPU only: the PSS (MiB) of each process role at the sample that made the peak",

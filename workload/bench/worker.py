@@ -15,12 +15,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from workload import startup_trace
 from workload.bench.engine_args import engine_kwargs
 from workload.bench.generator import WorkloadSpec
 from workload.bench.profiles import BenchProfile
 from workload.bench.startup import ENGINE_PHASES, JOB_PHASES, breakdown, process_start_time
-from workload.model_source import compile_cache_env
+from workload.engine.model_source import compile_cache_env
+from workload.telemetry import startup_trace
 
 
 class WorkerTask(BaseModel):
@@ -39,7 +39,7 @@ def run_task(task: WorkerTask) -> list[dict[str, Any]]:
     if task.group == "engine":
         from workload.bench.engine_modes import run_engine_modes
 
-        # The compile caches the job's engine actor uses (workload/engine_guard.py): both start equally warm.
+        # The compile caches the job's engine actor uses (workload/engine/guard.py): both start equally warm.
         os.environ.update(compile_cache_env(config.model))
 
         runs = run_engine_modes(

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from workload.model_source import model_label
-from workload.pipeline import engine_env, engine_kwargs
-from workload.serve.config import ServeConfig
+from workload.contract.serve_config import ServeConfig
+from workload.engine.model_source import model_label
+from workload.engine.pipeline import engine_env, engine_kwargs
 from workload.serve.replica_model import callback_config
 
 

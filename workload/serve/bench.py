@@ -27,9 +27,9 @@ from typing import Any
 import yaml
 
 from workload.bench.profiles import materialise_model
-from workload.pipeline import engine_env, engine_kwargs
+from workload.contract.serve_config import DEFAULT_MODEL_ID, ServeConfig, build_serve_config
+from workload.engine.pipeline import engine_env, engine_kwargs
 from workload.serve.bench_profiles import NATIVE, SERVE_TARGETS, ServeBenchProfile, round_orders
-from workload.serve.config import DEFAULT_MODEL_ID, ServeConfig, build_serve_config
 
 START_TIMEOUT_S = 900
 

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from workload.bench.profiles import LLAMA_3_1_8B_SHAPE, ModelSpec
-from workload.config import EngineConfig
+from workload.contract.config import EngineConfig
 
 NATIVE = "vllm"
 

@@ -9,7 +9,7 @@ import math
 import sys
 from pathlib import Path
 
-from workload.config import ConfigError
+from workload.contract.config import ConfigError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,8 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, exit_bad_config: int) -> int:
-    from workload.model_source import ModelSourceError
-    from workload.serve.config import load_serve_config
+    from workload.contract.serve_config import load_serve_config
+    from workload.engine.model_source import ModelSourceError
 
     overrides = {"serve.port": args.port, "serve.host": args.host, "model.source": args.model, "device": args.device}
     try:
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace, exit_bad_config: int) -> int:
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
-    from workload.config import ModelConfig
+    from workload.contract.config import ModelConfig
     from workload.serve.bench_profiles import SERVE_PROFILES, TARGETS
 
     parser.add_argument("--out", required=True, type=Path, help="Folder for scorecard.json/.md, the plot, raw results")

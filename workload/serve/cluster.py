@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workload.serve.config import build_serve_config
+from workload.contract.serve_config import build_serve_config
 
 
 def app(args: dict[str, Any]) -> Any:

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from workload.serve.config import ServeConfig
+from workload.contract.serve_config import ServeConfig
 
 APP_NAME = "llm-batch"
 EXIT_START_TIMEOUT = 4
@@ -127,7 +127,7 @@ def _watchdog(ready: threading.Event, timeout_s: float) -> None:
 
 def serve_until_stopped(config: ServeConfig) -> int:
     """Blocks until SIGTERM or SIGINT; returns the process exit code."""
-    from workload.model_source import check_model_source
+    from workload.engine.model_source import check_model_source
 
     scratch = tempfile.mkdtemp(prefix="lsv-", dir="/tmp")
     try:

@@ -2,8 +2,9 @@
 
 Serve builds the application where the app builder runs (the RayService's head, or the `python -m workload serve`
 process); the engine replicas run on GPU worker nodes, each with its own disk. So the builder hands Ray Serve LLM
-only a label for the model (`workload.model_source.model_label`: the folder every node will hold it in, or the hub
-id), and this callback resolves `config.model` with `workload.model_source.resolve_model` inside the replica,
+only a label for the model (`workload.engine.model_source.model_label`: the folder every node will hold it in, or the
+hub
+id), and this callback resolves `config.model` with `workload.engine.model_source.resolve_model` inside the replica,
 before its engine starts: once per node under a file lock, s3:// through boto3's transfer manager, a hub id with
 the node's token file (`HF_TOKEN_PATH`), never a token in the environment or the logs.
 
@@ -12,7 +13,7 @@ in the replica's process and points the engine at the folder it resolved; Ray's 
 `on_before_download_model_files_distributed` on every node of the replica's placement group (the nodes its engine
 workers use), which resolves the model there too (a no-op where the folder is already whole). Ray's own
 downloader then finds a local folder and fetches nothing (`download_model_files` returns a path that is not a
-cloud URI unchanged). Why not Ray's downloader: see workload/node_stages.py.
+cloud URI unchanged). Why not Ray's downloader: see workload/engine/node_stages.py.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from typing import Any
 
 from ray.llm._internal.common.callbacks.base import CallbackBase
 
-from workload.config import ModelConfig
-from workload.model_source import resolve_model
+from workload.contract.config import ModelConfig
+from workload.engine.model_source import resolve_model
 
 # The kwarg under which the callback gets the endpoint's `model` section (a ModelConfig as plain data).
 MODEL_CONFIG = "model_config"

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from workload.metric_names import ALARM_PERIOD_S
+from workload.contract.metric_names import ALARM_PERIOD_S
 
 DEFAULT_METRICS_NAMESPACE = "RayDataLLM/BatchInference"
 
@@ -251,7 +251,7 @@ class JobConfig(_Strict):
 
 def seeded_cpu_conflict(config: JobConfig, seeded: bool) -> str | None:
     """Why engine settings the user chose cannot run seeded rows on the CPU, or None. Unset settings are chosen
-    for them instead (`workload.pipeline.engine_kwargs`)."""
+    for them instead (`workload.engine.pipeline.engine_kwargs`)."""
     if config.device != "cpu" or not seeded:
         return None
     engine = config.engine

@@ -1,7 +1,7 @@
-"""`python -m workload.serve_reporter --namespace NS --stack S --region R`: the endpoint's CloudWatch metrics.
+"""`python -m workload.telemetry.serve_reporter --namespace NS --stack S --region R`: the endpoint's CloudWatch metrics.
 
 Beside the RayService's head (a sidecar), it reads Ray's Prometheus export on the head node every interval and
-publishes what the dashboard and the alarms watch (`workload.metric_names`: ServeRequests, ServeErrors,
+publishes what the dashboard and the alarms watch (`workload.contract.metric_names`: ServeRequests, ServeErrors,
 ServeLatencyP95, ServeReplicas), under the `Stack` dimension. Serve's HTTP proxy runs on the head only
 (`proxy_location: HeadOnly`) and Serve's controller too, so the head's export holds every request and the
 replica count. Counters are cumulative in the export: each interval publishes the increase since the last read,
@@ -23,7 +23,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from workload import metric_names as mn
+from workload.contract import metric_names as mn
 
 REQUESTS = "ray_serve_num_http_requests"
 LATENCY = "ray_serve_http_request_latency_ms"
@@ -137,7 +137,9 @@ def report(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workload.serve_reporter", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m workload.telemetry.serve_reporter", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--namespace", required=True, help="CloudWatch namespace (the stack's metrics namespace)")
     parser.add_argument("--stack", required=True, help="the Stack dimension")
     parser.add_argument("--region", required=True)

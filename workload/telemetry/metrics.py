@@ -1,7 +1,7 @@
 """What the job reports while it runs: the interface the job calls, and the no-op sink of the local demo.
 
-The CloudWatch implementation (metrics + logs) lives in `workload.cloudwatch`, which builds on this module;
-`workload.metric_sinks.open_metrics` picks one by config so the demo never calls AWS.
+The CloudWatch implementation (metrics + logs) lives in `workload.telemetry.cloudwatch`, which builds on this module;
+`workload.telemetry.metric_sinks.open_metrics` picks one by config so the demo never calls AWS.
 """
 
 from __future__ import annotations

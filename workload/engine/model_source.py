@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workload.config import ModelConfig
-from workload.storage import StorageError, locate
-from workload.tiny_model import TINY_MODEL_VERSION, ensure_tiny_model
+from workload.contract.config import ModelConfig
+from workload.engine.tiny_model import TINY_MODEL_VERSION, ensure_tiny_model
+from workload.files.storage import StorageError, locate
 
 # Written last into a finished s3:// copy: the listing it was made from. A folder without it is not a model.
 COMPLETE_MARKER = ".llm-batch-complete.json"

@@ -17,12 +17,13 @@ import pyarrow as pa
 import ray.data
 from ray.data.llm import Processor, build_processor, vLLMEngineProcessorConfig
 
-from workload import failpoints, startup_trace
-from workload.config import JobConfig, ModelConfig
-from workload.engine_guard import GuardedEngineUDF
-from workload.model_source import is_hub_id, model_label
-from workload.node_stages import NodeDetokenizeUDF, NodeTokenizeUDF, local_model
-from workload.results import CHAT_TEMPLATE_PREFIX, ENGINE_FIRST_REQUEST_COLUMN, ENGINE_RESTARTS_COLUMN
+from workload import failpoints
+from workload.contract.config import JobConfig, ModelConfig
+from workload.engine.guard import GuardedEngineUDF
+from workload.engine.model_source import is_hub_id, model_label
+from workload.engine.node_stages import NodeDetokenizeUDF, NodeTokenizeUDF, local_model
+from workload.files.results import CHAT_TEMPLATE_PREFIX, ENGINE_FIRST_REQUEST_COLUMN, ENGINE_RESTARTS_COLUMN
+from workload.telemetry import startup_trace
 
 # Columns the driver needs back; the rest (token ids, prompts) is dropped before it crosses to the driver.
 RESULT_COLUMNS = (
@@ -134,21 +135,23 @@ def engine_kwargs(config: JobConfig, seeded: bool | None = None) -> dict[str, An
 # benchmark (2 cores, one job run each, same machine): engine build 31.0 s -> 17.9 s, peak PSS 4.66 -> 4.28 GiB,
 # output tokens/s 1,560 -> 1,664, CPU seconds of the engine's processes 86 -> 49 (docs/benchmark.md). vLLM reads
 # the variable for this alone (its asynchronous engine, which the engine stage runs, keeps its engine-core
-# process). Tensor parallelism, which would need the worker processes, is refused on the CPU (workload/config.py).
+# process). Tensor parallelism, which would need the worker processes, is refused on the CPU
+# (workload/contract/config.py).
 CPU_ONE_PROCESS_ENGINE = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
 def engine_env(config: JobConfig) -> dict[str, str]:
     env: dict[str, str] = {}
     if not is_hub_id(config.model.source):
-        # vLLM and transformers load the folder each actor fetched (workload/node_stages.py); no hub lookups.
+        # vLLM and transformers load the folder each actor fetched (workload/engine/node_stages.py); no hub lookups.
         # A hub id is fetched by the actors themselves, so they keep the node's own hub settings.
         env["HF_HUB_OFFLINE"] = "1"
     if config.device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(config.engine.cpu_kvcache_space_gib)
         env.update(CPU_ONE_PROCESS_ENGINE)
     # Set by a test or the benchmark, they must reach the engine actors: an injected engine crash
-    # (failpoints.ENGINE_CRASH_ON_ROW) and the start-up marks of the engine's build (workload/startup_trace.py).
+    # (failpoints.ENGINE_CRASH_ON_ROW) and the start-up marks of the engine's build
+    # (workload/telemetry/startup_trace.py).
     for variable in (failpoints.VARIABLE, startup_trace.VARIABLE):
         value = os.environ.get(variable)
         if value:
@@ -187,7 +190,7 @@ def processor_config(config: JobConfig, model: ModelConfig, seeded: bool | None 
 
 
 def guard_engine_stage(processor: Processor, config: JobConfig, keep_metrics: bool = True) -> None:
-    """Swap in our crash-isolating engine UDF and bound Ray's own restarts (see workload/engine_guard.py for the
+    """Swap in our crash-isolating engine UDF and bound Ray's own restarts (see workload/engine/guard.py for the
     upstream code this works around: os._exit(1) on a fatal engine error, max_restarts=-1, max_task_retries=-1)."""
     stage = processor.get_stage_by_name("vLLMEngineStage")
     # Not `stage.fn = ...`: the stage validates assignments, and re-running its validator (which has already
@@ -208,7 +211,7 @@ def guard_engine_stage(processor: Processor, config: JobConfig, keep_metrics: bo
 
 def fetch_model_on_each_node(processor: Processor, model: ModelConfig) -> None:
     """Every stage that loads the model gets its config and fetches the model on its own node
-    (workload/node_stages.py); the engine's UDF is swapped by `guard_engine_stage`."""
+    (workload/engine/node_stages.py); the engine's UDF is swapped by `guard_engine_stage`."""
     config = model.model_dump(mode="json")
     for name, udf in (("TokenizeStage", NodeTokenizeUDF), ("DetokenizeStage", NodeDetokenizeUDF)):
         try:
@@ -227,7 +230,8 @@ class _NoTelemetry:
 
 @contextmanager
 def usage_telemetry_off_when_disabled() -> Iterator[None]:
-    """With Ray's usage stats turned off (RAY_USAGE_STATS_ENABLED=0, which every tier sets: workload/entrypoint.py),
+    """With Ray's usage stats turned off (RAY_USAGE_STATS_ENABLED=0, which every tier sets:
+    workload/contract/entrypoint.py),
     build the processor without its usage-telemetry actor.
 
     Ray Data LLM's `build_processor` starts a named `_TelemetryAgent` actor and waits on it
@@ -293,7 +297,7 @@ def build_pipeline(
     """Lazy: nothing runs until the returned dataset is iterated.
 
     Input rows: `_pos`, `id`, `prompt` (or None), `messages_json` (or None), `sampling_params`; the job's rows
-    also carry the validation stage's columns (workload/input_stream.py), and a row whose `__inference_error__` is
+    also carry the validation stage's columns (workload/job/input_stream.py), and a row whose `__inference_error__` is
     already set passes every stage untouched and comes back with all its columns.
     Output rows: RESULT_COLUMNS plus `__inference_error__` (empty unless the row failed), and `metrics`
     (vLLM's per-request timings) when keep_metrics is set. With chat_template False (no row has `messages`)

@@ -1,11 +1,11 @@
 """One run of the batch job: lease, plan the input, resume, stream rows through the pipeline, commit shard by
 shard, summarise.
 
-The cluster reads and validates the input (workload/input_stream.py); the driver holds the plan (per file), the
+The cluster reads and validates the input (workload/job/input_stream.py); the driver holds the plan (per file), the
 shards in flight and the commits (per shard), never the rows. A cheap count of each file's records numbers every
 row by its place in the input, and rows are grouped into fixed shards of `output.shard_rows`, so every attempt
 agrees on which row belongs to which shard and a rerun reads and sends the engine only the rows of shards not yet
-committed. Before anything else the attempt takes the output's lease (workload/lease.py), so two attempts never
+committed. Before anything else the attempt takes the output's lease (workload/job/lease.py), so two attempts never
 write one output at once; an attempt that loses it stops before its next write.
 """
 
@@ -26,14 +26,8 @@ from typing import Any
 import pyarrow as pa
 
 from workload import failpoints
-from workload.config import ConfigError, JobConfig, seeded_cpu_conflict
-from workload.input_plan import REJECTED_PREFIX, InputPlan, passthrough_of, plan_input, row_error
-from workload.lease import LeaseLostError, OutputLease, hold_lease
-from workload.metric_sinks import open_metrics
-from workload.metrics import BatchReport, RunMetrics
-from workload.output import OutputStore, ShardCommit, utc_now
-from workload.progress import Progress
-from workload.results import (
+from workload.contract.config import ConfigError, JobConfig, seeded_cpu_conflict
+from workload.files.results import (
     ENGINE_FIRST_REQUEST_COLUMN,
     ENGINE_RESTARTS_COLUMN,
     EngineCrashLoopError,
@@ -41,7 +35,13 @@ from workload.results import (
     classify_inference_error,
     finish_reason,
 )
-from workload.summary import build_summary, print_summary
+from workload.job.input_plan import REJECTED_PREFIX, InputPlan, passthrough_of, plan_input, row_error
+from workload.job.lease import LeaseLostError, OutputLease, hold_lease
+from workload.job.output import OutputStore, ShardCommit, utc_now
+from workload.job.summary import build_summary, print_summary
+from workload.telemetry.metric_sinks import open_metrics
+from workload.telemetry.metrics import BatchReport, RunMetrics
+from workload.telemetry.progress import Progress
 
 NOTE_INTERVAL_S = 30.0  # how stale a killed attempt's recorded wall time may be, at most (one manifest write)
 
@@ -299,8 +299,8 @@ def _run_engine(
     memory: dict[str, float],
 ) -> bool:
     """Stream the pending shards' rows from the input through Ray Data LLM; returns False if stopped by a signal."""
-    from workload.input_stream import id_pass, input_stream, stream_read_concurrency
-    from workload.pipeline import build_pipeline
+    from workload.engine.pipeline import build_pipeline
+    from workload.job.input_stream import id_pass, input_stream, stream_read_concurrency
 
     started = time.monotonic()
     stop.install()  # ray.init installed its own SIGTERM handler, which exits at once
@@ -329,7 +329,8 @@ def _run_engine(
     # Rows that failed validation never enter the engine's stages: they go straight to their shards.
     dataset = rows(rejected=True)
     if facts.valid_rows:
-        # No model on the driver: each node running a stage fetches config.model itself (workload/node_stages.py).
+        # No model on the driver: each node running a stage fetches config.model itself
+        # (workload/engine/node_stages.py).
         answered = build_pipeline(rows(False), config, chat_template=facts.has_messages, seeded=facts.seeded)
         dataset = answered.union(dataset)
     # Every ray.init (ours, and the one build_processor makes) installs a SIGTERM handler that exits at once,
@@ -506,7 +507,7 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
     with StopSignal(config.resume.grace_period_s) as stop:
         committer = _ShardCommitter(store, config, plan.rows_in, pending, {}, attempt, metrics, record_attempt)
         if pending and not stop.stopped:
-            with ray_session(config.device, preload=("workload.pipeline",)):
+            with ray_session(config.device, preload=("workload.engine.pipeline",)):
                 completed = _run_engine(committer, config, plan, progress, stop, lease, timings, memory)
             # Stopped by a signal: every shard complete so far is committed; the rest is redone next time.
             completed = completed and not committer.pending

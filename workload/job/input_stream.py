@@ -1,7 +1,7 @@
 """The input as a stream: the cluster reads the files, validates rows in a stage and marks repeated ids, while the
 driver holds only what is per file (the plan) or per shard, never per row.
 
-1. Plan (driver, cheap; workload/input_plan.py): the files, their sizes and versions, and each file's record
+1. Plan (driver, cheap; workload/job/input_plan.py): the files, their sizes and versions, and each file's record
    count, which fix every row's position (files in path order, then file order) and so its shard.
 2. Id pass (cluster): read and validate every row, keep (id, position) of the valid ones and group them by id in
    Ray Data's hash-partitioned aggregation: each node holds only its partitions. What comes back to the driver is
@@ -30,10 +30,9 @@ import ray.data
 from ray.data.aggregate import Count, Min
 from ray.data.datasource import FileBasedDatasource
 
-from workload.config import SamplingParams
-from workload.input_plan import REJECTED_PREFIX, InputFile, InputPlan, chunks
-from workload.results import JSON_TYPE
-from workload.rows import (
+from workload.contract.config import SamplingParams
+from workload.files.results import JSON_TYPE
+from workload.files.rows import (
     Origin,
     Record,
     RowError,
@@ -43,7 +42,8 @@ from workload.rows import (
     unset_struct_fields,
     validate_record,
 )
-from workload.storage import Location
+from workload.files.storage import Location
+from workload.job.input_plan import REJECTED_PREFIX, InputFile, InputPlan, chunks
 
 
 def _arrow_type(annotation: Any) -> pa.DataType:
@@ -369,7 +369,7 @@ def input_stream(
     rejected: bool,
     read_concurrency: int,
 ) -> ray.data.Dataset:
-    """The rows of `shards`, validated: the valid ones (the pipeline's input, see workload/pipeline.py's
+    """The rows of `shards`, validated: the valid ones (the pipeline's input, see workload/engine/pipeline.py's
     build_pipeline), or with `rejected` the ones that failed validation, as error rows.
 
     The two are separate reads of the same files, joined after the engine stages (`Dataset.union`): a batch of

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 
-from workload.storage import Location, StorageError, WriteConflict, delete_if, read_versioned, write_if
+from workload.files.storage import Location, StorageError, WriteConflict, delete_if, read_versioned, write_if
 
 LEASE = "_lease.json"
 CLOCK_SKEW_S = 5.0  # how far two hosts' clocks may disagree (NTP keeps EC2 within milliseconds)

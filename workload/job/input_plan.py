@@ -16,9 +16,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from workload.config import InputConfig
-from workload.rows import InputError, Origin, RowError, format_of, input_files, jsonl_records
-from workload.storage import Location, StorageError, list_versions
+from workload.contract.config import InputConfig
+from workload.files.rows import InputError, Origin, RowError, format_of, input_files, jsonl_records
+from workload.files.storage import Location, StorageError, list_versions
 
 CHUNK_BYTES = 4 << 20  # how much of a file a reader holds at once (plus one line longer than that)
 REJECTED_PREFIX = "rejected: "  # the `__inference_error__` of a row that failed validation (never sent to vLLM)

@@ -1,4 +1,4 @@
-"""`python -m workload.gpu_reporter --config job.yaml`: publish this node's GPU utilisation until stopped.
+"""`python -m workload.telemetry.gpu_reporter --config job.yaml`: publish this node's GPU utilisation until stopped.
 
 The job's metrics sink runs in the Ray driver. On the small tier that is the GPU node, but on the EKS tiers the
 driver sits on the CPU head, so the GPU workers run this beside the engine (a sidecar or a per-node process):
@@ -15,9 +15,9 @@ import sys
 import threading
 from types import FrameType
 
-from workload.cloudwatch import CloudWatchMetrics
-from workload.config import ConfigError, JobConfig, load_config
-from workload.gpu import GpuSampler
+from workload.contract.config import ConfigError, JobConfig, load_config
+from workload.telemetry.cloudwatch import CloudWatchMetrics
+from workload.telemetry.gpu import GpuSampler
 
 
 def serve(config: JobConfig, run_id: str, sampler: GpuSampler, stop: threading.Event) -> None:
@@ -30,7 +30,9 @@ def serve(config: JobConfig, run_id: str, sampler: GpuSampler, stop: threading.E
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workload.gpu_reporter", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m workload.telemetry.gpu_reporter", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--config", required=True, help="the job's YAML or JSON config file")
     parser.add_argument("--run-id", help="the Run dimension; default: metrics.run_id, else the node's name")
     args = parser.parse_args(argv)

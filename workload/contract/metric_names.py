@@ -1,6 +1,6 @@
 """Every metric, dimension and log field name the job publishes, in one place.
 
-The publisher (`workload.cloudwatch`) and the alarms, dashboard and saved queries (`monitoring/`) both import
+The publisher (`workload.telemetry.cloudwatch`) and the alarms, dashboard and saved queries (`monitoring/`) both import
 these names, so an alarm can never watch a metric the job stopped publishing. Pure data: no AWS, no Ray.
 """
 
@@ -81,7 +81,8 @@ ALL_METRICS = (
     COST_PER_MILLION_OUTPUT_TOKENS,
 )
 
-# The online endpoint's (the RayService's), published each interval by `workload.serve_reporter` beside its head.
+# The online endpoint's (the RayService's), published each interval by `workload.telemetry.serve_reporter` beside its
+# head.
 SERVE_REQUESTS = MetricName(
     "ServeRequests", "Count", Scope.STACK, "HTTP requests the endpoint answered in the interval"
 )

@@ -8,8 +8,8 @@ import sys
 from collections import Counter
 from typing import Any
 
-from workload.config import ConfigError, JobConfig, load_config
-from workload.entrypoint import ENTRYPOINT
+from workload.contract.config import ConfigError, JobConfig, load_config
+from workload.contract.entrypoint import ENTRYPOINT
 
 __all__ = ["ENTRYPOINT", "main"]
 
@@ -61,7 +61,7 @@ def _load(args: argparse.Namespace) -> JobConfig:
 
 
 def _validate(config: JobConfig) -> int:
-    from workload.rows import read_input
+    from workload.files.rows import read_input
 
     validated = read_input(config.input, config.sampling)
     kinds = Counter(e.error_type for e in validated.errors)
@@ -81,11 +81,11 @@ def _validate(config: JobConfig) -> int:
 def _run(config: JobConfig) -> int:
     # run_job leaves `_failed.json` beside the output for every failure it raises (while it holds the output's
     # lease), so a scheduler waiting for summary.json learns why at once; a refused or lost lease leaves none.
-    from workload.job import OutputMismatchError, run_job
-    from workload.lease import LeaseHeldError, LeaseLostError
-    from workload.model_source import ModelSourceError, check_model_source
-    from workload.rows import InputError
-    from workload.storage import StorageError
+    from workload.engine.model_source import ModelSourceError, check_model_source
+    from workload.files.rows import InputError
+    from workload.files.storage import StorageError
+    from workload.job.attempt import OutputMismatchError, run_job
+    from workload.job.lease import LeaseHeldError, LeaseLostError
 
     # The nodes fetch the model themselves, once their engines start: a source that cannot be a model is refused
     # here, before the lease, Ray or any engine (one LIST for an s3:// prefix, nothing downloaded).
@@ -139,14 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench-serve":
         return serve_cli.run_bench(args)
 
-    from workload.cli_errors import EXIT_AWS, describe
-    from workload.model_source import ModelSourceError
-    from workload.rows import InputError
-    from workload.storage import StorageError
+    from workload.contract.cli_errors import EXIT_AWS, describe
+    from workload.engine.model_source import ModelSourceError
+    from workload.files.rows import InputError
+    from workload.files.storage import StorageError
 
     try:
         if args.command == "show":
-            from workload.show import render
+            from workload.cli.show import render
 
             print(render(args.output, args.limit))
             return 0

@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from workload.rows import RowError
+from workload.files.rows import RowError
 
 RESULT_SCHEMA = pa.schema(
     [
@@ -22,7 +22,7 @@ RESULT_SCHEMA = pa.schema(
 )
 JSON_TYPE = "json"  # the type of a pass-through column whose values share no Arrow type (kept as JSON text)
 # Stages of ours mark the errors they record, so the driver can name their kind (`classify_inference_error`).
-ENGINE_CRASH_PREFIX = "engine_crash: "  # the row killed the engine on its own (workload/engine_guard.py)
+ENGINE_CRASH_PREFIX = "engine_crash: "  # the row killed the engine on its own (workload/engine/guard.py)
 CHAT_TEMPLATE_PREFIX = "chat_template: "  # the model's chat template rejected the row's messages
 ENGINE_RESTARTS_COLUMN = "engine_restarts"  # engine rebuilds a batch needed (on its first row; 0 on the others)
 # When the answering engine actor took its first batch (Unix time, on every row): the job's time to first engine
@@ -31,10 +31,10 @@ ENGINE_FIRST_REQUEST_COLUMN = "engine_first_request_at"
 
 
 class EngineCrashLoopError(RuntimeError):
-    """The engine kept dying and no row could be blamed (workload/engine_guard.py): the run fails, with the reason
+    """The engine kept dying and no row could be blamed (workload/engine/guard.py): the run fails, with the reason
     in _failed.json, rather than restarting the engine forever."""
 
-    exit_code = 1  # the run failed; the command's input was fine (workload/cli_errors.py reads this)
+    exit_code = 1  # the run failed; the command's input was fine (workload/contract/cli_errors.py reads this)
 
 
 def finish_reason(num_input: int, num_output: int, max_tokens: int, max_model_len: int) -> str:
@@ -72,7 +72,7 @@ class ShardBuffer:
 
     def table(self, types: dict[str, pa.DataType | str]) -> pa.Table:
         """The shard's results in input order; `types`: one Arrow type per pass-through column, decided over the
-        whole input (workload/input_stream.py's id pass), so every shard has one schema."""
+        whole input (workload/job/input_stream.py's id pass), so every shard has one schema."""
         ordered = sorted(self.results, key=lambda r: r["_pos"])
         columns: dict[str, pa.Array] = {
             name: pa.array([r[name] for r in ordered], type=RESULT_SCHEMA.field(name).type)

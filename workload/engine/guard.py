@@ -38,16 +38,16 @@ from ray.llm._internal.batch.stages.vllm_engine_stage import vLLMEngineStageUDF,
 from ray.llm._internal.common.errors import VLLM_FATAL_ERRORS
 
 from workload import failpoints
-from workload.config import ModelConfig
-from workload.model_source import compile_cache_env
-from workload.node_stages import local_model
-from workload.results import (
+from workload.contract.config import ModelConfig
+from workload.engine.model_source import compile_cache_env
+from workload.engine.node_stages import local_model
+from workload.files.results import (
     ENGINE_CRASH_PREFIX,
     ENGINE_FIRST_REQUEST_COLUMN,
     ENGINE_RESTARTS_COLUMN,
     EngineCrashLoopError,
 )
-from workload.startup_trace import mark
+from workload.telemetry.startup_trace import mark
 
 
 class _EngineDied(BaseException):
@@ -125,7 +125,7 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         keep_metrics: bool = True,
         **kwargs: Any,
     ) -> None:
-        # The model is fetched on this node, by this actor (workload/node_stages.py says why not by upstream);
+        # The model is fetched on this node, by this actor (workload/engine/node_stages.py says why not by upstream);
         # a rebuilt engine reuses the folder.
         mark("engine_actor_process_start", at=psutil.Process().create_time())
         mark("engine_build_start")

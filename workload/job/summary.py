@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from workload.config import JobConfig
-from workload.output import ShardCommit, utc_now
-from workload.tiny_model import TINY_MODEL_VERSION
+from workload.contract.config import JobConfig
+from workload.engine.tiny_model import TINY_MODEL_VERSION
+from workload.job.output import ShardCommit, utc_now
 
 
 def build_summary(config: JobConfig, manifest: dict[str, Any], commits: dict[int, ShardCommit]) -> dict[str, Any]:
@@ -30,7 +30,7 @@ def build_summary(config: JobConfig, manifest: dict[str, Any], commits: dict[int
         "started_at": attempts[0]["started_at"],
         "finished_at": utc_now(),
         "attempts": len(attempts),
-        # Engine deaths the crash guard recovered from (workload/engine_guard.py); 0 on a healthy night.
+        # Engine deaths the crash guard recovered from (workload/engine/guard.py); 0 on a healthy night.
         "engine_restarts": sum(int(a.get("engine_restarts") or 0) for a in attempts),
         # Each attempt's own time; one that was killed reports its time up to its last commit (killed: true).
         "attempt_times": [

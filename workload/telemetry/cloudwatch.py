@@ -2,7 +2,7 @@
 
 A background thread publishes every `publish_interval_s` while the run lives: the interval's rows, its batch
 latency percentiles and (where a GPU exists) its mean GPU utilisation. `run_complete` adds the run's
-throughput, duration and cost per million output tokens. Names come from `workload.metric_names`, which the
+throughput, duration and cost per million output tokens. Names come from `workload.contract.metric_names`, which the
 alarms in `monitoring/` read too. Every AWS call is guarded: a publishing failure logs a warning and the job
 goes on.
 """
@@ -23,11 +23,11 @@ import boto3
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
-from workload import metric_names as mn
-from workload.config import MetricsConfig
-from workload.gpu import GpuSample, GpuSampler, mean_sample
-from workload.log_shipper import LogShipper
-from workload.metrics import BatchReport
+from workload.contract import metric_names as mn
+from workload.contract.config import MetricsConfig
+from workload.telemetry.gpu import GpuSample, GpuSampler, mean_sample
+from workload.telemetry.log_shipper import LogShipper
+from workload.telemetry.metrics import BatchReport
 
 _log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ class CloudWatchMetrics:
         """`gpu_sampler`: True opens NVML where it exists, False never samples, or a sampler to use.
 
         `heartbeat`: publish the row counts every interval (the driver); False for a process that only
-        reports its node's GPUs (`workload.gpu_reporter`), which must not look like a run making no progress.
+        reports its node's GPUs (`workload.telemetry.gpu_reporter`), which must not look like a run making no progress.
         """
         self._config = config
         self._stack = config.stack

@@ -10,8 +10,8 @@ import json
 from collections import Counter
 from typing import Any
 
-from workload.output import OutputStore
-from workload.storage import Location, StorageError, list_files, read_bytes
+from workload.files.storage import Location, StorageError, list_files, read_bytes
+from workload.job.output import OutputStore
 
 TEXT_WIDTH = 100
 

@@ -44,7 +44,7 @@ def command(config_path: str = CONFIG_PATH) -> list[str]:
 WORKER_NICENESS: dict[str, str] = {"RAY_worker_niceness": "0"}
 # Ray's usage statistics off: a batch node has no business reporting to Ray's collector (and the private subnets of
 # the EKS tiers have no route to it). With it off, the job also skips Ray Data LLM's telemetry actor
-# (workload/pipeline.py, usage_telemetry_off_when_disabled).
+# (workload/engine/pipeline.py, usage_telemetry_off_when_disabled).
 NO_USAGE_STATS: dict[str, str] = {"RAY_USAGE_STATS_ENABLED": "0"}
 RAY_NODE_SETTINGS: dict[str, str] = {**WORKER_NICENESS, **NO_USAGE_STATS}
 

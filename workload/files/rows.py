@@ -1,6 +1,6 @@
 """Reading input records and deciding, row by row, what the engine gets and what goes to errors.
 
-Nothing here imports Ray: the job's validation stage (workload/input_stream.py) runs these checks on the cluster,
+Nothing here imports Ray: the job's validation stage (workload/job/input_stream.py) runs these checks on the cluster,
 and `workload validate` runs them on one machine, so a bad row becomes an error record with its position, never a
 crash and never a silent drop.
 """
@@ -16,8 +16,8 @@ from typing import Any
 import pyarrow.parquet as pq
 from pydantic import ValidationError
 
-from workload.config import InputConfig, SamplingParams
-from workload.storage import Location, StorageError, list_files, locate, read_bytes
+from workload.contract.config import InputConfig, SamplingParams
+from workload.files.storage import Location, StorageError, list_files, locate, read_bytes
 
 # Output columns a pass-through input column may not shadow.
 RESERVED_COLUMNS = frozenset({"generated_text", "num_input_tokens", "num_output_tokens", "finish_reason"})

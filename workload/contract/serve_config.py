@@ -1,9 +1,9 @@
 """The online endpoint's config: the batch job's model and engine sections, plus a `serve` section of its own.
 
 One config model, shared keys: `model`, `engine`, `device`, `replicas` and `max_replicas` are the job's own
-classes (workload.config), so a job config file starts an endpoint over the same model with the same engine
+classes (workload.contract.config), so a job config file starts an endpoint over the same model with the same engine
 settings. Sections that only mean something to a batch run (input, output, stages, ...) are accepted in the
-file and left unused; any other unknown key stops the start, as it does for the job. Like workload.config, this
+file and left unused; any other unknown key stops the start, as it does for the job. Like workload.contract.config, this
 module imports neither Ray nor vLLM.
 """
 
@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from workload.config import ConfigError, EngineConfig, JobConfig, ModelConfig, read_config_file
+from workload.contract.config import ConfigError, EngineConfig, JobConfig, ModelConfig, read_config_file
 
 DEFAULT_MODEL_ID = "llm-batch"
 
@@ -89,7 +89,7 @@ class ServeConfig(_Strict):
         return self
 
     def job_view(self) -> JobConfig:
-        """The job-shaped view that the job's own engine-argument functions read (workload.pipeline's
+        """The job-shaped view that the job's own engine-argument functions read (workload.engine.pipeline's
         engine_kwargs and engine_env), so the endpoint's engine cannot drift from the batch job's.
 
         Built without validation: it carries only the shared sections, already validated here; the job-only

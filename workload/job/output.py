@@ -8,7 +8,7 @@ Layout under the output URI:
     _failed.json                     the last attempt failed (why); removed when an attempt starts
     _interrupted.json                the last attempt was stopped by SIGTERM; a rerun resumes
     _manifest.json                   what the output was made with (config hash, input fingerprint, attempts)
-    _lease.json                      the live attempt's lease (workload/lease.py); absent between attempts
+    _lease.json                      the live attempt's lease (workload/job/lease.py); absent between attempts
     summary.json                     written last, once every shard is committed
 
 A shard commit writes its parts to _pending/ (each write atomic), then the marker (atomic), then moves the parts
@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from workload import failpoints
-from workload.storage import (
+from workload.files.storage import (
     Location,
     delete_file,
     delete_tree,
