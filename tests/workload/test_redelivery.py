@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from workload.contract.config import build_config
-from workload.job.attempt import _ShardCommitter
+from workload.job.committer import ShardCommitter
 from workload.job.output import OutputStore
 from workload.telemetry.metrics import NullMetrics
 
@@ -36,7 +36,7 @@ def test_a_row_answered_twice_is_written_once_and_counted(tmp_path: Path) -> Non
         {"input": {"uri": "in.jsonl"}, "output": {"uri": str(tmp_path / "out")}}, {"output.shard_rows": 2}
     )
     store = OutputStore(str(tmp_path / "out"))
-    committer = _ShardCommitter(store, config, 4, {0, 1}, {}, 1, NullMetrics(), lambda: None)
+    committer = ShardCommitter(store, config, 4, {0, 1}, {}, 1, NullMetrics(), lambda: None)
 
     # Shard 0 gets row 0 twice before it completes (the repeat is dropped), then row 1: it commits.
     committer.take(pa.Table.from_pylist([_answer(0, "first"), _answer(0, "again"), _answer(1, "one")]))

@@ -13,37 +13,22 @@ from __future__ import annotations
 
 import hashlib
 import json
-import queue
-import resource
 import sys
-import threading
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
-
 from workload import failpoints
-from workload.contract.config import ConfigError, JobConfig, seeded_cpu_conflict
-from workload.files.results import (
-    ENGINE_FIRST_REQUEST_COLUMN,
-    ENGINE_RESTARTS_COLUMN,
-    EngineCrashLoopError,
-    ShardBuffer,
-    classify_inference_error,
-    finish_reason,
-)
-from workload.job.input_plan import REJECTED_PREFIX, InputPlan, passthrough_of, plan_input, row_error
+from workload.contract.config import JobConfig
+from workload.job.committer import ShardCommitter
+from workload.job.engine_loop import run_engine
+from workload.job.input_plan import InputPlan, plan_input
 from workload.job.lease import LeaseLostError, OutputLease, hold_lease
-from workload.job.output import OutputStore, ShardCommit, utc_now
+from workload.job.output import OutputStore, utc_now
 from workload.job.summary import build_summary, print_summary
 from workload.telemetry.metric_sinks import open_metrics
-from workload.telemetry.metrics import BatchReport, RunMetrics
+from workload.telemetry.process_memory import peak_rss_mib
 from workload.telemetry.progress import Progress
-
-NOTE_INTERVAL_S = 30.0  # how stale a killed attempt's recorded wall time may be, at most (one manifest write)
 
 
 class OutputMismatchError(RuntimeError):
@@ -144,278 +129,6 @@ def _start_attempt(
     return manifest, attempt
 
 
-class _ShardCommitter:
-    """Routes the pipeline's output to shard buffers and commits each shard the moment its last row arrives.
-
-    Every input row of a pending shard comes back exactly once (answered, failed in the engine, or rejected by
-    the validation stage), so a shard is complete when it has received as many rows as it holds. Buffers exist
-    only for shards with rows in flight."""
-
-    def __init__(
-        self,
-        store: OutputStore,
-        config: JobConfig,
-        rows_in: int,
-        pending: set[int],
-        types: dict[str, Any],
-        attempt: int,
-        metrics: RunMetrics,
-        note_attempt: Callable[[], None],
-    ) -> None:
-        self.store, self.config, self.attempt, self.metrics = store, config, attempt, metrics
-        self.note_attempt = note_attempt
-        self.rows_in, self.pending, self.types = rows_in, set(pending), types
-        self.buffers: dict[int, ShardBuffer] = {}
-        self.commits: list[ShardCommit] = []
-        self.engine_restarts = 0
-        # A batch whose node was lost is rerun by Ray; rows it had already handed on can arrive twice. The first
-        # answer is kept, so every row is written once, and the repeats are counted. Positions are kept per shard
-        # in flight only: a row of a shard no longer pending belongs to a shard already committed.
-        self.seen: dict[int, set[int]] = defaultdict(set)
-        self.rows_redelivered = 0
-        self.noted_at = time.monotonic()
-        self.first_request_at: float | None = None
-
-    def _buffer(self, shard: int) -> ShardBuffer:
-        buffer = self.buffers.get(shard)
-        if buffer is None:
-            shard_rows = self.config.output.shard_rows
-            size = min(shard_rows, self.rows_in - shard * shard_rows)
-            buffer = self.buffers[shard] = ShardBuffer(shard, size)
-        return buffer
-
-    def _redelivered(self, shard: int, position: int) -> bool:
-        seen = self.seen[shard] if shard in self.pending else None
-        if seen is None or position in seen:
-            self.rows_redelivered += 1
-            return True
-        seen.add(position)
-        return False
-
-    def commit_ready(self) -> None:
-        # The attempt's time is noted after each commit, and at least every NOTE_INTERVAL_S while rows arrive.
-        for shard in sorted(s for s, b in self.buffers.items() if b.complete):
-            buffer = self.buffers.pop(shard)
-            self.seen.pop(shard, None)
-            table = buffer.table(self.types) if buffer.results else None
-            self.commits.append(
-                self.store.commit_shard(shard, table, buffer.error_records(), buffer.stats(), self.attempt)
-            )
-            self.pending.discard(shard)
-            self.note()
-        if time.monotonic() - self.noted_at > NOTE_INTERVAL_S:
-            self.note()
-
-    def note(self) -> None:
-        self.noted_at = time.monotonic()
-        self.note_attempt()
-
-    def take(self, batch: pa.Table) -> tuple[int, int, int, int]:
-        """Route one batch of pipeline output; returns (rows ok, rows failed in the engine, rows rejected by
-        validation, output tokens)."""
-        shard_rows, max_model_len = self.config.output.shard_rows, self.config.engine.max_model_len
-        ok = failed = rejected = out_tokens = 0
-        engine_batches: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for item in batch.to_pylist():
-            restarts = int(item.get(ENGINE_RESTARTS_COLUMN) or 0)
-            if restarts:
-                self.engine_restarts += restarts
-                print(
-                    f"[llm-batch] the engine died and was rebuilt {restarts} time(s) while answering a batch "
-                    f"({self.engine_restarts} this attempt)",
-                    file=sys.stderr,
-                )
-            position = int(item["_pos"])
-            shard = position // shard_rows
-            if self._redelivered(shard, position):
-                continue
-            buffer = self._buffer(shard)
-            buffer.received += 1
-            message = item.get("__inference_error__") or ""
-            if message.startswith(REJECTED_PREFIX):  # failed validation: never reached an engine
-                buffer.errors.append(row_error(item, item["_error_type"], message.removeprefix(REJECTED_PREFIX)))
-                rejected += 1
-                continue
-            engine_batches[item.get("batch_uuid") or ""].append(item)
-            if message:
-                buffer.errors.append(row_error(item, *classify_inference_error(message)))
-                failed += 1
-                continue
-            num_in, num_out = int(item["num_input_tokens"]), int(item["num_generated_tokens"])
-            buffer.results.append(
-                {
-                    "_pos": position,
-                    "id": item["id"],
-                    "generated_text": item["generated_text"],
-                    "num_input_tokens": num_in,
-                    "num_output_tokens": num_out,
-                    "finish_reason": finish_reason(num_in, num_out, int(item["_max_tokens"]), max_model_len),
-                    "_passthrough": passthrough_of(item.get("_passthrough")),
-                }
-            )
-            ok += 1
-            out_tokens += num_out
-        for items in engine_batches.values():
-            report = _batch_report(items)
-            if report.rows_ok and self.first_request_at is None:
-                self.first_request_at = _first_request_at(items, report)
-            self.metrics.batch_complete(report)
-        if rejected:
-            self.metrics.rows_rejected(rejected)
-        self.commit_ready()
-        return ok, failed, rejected, out_tokens
-
-
-def _first_request_at(items: list[dict[str, Any]], report: BatchReport) -> float:
-    """When the engine that answered this batch took its first one, on this process's monotonic clock. Rows that
-    carry no stamp: the batch's arrival less its time in the engine (an estimate that runs late when batches share
-    the engine, as the first one to arrive need not be the first one sent)."""
-    stamps = [float(i[ENGINE_FIRST_REQUEST_COLUMN]) for i in items if i.get(ENGINE_FIRST_REQUEST_COLUMN)]
-    if stamps:
-        return time.monotonic() - max(0.0, time.time() - min(stamps))
-    return time.monotonic() - report.duration_s
-
-
-def _batch_report(items: list[dict[str, Any]]) -> BatchReport:
-    """One engine batch as received: its latency is its slowest row's time in the engine."""
-    succeeded = [i for i in items if not i.get("__inference_error__")]
-    return BatchReport(
-        duration_s=max((float(i.get("time_taken_llm") or 0.0) for i in succeeded), default=0.0),
-        rows_ok=len(succeeded),
-        rows_failed=len(items) - len(succeeded),
-        input_tokens=sum(int(i["num_input_tokens"] or 0) for i in succeeded),
-        output_tokens=sum(int(i["num_generated_tokens"] or 0) for i in succeeded),
-    )
-
-
-def _run_engine(
-    committer: _ShardCommitter,
-    config: JobConfig,
-    plan: InputPlan,
-    progress: Progress,
-    stop: Any,
-    lease: OutputLease,
-    timings: dict[str, float],
-    memory: dict[str, float],
-) -> bool:
-    """Stream the pending shards' rows from the input through Ray Data LLM; returns False if stopped by a signal."""
-    from workload.engine.pipeline import build_pipeline
-    from workload.job.input_stream import id_pass, input_stream, stream_read_concurrency
-
-    started = time.monotonic()
-    stop.install()  # ray.init installed its own SIGTERM handler, which exits at once
-    # The whole input's repeated ids and facts first: a row is sent only once no earlier row can claim its id.
-    duplicates, facts = id_pass(plan, config.sampling, _partitions(), config.stages.num_cpus)
-    timings["id_pass_s"] = round(time.monotonic() - started, 3)
-    if stop.stopped:  # nothing is in flight yet: every pending shard is left for the next attempt
-        return False
-    problem = seeded_cpu_conflict(config, facts.seeded)
-    if problem:  # a row's own seed meets engine settings that would crash on it: stop before any engine starts
-        raise ConfigError(problem)
-    committer.types = facts.types
-
-    def rows(rejected: bool) -> Any:
-        return input_stream(
-            plan,
-            config.sampling,
-            duplicates,
-            config.output.shard_rows,
-            committer.pending,
-            config.stages.num_cpus,
-            rejected,
-            stream_read_concurrency(config.max_replicas or config.replicas),
-        )
-
-    # Rows that failed validation never enter the engine's stages: they go straight to their shards.
-    dataset = rows(rejected=True)
-    if facts.valid_rows:
-        # No model on the driver: each node running a stage fetches config.model itself
-        # (workload/engine/node_stages.py).
-        answered = build_pipeline(rows(False), config, chat_template=facts.has_messages, seeded=facts.seeded)
-        dataset = answered.union(dataset)
-    # Every ray.init (ours, and the one build_processor makes) installs a SIGTERM handler that exits at once,
-    # without committing: take the signal back just before the work starts.
-    stop.install()
-    memory["before_stream"] = _driver_rss_mib()
-    try:
-        for batch in _batches_or_ticks(dataset):
-            if batch is not None:
-                ok, failed, rejected, out_tokens = committer.take(batch)
-                if committer.first_request_at is not None and "first_engine_request_s" not in timings:
-                    timings["first_answer_s"] = round(time.monotonic() - timings["t0"], 3)
-                    timings["first_engine_request_s"] = round(committer.first_request_at - timings["t0"], 3)
-                progress.advance(ok, failed + rejected, out_tokens)
-            lease.check()  # a lost lease stops the engine work now, not only at the next commit
-            if stop.stopped:
-                return False
-    except LeaseLostError:
-        raise
-    except Exception as error:
-        loop = _crash_loop_in(error)
-        if loop is not None:
-            raise EngineCrashLoopError(loop) from None
-        raise
-    return True
-
-
-_END = object()
-TICK_S = 1.0
-
-
-def _batches_or_ticks(dataset: Any) -> Iterator[pa.Table | None]:
-    """The dataset's output batches, with a None at least every TICK_S while none comes.
-
-    Ray Data can hold a task's rows until the task ends (a small input is one block, answered whole), so a loop
-    that only wakes on a batch would see a SIGTERM, or a lost lease, only then: after the grace period, when the
-    stop timer has hard-exited without the `_interrupted.json` note. A thread reads the batches; the caller
-    wakes on each tick. At a stop the thread is left behind, blocked in Ray, and ends with the process."""
-    handoff: queue.Queue[Any] = queue.Queue(maxsize=2)
-
-    def pump() -> None:
-        try:
-            for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
-                handoff.put(batch)
-            handoff.put(_END)
-        except BaseException as error:  # handed to the caller's thread, which raises it as its own
-            handoff.put(error)
-
-    threading.Thread(target=pump, name="llm-batch-output", daemon=True).start()
-    while True:
-        try:
-            item = handoff.get(timeout=TICK_S)
-        except queue.Empty:
-            yield None
-            continue
-        if item is _END:
-            return
-        if isinstance(item, BaseException):
-            raise item
-        yield item
-
-
-def _partitions() -> int:
-    """Hash partitions of the id pass: one per CPU of the cluster, so each node groups its share of the ids."""
-    import ray
-
-    return max(1, int(ray.cluster_resources().get("CPU", 1)))
-
-
-def _crash_loop_in(error: BaseException) -> str | None:
-    """The engine guard's crash-loop verdict, from under the layers Ray wraps a stage's exception in."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, EngineCrashLoopError):
-            return str(current.args[0]) if current.args else str(current)
-        current = current.__cause__ or current.__context__
-    text = str(error)
-    marker = f"{EngineCrashLoopError.__name__}: "
-    if marker in text:
-        return text[text.index(marker) + len(marker) :].strip().splitlines()[0]
-    return None
-
-
 def run_job(config: JobConfig) -> RunOutcome:
     """Take the output's lease, then run (or resume) the job; the summary is written once every shard of the input
     is committed.
@@ -440,30 +153,6 @@ def run_job(config: JobConfig) -> RunOutcome:
             raise
 
 
-def _proc_status_mib(key: str) -> float | None:
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith(f"{key}:"):
-                    return round(int(line.split()[1]) / 1024, 1)  # reported in kB
-    except OSError:
-        pass
-    return None
-
-
-def _driver_peak_rss_mib() -> float:
-    """The driver's own peak resident memory so far: VmHWM, which starts afresh at exec. (ru_maxrss does not: a
-    process started by a large one, as pytest or a benchmark start the job, inherits its parent's peak.)"""
-    peak = _proc_status_mib("VmHWM")
-    return peak if peak is not None else round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-
-
-def _driver_rss_mib() -> float:
-    """The driver's resident memory now."""
-    current = _proc_status_mib("VmRSS")
-    return current if current is not None else _driver_peak_rss_mib()
-
-
 def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, started: float) -> RunOutcome:
     from workload.runtime import StopSignal, ray_session
 
@@ -475,7 +164,7 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
     timings["plan_s"] = round(time.monotonic() - started, 3)
     # Where the driver's memory went: its peak up to the end of the plan (the only time it reads input bytes),
     # its size when the rows start to stream (Ray and the pipeline built), and its peak over the whole attempt.
-    memory = {"peak_after_plan": _driver_peak_rss_mib()}
+    memory = {"peak_after_plan": peak_rss_mib()}
     manifest, attempt = _start_attempt(store, config, plan, previous)
     failpoints.reached(failpoints.ATTEMPT_STARTED)
     committed = store.recover()
@@ -498,17 +187,17 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
         entry["wall_s"] = round(time.monotonic() - started, 3)
         entry["engine_restarts"] = committer.engine_restarts
         entry["rows_redelivered"] = committer.rows_redelivered
-        entry["driver_peak_rss_mib"] = _driver_peak_rss_mib()
+        entry["driver_peak_rss_mib"] = peak_rss_mib()
         entry["driver_rss_mib"] = memory
         entry["timings_s"] = {k: v for k, v in timings.items() if k != "t0"}
         store.write_manifest(manifest)
 
     completed = True
     with StopSignal(config.resume.grace_period_s) as stop:
-        committer = _ShardCommitter(store, config, plan.rows_in, pending, {}, attempt, metrics, record_attempt)
+        committer = ShardCommitter(store, config, plan.rows_in, pending, {}, attempt, metrics, record_attempt)
         if pending and not stop.stopped:
             with ray_session(config.device, preload=("workload.engine.pipeline",)):
-                completed = _run_engine(committer, config, plan, progress, stop, lease, timings, memory)
+                completed = run_engine(committer, config, plan, progress, stop, lease, timings, memory)
             # Stopped by a signal: every shard complete so far is committed; the rest is redone next time.
             completed = completed and not committer.pending
         # The handler stays ours until the summary is written: a SIGTERM after the last commit lets the run

@@ -1,0 +1,152 @@
+"""The attempt's engine loop: the id pass, the pipeline's stream, and the stop signal and lease checked every tick.
+
+The driver reads the pipeline's output in a thread of its own and wakes at least every `TICK_S`, so a SIGTERM or a
+lost lease is acted on within a second even while Ray Data holds a task's rows; an engine crash loop found under
+Ray's wrapping is raised as the guard's own verdict.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from workload.contract.config import ConfigError, JobConfig, seeded_cpu_conflict
+from workload.files.results import EngineCrashLoopError
+from workload.job.committer import ShardCommitter
+from workload.job.input_plan import InputPlan
+from workload.job.lease import LeaseLostError, OutputLease
+from workload.telemetry.process_memory import rss_mib
+from workload.telemetry.progress import Progress
+
+
+def run_engine(
+    committer: ShardCommitter,
+    config: JobConfig,
+    plan: InputPlan,
+    progress: Progress,
+    stop: Any,
+    lease: OutputLease,
+    timings: dict[str, float],
+    memory: dict[str, float],
+) -> bool:
+    """Stream the pending shards' rows from the input through Ray Data LLM; returns False if stopped by a signal."""
+    from workload.engine.pipeline import build_pipeline
+    from workload.job.input_stream import id_pass, input_stream, stream_read_concurrency
+
+    started = time.monotonic()
+    stop.install()  # ray.init installed its own SIGTERM handler, which exits at once
+    # The whole input's repeated ids and facts first: a row is sent only once no earlier row can claim its id.
+    duplicates, facts = id_pass(plan, config.sampling, _partitions(), config.stages.num_cpus)
+    timings["id_pass_s"] = round(time.monotonic() - started, 3)
+    if stop.stopped:  # nothing is in flight yet: every pending shard is left for the next attempt
+        return False
+    problem = seeded_cpu_conflict(config, facts.seeded)
+    if problem:  # a row's own seed meets engine settings that would crash on it: stop before any engine starts
+        raise ConfigError(problem)
+    committer.types = facts.types
+
+    def rows(rejected: bool) -> Any:
+        return input_stream(
+            plan,
+            config.sampling,
+            duplicates,
+            config.output.shard_rows,
+            committer.pending,
+            config.stages.num_cpus,
+            rejected,
+            stream_read_concurrency(config.max_replicas or config.replicas),
+        )
+
+    # Rows that failed validation never enter the engine's stages: they go straight to their shards.
+    dataset = rows(rejected=True)
+    if facts.valid_rows:
+        # No model on the driver: each node running a stage fetches config.model itself
+        # (workload/engine/node_stages.py).
+        answered = build_pipeline(rows(False), config, chat_template=facts.has_messages, seeded=facts.seeded)
+        dataset = answered.union(dataset)
+    # Every ray.init (ours, and the one build_processor makes) installs a SIGTERM handler that exits at once,
+    # without committing: take the signal back just before the work starts.
+    stop.install()
+    memory["before_stream"] = rss_mib()
+    try:
+        for batch in _batches_or_ticks(dataset):
+            if batch is not None:
+                ok, failed, rejected, out_tokens = committer.take(batch)
+                if committer.first_request_at is not None and "first_engine_request_s" not in timings:
+                    timings["first_answer_s"] = round(time.monotonic() - timings["t0"], 3)
+                    timings["first_engine_request_s"] = round(committer.first_request_at - timings["t0"], 3)
+                progress.advance(ok, failed + rejected, out_tokens)
+            lease.check()  # a lost lease stops the engine work now, not only at the next commit
+            if stop.stopped:
+                return False
+    except LeaseLostError:
+        raise
+    except Exception as error:
+        loop = _crash_loop_in(error)
+        if loop is not None:
+            raise EngineCrashLoopError(loop) from None
+        raise
+    return True
+
+
+_END = object()
+TICK_S = 1.0
+
+
+def _batches_or_ticks(dataset: Any) -> Iterator[pa.Table | None]:
+    """The dataset's output batches, with a None at least every TICK_S while none comes.
+
+    Ray Data can hold a task's rows until the task ends (a small input is one block, answered whole), so a loop
+    that only wakes on a batch would see a SIGTERM, or a lost lease, only then: after the grace period, when the
+    stop timer has hard-exited without the `_interrupted.json` note. A thread reads the batches; the caller
+    wakes on each tick. At a stop the thread is left behind, blocked in Ray, and ends with the process."""
+    handoff: queue.Queue[Any] = queue.Queue(maxsize=2)
+
+    def pump() -> None:
+        try:
+            for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
+                handoff.put(batch)
+            handoff.put(_END)
+        except BaseException as error:  # handed to the caller's thread, which raises it as its own
+            handoff.put(error)
+
+    threading.Thread(target=pump, name="llm-batch-output", daemon=True).start()
+    while True:
+        try:
+            item = handoff.get(timeout=TICK_S)
+        except queue.Empty:
+            yield None
+            continue
+        if item is _END:
+            return
+        if isinstance(item, BaseException):
+            raise item
+        yield item
+
+
+def _partitions() -> int:
+    """Hash partitions of the id pass: one per CPU of the cluster, so each node groups its share of the ids."""
+    import ray
+
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def _crash_loop_in(error: BaseException) -> str | None:
+    """The engine guard's crash-loop verdict, from under the layers Ray wraps a stage's exception in."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, EngineCrashLoopError):
+            return str(current.args[0]) if current.args else str(current)
+        current = current.__cause__ or current.__context__
+    text = str(error)
+    marker = f"{EngineCrashLoopError.__name__}: "
+    if marker in text:
+        return text[text.index(marker) + len(marker) :].strip().splitlines()[0]
+    return None
