@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("infra", "workload", "monitoring")
+PACKAGES = ("infra", "workload", "monitoring", "tools")
 
 
 def _module_name(path: Path) -> str:
@@ -109,20 +109,105 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 # `python -m infra.<tool>` keeps working through these one-line launchers of the tools in infra/ops.
 LAUNCHERS = {"infra.plan", "infra.policy", "infra.preflight", "infra.run", "infra.status", "infra.pricing.refresh"}
-# What the deploy-time program and the monitoring may read of the job: its config model, the image's fixed paths
-# and the metric names the alarms watch; none of them imports Ray, vLLM or torch (test_plan_imports_no_engine).
-# The commands' error boundary (workload.contract.cli_errors) imports only the standard library. The online endpoint's
-# config model (workload.contract.serve_config) is the job's config plus a `serve` section, free of Ray like it: the EKS
-# tiers' RayService is rendered from it.
+# What the deploy-time program and the monitoring may read of the job: the package workload.contract and nothing
+# else (its config models, the image's run spec, the metric names the alarms watch, the commands' error boundary);
+# none of them imports Ray, vLLM or torch (test_plan_imports_no_engine).
 WORKLOAD_FOR_INFRA = {
     "workload",
+    "workload.contract",
     "workload.contract.config",
-    "workload.serve",
     "workload.contract.serve_config",
     "workload.contract.entrypoint",
     "workload.contract.metric_names",
     "workload.contract.cli_errors",
 }
+
+
+# The job's packages and what each may import of the others (workload/*/__init__.py says why). A package not
+# listed may import nothing of the job; the top-level process helpers (runtime, leftovers, failpoints) are layers
+# of their own. The direction runs from the commands down to the contract: nothing imports upwards.
+PROCESS = {"workload.runtime", "workload.leftovers", "workload.failpoints"}
+WORKLOAD_LAYERS: dict[str, set[str]] = {
+    "workload.contract": set(),
+    "workload.files": {"workload.contract"},
+    "workload.telemetry": {"workload.contract"},
+    "workload.failpoints": set(),
+    "workload.leftovers": set(),
+    "workload.runtime": {"workload.contract", "workload.telemetry", "workload.leftovers"},
+    "workload.engine": {"workload.contract", "workload.files", "workload.telemetry", *PROCESS},
+    "workload.job": {"workload.contract", "workload.files", "workload.engine", "workload.telemetry", *PROCESS},
+    "workload.bench": {"workload.contract", "workload.engine", "workload.telemetry", *PROCESS},
+    "workload.serve": {"workload.contract", "workload.engine", "workload.telemetry", "workload.bench", *PROCESS},
+    "workload.cli": {
+        "workload.contract",
+        "workload.files",
+        "workload.engine",
+        "workload.telemetry",
+        "workload.job",
+        "workload.serve",
+        "workload.bench",
+        *PROCESS,
+    },
+    "workload.__main__": {"workload.cli", "workload.contract"},
+    "workload": set(),
+}
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "workload" else parts[0]
+
+
+def _against_the_layers(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    wrong: dict[str, list[str]] = {}
+    for name, targets in graph.items():
+        if not name.startswith("workload"):
+            continue
+        layer = _layer(name)
+        allowed = WORKLOAD_LAYERS.get(layer, set()) | {layer}
+        bad = sorted(t for t in targets if t.startswith("workload") and _layer(t) not in allowed)
+        if bad:
+            wrong[name] = bad
+    return wrong
+
+
+def test_every_workload_package_has_a_layer() -> None:
+    assert {_layer(name) for name in _graph() if name.startswith("workload")} <= set(WORKLOAD_LAYERS)
+
+
+def test_the_jobs_packages_import_only_down_the_layers() -> None:
+    assert _against_the_layers(_graph()) == {}
+
+
+def test_the_layer_check_finds_an_upward_import() -> None:
+    """Not vacuous: telemetry importing the job, or the contract importing the engine, is caught."""
+    graph = {"workload.telemetry.metrics": {"workload.job.attempt"}, "workload.contract.config": {"workload.engine"}}
+    assert _against_the_layers(graph) == {
+        "workload.telemetry.metrics": ["workload.job.attempt"],
+        "workload.contract.config": ["workload.engine"],
+    }
+
+
+def test_the_contract_is_what_infra_may_import() -> None:
+    """Every module of workload.contract is in the allowance, and the allowance is the contract package."""
+    contract = {name for name in _graph() if _layer(name) == "workload.contract"}
+    assert contract <= WORKLOAD_FOR_INFRA
+    assert {n for n in WORKLOAD_FOR_INFRA if n != "workload"} == contract
+
+
+def test_at_most_fifteen_modules_at_the_top_of_workload() -> None:
+    top = [p.name for p in (ROOT / "workload").glob("*.py")]
+    assert len(top) <= 15, sorted(top)
+
+
+def test_no_product_module_over_600_lines() -> None:
+    long = {
+        str(path.relative_to(ROOT)): n
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        if (n := len(path.read_text().splitlines())) > 600
+    }
+    assert long == {}
 
 
 def test_no_import_circles() -> None:

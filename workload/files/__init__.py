@@ -4,6 +4,6 @@
 - `rows`: the native input format, parsed and validated row by row (what the engine gets, what goes to errors);
 - `results`: engine output shaped into result rows and error records.
 
-May import: `contract` and the top-level `failpoints`; never Ray or vLLM (the validation stage runs these checks
-inside Ray tasks, but imports them, not the other way round).
+May import: `contract` only; never Ray or vLLM (the validation stage runs these checks inside Ray tasks: it
+imports them, not the other way round).
 """

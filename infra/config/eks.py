@@ -1,0 +1,239 @@
+"""The EKS tiers' sections: the cluster (`eks`: version, endpoint access, node groups, pod sizes) and the online
+endpoint (`serve`), with the checks that a pod fits the nodes it is meant for.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from infra import versions
+from infra.config.sections import (
+    NAMESPACE,
+    _Section,
+)
+from infra.k8s.common import check_dns_label, quantity_value
+from infra.k8s.head_group import SERVE_REPORTER, RayHead, Requests, head_group_shortfall, pods_on_head_group
+from infra.k8s.instance_types import NODE_MEMORY_SHARE, NODE_RESERVED_CPU, shape_of
+from infra.k8s.karpenter import NodePoolArgs
+from infra.k8s.rayjob import PodSize
+from monitoring.alarms import ServeWatch
+
+# The most addresses the API server's public endpoint may admit in all: a /8, more than any organisation's
+# egress ranges, far less than "the internet".
+MAX_PUBLIC_ENDPOINT_BITS = 24
+MAX_PUBLIC_ENDPOINT_ADDRESSES = 2**MAX_PUBLIC_ENDPOINT_BITS
+
+
+class EksConfig(_Section):
+    version: str = Field(versions.KUBERNETES_VERSION, description="Kubernetes version of the control plane.")
+    head_instance_type: str = Field("m5.xlarge", description="On-demand node for the Ray head.")
+    head_nodes: int = Field(
+        1, ge=1, le=5, description="On-demand nodes for the Ray head and the operators (KubeRay, Karpenter)."
+    )
+    gpu_instance_type: str = Field("g5.2xlarge", description="Spot GPU worker instance type (managed group).")
+    gpu_max_nodes: int = Field(2, ge=1, description="Most GPU workers at once (one per GPU node).")
+    gpu_min_workers: int = Field(
+        1, ge=0, description="Ray workers a run starts with when Ray autoscales (Karpenter tier)."
+    )
+    node_volume_gib: int = Field(200, ge=50, le=16384, description="Encrypted gp3 root volume of every node.")
+    head_size: PodSize = Field(PodSize(cpu="2", memory="8Gi"), description="Ray head pod requests (= limits).")
+    worker_size: PodSize = Field(
+        PodSize(cpu="6", memory="24Gi", gpus=1), description="Ray worker pod requests (= limits)."
+    )
+    namespace: str = Field(NAMESPACE, description="Kubernetes namespace of the job's pods.")
+    service_account: str = Field("llm-batch-job", description="Service account the Ray head runs as (IRSA).")
+    worker_service_account: str = Field(
+        "llm-batch-worker",
+        description="Service account of the GPU workers: the job's IRSA role, no Kubernetes API token or rights.",
+    )
+    job_backoff_limit: int = Field(2, ge=0, le=10, description="RayJob retries, each on a fresh cluster.")
+    job_ttl_after_finished_s: int = Field(
+        60, ge=0, le=3600, description="Seconds a finished run's cluster is kept for its logs."
+    )
+    endpoint_public_access_cidrs: list[str] = Field(
+        default_factory=list,
+        description="Public IPv4 CIDRs of the machines that run `pulumi up` (and kubectl): the API server's public "
+        "endpoint admits only these, its private endpoint stays on for nodes and the nightly run. Empty: private "
+        "endpoint only, which nothing outside the VPC can reach, so `pulumi up` stops (docs/deploy-eks.md).",
+    )
+    karpenter_enabled: bool = Field(False, description="Karpenter NodePool instead of a managed GPU group.")
+    ami_alias: str = Field(versions.EKS_AMI_ALIAS, description="Pinned AL2023 alias of Karpenter's nodes.")
+    node_pool: NodePoolArgs = Field(NodePoolArgs(), description="Karpenter's Spot-first GPU NodePool.")
+
+    @field_validator("endpoint_public_access_cidrs")
+    @classmethod
+    def _no_open_endpoint(cls, value: list[str]) -> list[str]:
+        networks: list[ipaddress.IPv4Network] = []
+        for cidr in value:
+            try:
+                network = ipaddress.ip_network(cidr)
+            except ValueError as error:
+                raise ValueError(f"not a CIDR block: {error}") from None
+            if not isinstance(network, ipaddress.IPv4Network):
+                raise ValueError(f"{cidr}: EKS's public endpoint takes IPv4 CIDR blocks only")
+            networks.append(network)
+        # Judged together: 0.0.0.0/1 and 128.0.0.0/1 open the API as surely as 0.0.0.0/0 does.
+        covered = sum(network.num_addresses for network in ipaddress.collapse_addresses(networks))
+        if covered > MAX_PUBLIC_ENDPOINT_ADDRESSES:
+            share = covered / 2**32
+            raise ValueError(
+                f"{value} together admit {covered:,} addresses ({share:.1%} of IPv4): that opens the API server "
+                f"to the internet; list the deployers' own ranges (at most a /{32 - MAX_PUBLIC_ENDPOINT_BITS} "
+                "in all)"
+            )
+        return value
+
+    @field_validator("namespace", "service_account", "worker_service_account")
+    @classmethod
+    def _dns_label(cls, value: str, info: Any) -> str:
+        return check_dns_label(value, info.field_name)
+
+    @property
+    def ray_heads(self) -> list[RayHead]:
+        """The nightly RayJob's Ray head on the head group (with its autoscaler sidecar when Ray autoscales,
+        Karpenter's tier, and its submitter pod). The online endpoint's RayService head, configured outside this
+        section, joins it in `StackConfig._serve_fits` (`ServeSection.ray_heads`)."""
+        return [
+            RayHead(
+                "nightly RayJob",
+                Requests(cpu=self.head_size.cpu, memory=self.head_size.memory),
+                autoscaler=self.karpenter_enabled,
+                submitter=True,
+            )
+        ]
+
+    @model_validator(mode="after")
+    def _pods_fit_nodes(self) -> EksConfig:
+        pods = pods_on_head_group(self.ray_heads, karpenter=self.karpenter_enabled)
+        shortfall = head_group_shortfall(pods, shape_of(self.head_instance_type), self.head_nodes)
+        if shortfall is not None:
+            raise ValueError(
+                f"eks.head_instance_type {self.head_instance_type} x eks.head_nodes {self.head_nodes} cannot hold "
+                f"what runs on the head group: {shortfall}; choose a larger head_instance_type, more head_nodes "
+                "or a smaller head_size"
+            )
+        if self.karpenter_enabled:
+            _check_fits(self.worker_size, self.node_pool.instance_types, "worker_size", "node_pool.instance_types")
+            gpus = self.gpu_max_nodes * self.worker_size.gpus
+            if gpus > self.node_pool.gpu_limit:
+                raise ValueError(
+                    f"gpu_max_nodes x worker_size.gpus ({gpus}) is more than node_pool.gpu_limit "
+                    f"({self.node_pool.gpu_limit}): the last workers could never start"
+                )
+            if self.gpu_min_workers > self.gpu_max_nodes:
+                raise ValueError(
+                    f"gpu_min_workers ({self.gpu_min_workers}) is more than gpu_max_nodes ({self.gpu_max_nodes})"
+                )
+        else:
+            _check_fits(self.worker_size, [self.gpu_instance_type], "worker_size", "gpu_instance_type")
+        return self
+
+
+def _check_fits(size: PodSize, instance_types: list[str], size_key: str, types_key: str) -> None:
+    """A ValueError unless one pod of `size` fits on at least one of `instance_types` beside its daemons."""
+    cpu, memory_gib = quantity_value(size.cpu), quantity_value(size.memory) / 2**30
+    for instance_type in instance_types:
+        shape = shape_of(instance_type)
+        if (
+            cpu <= shape.vcpus - NODE_RESERVED_CPU
+            and memory_gib <= shape.memory_gib * NODE_MEMORY_SHARE
+            and size.gpus <= shape.gpus
+        ):
+            return
+    raise ValueError(
+        f"{size_key} ({size.cpu} CPU, {size.memory}, {size.gpus} GPU) fits no node of {types_key} "
+        f"{instance_types} after the node's own reserve ({NODE_RESERVED_CPU} CPU, "
+        f"{int((1 - NODE_MEMORY_SHARE) * 100)}% memory)"
+    )
+
+
+class ServeSection(_Section):
+    """The online endpoint of the EKS tiers: the job's model and engine, served by a KubeRay RayService."""
+
+    enabled: bool = Field(False, description="Serve the job's model from a RayService (medium and large tiers).")
+    min_replicas: int = Field(
+        0, ge=0, description="Engine replicas kept while idle; 0: a GPU node only while there is traffic."
+    )
+    max_replicas: int = Field(2, ge=1, description="Most engine replicas (one GPU node each) under load.")
+    target_ongoing_requests: int = Field(
+        16, ge=1, description="Requests in flight per replica that Serve's autoscaler aims for; more adds replicas."
+    )
+    busy_hours_per_day: float = Field(
+        8,
+        ge=0,
+        le=24,
+        description="Hours a day the endpoint has traffic, for the estimate: max_replicas GPU nodes "
+        "then, min_replicas the rest of the day.",
+    )
+    instance_type: str = Field("g5.xlarge", description="GPU instance type of the endpoint's own node pool.")
+    capacity_type: Literal["on-demand", "spot"] = Field(
+        "on-demand",
+        description="On-demand by default: a Spot interruption drops the requests in flight on that replica.",
+    )
+    worker_size: PodSize = Field(
+        PodSize(cpu="3", memory="12Gi", gpus=1), description="Each engine replica's Ray worker pod (= limits)."
+    )
+    head_size: PodSize = Field(
+        PodSize(cpu="1", memory="4Gi"),
+        description="The RayService's head: Serve's controller, the HTTP proxy and the ingress (on the head group).",
+    )
+    internal_load_balancer: bool = Field(
+        False,
+        description="Also an internal AWS load balancer in front of the endpoint (never internet-facing); "
+        "off: a ClusterIP Service, reached from inside the cluster or by kubectl port-forward.",
+    )
+    alarm_latency_p95_ms: float = Field(
+        30000, gt=0, description="The endpoint's p95 request latency over this (ms) for two periods alarms."
+    )
+    alarm_error_ratio: float = Field(
+        0.02, gt=0, le=1, description="5xx answers / requests in a 5-minute period over this alarms."
+    )
+    endpoint_overrides: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Merged into the endpoint's `serve` settings (workload.contract.serve_config.ServeSettings), e.g. "
+        "model_id or max_ongoing_requests; host and port are the cluster's.",
+    )
+
+    @field_validator("instance_type")
+    @classmethod
+    def _known_type(cls, value: str) -> str:
+        if shape_of(value).gpus < 1:
+            raise ValueError(f"{value} has no GPU; the endpoint's engines need one")
+        return value
+
+    @field_validator("endpoint_overrides")
+    @classmethod
+    def _no_listener(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key in ("host", "port", "haproxy", "direct_streaming"):
+            if key in value:
+                raise ValueError(f"'{key}' is set by the RayService (infra/k8s/rayservice.py), not by overrides")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ServeSection:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas ({self.min_replicas}) is more than max_replicas ({self.max_replicas})")
+        if self.worker_size.gpus < 1:
+            raise ValueError("worker_size.gpus must be at least 1: each replica runs a GPU engine")
+        _check_fits(self.worker_size, [self.instance_type], "worker_size", "instance_type")
+        return self
+
+    @property
+    def ray_heads(self) -> list[RayHead]:
+        """The RayService's heads on the head group, each with its metrics reporter and KubeRay's autoscaler
+        sidecar (replicas autoscale): the serving cluster's, and the new cluster's that KubeRay starts beside it
+        while it upgrades the RayService (a new image), until traffic has switched."""
+        cpu = quantity_value(self.head_size.cpu) + quantity_value(SERVE_REPORTER.cpu)
+        memory = quantity_value(self.head_size.memory) + quantity_value(SERVE_REPORTER.memory)
+        requests = Requests(cpu=f"{round(cpu * 1000)}m", memory=f"{round(memory / 2**20)}Mi")
+        return [
+            RayHead(name, requests, autoscaler=True, submitter=False)
+            for name in ("RayService", "RayService upgrade (new cluster)")
+        ]
+
+    @property
+    def watch(self) -> ServeWatch:
+        return ServeWatch(self.alarm_latency_p95_ms, self.alarm_error_ratio, self.max_replicas)
