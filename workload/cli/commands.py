@@ -78,7 +78,7 @@ def _validate(config: JobConfig) -> int:
     return 0
 
 
-def _run(config: JobConfig) -> int:
+def _run(config: JobConfig, verbose: bool = False) -> int:
     # run_job leaves `_failed.json` beside the output for every failure it raises (while it holds the output's
     # lease), so a scheduler waiting for summary.json learns why at once; a refused or lost lease leaves none.
     from workload.engine.model_source import ModelSourceError, check_model_source
@@ -90,8 +90,11 @@ def _run(config: JobConfig) -> int:
     # The nodes fetch the model themselves, once their engines start: a source that cannot be a model is refused
     # here, before the lease, Ray or any engine (one LIST for an s3:// prefix, nothing downloaded).
     check_model_source(config.model)
+    from workload.telemetry.terminal import run_display
+
     try:
-        outcome = run_job(config)
+        with run_display(verbose):
+            outcome = run_job(config)
     except LeaseHeldError as error:
         print(f"llm-batch: refused: {error}", file=sys.stderr)
         return EXIT_LEASE_HELD
@@ -117,7 +120,13 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    _add_config_flags(commands.add_parser("run", help="run (or resume) the batch job", epilog=EXAMPLES))
+    run = commands.add_parser("run", help="run (or resume) the batch job", epilog=EXAMPLES)
+    _add_config_flags(run)
+    run.add_argument(
+        "--verbose",
+        action="store_true",
+        help="at a terminal, show Ray's and vLLM's own log lines here instead of in the run's log file",
+    )
     _add_config_flags(
         commands.add_parser("validate", help="check the config and the input; start no engine", epilog=EXAMPLES)
     )
@@ -151,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             print(render(args.output, args.limit))
             return 0
         config = _load(args)
-        return _validate(config) if args.command == "validate" else _run(config)
+        return _validate(config) if args.command == "validate" else _run(config, args.verbose)
     except (ConfigError, InputError, ModelSourceError, StorageError) as error:
         cause = describe(error.__cause__) if error.__cause__ is not None else None
         if cause is not None and cause.exit_code == EXIT_AWS:  # S3 without credentials or reach: say how to fix it

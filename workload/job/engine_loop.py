@@ -91,6 +91,8 @@ def run_engine(
         if loop is not None:
             raise EngineCrashLoopError(loop) from None
         raise
+    finally:
+        progress.close()  # the bar ends before the summary or a stop's notice is printed below it
     return True
 
 
