@@ -23,6 +23,7 @@ from infra.config.sections import (
     Tier,
 )
 from infra.config.stack import (
+    TIER_DEFAULTS,
     StackConfig,
     decode_pulumi_values,
     from_pulumi,
@@ -33,6 +34,7 @@ __all__ = [
     "NAMESPACE",
     "NIGHTLY_LEASE_WAIT_S",
     "SECRET_KEYS",
+    "TIER_DEFAULTS",
     "CostConfig",
     "EksConfig",
     "ImageConfig",

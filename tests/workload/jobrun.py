@@ -65,6 +65,53 @@ def run_job(args: list[str], env: dict[str, str] | None = None, timeout: float =
     return finish(start_job(args, env), timeout)
 
 
+def run_job_at_a_terminal(args: list[str], cwd: Path, timeout: float = 600, columns: int = 120) -> tuple[int, str]:
+    """The job as a person at a terminal runs it: stdin, stdout and stderr on one pseudo-terminal of `columns`.
+
+    Returns the exit code and what the terminal received (carriage returns kept, so redraws can be counted)."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+    import time
+
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    repo = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+    process = subprocess.Popen(
+        job_command(*args), cwd=cwd, env=env, stdin=terminal, stdout=terminal, stderr=terminal, start_new_session=True
+    )
+    os.close(terminal)
+    received = bytearray()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([controller], [], [], 1.0)
+            if ready:
+                try:
+                    chunk = os.read(controller, 65536)
+                except OSError:  # EIO: every holder of the terminal's other end has closed it
+                    break
+                if not chunk:
+                    break
+                received += chunk
+            elif process.poll() is not None:
+                break
+        process.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        os.close(controller)
+    return process.returncode, received.decode("utf-8", errors="replace")
+
+
+def terminal_lines(screen: str) -> list[str]:
+    """What a person sees: each line as last drawn (a redrawn progress bar counts once), blank lines dropped."""
+    return [line.split("\r")[-1] for line in screen.replace("\r\n", "\n").split("\n") if line.split("\r")[-1].strip()]
+
+
 def write_jsonl(path: Path, rows: list[Any]) -> Path:
     path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
     return path
