@@ -33,6 +33,9 @@ FAILURE_MARKER = "_failed.json"
 # EXIT_LEASE_LOST): the output is not this node's to mark failed. tests/infra/test_boot_failure.py keeps them equal.
 LEASE_HELD_EXIT = 4
 LEASE_LOST_EXIT = 5
+# The job refused to run (config or input changed since the output was begun, EXIT_OUTPUT_MISMATCH) and left the
+# output exactly as it was: a resumable night must not be turned into a failed one by this node's note.
+OUTPUT_MISMATCH_EXIT = 3
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,7 @@ def render_user_data(settings: BootSettings) -> str:
     marker = failure_marker(settings.output_prefix_uri)
     marker_bucket = shlex.quote(marker.bucket)
     marker_key = f'{shlex.quote(marker.key_before)}"${{night}}"{shlex.quote(marker.key_after)}'
-    lease_held, lease_lost = LEASE_HELD_EXIT, LEASE_LOST_EXIT
+    lease_held, lease_lost, refused = LEASE_HELD_EXIT, LEASE_LOST_EXIT, OUTPUT_MISMATCH_EXIT
     return f"""#!/bin/bash
 # llm-batch small tier: run tonight's batch job once, then set the group's desired capacity back to 0.
 set -euo pipefail
@@ -184,6 +187,10 @@ stand_down() {{
     # Still held after resume.lease_wait_s: a live attempt elsewhere owns the output. Marking it failed would
     # fail that attempt's night; this node only stands down.
     echo "llm-batch: another live attempt holds the night's output; nothing recorded on it"
+  elif [ "${{STAGE}}" = "running the job" ] && [ "${{status}}" -eq {refused} ]; then
+    # The job refused this output (settings or input changed) and left it untouched: the next run with the
+    # same settings and input resumes it; recording a failure would end the night.
+    echo "llm-batch: the job refused the night's output (config or input changed); nothing recorded on it"
   elif [ "${{status}}" -ne 0 ]; then
     record_failure "${{status}}"
   fi

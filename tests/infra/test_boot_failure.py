@@ -171,6 +171,16 @@ def test_lease_exit_codes_are_the_jobs() -> None:
     from workload.cli import commands as cli
 
     assert (user_data.LEASE_HELD_EXIT, user_data.LEASE_LOST_EXIT) == (cli.EXIT_LEASE_HELD, cli.EXIT_LEASE_LOST)
+    assert user_data.OUTPUT_MISMATCH_EXIT == cli.EXIT_OUTPUT_MISMATCH
+
+
+def test_a_refused_rerun_marks_nothing(tmp_path: Path, aws_cli: str, account: dict[str, str]) -> None:
+    """The job refused the output (exit 3: config or input changed) and left it untouched: so does this node."""
+    result = _boot(tmp_path, aws_cli, account, JOB_EXIT="3")
+    assert result.returncode == 3, result.stderr
+    assert "refused the night's output" in result.stdout
+    assert boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix=MARKER)["KeyCount"] == 0
+    assert _desired_capacity() == 0
 
 
 def test_a_job_refused_by_a_live_lease_marks_nothing(tmp_path: Path, aws_cli: str, account: dict[str, str]) -> None:

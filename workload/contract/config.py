@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,6 +32,13 @@ class InputConfig(_Strict):
     format: Literal["auto", "jsonl", "parquet"] = Field(
         "auto",
         description="Input format; 'auto' decides from each file's extension (.jsonl/.json, .parquet).",
+    )
+    max_record_bytes: int = Field(
+        16 << 20,
+        ge=1024,
+        le=256 << 20,
+        description="Largest record: a JSONL line, or a Parquet row's serialised size. A larger one is a "
+        "`record_too_large` error row, never read whole (a 1 GB line must not end a night by memory).",
     )
 
     @field_validator("uri")
@@ -100,6 +110,14 @@ class EngineConfig(_Strict):
         description="Engine deaths per replica with no row answered in between before the run fails as a "
         "crash loop (`_failed.json`), instead of restarting forever.",
     )
+    hang_timeout_s: float = Field(
+        180.0,
+        ge=1.0,
+        description="Seconds an engine may make no progress (no scheduler step returns any output) while it has "
+        "requests: then it is stuck, and it is rebuilt and its rows bisected as after a crash (`engine_hang` for "
+        "a row that hangs it alone). A healthy engine returns output every step, at most a few seconds apart "
+        "(one prefill chunk on the CPU); 180 s is far above that and far below a night (docs/bad-rows.md).",
+    )
     max_actor_restarts: int = Field(
         3,
         ge=0,
@@ -145,6 +163,39 @@ class SamplingParams(_Strict):
         if self.min_tokens > self.max_tokens:
             raise ValueError(f"min_tokens ({self.min_tokens}) is more than max_tokens ({self.max_tokens})")
         return self
+
+    @classmethod
+    def restore_types(cls, values: Mapping[str, Any]) -> dict[str, Any]:
+        """A row's sampling keys as vLLM must get them, after Arrow and pandas/numpy had them.
+
+        An integer column with nulls comes back as floats (a seed set in some rows only: 3.0, and NaN for the
+        others), numpy scalars and arrays are not plain Python, and vLLM's engine core validates types strictly:
+        a float seed killed its input thread and hung the engine. Each field gets its declared type back; NaN
+        and None are "not set" where the field allows it. A value that cannot be its type is a TypeError naming
+        the field (the row's error)."""
+        typed: dict[str, Any] = {}
+        for name, value in values.items():
+            field = cls.model_fields.get(name)
+            value = value.tolist() if hasattr(value, "tolist") else value  # numpy scalars and arrays
+            if field is None:
+                typed[name] = value
+                continue
+            args = getattr(field.annotation, "__args__", ())
+            optional = type(None) in args
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                if not optional:
+                    raise TypeError(f"sampling_params.{name} is null")
+                typed[name] = None
+                continue
+            kind = next(a for a in args if a is not type(None)) if optional else field.annotation
+            if kind is int and isinstance(value, float):
+                if not value.is_integer():
+                    raise TypeError(f"sampling_params.{name} must be an integer, got {value!r}")
+                value = int(value)
+            elif kind is float and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            typed[name] = value
+        return typed
 
     def for_engine(self) -> dict[str, Any]:
         """The keyword arguments of vLLM's SamplingParams. Every row gets every key, so the column that carries
@@ -197,6 +248,17 @@ class ResumeConfig(_Strict):
     )
 
 
+def _comparable(uri: str) -> str:
+    """A URI as a path to compare: s3://bucket/prefix as is, a local path absolute and normalised."""
+    if uri.startswith("s3://"):
+        return "s3://" + "/".join(part for part in uri.removeprefix("s3://").split("/") if part)
+    return os.path.realpath(os.path.expanduser(uri))
+
+
+def _within(inner: str, outer: str) -> bool:
+    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
+
+
 class JobConfig(_Strict):
     input: InputConfig
     output: OutputConfig
@@ -217,6 +279,17 @@ class JobConfig(_Strict):
     )
     metrics: MetricsConfig = MetricsConfig()
     resume: ResumeConfig = ResumeConfig()
+
+    @model_validator(mode="after")
+    def _output_apart_from_input(self) -> JobConfig:
+        # An output under its input (or the reverse) would be read back as input by the next attempt: its
+        # results and markers become rows, and the run can never resume. Decided on the URIs, before any I/O.
+        source, target = _comparable(self.input.uri), _comparable(self.output.uri)
+        if _within(target, source):
+            raise ValueError(f"output.uri {self.output.uri} is inside input.uri {self.input.uri}: use a folder apart")
+        if _within(source, target):
+            raise ValueError(f"input.uri {self.input.uri} is inside output.uri {self.output.uri}: use a folder apart")
+        return self
 
     @model_validator(mode="after")
     def _engine_fits_device(self) -> JobConfig:

@@ -19,6 +19,13 @@ Rules, per engine replica:
 - if every row of the batch killed the engine on its own, the crash is tied to no row (a broken engine, not a
   poison row): the run fails with `EngineCrashLoopError` instead of recording the whole input as errors;
 - more than `max_consecutive_crashes` engine deaths with no row answered in between also fail the run.
+
+A stuck engine is a death too. An engine that has requests but makes no progress for `engine.hang_timeout_s`
+(no scheduler step returns output: counted where vLLM's frontend receives each step's outputs, since the job asks
+for final outputs only and a healthy long row shows nothing until it ends) fails every request it holds, and the
+rules above run: a row that stalls the engine on its own is answered with an `engine_hang` error. Seen for real: a
+request the engine core's input thread rejected (a float seed) killed that thread, the core process lived on, and
+every later request waited forever.
 """
 
 from __future__ import annotations
@@ -39,32 +46,38 @@ from ray.llm._internal.common.errors import VLLM_FATAL_ERRORS
 
 from workload import failpoints
 from workload.contract.config import ModelConfig
+from workload.contract.config import SamplingParams as JobSampling
 from workload.engine.model_source import compile_cache_env
 from workload.engine.node_stages import local_model
 from workload.files.results import (
     ENGINE_CRASH_PREFIX,
     ENGINE_FIRST_REQUEST_COLUMN,
+    ENGINE_HANG_PREFIX,
     ENGINE_RESTARTS_COLUMN,
     EngineCrashLoopError,
 )
 from workload.telemetry.startup_trace import mark
 
+HANG_POLL_S = 1.0  # how often a pending request checks whether its engine has stalled
+
 
 class _EngineDied(BaseException):
-    """The engine died under a request. A BaseException on purpose: upstream's per-row handler catches
-    EngineDeadError (to exit the process) and Exception (to record a row error); this passes both untouched."""
+    """The engine died (or stalled: `hung`) under a request. A BaseException on purpose: upstream's per-row handler
+    catches EngineDeadError (to exit the process) and Exception (to record a row error); this passes both
+    untouched."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, hung: bool = False) -> None:
         super().__init__(message)
-        self.message = message
+        self.message, self.hung = message, hung
 
 
 class _Crash(Exception):
-    """A run of rows ended with the engine dead; `generation` says which engine it was."""
+    """A run of rows ended with the engine dead or stalled; `generation` says which engine it was."""
 
-    def __init__(self, message: str, generation: int) -> None:
+    def __init__(self, message: str, generation: int, hung: bool = False, alone: bool = False) -> None:
         super().__init__(message)
-        self.message, self.generation = message, generation
+        self.message, self.generation, self.hung = message, generation, hung
+        self.alone = alone  # the rows ran with nothing else on the engine: the death is theirs
 
 
 def describe_engine_error(error: BaseException) -> str:
@@ -122,6 +135,7 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         crash_retries: int,
         max_consecutive_crashes: int,
         model_config: dict[str, Any],
+        hang_timeout_s: float = 180.0,
         keep_metrics: bool = True,
         **kwargs: Any,
     ) -> None:
@@ -138,6 +152,9 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         self._keep_metrics = keep_metrics
         self._crash_retries = crash_retries
         self._max_consecutive_crashes = max_consecutive_crashes
+        self._hang_timeout_s = hang_timeout_s
+        self._pending = 0  # requests this engine holds
+        self._progress_at = time.monotonic()  # when the engine last returned a step's outputs
         self._generation = 0  # bumped at each engine death
         self._consecutive_crashes = 0
         self._engine_dead = False
@@ -155,12 +172,54 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
                     raise VLLM_FATAL_ERRORS[0]() from RuntimeError(
                         f"failpoint {failpoints.ENGINE_CRASH_ON_ROW}: row {row.get('id')!r}"
                     )
-                return await generate(row)
+                return await self._unless_stalled(generate(row))
             except VLLM_FATAL_ERRORS as error:
                 raise _EngineDied(describe_engine_error(error)) from error
 
         self.llm.generate_async = guarded
+        self._count_progress()
         self._final_outputs_only()
+
+    def _count_progress(self) -> None:
+        """Note the time of every step's outputs as vLLM's frontend receives them from the engine core.
+
+        AsyncLLM's output handler calls `output_processor.process_outputs` once per batch of step outputs
+        (vllm/v1/engine/async_llm.py, `_run_output_handler`, vLLM 0.32), whatever output kind the requests asked
+        for: the one place that sees a row's progress before the row ends. Without it the stall check would read
+        a long healthy row as a hang, so its absence (another vLLM layout) stops the actor at once."""
+        processor = getattr(getattr(self.llm, "engine", None), "output_processor", None)
+        if processor is None or not hasattr(processor, "process_outputs"):
+            raise RuntimeError("the engine has no output_processor.process_outputs to watch for progress")
+        process = processor.process_outputs
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self._progress_at = time.monotonic()
+            return process(*args, **kwargs)
+
+        processor.process_outputs = counted
+
+    async def _unless_stalled(self, request: Awaitable[Any]) -> Any:
+        """The request's result, unless the engine makes no progress for hang_timeout_s while it has requests."""
+        if self._pending == 0:
+            self._progress_at = time.monotonic()  # an idle engine shows no progress: the clock starts now
+        self._pending += 1
+        task = asyncio.ensure_future(request)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=HANG_POLL_S)
+                if done:
+                    return task.result()
+                stalled = time.monotonic() - self._progress_at
+                if stalled > self._hang_timeout_s:
+                    raise _EngineDied(
+                        f"no engine progress for {stalled:.0f} s with {self._pending} request(s) pending "
+                        f"(engine.hang_timeout_s={self._hang_timeout_s:g})",
+                        hung=True,
+                    )
+        finally:
+            self._pending -= 1
+            if not task.done():
+                task.cancel()
 
     def _final_outputs_only(self) -> None:
         """Ask the engine for each row's final output only, as `vllm.LLM.generate` does for its own requests.
@@ -175,9 +234,16 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         prepare = self.llm._prepare_llm_request
 
         async def final_only(row: dict[str, Any]) -> Any:
+            row_id = row.get("id")
+            if isinstance(row.get("sampling_params"), dict):
+                # Arrow and numpy turned an int set in some rows only into a float; vLLM's core must get an int.
+                row["sampling_params"] = JobSampling.restore_types(row["sampling_params"])
             request = await prepare(row)
             if isinstance(request.params, SamplingParams):
                 request.params.output_kind = RequestOutputKind.FINAL_ONLY
+                if failpoints.hangs_engine_on(row_id):
+                    # The type slip the restore above prevents, on purpose: the core's input thread dies on it.
+                    request.params.seed = float(request.params.seed or 0) + 0.5
             return request
 
         self.llm._prepare_llm_request = final_only
@@ -215,8 +281,9 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
             _rebuilt_for_this_batch.get().append("rebuilt")
 
     # --- running rows -------------------------------------------------------------------------------------
-    async def _run(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """All rows on the current engine; raises _Crash if the engine dies under any of them."""
+    async def _run(self, rows: list[dict[str, Any]], alone: bool = True) -> list[dict[str, Any]]:
+        """All rows on the current engine; raises _Crash if the engine dies under any of them. `alone`: nothing
+        else runs on the engine meanwhile (the caller holds the exclusive gate)."""
         self._ensure_engine()
         generation, batch_uuid = self._generation, uuid.uuid4()
         # Upstream's request builder pops keys off the row it is given (prompt, sampling_params, ...): hand it a
@@ -230,11 +297,11 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            raise _Crash(death.message, generation) from None
+            raise _Crash(death.message, generation, death.hung, alone) from None
         self._consecutive_crashes = 0
         return outputs
 
-    def _crash_output(self, row: dict[str, Any], message: str) -> dict[str, Any]:
+    def _crash_output(self, row: dict[str, Any], crash: _Crash) -> dict[str, Any]:
         # The same shape as upstream's error rows, so every row of the stage's output has one schema.
         empty = vLLMOutputData(prompt=str(row.get("prompt") or "")[:200], prompt_token_ids=None, num_input_tokens=0)
         return {
@@ -244,12 +311,22 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
             "batch_uuid": uuid.uuid4().hex,
             "time_taken_llm": -1,
             "params": "",
-            "__inference_error__": f"{ENGINE_CRASH_PREFIX}{message} (the engine died on this row alone)",
+            "__inference_error__": (
+                f"{ENGINE_HANG_PREFIX}{crash.message} (the engine stalled on this row alone)"
+                if crash.hung
+                else f"{ENGINE_CRASH_PREFIX}{crash.message} (the engine died on this row alone)"
+            ),
         }
 
     async def _split(self, rows: list[dict[str, Any]], crash: _Crash) -> list[dict[str, Any]]:
         if len(rows) == 1:
-            return [self._crash_output(rows[0], crash.message)]
+            if not crash.alone:  # a bystander of another batch's death is blamed only if it dies alone too
+                try:
+                    return await self._run(rows)
+                except _Crash as own:
+                    self._died(own)
+                    crash = own
+            return [self._crash_output(rows[0], crash)]
         middle = len(rows) // 2
         outputs: list[dict[str, Any]] = []
         for half in (rows[:middle], rows[middle:]):
@@ -268,7 +345,8 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
                 crash = again
                 self._died(crash)
         outputs = await self._split(rows, crash)
-        if len(rows) > 1 and all(o["__inference_error__"].startswith(ENGINE_CRASH_PREFIX) for o in outputs):
+        prefixes = (ENGINE_CRASH_PREFIX, ENGINE_HANG_PREFIX)
+        if len(rows) > 1 and all(o["__inference_error__"].startswith(prefixes) for o in outputs):
             raise EngineCrashLoopError(
                 f"every row of a batch of {len(rows)} killed the engine on its own: the crash is tied to no row. "
                 f"Last engine error: {crash.message}"
@@ -278,7 +356,7 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
     async def _answer(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         try:
             async with self._gate.shared():
-                return await self._run(rows)
+                return await self._run(rows, alone=False)
         except _Crash as crash:
             self._died(crash)  # at once, so no batch starts on the dead engine meanwhile
             first = crash

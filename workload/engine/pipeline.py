@@ -198,6 +198,7 @@ def guard_engine_stage(processor: Processor, config: JobConfig, keep_metrics: bo
     object.__setattr__(stage, "fn", GuardedEngineUDF)
     stage.fn_constructor_kwargs.update(
         crash_retries=config.engine.crash_retries,
+        hang_timeout_s=config.engine.hang_timeout_s,
         max_consecutive_crashes=config.engine.max_consecutive_crashes,
         keep_metrics=keep_metrics,
     )

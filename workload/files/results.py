@@ -23,6 +23,7 @@ RESULT_SCHEMA = pa.schema(
 JSON_TYPE = "json"  # the type of a pass-through column whose values share no Arrow type (kept as JSON text)
 # Stages of ours mark the errors they record, so the driver can name their kind (`classify_inference_error`).
 ENGINE_CRASH_PREFIX = "engine_crash: "  # the row killed the engine on its own (workload/engine/guard.py)
+ENGINE_HANG_PREFIX = "engine_hang: "  # the row stalled the engine on its own (workload/engine/guard.py)
 CHAT_TEMPLATE_PREFIX = "chat_template: "  # the model's chat template rejected the row's messages
 ENGINE_RESTARTS_COLUMN = "engine_restarts"  # engine rebuilds a batch needed (on its first row; 0 on the others)
 # When the answering engine actor took its first batch (Unix time, on every row): the job's time to first engine
@@ -48,6 +49,8 @@ def classify_inference_error(message: str) -> tuple[str, str]:
     """(error_type, message) of an error the pipeline recorded for a row."""
     if message.startswith(ENGINE_CRASH_PREFIX):
         return "engine_crash", message.removeprefix(ENGINE_CRASH_PREFIX)
+    if message.startswith(ENGINE_HANG_PREFIX):
+        return "engine_hang", message.removeprefix(ENGINE_HANG_PREFIX)
     if message.startswith(CHAT_TEMPLATE_PREFIX):
         return "chat_template_error", message.removeprefix(CHAT_TEMPLATE_PREFIX)
     # vLLM's wording has changed between releases; both forms name the context limit.

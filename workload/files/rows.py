@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import pickle
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,37 +109,85 @@ def format_of(location: Location, configured: str) -> str:
     return _format_of(location, configured)
 
 
-def jsonl_records(chunks: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
+# A record over input.max_record_bytes travels as this marker, its size and its first bytes: no stage ever holds
+# the whole of it, and the validation stage makes it a `record_too_large` error row. No JSON text starts with NUL.
+TOO_LARGE = b"\x00llm-batch:record_too_large:"
+RECORD_HEAD_BYTES = 1024
+
+
+def too_large(size: int, head: bytes) -> bytes:
+    return TOO_LARGE + str(size).encode() + b":" + head[:RECORD_HEAD_BYTES]
+
+
+def _too_large_parts(raw: bytes) -> tuple[int, bytes]:
+    size, _, head = raw.removeprefix(TOO_LARGE).partition(b":")
+    return int(size), head
+
+
+class _Line:
+    """One line's bytes as its chunks arrive; past the cap only its size is kept (and its first bytes)."""
+
+    def __init__(self, cap: int | None) -> None:
+        self.parts: list[bytes] = []
+        self.size, self.cap, self.over, self.nonblank = 0, cap, False, False
+
+    def add(self, piece: bytes) -> None:
+        self.size += len(piece)
+        if self.over:
+            self.nonblank = self.nonblank or bool(piece.strip())
+            return
+        self.parts.append(piece)
+        if self.cap is not None and self.size > self.cap:
+            whole = b"".join(self.parts)
+            self.nonblank, self.parts, self.over = bool(whole.strip()), [whole[:RECORD_HEAD_BYTES]], True
+
+    def record(self) -> bytes | None:
+        if self.over:
+            return too_large(self.size, self.parts[0]) if self.nonblank else None
+        line = b"".join(self.parts)
+        return line.rstrip(b"\r") if line.strip() else None
+
+
+def jsonl_records(chunks: Iterable[bytes], max_record_bytes: int | None = None) -> Iterator[tuple[int, bytes]]:
     """(1-based line number, line) of every record of a JSONL file given as consecutive chunks of its bytes.
 
     The one rule for what a record is, shared by the record count that fixes positions and by the readers: a
     blank line carries no record (a trailing newline ends every JSONL file), a UTF-8 byte order mark is a valid
-    start of a text file and not part of the first record, and a line's trailing CR is not part of it."""
+    start of a text file and not part of the first record, and a line's trailing CR is not part of it. A line
+    longer than `max_record_bytes` is yielded as a `too_large` marker, and never held whole: the count pass
+    and the readers hold at most one chunk and the cap."""
     number = 0
-    carry: list[bytes] = []
+    line = _Line(max_record_bytes)
+    head = b""
     first = True
     for chunk in chunks:
         if first:
-            head = b"".join(carry) + chunk
+            head += chunk
             if len(head) < len(_BOM) and _BOM.startswith(head):  # maybe a BOM split over tiny chunks: wait
-                carry = [head]
                 continue
-            chunk, carry, first = head.removeprefix(_BOM), [], False
-        lines = chunk.split(b"\n")
-        if len(lines) == 1:  # no line ends in this chunk: a long line goes on
-            carry.append(lines[0])
-            continue
-        lines[0] = b"".join([*carry, lines[0]])
-        carry = [lines.pop()]
-        for line in lines:
+            chunk, head, first = head.removeprefix(_BOM), b"", False
+        pieces = chunk.split(b"\n")
+        for piece in pieces[:-1]:
+            line.add(piece)
             number += 1
-            if line.strip():
-                yield number, line.rstrip(b"\r")
-    last = b"".join(carry)
+            record = line.record()
+            if record is not None:
+                yield number, record
+            line = _Line(max_record_bytes)
+        line.add(pieces[-1])
     if first:
-        last = last.removeprefix(_BOM)
-    if last.strip():
-        yield number + 1, last.rstrip(b"\r")
+        line.add(head.removeprefix(_BOM))
+    record = line.record()
+    if record is not None:
+        yield number + 1, record
+
+
+def parquet_record(value: dict[str, Any], max_record_bytes: int | None) -> bytes:
+    """A Parquet row as it travels between the job's own processes (pickled), or its `too_large` marker."""
+    data = pickle.dumps(unset_struct_fields(value))
+    if max_record_bytes is not None and len(data) > max_record_bytes:
+        return too_large(len(data), json.dumps(value, default=str)[:RECORD_HEAD_BYTES].encode())
+    return data
 
 
 def iter_records(config: InputConfig) -> Iterator[Record]:
@@ -147,13 +196,16 @@ def iter_records(config: InputConfig) -> Iterator[Record]:
     for location in input_files(config):
         try:
             if _format_of(location, config.format) == "jsonl":
-                for row, (number, line) in enumerate(jsonl_records([read_bytes(location)])):
+                records = jsonl_records([read_bytes(location)], config.max_record_bytes)
+                for row, (number, line) in enumerate(records):
                     yield Record(position, Origin(location.uri, row, number), line)
                     position += 1
             else:
                 table = pq.read_table(location.path, filesystem=location.fs)
                 for row, value in enumerate(table.to_pylist()):
-                    yield Record(position, Origin(location.uri, row, None), unset_struct_fields(value))
+                    raw = parquet_record(value, config.max_record_bytes)
+                    record = raw if raw.startswith(TOO_LARGE) else unset_struct_fields(value)
+                    yield Record(position, Origin(location.uri, row, None), record)
                     position += 1
         except StorageError as error:
             raise InputError(str(error)) from error
@@ -194,6 +246,8 @@ def _lone_surrogate(value: Any, where: str = "") -> str | None:
 
 
 def raw_text(raw: bytes | dict[str, Any]) -> tuple[str, str]:
+    if isinstance(raw, bytes) and raw.startswith(TOO_LARGE):
+        raw = _too_large_parts(raw)[1]  # the record's first bytes stand for it in errors/
     if isinstance(raw, dict):
         text = json.dumps(raw, default=str, ensure_ascii=False)
         if _lone_surrogate(text):  # keep the record writable as UTF-8: escape what UTF-8 cannot hold
@@ -213,6 +267,9 @@ def _error(record: Record, row_id: str | None, error_type: str, message: str) ->
 def _parse(record: Record) -> dict[str, Any] | RowError:
     if isinstance(record.raw, dict):
         return record.raw
+    if record.raw.startswith(TOO_LARGE):
+        size, _ = _too_large_parts(record.raw)
+        return _error(record, None, "record_too_large", f"record of {size} bytes is over input.max_record_bytes")
     try:
         text = record.raw.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -221,6 +278,10 @@ def _parse(record: Record) -> dict[str, Any] | RowError:
         value = json.loads(text)
     except json.JSONDecodeError as error:
         return _error(record, None, "malformed_json", f"line is not valid JSON: {error}")
+    except RecursionError:
+        return _error(record, None, "malformed_json", "line is JSON nested deeper than the parser allows")
+    except ValueError as error:  # an integer past Python's digit limit (int_max_str_digits)
+        return _error(record, None, "malformed_json", f"line is JSON this parser cannot read: {error}")
     if not isinstance(value, dict):
         return _error(record, None, "not_an_object", f"line is JSON {type(value).__name__}, not an object")
     return value

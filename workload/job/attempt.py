@@ -123,6 +123,8 @@ def _start_attempt(
     if manifest is None or config.resume.mode == "restart":
         store.reset()
         manifest = {**identity, "attempts": []}
+    # Only now, with every check passed: a refused rerun leaves the output exactly as it found it.
+    store.clear_notes()
     attempt = len(manifest["attempts"]) + 1
     manifest["attempts"].append({"attempt": attempt, "started_at": utc_now(), "ended_at": None})
     store.write_manifest(manifest)
@@ -143,7 +145,7 @@ def run_job(config: JobConfig) -> RunOutcome:
         store = OutputStore(config.output.uri, guard=lease.check)
         try:
             return _run_attempt(config, store, lease, started)
-        except LeaseLostError:
+        except (LeaseLostError, OutputMismatchError):  # lost: not ours to write; refused: nothing was touched
             raise
         except Exception as error:
             try:
@@ -156,7 +158,6 @@ def run_job(config: JobConfig) -> RunOutcome:
 def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, started: float) -> RunOutcome:
     from workload.runtime import StopSignal, ray_session
 
-    store.clear_notes()
     timings: dict[str, float] = {"t0": started}
     previous = store.read_manifest()
     known = previous.get("input_files") if previous and config.resume.mode == "resume" else None

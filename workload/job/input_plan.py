@@ -39,6 +39,7 @@ class InputFile:
 class InputPlan:
     files: list[InputFile]
     rows_in: int
+    max_record_bytes: int = 16 << 20  # the cap the count used; the readers apply the same, so positions agree
 
     def listing(self) -> dict[str, dict[str, Any]]:
         """What the manifest records of each file: size, content version, and the record count."""
@@ -64,12 +65,12 @@ def chunks(stream: Any) -> Iterator[bytes]:
         yield bytes(chunk)
 
 
-def _count_records(location: Location, fmt: str) -> int:
+def _count_records(location: Location, fmt: str, max_record_bytes: int) -> int:
     try:
         if fmt == "parquet":
             return int(pq.ParquetFile(location.path, filesystem=location.fs).metadata.num_rows)
         with location.fs.open_input_stream(location.path) as stream:
-            return sum(1 for _ in jsonl_records(chunks(stream)))
+            return sum(1 for _ in jsonl_records(chunks(stream), max_record_bytes))
     except OSError as error:
         raise InputError(f"cannot read {location.uri}: {error}") from error
 
@@ -90,7 +91,7 @@ def plan_input(config: InputConfig, known: dict[str, dict[str, Any]] | None = No
         entry = known.get(location.uri)
         if entry and entry.get("records") is not None and (entry["size"], entry["version"]) == (size, version):
             return int(entry["records"])
-        return _count_records(location, formats[index])
+        return _count_records(location, formats[index], config.max_record_bytes)
 
     with ThreadPoolExecutor(max_workers=16) as pool:  # S3 GETs wait on the network, not the CPU
         counts = list(pool.map(count, range(len(listed))))
@@ -98,7 +99,7 @@ def plan_input(config: InputConfig, known: dict[str, dict[str, Any]] | None = No
     for (location, size, version), fmt, records in zip(listed, formats, counts, strict=True):
         files.append(InputFile(location.uri, location.path, fmt, first, records, size, version))
         first += records
-    return InputPlan(files, first)
+    return InputPlan(files, first, config.max_record_bytes)
 
 
 def _is_input(location: Location) -> bool:

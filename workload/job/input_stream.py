@@ -33,13 +33,14 @@ from ray.data.datasource import FileBasedDatasource
 from workload.contract.config import SamplingParams
 from workload.files.results import JSON_TYPE
 from workload.files.rows import (
+    TOO_LARGE,
     Origin,
     Record,
     RowError,
     ValidRow,
     jsonl_records,
+    parquet_record,
     raw_text,
-    unset_struct_fields,
     validate_record,
 )
 from workload.files.storage import Location
@@ -73,8 +74,16 @@ class RecordSource(FileBasedDatasource):
     """Ray Data's file reader machinery (parallel read tasks, retries, S3 through pyarrow) over our record rule:
     each read task streams its files chunk by chunk and yields blocks of raw records with their positions."""
 
-    def __init__(self, files: list[InputFile], filesystem: Any, shard_rows: int, shards: set[int] | None) -> None:
+    def __init__(
+        self,
+        files: list[InputFile],
+        filesystem: Any,
+        shard_rows: int,
+        shards: set[int] | None,
+        max_record_bytes: int | None = None,
+    ) -> None:
         super().__init__([f.path for f in files], filesystem=filesystem)
+        self._max_record_bytes = max_record_bytes
         self._by_path = {f.path: f for f in files}
         self._shard_rows = shard_rows
         self._shards = frozenset(shards) if shards is not None else None  # None: every row
@@ -90,7 +99,7 @@ class RecordSource(FileBasedDatasource):
         block = _BlockBuilder(file.uri)
         if file.format == "jsonl":
             records: Iterator[tuple[int, int | None, bytes]] = (
-                (row, line, raw) for row, (line, raw) in enumerate(jsonl_records(chunks(f)))
+                (row, line, raw) for row, (line, raw) in enumerate(jsonl_records(chunks(f), self._max_record_bytes))
             )
         else:
             records = self._parquet_records(path)
@@ -110,7 +119,7 @@ class RecordSource(FileBasedDatasource):
             row = 0
             for batch in pq.ParquetFile(handle).iter_batches(batch_size=BLOCK_ROWS):
                 for value in batch.to_pylist():
-                    yield row, None, pickle.dumps(unset_struct_fields(value))
+                    yield row, None, parquet_record(value, self._max_record_bytes)
                     row += 1
 
 
@@ -154,13 +163,14 @@ def read_records(
     shards: set[int] | None,
     num_cpus: float,
     concurrency: int | None = None,
+    max_record_bytes: int | None = None,
 ) -> ray.data.Dataset:
     """`num_cpus` per read task: reading waits on storage more than it computes, and beside an engine that holds
     whole CPUs a read task asking for one would never be scheduled on a small node. `concurrency`: the most read
     tasks at once (None: as many as there are files)."""
     filesystem = Location(files[0].uri).fs
     return ray.data.read_datasource(
-        RecordSource(files, filesystem, shard_rows, shards),
+        RecordSource(files, filesystem, shard_rows, shards, max_record_bytes),
         ray_remote_args={"num_cpus": num_cpus},
         concurrency=concurrency,
     )
@@ -176,7 +186,7 @@ def _records(batch: pa.Table) -> Iterator[Record]:
         batch.column("_record").to_pylist(),
         strict=True,
     ):
-        value: bytes | dict[str, Any] = raw if line is not None else pickle.loads(raw)
+        value: bytes | dict[str, Any] = raw if line is not None or raw.startswith(TOO_LARGE) else pickle.loads(raw)
         yield Record(position, Origin(file, row, line), value)
 
 
@@ -262,7 +272,9 @@ def id_pass(
     """{id: its first position} for every id that repeats, and the input's facts. The grouping is Ray Data's
     hash-partitioned aggregation; only repeated ids come back to the driver."""
     collector = ray.remote(num_cpus=0)(_FactsCollector).remote()
-    ids = read_records([f for f in plan.files if f.records], 1, None, num_cpus).map_batches(
+    ids = read_records(
+        [f for f in plan.files if f.records], 1, None, num_cpus, max_record_bytes=plan.max_record_bytes
+    ).map_batches(
         _valid_ids,
         fn_kwargs={"defaults": defaults, "collector": collector},
         batch_format="pyarrow",
@@ -379,7 +391,7 @@ def input_stream(
     `read_concurrency` caps the read tasks of each of the two reads: unlike the id pass, this read only has to keep
     ahead of the engines, and every read task beyond that takes CPU from them (see stream_read_concurrency)."""
     files = plan.files_with(shards, shard_rows)
-    return read_records(files, shard_rows, shards, num_cpus, read_concurrency).map_batches(
+    return read_records(files, shard_rows, shards, num_cpus, read_concurrency, plan.max_record_bytes).map_batches(
         _validated,
         fn_kwargs={"defaults": defaults, "duplicates": duplicates, "rejected": rejected},
         batch_format="pyarrow",
