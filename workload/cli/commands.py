@@ -62,8 +62,9 @@ def _load(args: argparse.Namespace) -> JobConfig:
 
 def _validate(config: JobConfig) -> int:
     from workload.files.rows import read_input
+    from workload.job.input_plan import plan_input
 
-    validated = read_input(config.input, config.sampling)
+    validated = read_input(config.input, config.sampling, plan_input(config.input, None, config.model.names()).openai)
     kinds = Counter(e.error_type for e in validated.errors)
     report = {
         "config": "ok",

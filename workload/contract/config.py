@@ -29,9 +29,14 @@ class _Strict(BaseModel):
 
 class InputConfig(_Strict):
     uri: str = Field(description="Local file or folder, or s3://bucket/prefix, holding the prompts.")
-    format: Literal["auto", "jsonl", "parquet"] = Field(
+    format: Literal["auto", "jsonl", "parquet", "openai"] = Field(
         "auto",
-        description="Input format; 'auto' decides from each file's extension (.jsonl/.json, .parquet).",
+        description="Input format; 'auto' decides from each file's extension (.jsonl/.json, .parquet), and reads "
+        "JSONL whose first line is an OpenAI Batch request (`custom_id`, `url`, `body`) as one; 'openai' says so.",
+    )
+    openai_url: Literal["/v1/chat/completions", "/v1/completions"] | None = Field(
+        None,
+        description="The url of an OpenAI Batch input (one per batch); None: the first request line's url.",
     )
     max_record_bytes: int = Field(
         16 << 20,
@@ -78,6 +83,19 @@ class ModelConfig(_Strict):
     cache_dir: str = Field(
         "~/.cache/llm-batch/models", description="Where downloaded (s3://) and generated models are kept."
     )
+    name: str = Field(
+        "llm-batch",
+        min_length=1,
+        description="The model's one name, in OpenAI Batch output bodies and requests (the endpoint's too).",
+    )
+    aliases: list[str] = Field(
+        default_factory=list,
+        description="Other names OpenAI Batch requests may give as `model` (e.g. gpt-4o-mini for a team moving "
+        "off OpenAI): answered by this model, reported under `name`.",
+    )
+
+    def names(self) -> frozenset[str]:
+        return frozenset({self.name, *self.aliases})
 
 
 class EngineConfig(_Strict):
@@ -157,6 +175,22 @@ class SamplingParams(_Strict):
     stop: list[str] = Field(default_factory=list, description="Strings that end a row's output.")
     seed: int | None = Field(None, description="Per-row sampling seed, for reproducible sampling.")
     ignore_eos: bool = Field(False, description="Generate max_tokens even past EOS (benchmarks).")
+    n: int = Field(1, ge=1, le=16, description="Samples per row (results: `choices`).")
+    logprobs: int | None = Field(
+        None, ge=0, le=20, description="Log probabilities of the sampled token and this many top tokens per step."
+    )
+    structured_outputs: str | None = Field(
+        None,
+        description='vLLM\'s structured outputs as JSON (an object is accepted): e.g. {"json": SCHEMA} or '
+        '{"json_object": true}; the answer is constrained to it.',
+    )
+    logit_bias: str | None = Field(None, description="Token id -> bias, as JSON (an object is accepted).")
+
+    @field_validator("structured_outputs", "logit_bias", mode="before")
+    @classmethod
+    def _as_json(cls, value: Any) -> Any:
+        # Kept as JSON text: one Arrow type for every row, whatever the schema's shape (JSON_FIELDS below).
+        return json.dumps(value, sort_keys=True) if isinstance(value, dict) else value
 
     @model_validator(mode="after")
     def _min_le_max(self) -> SamplingParams:
@@ -175,6 +209,9 @@ class SamplingParams(_Strict):
         the field (the row's error)."""
         typed: dict[str, Any] = {}
         for name, value in values.items():
+            if name in JSON_SAMPLING_FIELDS:
+                typed[name] = JSON_SAMPLING_FIELDS[name](value)
+                continue
             field = cls.model_fields.get(name)
             value = value.tolist() if hasattr(value, "tolist") else value  # numpy scalars and arrays
             if field is None:
@@ -201,6 +238,18 @@ class SamplingParams(_Strict):
         """The keyword arguments of vLLM's SamplingParams. Every row gets every key, so the column that carries
         them through Ray Data has one schema."""
         return self.model_dump()
+
+
+def _structured(value: Any) -> dict[str, Any] | None:
+    return None if value is None else dict(json.loads(value))
+
+
+def _logit_bias(value: Any) -> dict[int, float] | None:
+    return None if value is None else {int(k): float(v) for k, v in json.loads(value).items()}
+
+
+# Sampling fields that travel as JSON text (one Arrow type for every row) and reach vLLM as objects.
+JSON_SAMPLING_FIELDS = {"structured_outputs": _structured, "logit_bias": _logit_bias}
 
 
 class MetricsConfig(_Strict):
@@ -316,10 +365,23 @@ class JobConfig(_Strict):
         return {
             "model": self.model.model_dump(include={"source", "load_format"}),
             "engine": engine,
-            "sampling": self.sampling.model_dump(),
-            "input": self.input.model_dump(),
+            "sampling": _settled(self.sampling),
+            "input": _settled(self.input),
             "shard_rows": self.output.shard_rows,
         }
+
+
+# Output-affecting fields added after outputs were first written: left out while at their default, so an output
+# begun by an earlier version still resumes (its manifest has no such key, and the default is what it ran with).
+LATER_FIELDS = frozenset({"n", "logprobs", "structured_outputs", "logit_bias", "max_record_bytes", "openai_url"})
+
+
+def _settled(section: BaseModel) -> dict[str, Any]:
+    values = section.model_dump()
+    for name in LATER_FIELDS & set(values):
+        if values[name] == type(section).model_fields[name].get_default(call_default_factory=True):
+            del values[name]
+    return values
 
 
 def seeded_cpu_conflict(config: JobConfig, seeded: bool) -> str | None:

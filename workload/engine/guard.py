@@ -47,6 +47,7 @@ from ray.llm._internal.common.errors import VLLM_FATAL_ERRORS
 from workload import failpoints
 from workload.contract.config import ModelConfig
 from workload.contract.config import SamplingParams as JobSampling
+from workload.engine.choices import engine_columns
 from workload.engine.model_source import compile_cache_env
 from workload.engine.node_stages import local_model
 from workload.files.results import (
@@ -172,11 +173,23 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
                     raise VLLM_FATAL_ERRORS[0]() from RuntimeError(
                         f"failpoint {failpoints.ENGINE_CRASH_ON_ROW}: row {row.get('id')!r}"
                     )
-                return await self._unless_stalled(generate(row))
+                request, data, taken = await self._unless_stalled(generate(row))
+                data.update(engine_columns(self._outputs.pop(request.request_id, None), request.params))
+                return request, data, taken
             except VLLM_FATAL_ERRORS as error:
                 raise _EngineDied(describe_engine_error(error)) from error
 
         self.llm.generate_async = guarded
+        self._outputs: dict[int, Any] = {}
+        respond = self.llm._generate_async
+
+        async def keep_whole(request: Any) -> Any:
+            # The whole output (every sample, finish reason, logprobs), which upstream narrows to outputs[0].
+            output = await respond(request)
+            self._outputs[request.request_id] = output
+            return output
+
+        self.llm._generate_async = keep_whole
         self._count_progress()
         self._final_outputs_only()
 

@@ -19,6 +19,7 @@ from ray.data.llm import Processor, build_processor, vLLMEngineProcessorConfig
 
 from workload import failpoints
 from workload.contract.config import JobConfig, ModelConfig
+from workload.engine.choices import CHOICES_COLUMN, FINISH_COLUMN
 from workload.engine.guard import GuardedEngineUDF
 from workload.engine.model_source import is_hub_id, model_label
 from workload.engine.node_stages import NodeDetokenizeUDF, NodeTokenizeUDF, local_model
@@ -38,6 +39,8 @@ RESULT_COLUMNS = (
     "batch_uuid",
     ENGINE_RESTARTS_COLUMN,
     ENGINE_FIRST_REQUEST_COLUMN,
+    CHOICES_COLUMN,
+    FINISH_COLUMN,
 )
 ERROR_COLUMN = "__inference_error__"
 
@@ -112,6 +115,9 @@ def engine_kwargs(config: JobConfig, seeded: bool | None = None) -> dict[str, An
         "tensor_parallel_size": engine.tensor_parallel_size,
         "seed": engine.seed,
         "load_format": config.model.load_format,
+        # Structured answers without free whitespace between JSON tokens (vLLM honours this per engine, not per
+        # request): shorter answers, and a small model cannot pad an object past max_tokens before closing it.
+        "structured_outputs_config": {"disable_any_whitespace": True},
     }
     if engine.max_num_batched_tokens is not None:
         kwargs["max_num_batched_tokens"] = engine.max_num_batched_tokens

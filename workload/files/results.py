@@ -18,6 +18,9 @@ RESULT_SCHEMA = pa.schema(
         ("num_input_tokens", pa.int64()),
         ("num_output_tokens", pa.int64()),
         ("finish_reason", pa.string()),
+        # Every sample as JSON (index, text, num_tokens, finish_reason, logprobs) where the row asked for n > 1 or
+        # logprobs; null otherwise. generated_text is always the first sample's text.
+        ("choices", pa.string()),
     ]
 )
 JSON_TYPE = "json"  # the type of a pass-through column whose values share no Arrow type (kept as JSON text)
@@ -78,7 +81,7 @@ class ShardBuffer:
         whole input (workload/job/input_stream.py's id pass), so every shard has one schema."""
         ordered = sorted(self.results, key=lambda r: r["_pos"])
         columns: dict[str, pa.Array] = {
-            name: pa.array([r[name] for r in ordered], type=RESULT_SCHEMA.field(name).type)
+            name: pa.array([r.get(name) for r in ordered], type=RESULT_SCHEMA.field(name).type)
             for name in RESULT_SCHEMA.names
         }
         for column, kind in sorted(types.items()):

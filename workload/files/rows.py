@@ -18,10 +18,12 @@ import pyarrow.parquet as pq
 from pydantic import ValidationError
 
 from workload.contract.config import InputConfig, SamplingParams
+from workload.files.openai_batch import OpenAIDialect, RequestRefused
+from workload.files.openai_batch import to_row as openai_row
 from workload.files.storage import Location, StorageError, list_files, locate, read_bytes
 
 # Output columns a pass-through input column may not shadow.
-RESERVED_COLUMNS = frozenset({"generated_text", "num_input_tokens", "num_output_tokens", "finish_reason"})
+RESERVED_COLUMNS = frozenset({"generated_text", "num_input_tokens", "num_output_tokens", "finish_reason", "choices"})
 _ROW_KEYS = frozenset({"id", "prompt", "messages", "sampling_params"})
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
 _BOM = b"\xef\xbb\xbf"
@@ -86,6 +88,8 @@ class RowError:
 
 
 def _format_of(location: Location, configured: str) -> str:
+    if configured == "openai":  # OpenAI Batch files are JSONL
+        return "jsonl"
     if configured != "auto":
         return configured
     name = location.path.lower()
@@ -326,13 +330,25 @@ def _check_messages(messages: Any) -> str | None:
     return None
 
 
-def validate_record(record: Record, defaults: SamplingParams) -> ValidRow | RowError:
+def validate_record(
+    record: Record, defaults: SamplingParams, openai: OpenAIDialect | None = None
+) -> ValidRow | RowError:
+    """The row the engine gets, or the record's error. `openai`: the input is an OpenAI Batch file, whose request
+    lines are first turned into the job's own rows (workload/files/openai_batch.py)."""
     parsed = _parse(record)
     if isinstance(parsed, RowError):
         return parsed
     bad_text = _bad_text(record, parsed)
     if bad_text is not None:
         return bad_text
+    if openai is not None:
+        custom_id = parsed.get("custom_id")
+        try:
+            parsed = openai_row(parsed, openai)
+        except RequestRefused as refused:
+            known = custom_id if isinstance(custom_id, str) and custom_id else None
+            message = refused.message if refused.param is None else f"{refused.message} (param: {refused.param})"
+            return _error(record, known, refused.error_type, message)
     raw_id = parsed.get("id")
     row_id = _row_id(raw_id)
     if "id" not in parsed or raw_id is None:
@@ -379,7 +395,7 @@ class ValidatedInput:
     rows_in: int
 
 
-def read_input(config: InputConfig, defaults: SamplingParams) -> ValidatedInput:
+def read_input(config: InputConfig, defaults: SamplingParams, openai: OpenAIDialect | None = None) -> ValidatedInput:
     """Validate every record; a repeated id keeps its first row and sends the others to errors."""
     rows: list[ValidRow] = []
     errors: list[RowError] = []
@@ -387,7 +403,7 @@ def read_input(config: InputConfig, defaults: SamplingParams) -> ValidatedInput:
     count = 0
     for record in iter_records(config):
         count += 1
-        outcome = validate_record(record, defaults)
+        outcome = validate_record(record, defaults, openai)
         if isinstance(outcome, RowError):
             errors.append(outcome)
         elif outcome.id in seen:

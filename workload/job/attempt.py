@@ -16,6 +16,7 @@ import json
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from workload import failpoints
@@ -24,6 +25,7 @@ from workload.job.committer import ShardCommitter
 from workload.job.engine_loop import run_engine
 from workload.job.input_plan import InputPlan, plan_input
 from workload.job.lease import LeaseLostError, OutputLease, hold_lease
+from workload.job.openai_files import build_openai_files
 from workload.job.output import OutputStore, utc_now
 from workload.job.summary import build_summary, print_summary
 from workload.telemetry.metric_sinks import open_metrics
@@ -161,7 +163,7 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
     timings: dict[str, float] = {"t0": started}
     previous = store.read_manifest()
     known = previous.get("input_files") if previous and config.resume.mode == "resume" else None
-    plan = plan_input(config.input, known)
+    plan = plan_input(config.input, known, config.model.names())
     timings["plan_s"] = round(time.monotonic() - started, 3)
     # Where the driver's memory went: its peak up to the end of the plan (the only time it reads input bytes),
     # its size when the rows start to stream (Ray and the pipeline built), and its peak over the whole attempt.
@@ -219,6 +221,10 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
         # The commits are known: those recovered at the start and this attempt's own; nothing is read again.
         commits = {**committed, **{c.shard: c for c in committer.commits}}
         summary = build_summary(config, manifest, commits)
+        # Before the summary: a reader that waits for summary.json finds the OpenAI files there too.
+        if plan.openai is not None:
+            started_at = datetime.fromisoformat(manifest["attempts"][0]["started_at"])
+            build_openai_files(store, commits, config.model.name, int(started_at.timestamp()))
         failpoints.reached(failpoints.SUMMARY_WRITING)
         store.write_summary(summary)
         metrics.run_complete(summary)

@@ -7,6 +7,7 @@ a shard is committed only once it has received as many rows as it holds.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections import defaultdict
@@ -16,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from workload.contract.config import JobConfig
+from workload.engine.choices import CHOICES_COLUMN, FINISH_COLUMN
 from workload.files.results import (
     ENGINE_FIRST_REQUEST_COLUMN,
     ENGINE_RESTARTS_COLUMN,
@@ -128,6 +130,9 @@ class ShardCommitter:
                 failed += 1
                 continue
             num_in, num_out = int(item["num_input_tokens"]), int(item["num_generated_tokens"])
+            choices = item.get(CHOICES_COLUMN)
+            if choices:  # several samples: every one's tokens count, as OpenAI's usage does
+                num_out = sum(int(c["num_tokens"]) for c in json.loads(choices))
             buffer.results.append(
                 {
                     "_pos": position,
@@ -135,7 +140,10 @@ class ShardCommitter:
                     "generated_text": item["generated_text"],
                     "num_input_tokens": num_in,
                     "num_output_tokens": num_out,
-                    "finish_reason": finish_reason(num_in, num_out, int(item["_max_tokens"]), max_model_len),
+                    # vLLM's own reason where the engine stage kept it; else told from the limits, as before
+                    "finish_reason": item.get(FINISH_COLUMN)
+                    or finish_reason(num_in, num_out, int(item["_max_tokens"]), max_model_len),
+                    "choices": choices,
                     "_passthrough": passthrough_of(item.get("_passthrough")),
                 }
             )

@@ -8,6 +8,7 @@ the manifest keeps them, so a resume over unchanged files counts nothing again. 
 
 from __future__ import annotations
 
+import json
 import pickle
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +18,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from workload.contract.config import InputConfig
+from workload.files.openai_batch import URLS, OpenAIDialect, is_request
 from workload.files.rows import InputError, Origin, RowError, format_of, input_files, jsonl_records
 from workload.files.storage import Location, StorageError, list_versions
 
@@ -40,6 +42,7 @@ class InputPlan:
     files: list[InputFile]
     rows_in: int
     max_record_bytes: int = 16 << 20  # the cap the count used; the readers apply the same, so positions agree
+    openai: OpenAIDialect | None = None  # an OpenAI Batch input: its one url and the model's names
 
     def listing(self) -> dict[str, dict[str, Any]]:
         """What the manifest records of each file: size, content version, and the record count."""
@@ -75,7 +78,40 @@ def _count_records(location: Location, fmt: str, max_record_bytes: int) -> int:
         raise InputError(f"cannot read {location.uri}: {error}") from error
 
 
-def plan_input(config: InputConfig, known: dict[str, dict[str, Any]] | None = None) -> InputPlan:
+def _openai_dialect(config: InputConfig, files: list[InputFile], model_names: frozenset[str]) -> OpenAIDialect | None:
+    """An OpenAI Batch input, told by `input.format: openai` or by its first parseable line's shape; its url is
+    `input.openai_url`, else that line's (OpenAI allows one url per batch: other lines' urls are their errors)."""
+    if config.format not in ("auto", "jsonl", "openai"):
+        return None
+    first = None
+    for file in files:
+        if file.format != "jsonl" or not file.records:
+            continue
+        with Location(file.uri).fs.open_input_stream(file.path) as stream:
+            for _, raw in jsonl_records(chunks(stream), config.max_record_bytes):
+                try:
+                    first = json.loads(raw)
+                    break
+                except (ValueError, RecursionError):
+                    continue
+        if first is not None:
+            break
+    if config.format != "openai" and not is_request(first):
+        return None
+    url = config.openai_url or (first.get("url") if isinstance(first, dict) else None)
+    if url not in URLS:
+        raise InputError(
+            f"{config.uri}: an OpenAI Batch input needs a url of {list(URLS)}; the first request says {url!r} "
+            "(set input.openai_url)"
+        )
+    return OpenAIDialect(str(url), model_names)
+
+
+def plan_input(
+    config: InputConfig,
+    known: dict[str, dict[str, Any]] | None = None,
+    model_names: frozenset[str] = frozenset({"llm-batch"}),
+) -> InputPlan:
     """Every input file with its size, version and record count, in path order. `known`: a manifest's listing;
     a file whose size and version are unchanged keeps its recorded count (a resume counts nothing again)."""
     input_files(config)  # raises InputError naming the URI when it holds no input files
@@ -99,7 +135,7 @@ def plan_input(config: InputConfig, known: dict[str, dict[str, Any]] | None = No
     for (location, size, version), fmt, records in zip(listed, formats, counts, strict=True):
         files.append(InputFile(location.uri, location.path, fmt, first, records, size, version))
         first += records
-    return InputPlan(files, first, config.max_record_bytes)
+    return InputPlan(files, first, config.max_record_bytes, _openai_dialect(config, files, model_names))
 
 
 def _is_input(location: Location) -> bool:

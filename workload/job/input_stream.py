@@ -31,6 +31,7 @@ from ray.data.aggregate import Count, Min
 from ray.data.datasource import FileBasedDatasource
 
 from workload.contract.config import SamplingParams
+from workload.files.openai_batch import OpenAIDialect
 from workload.files.results import JSON_TYPE
 from workload.files.rows import (
     TOO_LARGE,
@@ -258,8 +259,9 @@ class _FactsCollector:
         return self.facts
 
 
-def _valid_ids(batch: pa.Table, defaults: SamplingParams, collector: Any) -> pa.Table:
-    rows = [r for r in (validate_record(rec, defaults) for rec in _records(batch)) if isinstance(r, ValidRow)]
+def _valid_ids(batch: pa.Table, defaults: SamplingParams, collector: Any, openai: OpenAIDialect | None) -> pa.Table:
+    checked = (validate_record(rec, defaults, openai) for rec in _records(batch))
+    rows = [r for r in checked if isinstance(r, ValidRow)]
     ray.get(collector.add.remote(batch.column("_pos")[0].as_py() if batch.num_rows else -1, facts_of(rows)))
     return pa.table(
         {"id": pa.array([r.id for r in rows], pa.string()), "_pos": pa.array([r.position for r in rows], pa.int64())}
@@ -276,7 +278,7 @@ def id_pass(
         [f for f in plan.files if f.records], 1, None, num_cpus, max_record_bytes=plan.max_record_bytes
     ).map_batches(
         _valid_ids,
-        fn_kwargs={"defaults": defaults, "collector": collector},
+        fn_kwargs={"defaults": defaults, "collector": collector, "openai": plan.openai},
         batch_format="pyarrow",
         batch_size=None,
         num_cpus=num_cpus,
@@ -304,13 +306,19 @@ ENGINE_FIELDS = ("_pos", "id", "prompt", "messages_json", "sampling_params", "_m
 ERROR_FIELDS = ("_file", "_row", "_line", "_raw", "_raw_encoding", "_error_type", ERROR_COLUMN)
 
 
-def _validated(batch: pa.Table, defaults: SamplingParams, duplicates: dict[str, int], rejected: bool) -> pa.Table:
+def _validated(
+    batch: pa.Table,
+    defaults: SamplingParams,
+    duplicates: dict[str, int],
+    rejected: bool,
+    openai: OpenAIDialect | None = None,
+) -> pa.Table:
     """One block of records: the valid ones as the engine's input, or (`rejected`) the bad ones as error rows
     (`__inference_error__` set, with the record's file, line, row and raw bytes)."""
     columns: dict[str, list[Any]] = {name: [] for name in ENGINE_FIELDS + ERROR_FIELDS}
     fallback = defaults.for_engine()
     for record in _records(batch):
-        outcome = validate_record(record, defaults)
+        outcome = validate_record(record, defaults, openai)
         if isinstance(outcome, ValidRow) and duplicates.get(outcome.id, record.position) != record.position:
             text, encoding = raw_text(record.raw)
             outcome = RowError(
@@ -393,7 +401,7 @@ def input_stream(
     files = plan.files_with(shards, shard_rows)
     return read_records(files, shard_rows, shards, num_cpus, read_concurrency, plan.max_record_bytes).map_batches(
         _validated,
-        fn_kwargs={"defaults": defaults, "duplicates": duplicates, "rejected": rejected},
+        fn_kwargs={"defaults": defaults, "duplicates": duplicates, "rejected": rejected, "openai": plan.openai},
         batch_format="pyarrow",
         batch_size=None,
         num_cpus=num_cpus,

@@ -10,6 +10,7 @@ Layout under the output URI:
     _manifest.json                   what the output was made with (config hash, input fingerprint, attempts)
     _lease.json                      the live attempt's lease (workload/job/lease.py); absent between attempts
     summary.json                     written last, once every shard is committed
+    output.jsonl, errors.jsonl       an OpenAI Batch input's answers in OpenAI's format, rebuilt from the commits
 
 A shard commit writes its parts to _pending/ (each write atomic), then the marker (atomic), then moves the parts
 into results/ and errors/. A run killed before the marker leaves only _pending/ files, which the next attempt
@@ -56,6 +57,9 @@ SUMMARY = "summary.json"
 # What the nightly state machine watches for beside summary.json: the file's name says whether to retry.
 FAILURE = "_failed.json"  # the attempt failed; retrying the same config will not help by itself
 INTERRUPTED = "_interrupted.json"  # stopped by SIGTERM after committing what was finished: retry to resume
+
+
+OPENAI_FILES = ("output.jsonl", "errors.jsonl")
 
 
 def utc_now() -> str:
@@ -118,6 +122,15 @@ class OutputStore:
         self._guard()
         move(source, target)
 
+    def read_part(self, relative: str) -> bytes | None:
+        """A committed part (`ShardCommit.files`), or None where the shard has none of that kind."""
+        location = self._at(relative)
+        return read_bytes(location) if exists(location) else None
+
+    def write_file(self, name: str, data: bytes) -> None:
+        """A file the run derives from its commits (the OpenAI Batch output files), behind the lease's guard."""
+        self._write(self._at(name), data)
+
     def _read_json(self, relative: str) -> dict[str, Any] | None:
         location = self._at(relative)
         if not exists(location):
@@ -140,7 +153,7 @@ class OutputStore:
         for folder in (RESULTS, ERRORS, COMMITS, PENDING):
             self._guard()
             delete_tree(self._at(folder))
-        for name in (MANIFEST, SUMMARY, FAILURE, INTERRUPTED):
+        for name in (MANIFEST, SUMMARY, FAILURE, INTERRUPTED, *OPENAI_FILES):
             self._delete(self._at(name))
 
     # --- shards -------------------------------------------------------------------------------------------

@@ -1,0 +1,153 @@
+"""An OpenAI Batch input's output files, `output.jsonl` and `errors.jsonl`, built from the committed shards.
+
+The commit protocol underneath is the job's own (workload/job/output.py); these two files are derived from it, in
+input order, every line once, and can be rebuilt at any time from what is committed: a finished run writes them,
+a resumed run rewrites them whole, `build_openai_files` makes them for a stopped one too.
+
+Lines are OpenAI's batch output objects: `id`, `custom_id`, `response` (`status_code`, `request_id`, `body`) and
+`error`. Bodies are OpenAI's: a `chat.completion` or a `text_completion` with every choice, vLLM's finish reason,
+log probabilities in OpenAI's shape and usage over all choices. Rows refused at validation answer 400 with OpenAI's
+error body; the engine's failures (`engine_crash`, `engine_hang`, `inference_error`) 500; a line that could not be
+parsed at all has no response, only an `error` naming its line (and its `custom_id` where it can be read).
+Ids are derived from the row, so a rebuild writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from workload.files.openai_batch import CHAT_URL, OPENAI_COLUMN
+from workload.job.output import OutputStore, ShardCommit
+
+SERVER_ERRORS = frozenset({"engine_crash", "engine_hang", "inference_error", "prompt_too_long"})
+UNPARSED = frozenset({"malformed_json", "invalid_utf8", "not_an_object", "record_too_large", "invalid_text"})
+_CUSTOM_ID = re.compile(r'"custom_id"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:24]
+
+
+def _usage(row: dict[str, Any]) -> dict[str, int]:
+    prompt, completion = int(row["num_input_tokens"]), int(row["num_output_tokens"])
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _samples(row: dict[str, Any]) -> list[dict[str, Any]]:
+    if row.get("choices"):
+        return list(json.loads(row["choices"]))
+    return [{"index": 0, "text": row["generated_text"], "finish_reason": row["finish_reason"], "logprobs": None}]
+
+
+def _completion_logprobs(positions: list[dict[str, Any]], start: int) -> dict[str, Any]:
+    offsets, at = [], start
+    for position in positions:
+        offsets.append(at)
+        at += len(position["token"])
+    return {
+        "tokens": [p["token"] for p in positions],
+        "token_logprobs": [p["logprob"] for p in positions],
+        "top_logprobs": [{t["token"]: t["logprob"] for t in p["top_logprobs"]} for p in positions],
+        "text_offset": offsets,
+    }
+
+
+def response_body(row: dict[str, Any], facts: dict[str, Any], model: str, created: int) -> dict[str, Any]:
+    """The OpenAI response object for one answered row."""
+    samples = _samples(row)
+    if facts["url"] == CHAT_URL:
+        choices = [
+            {
+                "index": s["index"],
+                "message": {"role": "assistant", "content": s["text"], "refusal": None},
+                "logprobs": {"content": s["logprobs"], "refusal": None} if facts.get("logprobs") else None,
+                "finish_reason": s["finish_reason"],
+            }
+            for s in samples
+        ]
+        kind, prefix = "chat.completion", "chatcmpl"
+    else:
+        prompt = facts.get("prompt", "") if facts.get("echo") else ""
+        choices = [
+            {
+                "index": s["index"],
+                "text": prompt + s["text"],
+                "logprobs": _completion_logprobs(s["logprobs"] or [], len(prompt)) if facts.get("logprobs") else None,
+                "finish_reason": s["finish_reason"],
+            }
+            for s in samples
+        ]
+        kind, prefix = "text_completion", "cmpl"
+    return {
+        "id": f"{prefix}-{_digest(row['id'], kind)}",
+        "object": kind,
+        "created": created,
+        "model": model,
+        "choices": choices,
+        "usage": _usage(row),
+    }
+
+
+def _answer_line(row: dict[str, Any], model: str, created: int) -> dict[str, Any]:
+    facts = json.loads(row[OPENAI_COLUMN])
+    return {
+        "id": f"batch_req_{_digest(row['id'], 'line')}",
+        "custom_id": row["id"],
+        "response": {
+            "status_code": 200,
+            "request_id": _digest(row["id"], "request"),
+            "body": response_body(row, facts, model, created),
+        },
+        "error": None,
+    }
+
+
+def _error_line(record: dict[str, Any]) -> dict[str, Any]:
+    kind = record["error_type"]
+    custom_id = record.get("id")
+    if custom_id is None and record.get("raw_input_encoding") == "utf-8":
+        found = _CUSTOM_ID.search(record.get("raw_input") or "")
+        custom_id = json.loads(f'"{found.group(1)}"') if found else None
+    line = {"id": f"batch_req_{_digest(record['input_file'], record['input_row'], 'error')}", "custom_id": custom_id}
+    where = f"line {record['input_line']}" if record.get("input_line") is not None else f"row {record['input_row']}"
+    if kind in UNPARSED:
+        return {**line, "response": None, "error": {"code": kind, "message": f"{where}: {record['error_message']}"}}
+    status = 500 if kind in SERVER_ERRORS else 400
+    error = {
+        "message": record["error_message"],
+        "type": "server_error" if status == 500 else "invalid_request_error",
+        "param": None,
+        "code": kind,
+    }
+    response = {"status_code": status, "request_id": _digest(line["id"], "request"), "body": {"error": error}}
+    return {**line, "response": response, "error": None}
+
+
+def build_openai_files(
+    store: OutputStore, commits: dict[int, ShardCommit], model: str, created: int
+) -> tuple[int, int]:
+    """Write output.jsonl and errors.jsonl from `commits` (every committed shard), in input order; returns the
+    number of lines of each."""
+    answers: list[str] = []
+    errors: list[str] = []
+    for shard in sorted(commits):
+        for relative in commits[shard].files:
+            data = store.read_part(relative)
+            if data is None:
+                continue
+            if relative.endswith(".parquet"):
+                for row in pq.read_table(io.BytesIO(data)).to_pylist():
+                    answers.append(json.dumps(_answer_line(row, model, created), ensure_ascii=False))
+            else:
+                for text in data.decode("utf-8").splitlines():
+                    if text.strip():
+                        errors.append(json.dumps(_error_line(json.loads(text)), ensure_ascii=False))
+    store.write_file("output.jsonl", "".join(line + "\n" for line in answers).encode())
+    store.write_file("errors.jsonl", "".join(line + "\n" for line in errors).encode())
+    return len(answers), len(errors)
