@@ -116,8 +116,9 @@ def engine_kwargs(config: JobConfig, seeded: bool | None = None) -> dict[str, An
         "seed": engine.seed,
         "load_format": config.model.load_format,
         # Structured answers without free whitespace between JSON tokens (vLLM honours this per engine, not per
-        # request): shorter answers, and a small model cannot pad an object past max_tokens before closing it.
-        "structured_outputs_config": {"disable_any_whitespace": True},
+        # request, and only with a named backend: xgrammar, what "auto" picks): shorter answers, and a small model
+        # cannot pad an object past max_tokens before closing it.
+        "structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True},
     }
     if engine.max_num_batched_tokens is not None:
         kwargs["max_num_batched_tokens"] = engine.max_num_batched_tokens
