@@ -181,11 +181,11 @@ def build_image() -> str:
     log(f"building {reference}")
     started = time.monotonic()
     # Two passes. podman's `-v` reaches every RUN of every stage and leaves its mount points behind (an empty
-    # /etc/pip.conf, /opt/wheels, ...), so only the build stage, of which nothing but /opt/venv is kept, is built
-    # with the mounts. The whole image then takes that stage from the layer cache (its key ignores mounts), and the
+    # /etc/pip.conf, /opt/wheels, ...), so only the build and project stages, of which nothing but /opt/venv and
+    # /opt/job is kept, are built with the mounts. The whole image then takes that stage from the layer cache (its key ignores mounts), and the
     # runtime stage's RUN steps (apt-get over plain HTTP) run with no mount at all.
     volumes = [flag for mount in mounts for flag in ("-v", mount)]
-    for stage in (["--target", "build", *volumes], ["-t", reference]):
+    for stage in (["--target", "project", *volumes], ["-t", reference]):
         result = podman(*command, *stage, str(ROOT), capture=False, check=False)
         if result.returncode != 0:
             raise SystemExit(f"podman build failed (exit {result.returncode}); its output is above")

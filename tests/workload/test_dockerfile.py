@@ -170,9 +170,15 @@ def test_image_installs_exactly_the_locked_gpu_set() -> None:
     assert "REQUIREMENTS" in build.values("ARG")
     installs = [run for run in build.values("RUN") if "pip install" in run]
     assert any('--require-hashes --no-deps -r "${REQUIREMENTS}"' in run for run in installs)
-    # The job's own package must not pull anything beyond the pinned set.
-    own = [run for run in installs if "-r " not in run]
-    assert own and all("--no-deps" in run for run in own)
+    # The job's own package must not pull anything beyond the pinned set, and lives apart from the venv, so a code
+    # change never invalidates the runtime stage's copy of the venv.
+    project = next(stage for stage in _stages() if stage.name == "project")
+    own = [run for run in project.values("RUN") if "pip install" in run]
+    assert own and all("--no-deps" in run and "--target /opt/job" in run for run in own)
+    assert not [run for run in installs if "-r " not in run], "nothing but the lock is installed into /opt/venv"
+    final = _stages()[-1]
+    assert "--from=project /opt/job /opt/job" in final.values("COPY")
+    assert _final_env(final)["PYTHONPATH"] == "/opt/job"
 
     gpu_txt = (REPO_ROOT / "requirements" / "gpu.txt").read_text()
     assert gpu_txt == pins.render(pins.dependency_sets()["gpu"]), "gpu.txt is stale: run tools/pins.py"
