@@ -133,6 +133,12 @@ def _start_attempt(
     return manifest, attempt
 
 
+def _openai_files(store: OutputStore, commits: dict[int, Any], config: JobConfig, manifest: dict[str, Any]) -> None:
+    # `created` is the night's first start: a rebuild of the files writes the same bytes.
+    started_at = datetime.fromisoformat(manifest["attempts"][0]["started_at"])
+    build_openai_files(store, commits, config.model.name, int(started_at.timestamp()))
+
+
 def run_job(config: JobConfig) -> RunOutcome:
     """Take the output's lease, then run (or resume) the job; the summary is written once every shard of the input
     is committed.
@@ -213,6 +219,8 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
             left = len(committer.pending)
             print(f"[llm-batch] stopped: {left} shards left for the next attempt", file=sys.stderr)
             if interrupted:
+                if plan.openai is not None:  # what finished so far, in OpenAI's files; the next attempt rewrites them
+                    _openai_files(store, {**committed, **{c.shard: c for c in committer.commits}}, config, manifest)
                 store.write_interrupted(stop.signal_name or "a signal", left)
                 return RunOutcome(None, interrupted=True, exit_code=StopSignal.EXIT_CODE)
             # Not a signal and not complete: rows went missing between the engine and the driver (a bug).
@@ -223,8 +231,7 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
         summary = build_summary(config, manifest, commits)
         # Before the summary: a reader that waits for summary.json finds the OpenAI files there too.
         if plan.openai is not None:
-            started_at = datetime.fromisoformat(manifest["attempts"][0]["started_at"])
-            build_openai_files(store, commits, config.model.name, int(started_at.timestamp()))
+            _openai_files(store, commits, config, manifest)
         failpoints.reached(failpoints.SUMMARY_WRITING)
         store.write_summary(summary)
         metrics.run_complete(summary)
