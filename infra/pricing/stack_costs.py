@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 
+from infra import facts
 from infra.k8s.common import quantity_value
 from infra.k8s.instance_types import NODE_MEMORY_SHARE, NODE_RESERVED_CPU, shape_of
 from infra.k8s.rayservice import workers_for
@@ -164,16 +166,27 @@ def _count(plan: Iterable[dict[str, Any]] | None, typ: str) -> int:
 
 
 def estimate_inputs(
-    stack: str, config: StackConfig, prices: PriceTable, plan: Iterable[dict[str, Any]] | None = None
+    stack: str,
+    config: StackConfig,
+    prices: PriceTable,
+    plan: Iterable[dict[str, Any]] | None = None,
+    on: date | None = None,
 ) -> EstimateInputs:
+    """The estimate's inputs for the month from `on` (default: today, UTC): a cluster whose version is in
+    extended support for some of that month is billed it for those hours (infra/facts/eks_versions.json)."""
     plan = list(plan) if plan is not None else None
+    on = on or datetime.now(UTC).date()
+    clusters = 0 if config.tier == "small" else 1
     network = config.network
     nightly, always_on = node_pools(config, prices)
     nat_gateways = 0
     if network.create_vpc:
         nat_gateways = 1 if network.single_nat_gateway else network.az_count
     fixed = FixedParts(
-        eks_clusters=0 if config.tier == "small" else 1,
+        eks_clusters=clusters,
+        kubernetes_version=None if clusters == 0 else config.eks.version,
+        eks_extended_support_hours=clusters
+        and clusters * facts.extended_support_hours(config.eks.version, on, HOURS_PER_MONTH),
         nat_gateways=nat_gateways,
         interface_endpoints=len(network.interface_endpoints),
         endpoint_azs=network.subnet_count,
