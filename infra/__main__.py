@@ -114,6 +114,8 @@ network = Network(
         private_subnet_tags=(
             {DISCOVERY_TAG: cluster_name} if config.tier != "small" and config.eks.karpenter_enabled else {}
         ),
+        required_instance_types=config.zone_instance_types[0],
+        preferred_instance_types=config.zone_instance_types[1],
     ),
     aws_opts,
 )

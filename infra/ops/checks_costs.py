@@ -121,13 +121,14 @@ NODE_GROUP = "eks:index:ManagedNodeGroup"
 def check_eks_support(plan: Plan) -> list[Violation]:
     name = "eks-support"
     violations: list[Violation] = []
-    clusters = of_type(plan, CLUSTER)
+    # pulumi-eks's Cluster and ManagedNodeGroup are remote components, not custom resources (plan_view.of_type).
+    clusters = [item for item in plan if item["type"] == CLUSTER]
     for cluster in clusters:
         support = (cluster["inputs"].get("upgradePolicy") or {}).get("supportType")
         if support not in ("STANDARD", "EXTENDED"):
             violations.append(Violation(name, label(cluster), "no upgradePolicy.supportType: EKS would pick EXTENDED"))
     versions = {str(cluster["inputs"].get("version")) for cluster in clusters}
-    for group in of_type(plan, NODE_GROUP):
+    for group in (item for item in plan if item["type"] == NODE_GROUP):
         version = group["inputs"].get("version")
         if str(version) not in versions:
             violations.append(Violation(name, label(group), f"version {version}, not the cluster's {sorted(versions)}"))

@@ -212,9 +212,14 @@ def capacity_pools(config: StackConfig, prices: PriceTable) -> tuple[tuple[NodeP
     Spot type runs short: one node of each is the least its quota must allow for that to work.
     """
     nightly, always_on = node_pools(config, prices)
+    if config.tier == "small":
+        # Capacity rebalancing launches the replacement beside the node it replaces, and terminates the old one
+        # only once the new one runs: for that while the G and VT Spot quota holds two nodes.
+        (node,) = nightly
+        return (node.model_copy(update={"count": 2, "name": "gpu node and its rebalancing replacement"}),), ()
     # The endpoint's busiest hour may fall in the nightly window: the quota must hold both at their largest.
     required = nightly + always_on + serve_pools(config)[:1]
-    if config.tier == "small" or not config.eks.karpenter_enabled:
+    if not config.eks.karpenter_enabled:
         return required, ()
     pool = config.eks.node_pool
     capacities: tuple[Capacity, ...] = ("spot", "on-demand") if pool.on_demand_fallback else ("spot",)
