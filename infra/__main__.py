@@ -336,6 +336,7 @@ if config.tier in ("medium", "large"):
                 node_class=eks.node_pool.node_class if eks.karpenter_enabled else None,
                 depends_on=[kuberay, identity, *([karpenter] if karpenter else [])],
                 tags=tags,
+                kubernetes_version=eks.version,
             ),
             cluster.provider,
             k8s_opts,

@@ -95,6 +95,12 @@ class EksConfig(_Section):
             )
         return value
 
+    @field_validator("version", mode="before")
+    @classmethod
+    def _minor_as_text(cls, value: Any) -> Any:
+        # `version: 1.30` in YAML (or `pulumi config set --path ... 1.30` stored as a number) is the float 1.3.
+        return f"{value:.2f}" if isinstance(value, float) else value
+
     @field_validator("version")
     @classmethod
     def _known_version(cls, value: str) -> str:

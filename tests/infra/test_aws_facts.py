@@ -67,7 +67,7 @@ def test_the_autoscaler_image_follows_the_version() -> None:
     for minor, tag in versions.CLUSTER_AUTOSCALER_IMAGE_TAGS.items():
         assert tag.startswith(f"v{minor}.")
         assert minor in facts.calendar().versions  # every minor a stack may run on the way up
-    config = load_stack_config("medium", {"cost_center": "cc", "eks": {"version": "1.34"}})
+    config = load_stack_config("medium", {"cost_center": "cc", "eks": {"version": 1.34}})  # YAML's float too
     assert versions.CLUSTER_AUTOSCALER_IMAGE_TAGS[config.eks.version] == "v1.34.5"
     with pytest.raises(StackConfigError, match="no cluster autoscaler image"):
         load_stack_config("medium", {"cost_center": "cc", "eks": {"version": "1.32"}})
