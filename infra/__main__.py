@@ -5,13 +5,14 @@ put on sys.path to import the `infra` and `workload` packages by their full name
 """
 
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pulumi
 
-from infra import aws_context, deploy_route, naming
+from infra import aws_context, deploy_route, facts, naming
 from infra.components import storage
 from infra.components.alerts import Alerts, AlertsArgs
 from infra.components.cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
@@ -47,8 +48,14 @@ config = from_pulumi()
 tags = naming.cost_tags(stack, config)
 if (price_warning := stack_costs.price_warning(config)) is not None:
     pulumi.log.warn(price_warning)
-# Before any resource: an `up` that could not reach the cluster's API must not create half a stack.
-deploy_route.require_route(config, offline=deploy_route.under_offline_plan(), dry_run=pulumi.runtime.is_dry_run())
+# Before any resource: an `up` that could not reach the cluster's API must not create half a stack, nor one
+# whose alerts go to a placeholder address.
+offline, dry_run = deploy_route.under_offline_plan(), pulumi.runtime.is_dry_run()
+deploy_route.require_route(config, offline=offline, dry_run=dry_run)
+deploy_route.require_alert_email(config, offline=offline, dry_run=dry_run)
+# Facts that age: the version's support window, and tables not checked against their source for a while.
+for line in facts.calendar_warnings(None if config.tier == "small" else config.eks.version, datetime.now(UTC).date()):
+    pulumi.log.warn(line)
 
 providers = Providers("providers", ProvidersArgs(region=config.region, tags=tags))
 aws_opts = pulumi.ResourceOptions(provider=providers.aws)
@@ -107,6 +114,8 @@ network = Network(
         private_subnet_tags=(
             {DISCOVERY_TAG: cluster_name} if config.tier != "small" and config.eks.karpenter_enabled else {}
         ),
+        required_instance_types=config.zone_instance_types[0],
+        preferred_instance_types=config.zone_instance_types[1],
     ),
     aws_opts,
 )
@@ -202,6 +211,7 @@ if config.tier in ("medium", "large"):
         EksClusterArgs(
             cluster_name=cluster_name,
             version=eks.version,
+            support_type=eks.support_type,
             vpc_id=network.vpc_id,
             private_subnet_ids=network.private_subnet_ids,
             key_arn=key.key_arn,
@@ -227,6 +237,7 @@ if config.tier in ("medium", "large"):
             gpu_instance_type=None if eks.karpenter_enabled else eks.gpu_instance_type,
             gpu_max_nodes=eks.gpu_max_nodes,
             tags=tags,
+            kubernetes_version=eks.version,
         ),
         aws_opts,
     )
@@ -269,6 +280,7 @@ if config.tier in ("medium", "large"):
                 context=context,
                 oidc_provider_arn=cluster.oidc_provider_arn,
                 oidc_provider_url=cluster.oidc_provider_url,
+                kubernetes_version=eks.version,
             ),
             cluster.provider,
             k8s_opts,
@@ -324,6 +336,7 @@ if config.tier in ("medium", "large"):
                 node_class=eks.node_pool.node_class if eks.karpenter_enabled else None,
                 depends_on=[kuberay, identity, *([karpenter] if karpenter else [])],
                 tags=tags,
+                kubernetes_version=eks.version,
             ),
             cluster.provider,
             k8s_opts,

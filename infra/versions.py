@@ -5,18 +5,24 @@ Bump here and nowhere else; tests read these constants instead of repeating lite
 
 from __future__ import annotations
 
-# Kubernetes control plane (EKS tiers).
-KUBERNETES_VERSION = "1.33"
+# Kubernetes control plane (EKS tiers): in EKS standard support until 2027-03-27 (infra/facts/eks_versions.json,
+# which the plan and preflight warn from 60 days before). EKS upgrades one minor version at a time
+# (docs/deploy-eks.md).
+KUBERNETES_VERSION = "1.35"
 
 # Helm charts (EKS tiers): name -> (repository, version).
 HELM_CHARTS: dict[str, tuple[str, str]] = {
     "kuberay-operator": ("https://ray-project.github.io/kuberay-helm/", "1.4.2"),
     "karpenter": ("oci://public.ecr.aws/karpenter/karpenter", "1.14.1"),
     "nvidia-device-plugin": ("https://nvidia.github.io/k8s-device-plugin", "0.18.0"),
-    "cluster-autoscaler": ("https://kubernetes.github.io/autoscaler", "9.46.0"),
+    # 9.59.0 ships cluster autoscaler 1.35 with the RBAC it needs (DRA objects, volumeattachments).
+    "cluster-autoscaler": ("https://kubernetes.github.io/autoscaler", "9.59.0"),
 }
-# The cluster autoscaler's minor version must match the control plane's (KUBERNETES_VERSION).
-CLUSTER_AUTOSCALER_IMAGE_TAG = "v1.33.0"
+# The cluster autoscaler's minor version must match the control plane's: one image per Kubernetes minor the
+# stacks may run, so an upgrade one minor at a time (1.33 -> 1.34 -> 1.35) brings its autoscaler with it.
+# Newest patch tag of each minor in kubernetes/autoscaler (cluster-autoscaler-1.x.y), seen 2026-12-01.
+CLUSTER_AUTOSCALER_IMAGE_TAGS: dict[str, str] = {"1.33": "v1.33.6", "1.34": "v1.34.5", "1.35": "v1.35.2"}
+CLUSTER_AUTOSCALER_IMAGE_TAG = CLUSTER_AUTOSCALER_IMAGE_TAGS[KUBERNETES_VERSION]
 # Ray inside the job image (pyproject's ray pin); KubeRay configures the cluster for it.
 RAY_VERSION = "2.60.0"
 
@@ -28,8 +34,10 @@ GPU_AMI_SSM_PARAMETER = (
 )
 # EKS-optimised accelerated AMI family (managed node groups / Karpenter EC2NodeClass alias).
 EKS_GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
-# Pinned, so a new AMI release never replaces nodes mid-run (drift); bump it deliberately.
-EKS_AMI_ALIAS = "al2023@v20251110"
+# Pinned, so a new AMI release never replaces nodes mid-run (drift); bump it deliberately. It must be an
+# amazon-eks-ami release with an AL2023 NVIDIA AMI for the cluster's version: the config checks it against
+# infra/facts/eks_ami_releases.json, and `python -m infra.preflight large` resolves its SSM parameter.
+EKS_AMI_ALIAS = "al2023@v20260714"
 EKS_HEAD_AMI_TYPE = "AL2023_x86_64_STANDARD"
 
 # The job image's base (workload/Dockerfile's BASE_IMAGE default must equal it; a test checks). An exact

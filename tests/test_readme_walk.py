@@ -134,7 +134,7 @@ def test_walk_the_small_tier_steps(
 
     # Step 5, preflight: the quota answer recorded as the AWS CLI prints it.
     quotas = tmp_path / "quotas.json"
-    quotas.write_text(json.dumps({"Quotas": [{"ServiceCode": "ec2", "QuotaCode": "L-3819A6DF", "Value": 4.0}]}))
+    quotas.write_text(json.dumps({"Quotas": [{"ServiceCode": "ec2", "QuotaCode": "L-3819A6DF", "Value": 8.0}]}))
     (command,) = _step(5)
     assert preflight.main([*command[3:], "--quotas", str(quotas)]) == 0
     assert "ok       L-3819A6DF" in capsys.readouterr().out

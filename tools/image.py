@@ -182,8 +182,8 @@ def build_image() -> str:
     started = time.monotonic()
     # Two passes. podman's `-v` reaches every RUN of every stage and leaves its mount points behind (an empty
     # /etc/pip.conf, /opt/wheels, ...), so only the build and project stages, of which nothing but /opt/venv and
-    # /opt/job is kept, are built with the mounts. The whole image then takes that stage from the layer cache (its key ignores mounts), and the
-    # runtime stage's RUN steps (apt-get over plain HTTP) run with no mount at all.
+    # /opt/job is kept, are built with the mounts. The whole image then takes those stages from the layer cache
+    # (its key ignores mounts), and the runtime stage's RUN steps (apt-get over plain HTTP) run with no mount.
     volumes = [flag for mount in mounts for flag in ("-v", mount)]
     for stage in (["--target", "project", *volumes], ["-t", reference]):
         result = podman(*command, *stage, str(ROOT), capture=False, check=False)

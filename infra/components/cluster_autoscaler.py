@@ -31,6 +31,8 @@ class ClusterAutoscalerArgs:
     oidc_provider_arn: pulumi.Input[str]
     oidc_provider_url: pulumi.Input[str]
     scale_down_after: str = "5m"
+    # The control plane's version: the autoscaler's image is the one of the same minor.
+    kubernetes_version: str = versions.KUBERNETES_VERSION
 
 
 def autoscaler_policy(cluster_name: str, context: AwsContext) -> dict[str, Any]:
@@ -100,7 +102,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                 "cloudProvider": "aws",
                 "awsRegion": args.context.region,
                 "autoDiscovery": {"clusterName": args.cluster_name},
-                "image": {"tag": versions.CLUSTER_AUTOSCALER_IMAGE_TAG},
+                "image": {"tag": versions.CLUSTER_AUTOSCALER_IMAGE_TAGS[args.kubernetes_version]},
                 "rbac": {
                     "serviceAccount": {
                         "name": SERVICE_ACCOUNT,

@@ -30,6 +30,9 @@ class EksClusterArgs:
     key_arn: pulumi.Input[str]
     partition: str
     public_access_cidrs: Sequence[str] = ()
+    # What happens at the end of the version's standard support (llm-batch:eks.support_type): STANDARD, AWS
+    # upgrades the cluster; EXTENDED, it is billed extended support. Set explicitly: EKS's default is EXTENDED.
+    support_type: str = "STANDARD"
     # Roles (e.g. the nightly submitter's) that may create jobs in `job_namespace` from inside the VPC.
     submitter_role_arns: Sequence[pulumi.Input[str]] = ()
     job_namespace: str = "llm-batch"
@@ -64,6 +67,7 @@ class EksCluster(pulumi.ComponentResource):
             f"{name}-cluster",
             name=args.cluster_name,
             version=args.version,
+            upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type=args.support_type),
             vpc_id=args.vpc_id,
             private_subnet_ids=args.private_subnet_ids,
             node_associate_public_ip_address=False,

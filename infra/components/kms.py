@@ -33,13 +33,19 @@ _ADMIN_ACTIONS = [
 ]
 # Lets this account's IAM policies grant use of the key (the job's policy names the key's ARN).
 _USE_ACTIONS = ["kms:Encrypt", "kms:Decrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:DescribeKey"]
-# Services that publish to the encrypted alerts topic need to make data keys with it.
+# Services that publish to the encrypted alerts topic need to make data keys with it, on this account's behalf.
 _PUBLISHER_SERVICES = [
     "cloudwatch.amazonaws.com",
     "budgets.amazonaws.com",
-    "events.amazonaws.com",
     "costalerts.amazonaws.com",
 ]
+# EventBridge too (Spot interruption and rebalance notices, a failed night), but its delivery to an encrypted
+# topic carries no aws:SourceAccount for the key policy to match (SNS developer guide, "Enable compatibility
+# between event sources from AWS services and encrypted topics"; awslabs/landing-zone-accelerator-on-aws#407): under
+# that condition every delivery fails (FailedInvocations). It gets its own statement without it; the topic
+# policy still lets it publish only for this account (aws:SourceAccount there), and the key only encrypts.
+EVENTBRIDGE = "events.amazonaws.com"
+PUBLISHER_ACTIONS = ["kms:GenerateDataKey*", "kms:Decrypt"]
 
 
 # What a service that launches instances needs to create their encrypted volumes with this key, from AWS's
@@ -110,9 +116,16 @@ def key_policy(context: AwsContext, launcher_role_arns: Sequence[str] = (), stac
                 "Sid": "AlertPublishers",
                 "Effect": "Allow",
                 "Principal": {"Service": _PUBLISHER_SERVICES},
-                "Action": ["kms:GenerateDataKey*", "kms:Decrypt"],
+                "Action": PUBLISHER_ACTIONS,
                 "Resource": "*",
                 "Condition": {"StringEquals": {"aws:SourceAccount": context.account_id}},
+            },
+            {
+                "Sid": "EventBridgeAlerts",
+                "Effect": "Allow",
+                "Principal": {"Service": EVENTBRIDGE},
+                "Action": PUBLISHER_ACTIONS,
+                "Resource": "*",
             },
             {
                 "Sid": "CloudWatchLogs",

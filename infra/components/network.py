@@ -16,6 +16,7 @@ import pulumi_aws as aws
 
 from infra import naming
 from infra.aws_context import AwsContext
+from infra.zones import choose_zones, offered_by_zone
 
 HTTPS = 443
 
@@ -32,6 +33,10 @@ class NetworkArgs:
     existing_private_subnet_ids: Sequence[str] = ()
     # Extra tags on the private subnets, e.g. a Karpenter discovery tag from the EKS component.
     private_subnet_tags: Mapping[str, str] = field(default_factory=dict)
+    # Zones must offer every required type and are ranked by the preferred ones they offer (infra/zones.py);
+    # none: the first zones by name.
+    required_instance_types: Sequence[str] = ()
+    preferred_instance_types: Sequence[str] = ()
 
 
 # Which of this account's condition keys each interface endpoint's policy pins. sts: IRSA's
@@ -99,17 +104,29 @@ class Network(pulumi.ComponentResource):
         return pulumi.ResourceOptions(parent=self, depends_on=list(depends_on))
 
     def _zones(self) -> list[str]:
+        """Data sources only, read before any subnet is declared: the same answer makes the same plan."""
+        args = self._args
         # Only the region's own zones: Local and Wavelength zones lack most GPU instance types.
         zones = aws.get_availability_zones(
             state="available",
             filters=[aws.GetAvailabilityZonesFilterArgs(name="opt-in-status", values=["opt-in-not-required"])],
             opts=pulumi.InvokeOptions(parent=self),
         ).names
-        if len(zones) < self._args.az_count:
-            raise ValueError(
-                f"network.az_count is {self._args.az_count} but {self._args.context.region} has only {len(zones)} zones"
-            )
-        return sorted(zones)[: self._args.az_count]
+        if len(zones) < args.az_count:
+            region = args.context.region
+            raise ValueError(f"network.az_count is {args.az_count} but {region} has only {len(zones)} zones")
+        types = sorted({*args.required_instance_types, *args.preferred_instance_types})
+        if not types:
+            return sorted(zones)[: args.az_count]
+        offerings = aws.ec2.get_instance_type_offerings(
+            location_type="availability-zone",
+            filters=[aws.ec2.GetInstanceTypeOfferingsFilterArgs(name="instance-type", values=types)],
+            opts=pulumi.InvokeOptions(parent=self),
+        )
+        offered = offered_by_zone(zip(offerings.instance_types, offerings.locations, strict=True))
+        return choose_zones(
+            sorted(zones), offered, args.required_instance_types, args.preferred_instance_types, args.az_count
+        )
 
     def _create_vpc(self) -> None:
         args, name = self._args, self._name

@@ -42,6 +42,9 @@ class NodeGroupsArgs:
     gpu_instance_type: str | None
     gpu_max_nodes: int
     tags: dict[str, str] = field(default_factory=dict)
+    # The control plane's version: set on each group, so an `up` that raises the cluster's version then rolls
+    # the groups' nodes to it (the groups wait for the cluster); unset, a group would stay on its first version.
+    kubernetes_version: str | None = None
 
 
 def node_role(name: str, partition: str, parent: pulumi.Resource, role_name: str | None = None) -> aws.iam.Role:
@@ -117,6 +120,7 @@ class NodeGroups(pulumi.ComponentResource):
             node_role=self.node_role,
             subnet_ids=args.private_subnet_ids,
             ami_type=versions.EKS_HEAD_AMI_TYPE,
+            version=args.kubernetes_version,
             capacity_type="ON_DEMAND",
             instance_types=[args.head_instance_type],
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
@@ -141,6 +145,7 @@ class NodeGroups(pulumi.ComponentResource):
                 node_role=self.node_role,
                 subnet_ids=args.private_subnet_ids,
                 ami_type=versions.EKS_GPU_AMI_TYPE,
+                version=args.kubernetes_version,
                 capacity_type="SPOT",
                 instance_types=[args.gpu_instance_type],
                 # 0 when no job runs; the cluster autoscaler sets the size for a run, so Pulumi leaves it be.

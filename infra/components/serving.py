@@ -54,6 +54,8 @@ class ServingArgs:
     # What the custom resources wait for: the KubeRay chart (the RayService CRD), the job namespace, Karpenter.
     depends_on: Sequence[pulumi.Resource] = ()
     tags: dict[str, str] = field(default_factory=dict)
+    # The control plane's version, so the endpoint's managed group moves with it (as NodeGroups' do).
+    kubernetes_version: str | None = None
 
 
 def serve_node_pool(args: ServingArgs) -> Manifest:
@@ -104,6 +106,7 @@ class Serving(pulumi.ComponentResource):
                 node_role=args.node_role,
                 subnet_ids=args.private_subnet_ids,
                 ami_type=versions.EKS_GPU_AMI_TYPE,
+                version=args.kubernetes_version,
                 capacity_type="SPOT" if args.capacity_type == "spot" else "ON_DEMAND",
                 instance_types=[args.instance_type],
                 # 0 until Ray asks for a replica's worker; the cluster autoscaler sizes it, so Pulumi leaves it be.

@@ -2,9 +2,18 @@
 
 However it ends, the script leaves the nightly run something to read and the GPU released: a failure before
 or during the job writes `_failed.json` under the night's output prefix (unless the job wrote its own, with
-its reason) and sets the group's desired capacity to 0. The one exception is a Spot interruption notice:
-the job commits what it finished and writes `_interrupted.json`, and the script leaves the capacity alone, so
-the replacement instance that capacity rebalancing has started runs the rest (setting 0 here could terminate it).
+its reason) and sets the group's desired capacity to 0. The exceptions are interruptions, after which the
+replacement instance that capacity rebalancing has started runs the rest (setting 0 could terminate it):
+
+- a Spot interruption notice in the instance metadata: the script stops the job, which commits what it
+  finished and writes `_interrupted.json`;
+- the job stopped by SIGTERM from elsewhere, exit 143 with `_interrupted.json` under the night's output: with
+  capacity rebalancing on, Auto Scaling launches the replacement and then terminates the old node itself, with
+  no Spot notice, and the OS's shutdown stops the container. That is an interruption, not a failure.
+
+And before it stands the group down at all, the node reads its Auto Scaling target lifecycle state from the
+instance metadata (AWS's capacity-rebalancing guide): `Terminated` means Auto Scaling is taking this instance
+away (a rebalancing replacement, a scale-in) and the group's capacity is not this node's to change.
 
 Kept apart from the component so it can be rendered, and run against stand-in commands, without Pulumi.
 """
@@ -29,6 +38,10 @@ SPOT_POLL_S = 5
 DEFAULT_GRACE_PERIOD_S = ResumeConfig().grace_period_s
 # The job's own failure marker (workload.job.output.FAILURE); the state machine looks for it under the output.
 FAILURE_MARKER = "_failed.json"
+# The job's note that SIGTERM stopped it after committing what it finished (workload.job.output.INTERRUPTED).
+INTERRUPTED_MARKER = "_interrupted.json"
+# What `docker run` returns for a container stopped by SIGTERM (128 + 15).
+SIGTERM_EXIT = 143
 # The job's exit codes when another attempt owns the night's output (workload/cli/commands.py EXIT_LEASE_HELD and
 # EXIT_LEASE_LOST): the output is not this node's to mark failed. tests/infra/test_boot_failure.py keeps them equal.
 LEASE_HELD_EXIT = 4
@@ -131,7 +144,10 @@ def render_user_data(settings: BootSettings) -> str:
     marker = failure_marker(settings.output_prefix_uri)
     marker_bucket = shlex.quote(marker.bucket)
     marker_key = f'{shlex.quote(marker.key_before)}"${{night}}"{shlex.quote(marker.key_after)}'
-    lease_held, lease_lost, refused = LEASE_HELD_EXIT, LEASE_LOST_EXIT, OUTPUT_MISMATCH_EXIT
+    interrupted_after = marker.key_after.removesuffix(FAILURE_MARKER) + INTERRUPTED_MARKER
+    interrupted_key = f'{shlex.quote(marker.key_before)}"${{RUN_DATE}}"{shlex.quote(interrupted_after)}'
+    lease_held, lease_lost, sigterm = LEASE_HELD_EXIT, LEASE_LOST_EXIT, SIGTERM_EXIT
+    refused = OUTPUT_MISMATCH_EXIT
     return f"""#!/bin/bash
 # llm-batch small tier: run tonight's batch job once, then set the group's desired capacity back to 0.
 set -euo pipefail
@@ -163,8 +179,18 @@ record_failure() {{
   rm -f "${{body}}"
 }}
 
+# Auto Scaling's intent for this instance (InService, Terminated, ...), read from the instance metadata; empty
+# when the metadata cannot be read.
+target_lifecycle_state() {{
+  local imds
+  imds=$(curl -sf -X PUT http://169.254.169.254/latest/api/token \
+    -H "X-aws-ec2-metadata-token-ttl-seconds: 60") || return 0
+  curl -sf -H "X-aws-ec2-metadata-token: ${{imds}}" \
+    http://169.254.169.254/latest/meta-data/autoscaling/target-lifecycle-state || true
+}}
+
 stand_down() {{
-  local status=$?
+  local status=$? state
   trap - EXIT
   set +e
   if [ -n "${{WATCHER}}" ]; then
@@ -175,6 +201,14 @@ stand_down() {{
     # The job committed its shards and wrote _interrupted.json; capacity rebalancing has started (or will
     # start) a replacement, and setting the group to 0 now could terminate it. Spot takes this instance.
     echo "llm-batch: Spot interruption; leaving the group's capacity to the replacement instance"
+    exit "${{status}}"
+  fi
+  if [ "${{STAGE}}" = "running the job" ] && [ "${{status}}" -eq {sigterm} ] && \
+    aws s3api head-object --bucket {marker_bucket} --key {interrupted_key} > /dev/null 2>&1; then
+    # Stopped by SIGTERM from outside (Auto Scaling terminating this node after launching its rebalancing
+    # replacement sends no Spot notice) after committing its shards: an interruption, resumed by the replacement.
+    echo "llm-batch: the job was stopped and recorded _interrupted.json; leaving the output and the group's" \
+      "capacity to the replacement instance"
     exit "${{status}}"
   fi
   if [ "${{STAGE}}" = "running the job" ] && [ "${{status}}" -eq {lease_lost} ]; then
@@ -193,6 +227,14 @@ stand_down() {{
     echo "llm-batch: the job refused the night's output (config or input changed); nothing recorded on it"
   elif [ "${{status}}" -ne 0 ]; then
     record_failure "${{status}}"
+  fi
+  state=$(target_lifecycle_state)
+  if [ -n "${{state}}" ] && [ "${{state}}" != "InService" ]; then
+    # Auto Scaling is taking this instance away (Terminated: a rebalancing replacement runs, or a scale-in):
+    # setting the group to 0 now could terminate the replacement.
+    echo "llm-batch: Auto Scaling's target lifecycle state for this instance is ${{state}}; leaving the group's" \
+      "capacity alone (exit status ${{status}})"
+    exit "${{status}}"
   fi
   echo "llm-batch: standing down (exit status ${{status}})"
   aws autoscaling set-desired-capacity --auto-scaling-group-name {q["group_name"]} --desired-capacity 0

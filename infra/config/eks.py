@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from infra import versions
+from infra import facts, versions
 from infra.config.sections import (
     NAMESPACE,
     _Section,
@@ -28,7 +28,16 @@ MAX_PUBLIC_ENDPOINT_ADDRESSES = 2**MAX_PUBLIC_ENDPOINT_BITS
 
 
 class EksConfig(_Section):
-    version: str = Field(versions.KUBERNETES_VERSION, description="Kubernetes version of the control plane.")
+    version: str = Field(
+        versions.KUBERNETES_VERSION,
+        description="Kubernetes version of the control plane and the node groups; one listed in "
+        "infra/facts/eks_versions.json. EKS upgrades one minor version at a time (docs/deploy-eks.md).",
+    )
+    support_type: Literal["STANDARD", "EXTENDED"] = Field(
+        "STANDARD",
+        description="The cluster's upgrade policy at the end of standard support: STANDARD, AWS upgrades it to "
+        "the next version; EXTENDED, it stays and is billed extended support (six times the price).",
+    )
     head_instance_type: str = Field("m5.xlarge", description="On-demand node for the Ray head.")
     head_nodes: int = Field(
         1, ge=1, le=5, description="On-demand nodes for the Ray head and the operators (KubeRay, Karpenter)."
@@ -86,6 +95,18 @@ class EksConfig(_Section):
             )
         return value
 
+    @field_validator("version", mode="before")
+    @classmethod
+    def _minor_as_text(cls, value: Any) -> Any:
+        # `version: 1.30` in YAML (or `pulumi config set --path ... 1.30` stored as a number) is the float 1.3.
+        return f"{value:.2f}" if isinstance(value, float) else value
+
+    @field_validator("version")
+    @classmethod
+    def _known_version(cls, value: str) -> str:
+        facts.version_support(value)  # a FactsError (a ValueError) names the table to add it to
+        return value
+
     @field_validator("namespace", "service_account", "worker_service_account")
     @classmethod
     def _dns_label(cls, value: str, info: Any) -> str:
@@ -104,6 +125,17 @@ class EksConfig(_Section):
                 submitter=True,
             )
         ]
+
+    @model_validator(mode="after")
+    def _images_exist_for_the_version(self) -> EksConfig:
+        if self.karpenter_enabled and (problem := facts.alias_problem(self.ami_alias, self.version)):
+            raise ValueError(f"ami_alias {problem}; Karpenter would find no AMI and start no GPU node")
+        if not self.karpenter_enabled and self.version not in versions.CLUSTER_AUTOSCALER_IMAGE_TAGS:
+            raise ValueError(
+                f"version {self.version} has no cluster autoscaler image in infra/versions.py "
+                "CLUSTER_AUTOSCALER_IMAGE_TAGS (its minor must match the control plane's)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _pods_fit_nodes(self) -> EksConfig:

@@ -100,6 +100,17 @@ class StackConfig(_Section):
                 raise ValueError(f"'{key}' is not a valid AWS tag key")
         return value
 
+    @property
+    def zone_instance_types(self) -> tuple[list[str], list[str]]:
+        """(types every subnet's zone must offer, types a zone is preferred for offering) (infra/zones.py)."""
+        serve = [self.serve.instance_type] if self.serve.enabled and self.tier != "small" else []
+        if self.tier == "small":
+            return [self.small.instance_type], []
+        if self.eks.karpenter_enabled:
+            first, *others = self.eks.node_pool.instance_types
+            return [first, self.eks.head_instance_type], [*others, *serve]
+        return [self.eks.gpu_instance_type, self.eks.head_instance_type], serve
+
     @model_validator(mode="after")
     def _serve_fits(self) -> StackConfig:
         if not self.serve.enabled:

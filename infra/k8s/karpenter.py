@@ -46,7 +46,7 @@ class NodeClassArgs(_Strict):
     cluster_name: str = Field(description="Value of the discovery tag on the cluster's private subnets and SG.")
     node_role: str = Field(description="IAM role name of the nodes (Karpenter makes the instance profile).")
     ami_alias: str = Field(
-        description="Pinned AMI alias, e.g. 'al2023@v20251117'; Karpenter picks the NVIDIA variant for GPUs."
+        description="Pinned AMI alias, e.g. 'al2023@v20260714'; Karpenter picks the NVIDIA variant for GPUs."
     )
     volume_size_gib: int = Field(200, ge=20, le=16384, description="Root volume: the image and model cache.")
     volume_kms_key_id: str | None = Field(None, description="KMS key for the root volume; None: aws/ebs.")
@@ -61,7 +61,7 @@ class NodeClassArgs(_Strict):
     @classmethod
     def _alias(cls, value: str) -> str:
         if not _AMI_ALIAS.match(value):
-            raise ValueError(f"ami_alias {value!r} must be a pinned alias such as 'al2023@v20251117' (not '@latest')")
+            raise ValueError(f"ami_alias {value!r} must be a pinned alias such as 'al2023@v20260714' (not '@latest')")
         return value
 
     @field_validator("tags")

@@ -7,6 +7,9 @@
   (`cost.activate_cost_allocation_tags`, recorded on the CostControls component). Activation fails on a
   first deploy (Billing knows a tag about a day after resources carry it) and always in an Organizations
   member account (only the payer account may activate tags).
+- `eks-support`: every EKS cluster states its upgrade policy (EKS's own default is EXTENDED: past standard
+  support a cluster stays and is billed six times the control plane's price), and its managed node groups run
+  the cluster's version, so raising `eks.version` moves them with it (docs/deploy-eks.md).
 """
 
 from __future__ import annotations
@@ -108,4 +111,26 @@ def check_cost_tag_activation(plan: Plan) -> list[Violation]:
     # Counted by the budgets the components made: a component with nothing inside it checks nothing.
     budgets = [item for item in of_type(plan, BUDGET) if item.get("parent") in {c["urn"] for c in controls}]
     require_matches(name, len(budgets), "CostControls component with a budget")
+    return violations
+
+
+CLUSTER = "eks:index:Cluster"
+NODE_GROUP = "eks:index:ManagedNodeGroup"
+
+
+def check_eks_support(plan: Plan) -> list[Violation]:
+    name = "eks-support"
+    violations: list[Violation] = []
+    # pulumi-eks's Cluster and ManagedNodeGroup are remote components, not custom resources (plan_view.of_type).
+    clusters = [item for item in plan if item["type"] == CLUSTER]
+    for cluster in clusters:
+        support = (cluster["inputs"].get("upgradePolicy") or {}).get("supportType")
+        if support not in ("STANDARD", "EXTENDED"):
+            violations.append(Violation(name, label(cluster), "no upgradePolicy.supportType: EKS would pick EXTENDED"))
+    versions = {str(cluster["inputs"].get("version")) for cluster in clusters}
+    for group in (item for item in plan if item["type"] == NODE_GROUP):
+        version = group["inputs"].get("version")
+        if str(version) not in versions:
+            violations.append(Violation(name, label(group), f"version {version}, not the cluster's {sorted(versions)}"))
+    require_matches(name, len(clusters), "EKS cluster")
     return violations

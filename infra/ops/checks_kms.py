@@ -1,4 +1,6 @@
-"""Plan check: every node volume is encrypted with the stack key, and whoever launches the node can use it.
+"""Plan checks on what the stack's keys let in: `volume-keys` and `alert-keys`.
+
+`volume-keys`: every node volume is encrypted with the stack key, and whoever launches the node can use it.
 
 A volume on AWS's own EBS key (no key named) is refused: the stack's data on a node's disk (model weights,
 the Hub token's file, spilled Ray objects) is then readable under a key the stack's policy does not control.
@@ -10,6 +12,12 @@ Client error on launch" (AWS: "Required AWS KMS key policy for use with encrypte
 and CreateGrant limited to AWS resources. Karpenter launches with its controller's own role, which the key
 reaches through IAM: the key policy must delegate to the account and an IAM policy in the plan must allow
 the controller CreateGrant for AWS resources on the key.
+
+`alert-keys`: every KMS-encrypted topic that EventBridge may publish to (the alerts topics: Spot interruption
+and rebalance notices, failed nights) is on a key that lets events.amazonaws.com make data keys without a
+condition on aws:SourceAccount or aws:SourceArn, which EventBridge's deliveries to an encrypted topic do not carry
+(SNS developer guide: compatibility between event sources from AWS services and encrypted topics); under such a
+condition every delivery ends as FailedInvocations and the notice is dropped.
 """
 
 from __future__ import annotations
@@ -156,4 +164,68 @@ def check_volume_keys(plan: Plan) -> list[Violation]:
                 problems.append("no IAM policy lets Karpenter CreateGrant on the key for AWS resources")
         violations += [Violation(NAME, label(item), f"{label(key)}: {problem}") for problem in problems]
     require_matches(NAME, matched, "launch template or EC2NodeClass volume")
+    return violations
+
+
+ALERT_KEYS = "alert-keys"
+TOPIC = "aws:sns/topic:Topic"
+TOPIC_POLICY = "aws:sns/topicPolicy:TopicPolicy"
+EVENTBRIDGE = "events.amazonaws.com"
+# Condition keys EventBridge's delivery to an encrypted topic does not carry (its KMS calls have no source).
+_SOURCE_KEYS = ("aws:sourceaccount", "aws:sourcearn", "aws:sourceorgid", "aws:sourceorgpaths")
+
+
+def _services(statement: Mapping[str, Any]) -> list[str]:
+    principal = statement.get("Principal")
+    return [str(s) for s in as_list(principal.get("Service"))] if isinstance(principal, dict) else []
+
+
+def _source_conditions(statement: Mapping[str, Any]) -> list[str]:
+    return [
+        key
+        for block in (statement.get("Condition") or {}).values()
+        if isinstance(block, dict)
+        for key in block
+        if key.lower() in _SOURCE_KEYS
+    ]
+
+
+def eventbridge_key_problems(key_policy: Any) -> list[str]:
+    """What keeps EventBridge from encrypting a delivery with the key: no statement for it, or one it cannot match."""
+    usable = [
+        statement
+        for statement in statements(key_policy)
+        if EVENTBRIDGE in _services(statement)
+        and all(_allows(statement, action) for action in ("kms:GenerateDataKey", "kms:Decrypt"))
+    ]
+    if not usable:
+        return ["the key policy does not let events.amazonaws.com GenerateDataKey* and Decrypt"]
+    if all(_source_conditions(statement) for statement in usable):
+        keys = sorted({key for statement in usable for key in _source_conditions(statement)})
+        return [f"EventBridge may use the key only under {keys}, which its deliveries do not carry"]
+    return []
+
+
+def check_alert_keys(plan: Plan) -> list[Violation]:
+    """Every encrypted topic EventBridge may publish to is on a key EventBridge can use (Spot notices, nights)."""
+    keys: dict[str, Resource] = {str(key.get("outputs", {}).get("arn")): key for key in of_type(plan, KEY)}
+    policies = {str(item["inputs"].get("arn")): item for item in of_type(plan, TOPIC_POLICY)}
+    violations: list[Violation] = []
+    matched = 0
+    for topic in of_type(plan, TOPIC):
+        policy = policies.get(str(topic.get("outputs", {}).get("arn")))
+        publishes = policy is not None and any(
+            EVENTBRIDGE in _services(s) and _allows(s, "sns:Publish") for s in statements(policy["inputs"]["policy"])
+        )
+        key_arn = topic["inputs"].get("kmsMasterKeyId")
+        if not publishes or not key_arn:
+            continue
+        matched += 1
+        key = keys.get(str(key_arn))
+        if key is None:
+            violations.append(Violation(ALERT_KEYS, label(topic), f"its key {key_arn} is not in this plan: unchecked"))
+            continue
+        problems = eventbridge_key_problems(as_json(key["inputs"].get("policy")))
+        violations += [Violation(ALERT_KEYS, label(topic), f"{label(key)}: {problem}") for problem in problems]
+    require_matches(ALERT_KEYS, matched, "encrypted topic EventBridge publishes to")
     return violations

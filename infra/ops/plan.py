@@ -24,6 +24,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
+from datetime import date
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -192,6 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--estimate-json", action="store_true", help="print the monthly cost estimate as JSON")
     parser.add_argument("--details", action="store_true", help="show Kubernetes objects' full manifests in the tree")
     parser.add_argument(
+        "--on",
+        type=_day,
+        metavar="YYYY-MM-DD",
+        help="price the month from this day (default: today, UTC): what EKS support window the version is in",
+    )
+    parser.add_argument(
         "--no-checks", action="store_true", help="skip the policy gate (the caller runs `infra.policy` itself)"
     )
     parser.add_argument(
@@ -223,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write("\n")
         return checked
     try:
-        cost = stack_estimate(args.stack, plan, overrides)
+        cost = stack_estimate(args.stack, plan, overrides, on=args.on)
     except PriceTableError as error:
         if args.estimate_json:  # the estimate is all that was asked for
             print(f"error: cost estimate: {error}", file=sys.stderr)
@@ -243,6 +250,13 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(format_estimate(cost))
     return checked
+
+
+def _day(text: str) -> date:
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date like 2026-12-01") from None
 
 
 def parse_sets(items: Sequence[str]) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 A mock is the only way to run the program here (no Pulumi CLI, no provider plugins, no AWS account), so it
 answers like the real provider would: ids and ARNs in AWS's formats, names the way Pulumi auto-names, and
-the data sources the program reads (caller identity, AZs, SSM parameters, existing VPC lookups).
+the data sources the program reads (caller identity, AZs and the types they offer, SSM parameters, existing
+VPC lookups).
 `RecordingMonitor` keeps every registration with its parent and provider, which the plan is made from.
 """
 
@@ -298,6 +299,29 @@ def _availability_zones(mocks: PlanMocks, _: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# Where the mocks say a type is not offered (zone letter -> type prefixes). A stand-in shaped like AWS's answer,
+# not AWS's table: it gives the plan a zone without the GPUs, so choosing zones by offering shows in it.
+OFFERING_GAPS: dict[str, tuple[str, ...]] = {"a": ("p4d.",), "e": ("g5.", "p4d.")}
+
+
+def _instance_type_offerings(mocks: PlanMocks, args: dict[str, Any]) -> dict[str, Any]:
+    wanted = [value for item in args.get("filters") or [] for value in item.get("values") or []]
+    pairs = [
+        (instance_type, f"{mocks.region}{letter}")
+        for letter in "abcdef"
+        for instance_type in wanted
+        if not instance_type.startswith(OFFERING_GAPS.get(letter, ()))
+    ]
+    return {
+        "id": mocks.region,
+        "filters": args.get("filters"),
+        "locationType": args.get("locationType") or "availability-zone",
+        "instanceTypes": [instance_type for instance_type, _ in pairs],
+        "locations": [zone for _, zone in pairs],
+        "locationTypes": ["availability-zone"] * len(pairs),
+    }
+
+
 def _ssm_parameter(_: PlanMocks, args: dict[str, Any]) -> dict[str, Any]:
     name = str(args.get("name"))
     return {
@@ -379,6 +403,7 @@ _CALLS: dict[str, Callable[[PlanMocks, dict[str, Any]], dict[str, Any]]] = {
     "aws:index/getRegion:getRegion": _region,
     "aws:index/getAvailabilityZones:getAvailabilityZones": _availability_zones,
     "aws:ssm/getParameter:getParameter": _ssm_parameter,
+    "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings": _instance_type_offerings,
     "aws:ec2/getVpc:getVpc": _vpc,
     "aws:iam/getRole:getRole": _iam_role,
     "aws:ec2/getRouteTable:getRouteTable": _route_table,

@@ -400,8 +400,17 @@ RULES: dict[str, Rule] = {
         checks_kms.check_volume_keys,
         "put node volumes on the stack key and let the launching role use it (infra/ops/checks_kms.py)",
     ),
+    "alert-keys": Rule(
+        checks_kms.check_alert_keys,
+        "give events.amazonaws.com its own key statement without aws:SourceAccount (infra/components/kms.py)",
+    ),
     "cost-scope": Rule(checks_costs.check_cost_scope, "scope cost alarms and budgets to this stack's tags"),
     "cost-tag-activation": Rule(checks_costs.check_cost_tag_activation, "activate the CostCenter cost tag"),
+    "eks-support": Rule(
+        checks_costs.check_eks_support,
+        "set the cluster's upgrade policy (llm-batch:eks.support_type) and the node groups' version to the cluster's",
+        CLUSTER_TIERS,
+    ),
     **{
         name: Rule(check, "make the resource wait for what it names (depends_on)", CLUSTER_TIERS)
         for name, check in checks_order.CHECKS.items()

@@ -1,8 +1,12 @@
-"""Preflight: does the account's EC2 vCPU quota cover what the stack will launch? Say what to request if not.
+"""Preflight: does the account hold what the stack needs before `pulumi up`? Say what to do if not.
 
 EC2 counts running (and requested Spot) vCPUs per instance family against a Service Quotas quota, and new
 accounts start GPU families at 0, so `pulumi up` would create everything and then fail at the first GPU node.
 `python -m infra.preflight STACK` reads the quotas first and prints the request to file for each one short.
+The small tier's quota holds two nodes: capacity rebalancing starts the replacement beside the node it
+replaces. Then the account itself (infra/ops/preflight_account.py): the EC2 Spot service-linked role and the
+AMI alias's SSM parameter (Karpenter's tiers), the zones that offer the tier's instance types, and the dated
+facts' warnings (the Kubernetes version's support window).
 
 Tests replay recorded Service Quotas answers through botocore's Stubber: moto's Service Quotas backend
 serves only the `vpc` service code, not EC2's vCPU quotas.
@@ -14,6 +18,7 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, date, datetime
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -193,8 +198,10 @@ class RecordedQuotas:
         return {"Quota": {"ServiceCode": ServiceCode, "QuotaCode": QuotaCode, "Value": self.values[QuotaCode]}}
 
 
-def run(stack: str, client: Any) -> tuple[bool, str]:
-    """(all quotas cover the stack, the report) for a stack's config, reading quotas through `client`."""
+def run(stack: str, client: Any, clients: Any = None, on: date | None = None) -> tuple[bool, str]:
+    """(everything checked holds, the report) for a stack's config: quotas through `client`, the account through
+    `clients(service)` (None: not asked, as with `--quotas`), dated facts as of `on` (default today, UTC)."""
+    from infra.ops.preflight_account import account_findings, format_findings, skipped
     from infra.ops.stacks import offline_config
     from infra.pricing.stack_costs import capacity_pools
     from infra.pricing.table import load_prices
@@ -203,7 +210,12 @@ def run(stack: str, client: Any) -> tuple[bool, str]:
     prices = load_prices()
     required, fallback = capacity_pools(config, prices)
     checks = check_quotas(client, required, config.region, prices, fallback)
-    return all(check.ok for check in checks if not check.fallback), format_checks(checks, config.region)
+    ok = all(check.ok for check in checks if not check.fallback)
+    report = format_checks(checks, config.region)
+    if clients is None:
+        return ok, f"{report}\n{skipped(config)}"
+    findings = account_findings(config, clients, on or datetime.now(UTC).date())
+    return ok and all(finding.ok for finding in findings), f"{report}\n{format_findings(findings)}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,19 +233,27 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m infra.preflight",
         description=__doc__.splitlines()[0],
         epilog="examples: python -m infra.preflight small; python -m infra.preflight large --quotas quotas.json. "
-        f"Exit 1: a quota is short (the request to file is printed). {HELP_EPILOG}",
+        "Exit 1: a quota is short (the request to file is printed), or the account lacks what the stack needs "
+        f"(the command that makes it is printed). {HELP_EPILOG}",
     )
     parser.add_argument("stack", help="stack name: stacks/Pulumi.<stack>.yaml holds its config")
     parser.add_argument(
         "--quotas",
         metavar="FILE",
-        help="saved `aws service-quotas list-service-quotas --service-code ec2 --output json` instead of asking AWS",
+        help="saved `aws service-quotas list-service-quotas --service-code ec2 --output json` instead of asking "
+        "AWS; the account's other checks are then skipped (and named)",
     )
     args = parser.parse_args(argv)
     try:
         region = offline_config(args.stack).region
-        client = RecordedQuotas(args.quotas) if args.quotas else boto3.client("service-quotas", region_name=region)
-        ok, report = run(args.stack, client)
+        if args.quotas:
+            ok, report = run(args.stack, RecordedQuotas(args.quotas))
+        else:
+
+            def clients(service: str) -> Any:
+                return boto3.client(service, region_name=region)
+
+            ok, report = run(args.stack, clients("service-quotas"), clients)
     except PreflightError as error:
         cause = describe(error.__cause__) if error.__cause__ is not None else None
         if cause is not None and cause.exit_code == EXIT_AWS:  # credentials, network, access: say so, and the fix

@@ -43,6 +43,8 @@ class ServiceQuery:
 # usagetype carries a region prefix (USE1-, USW2-...) except for some older us-east-1 items: match on the end.
 SERVICE_QUERIES: dict[str, ServiceQuery] = {
     "eks_control_plane_hourly": ServiceQuery("AmazonEKS", "AmazonEKS-Hours:perCluster"),
+    # Billed on top of perCluster while the cluster's version is in extended support ($0.50 + $0.10 = $0.60).
+    "eks_extended_support_hourly": ServiceQuery("AmazonEKS", "AmazonEKS-Hours:extendedSupport"),
     "nat_gateway_hourly": ServiceQuery("AmazonEC2", "NatGateway-Hours", (("productFamily", "NAT Gateway"),)),
     "nat_gateway_per_gb": ServiceQuery("AmazonEC2", "NatGateway-Bytes", (("productFamily", "NAT Gateway"),)),
     "public_ipv4_hourly": ServiceQuery("AmazonVPC", "PublicIPv4:InUseAddress"),

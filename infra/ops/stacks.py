@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterable, Mapping
+from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -111,12 +112,15 @@ def offline_config(stack: str, overrides: Mapping[str, Any] | None = None) -> St
 
 
 def stack_estimate(
-    stack: str, plan: Iterable[dict[str, Any]] | None = None, overrides: Mapping[str, Any] | None = None
+    stack: str,
+    plan: Iterable[dict[str, Any]] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    on: date | None = None,
 ) -> Estimate:
-    """The stack's monthly estimate at the repo's prices."""
+    """The stack's monthly estimate at the repo's prices, for the month from `on` (default: today)."""
     from infra.pricing.estimate import estimate
     from infra.pricing.stack_costs import estimate_inputs
     from infra.pricing.table import load_prices
 
     prices = load_prices()
-    return estimate(estimate_inputs(stack, offline_config(stack, overrides), prices, plan), prices)
+    return estimate(estimate_inputs(stack, offline_config(stack, overrides), prices, plan, on), prices)

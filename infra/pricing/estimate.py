@@ -39,6 +39,10 @@ class FixedParts(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     eks_clusters: int = Field(default=0, ge=0)
+    kubernetes_version: str | None = Field(default=None, description="The clusters' version, for the line's name")
+    eks_extended_support_hours: float = Field(
+        default=0, ge=0, description="Cluster-hours of the month the clusters' version is in extended support"
+    )
     nat_gateways: int = Field(default=0, ge=0)
     interface_endpoints: int = Field(default=0, ge=0, description="Interface VPC endpoints (ECR, STS, logs...)")
     endpoint_azs: int = Field(default=0, ge=0, description="AZs each interface endpoint has a network interface in")
@@ -145,6 +149,11 @@ def fixed_items(fixed: FixedParts, usage: Usage, region: str, prices: PriceTable
     if fixed.eks_clusters:
         hours = fixed.eks_clusters * HOURS_PER_MONTH
         items.append(_item("fixed", "EKS control plane", hours, "cluster-hour", svc.eks_control_plane_hourly))
+    if fixed.eks_extended_support_hours:
+        # Past standard support EKS bills extended support on top of the control plane (infra/facts).
+        label = f"EKS extended support (Kubernetes {fixed.kubernetes_version})"
+        hours = fixed.eks_extended_support_hours
+        items.append(_item("fixed", label, hours, "cluster-hour", svc.eks_extended_support_hourly))
     if fixed.nat_gateways:
         hours = fixed.nat_gateways * HOURS_PER_MONTH
         items.append(_item("fixed", "NAT gateway", hours, "gateway-hour", svc.nat_gateway_hourly))

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 
+from infra import facts
 from infra.k8s.common import quantity_value
 from infra.k8s.instance_types import NODE_MEMORY_SHARE, NODE_RESERVED_CPU, shape_of
 from infra.k8s.rayservice import workers_for
@@ -164,16 +166,27 @@ def _count(plan: Iterable[dict[str, Any]] | None, typ: str) -> int:
 
 
 def estimate_inputs(
-    stack: str, config: StackConfig, prices: PriceTable, plan: Iterable[dict[str, Any]] | None = None
+    stack: str,
+    config: StackConfig,
+    prices: PriceTable,
+    plan: Iterable[dict[str, Any]] | None = None,
+    on: date | None = None,
 ) -> EstimateInputs:
+    """The estimate's inputs for the month from `on` (default: today, UTC): a cluster whose version is in
+    extended support for some of that month is billed it for those hours (infra/facts/eks_versions.json)."""
     plan = list(plan) if plan is not None else None
+    on = on or datetime.now(UTC).date()
+    clusters = 0 if config.tier == "small" else 1
     network = config.network
     nightly, always_on = node_pools(config, prices)
     nat_gateways = 0
     if network.create_vpc:
         nat_gateways = 1 if network.single_nat_gateway else network.az_count
     fixed = FixedParts(
-        eks_clusters=0 if config.tier == "small" else 1,
+        eks_clusters=clusters,
+        kubernetes_version=None if clusters == 0 else config.eks.version,
+        eks_extended_support_hours=clusters
+        and clusters * facts.extended_support_hours(config.eks.version, on, HOURS_PER_MONTH),
         nat_gateways=nat_gateways,
         interface_endpoints=len(network.interface_endpoints),
         endpoint_azs=network.subnet_count,
@@ -199,9 +212,14 @@ def capacity_pools(config: StackConfig, prices: PriceTable) -> tuple[tuple[NodeP
     Spot type runs short: one node of each is the least its quota must allow for that to work.
     """
     nightly, always_on = node_pools(config, prices)
+    if config.tier == "small":
+        # Capacity rebalancing launches the replacement beside the node it replaces, and terminates the old one
+        # only once the new one runs: for that while the G and VT Spot quota holds two nodes.
+        (node,) = nightly
+        return (node.model_copy(update={"count": 2, "name": "gpu node and its rebalancing replacement"}),), ()
     # The endpoint's busiest hour may fall in the nightly window: the quota must hold both at their largest.
     required = nightly + always_on + serve_pools(config)[:1]
-    if config.tier == "small" or not config.eks.karpenter_enabled:
+    if not config.eks.karpenter_enabled:
         return required, ()
     pool = config.eks.node_pool
     capacities: tuple[Capacity, ...] = ("spot", "on-demand") if pool.on_demand_fallback else ("spot",)

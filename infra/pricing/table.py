@@ -26,6 +26,9 @@ class ServicePrices(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     eks_control_plane_hourly: float = Field(gt=0, description="EKS cluster, standard support, per hour")
+    eks_extended_support_hourly: float = Field(
+        gt=0, description="EKS extended support, added per cluster-hour while the version is past standard support"
+    )
     nat_gateway_hourly: float = Field(gt=0, description="NAT gateway, per gateway-hour")
     nat_gateway_per_gb: float = Field(gt=0, description="NAT gateway, per GB processed")
     public_ipv4_hourly: float = Field(gt=0, description="Public IPv4 address (the NAT gateway's EIP), per hour")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from infra import versions
 from infra.k8s.karpenter import NodeClassArgs
 from infra.k8s.rayjob import RayJobArgs, WorkerSpec, fit_job_to_workers
 from workload.contract.config import JobConfig
@@ -52,6 +53,6 @@ def node_class_args() -> NodeClassArgs:
     return NodeClassArgs(
         cluster_name="llm-batch-large",
         node_role="llm-batch-large-karpenter-node",
-        ami_alias="al2023@v20251117",
+        ami_alias=versions.EKS_AMI_ALIAS,  # a real release (infra/facts/eks_ami_releases.json)
         tags={"llm-batch:project": "llm-batch", "llm-batch:stack": "large", "llm-batch:cost-center": "ml"},
     )

@@ -1,10 +1,12 @@
 """The small node's boot script failing for real: its own bash, the real AWS CLI, a moto server for AWS.
 
 Only what cannot run here is a stand-in: `docker` (no engine; a failed pull is its `pull` exiting 1),
-`curl` to the instance metadata service (no instance) and `chown` (no job user). Every AWS call the script
-makes (the run request, the job settings secret, the ECR login, the failure marker, the group's desired
-capacity) goes through the AWS CLI to the moto server, so the marker and the capacity are read back from
-the service, not from a log of arguments. Skipped where no `aws` CLI is installed.
+`curl` to the instance metadata service (no instance; it answers the instance id, no Spot notice, and the Auto
+Scaling target lifecycle state from TARGET_STATE) and `chown` (no job user). Every AWS call the script makes
+(the run request, the job settings secret, the ECR login, the failure and interruption markers, the group's
+desired capacity) goes through the AWS CLI to the moto server, so the marker and the capacity are read back
+from the service, not from a log of arguments. The CLI is the `awscli` of requirements/cpu.txt (the dev
+extra in pyproject.toml), installed beside this interpreter: a missing one fails here, it is never skipped.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,7 @@ case "$(basename "$0") $*" in
   "docker run"*) exit "${JOB_EXIT:-0}" ;;
   "curl -sf -X PUT"*) echo "imds-token" ;;
   "curl -sf -o /dev/null -H"*"/spot/instance-action") exit 22 ;;
+  "curl -sf -H"*"/autoscaling/target-lifecycle-state") echo "${TARGET_STATE:-InService}" ;;
   "curl -sf -H"*) echo "i-0123456789abcdef0" ;;
 esac
 """
@@ -43,9 +47,11 @@ esac
 
 @pytest.fixture
 def aws_cli() -> str:
-    found = shutil.which("aws")
+    """The real `aws` command: the virtualenv's own (requirements/cpu.txt), else one on PATH."""
+    beside = Path(sys.executable).parent / "aws"
+    found = str(beside) if beside.exists() else shutil.which("aws")
     if found is None or subprocess.run([found, "--version"], capture_output=True).returncode != 0:
-        pytest.skip("no AWS CLI on PATH: the boot script's AWS calls need the real `aws` command")
+        pytest.fail("no AWS CLI: install requirements/cpu.txt (`make setup`), which pins awscli")
     return found
 
 
@@ -200,3 +206,72 @@ def test_a_job_that_lost_its_lease_leaves_output_and_capacity_alone(
     assert result.returncode == 5, result.stderr
     assert boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix=MARKER)["KeyCount"] == 0
     assert _desired_capacity() == before
+
+
+INTERRUPTED = f"output/{NIGHT}/_interrupted.json"
+
+
+def _interrupted_note() -> None:
+    """What the job leaves when SIGTERM stops it after committing its finished shards."""
+    boto3.client("s3").put_object(Bucket=BUCKET, Key=INTERRUPTED, Body=b'{"signal": "SIGTERM", "shards_left": 3}')
+
+
+def _no_failure_marker() -> bool:
+    return int(boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix=MARKER)["KeyCount"]) == 0
+
+
+def test_rebalancing_termination_is_an_interruption_not_a_failure(
+    tmp_path: Path, aws_cli: str, account: dict[str, str]
+) -> None:
+    """Capacity rebalancing: Auto Scaling runs the replacement, then terminates this node itself (no Spot notice).
+
+    The job stops on SIGTERM, writes _interrupted.json, exits 143; the node must neither fail the night nor set
+    the group to 0, which would terminate the replacement (issue 33).
+    """
+    _interrupted_note()
+    before = _desired_capacity()
+    result = _boot(tmp_path, aws_cli, account, JOB_EXIT="143", TARGET_STATE="Terminated")
+    assert result.returncode == 143, result.stderr
+    assert "recorded _interrupted.json; leaving the output and the group's capacity" in result.stdout
+    assert _no_failure_marker()
+    assert _desired_capacity() == before == 1
+
+
+def test_sigterm_without_the_note_is_a_failure(tmp_path: Path, aws_cli: str, account: dict[str, str]) -> None:
+    """Killed by SIGTERM before it could commit and write its note: the night did fail."""
+    result = _boot(tmp_path, aws_cli, account, JOB_EXIT="143")
+    assert result.returncode == 143, result.stderr
+    body, _ = _marker()
+    assert body["stage"] == "running the job" and body["exit_status"] == 143
+    assert _desired_capacity() == 0
+
+
+def test_a_node_auto_scaling_is_terminating_leaves_the_capacity_alone(
+    tmp_path: Path, aws_cli: str, account: dict[str, str]
+) -> None:
+    """The job failed, but Auto Scaling's target state for this node is Terminated: the group is not its to change."""
+    result = _boot(tmp_path, aws_cli, account, JOB_EXIT="1", TARGET_STATE="Terminated")
+    assert result.returncode == 1, result.stderr
+    assert "target lifecycle state for this instance is Terminated; leaving the group's capacity alone" in result.stdout
+    body, _ = _marker()
+    assert body["exit_status"] == 1  # the failure itself is still recorded
+    assert _desired_capacity() == 1
+    calls = (tmp_path / "calls.log").read_text()
+    assert "/latest/meta-data/autoscaling/target-lifecycle-state" in calls
+
+
+def test_the_interruption_marker_is_the_jobs_and_the_node_may_read_it(plan_for: Any) -> None:
+    from infra.components import user_data
+    from workload.job import output
+
+    assert user_data.INTERRUPTED_MARKER == output.INTERRUPTED
+    plan = plan_for("small")
+    (bucket,) = [item for item in plan if item["type"] == "aws:s3/bucket:Bucket" and item["name"] == "storage-bucket"]
+    name = bucket["outputs"]["bucket"]
+    (job_policy,) = [item for item in plan if item["name"] == "job-access-policy"]
+    reads = [
+        s
+        for s in json.loads(job_policy["inputs"]["policy"])["Statement"]
+        if s["Sid"] == "ReadInputsModelsAndOwnOutputs"
+    ]
+    assert reads[0]["Action"] == ["s3:GetObject"] and f"arn:aws:s3:::{name}/output/*" in reads[0]["Resource"]

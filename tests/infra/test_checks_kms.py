@@ -1,7 +1,8 @@
 """The node-volume key check (infra/ops/checks_kms.py), shown to fail on what it guards against.
 
 Each negative test breaks one thing in a copy of a real stack's plan (the Pulumi program run under mocks),
-the way tests/infra/test_policy.py does; every stack's plan passing it is part of test_policy.
+the way tests/infra/test_policy.py does; every stack's plan passing it is part of test_policy. The same for
+`alert-keys` (issue 33): EventBridge must be able to encrypt its deliveries to the encrypted alerts topics.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 
 from infra.aws_context import AwsContext
 from infra.components.kms import key_policy
-from infra.ops.checks_kms import autoscaling_problems, check_volume_keys
+from infra.ops.checks_kms import autoscaling_problems, check_alert_keys, check_volume_keys, eventbridge_key_problems
 from tests.infra import plan_select
 
 Plan = list[dict[str, Any]]
@@ -112,3 +113,59 @@ def test_a_node_volume_on_another_key_is_reported(plan_for: Callable[[str], Plan
     (template,) = [item for item in plan if item["name"] == "nodes-head-lt"]
     template["inputs"]["blockDeviceMappings"][0]["ebs"]["kmsKeyId"] = other["outputs"]["arn"]
     assert f"volumes use aws:kms/key:Key {other['name']}, not the stack key" in _problems(plan)
+
+
+def _topics_on_keys(plan: Plan) -> dict[str, str]:
+    """Each encrypted topic's name -> its key's ARN."""
+    return {
+        str(item["inputs"]["name"]): str(item["inputs"]["kmsMasterKeyId"])
+        for item in plan
+        if item["type"] == "aws:sns/topic:Topic" and item["inputs"].get("kmsMasterKeyId")
+    }
+
+
+def _key_policy(plan: Plan, key: dict[str, Any]) -> dict[str, Any]:
+    policy: dict[str, Any] = json.loads(key["inputs"]["policy"])
+    return policy
+
+
+def test_eventbridge_may_encrypt_to_every_alerts_topic_without_a_source_condition(
+    plan_for: Callable[[str], Plan],
+) -> None:
+    """Large has two: the stack's alerts topic and the us-east-1 billing topic, each on its own key."""
+    plan = plan_for("large")
+    topics = _topics_on_keys(plan)
+    assert {"llm-batch-large-alerts", "llm-batch-large-billing-alerts"} <= set(topics)
+    keys = {item["outputs"]["arn"]: item for item in plan if item["type"] == "aws:kms/key:Key"}
+    for key_arn in topics.values():
+        statements = {s["Sid"]: s for s in _key_policy(plan, keys[key_arn])["Statement"]}
+        assert statements["EventBridgeAlerts"]["Principal"] == {"Service": "events.amazonaws.com"}
+        assert "Condition" not in statements["EventBridgeAlerts"]
+        # The other publishers keep theirs.
+        assert statements["AlertPublishers"]["Condition"] == {"StringEquals": {"aws:SourceAccount": "123456789012"}}
+        assert "events.amazonaws.com" not in statements["AlertPublishers"]["Principal"]["Service"]
+    assert check_alert_keys(plan) == []
+
+
+def test_eventbridge_under_source_account_on_the_key_fails(plan_for: Callable[[str], Plan]) -> None:
+    """The key policy as it was before issue 33: EventBridge among the publishers under aws:SourceAccount."""
+    plan = _copy(plan_for, "small")
+    key = plan_select.stack_key(plan)
+    policy = _key_policy(plan, key)
+    policy["Statement"] = [s for s in policy["Statement"] if s.get("Sid") != "EventBridgeAlerts"]
+    publishers = next(s for s in policy["Statement"] if s.get("Sid") == "AlertPublishers")
+    publishers["Principal"]["Service"].append("events.amazonaws.com")
+    key["inputs"]["policy"] = json.dumps(policy)
+    (violation,) = check_alert_keys(plan)
+    assert "llm-batch-small-alerts" in str(violation) or "alerts-topic" in str(violation)
+    assert "only under ['aws:SourceAccount']" in str(violation)
+
+
+def test_a_key_without_eventbridge_fails_and_the_check_needs_a_topic() -> None:
+    policy = key_policy(CONTEXT)
+    assert eventbridge_key_problems(policy) == []
+    policy["Statement"] = [s for s in policy["Statement"] if s.get("Sid") != "EventBridgeAlerts"]
+    (problem,) = eventbridge_key_problems(policy)
+    assert "does not let events.amazonaws.com GenerateDataKey* and Decrypt" in problem
+    with pytest.raises(Exception, match="nothing was checked"):
+        check_alert_keys([])

@@ -85,7 +85,13 @@ def test_kms_key_rotates_and_admits_only_this_account() -> None:
     assert {"AWS": "arn:aws:iam::123456789012:root"} in principals
     assert all(p != "*" and p.get("AWS") != "*" for p in principals)
     service_statements = [s for s in statements if "Service" in s["Principal"]]
-    assert all("Condition" in statement for statement in service_statements)
+    # EventBridge is the one service without a condition: its deliveries to an encrypted topic carry no
+    # aws:SourceAccount (issue 33); it may only make data keys, and the topic policy pins it to this account.
+    (eventbridge,) = [s for s in service_statements if "Condition" not in s]
+    assert eventbridge["Principal"] == {"Service": "events.amazonaws.com"}
+    assert eventbridge["Action"] == ["kms:GenerateDataKey*", "kms:Decrypt"]
+    others = [s for s in service_statements if s is not eventbridge]
+    assert others and all("events.amazonaws.com" not in str(s["Principal"]) for s in others)
     assert one(plan, "aws:kms/alias:Alias")["inputs"]["name"] == "alias/llm-batch-test"
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from infra import versions
 from infra.k8s.common import GPU_RESOURCE, GPU_TAINT_KEY
 from infra.k8s.karpenter import (
     DISCOVERY_TAG,
@@ -58,7 +59,7 @@ def test_node_pool_is_spot_first_bounded_and_consolidates_after_five_minutes() -
 def test_node_class_pins_the_ami_and_locks_the_node_down() -> None:
     args = node_class_args()
     spec = render_node_class(args)["spec"]
-    assert spec["amiSelectorTerms"] == [{"alias": "al2023@v20251117"}]
+    assert spec["amiSelectorTerms"] == [{"alias": versions.EKS_AMI_ALIAS}]
     assert spec["metadataOptions"]["httpTokens"] == "required"
     assert spec["metadataOptions"]["httpPutResponseHopLimit"] == 1
     (device,) = spec["blockDeviceMappings"]

@@ -89,6 +89,8 @@ def test_refresh_reads_every_price_from_the_recorded_price_list_and_spot_from_mo
 
     services = region.services
     assert services.eks_control_plane_hourly == pytest.approx(0.10)
+    # Extended support is its own product beside perCluster, billed on top of it (issue 33).
+    assert services.eks_extended_support_hourly == pytest.approx(0.50)
     assert services.interface_endpoint_hourly_per_az == pytest.approx(0.01)  # not the Bytes product next to it
     assert services.interface_endpoint_per_gb == pytest.approx(0.01)  # first tier of three
     assert services.public_ipv4_hourly == pytest.approx(0.005)

@@ -44,6 +44,7 @@ case "$(basename "$0") $*" in
   "aws ecr get-login-password"*) echo "ecr-password" ;;
   "curl -sf -X PUT"*) echo "imds-token" ;;
   "curl -sf -o /dev/null -H"*"/spot/instance-action") exit "${{SPOT_NOTICE:-22}}" ;;
+  "curl -sf -H"*"/autoscaling/target-lifecycle-state") echo "${{TARGET_STATE:-InService}}" ;;
   "curl -sf -H"*) echo "i-0123456789abcdef0" ;;
   "docker login"*) cat > /dev/null ;;
   "docker run"*) sleep "${{JOB_RUN_S:-0}}"; exit "${{JOB_EXIT:-0}}" ;;

@@ -1,0 +1,178 @@
+"""Facts about AWS that age, kept in the repo as small tables with their source and the date they were checked.
+
+- `eks_versions.json`: EKS's Kubernetes version calendar (end of standard and of extended support). A cluster on
+  a version past standard support is billed extended support; the estimate prices it and the plan and preflight
+  warn `MIN_STANDARD_DAYS` before it starts.
+- `eks_ami_releases.json`: the amazon-eks-ami releases and the Kubernetes versions each ships an AL2023 x86_64
+  NVIDIA AMI for, written by `tools/eks_ami_releases.py` from the repository's CHANGELOG.md. Karpenter resolves
+  the pinned alias `al2023@<release>` to that release's SSM parameter for the cluster's version; a release
+  without one leaves the EC2NodeClass never ready, so the config refuses such a pin.
+
+Every check takes the date it judges by (`on`), so no test turns red because the calendar moved; the commands
+pass today's date. A table checked more than `MAX_AGE_DAYS` ago makes the plan and preflight say so.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, date, datetime, time, timedelta
+from functools import cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FACTS_DIR = Path(__file__).resolve().parent
+CALENDAR_FILE = FACTS_DIR / "eks_versions.json"
+AMI_RELEASES_FILE = FACTS_DIR / "eks_ami_releases.json"
+MAX_AGE_DAYS = 120
+MIN_STANDARD_DAYS = 60
+_ALIAS = re.compile(r"^al2023@(v\d{8})$")
+
+
+class FactsError(ValueError):
+    """A value the facts tables do not hold; the message names the table and how to add it."""
+
+
+class _Table(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    checked: date = Field(description="The day the table was last checked against its source")
+    source: str = Field(min_length=20, description="Where the facts come from")
+    how: str = Field(min_length=10, description="How to refresh the table")
+
+
+class EksVersion(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    standard_support_end: date
+    extended_support_end: date
+
+
+class EksCalendar(_Table):
+    versions: dict[str, EksVersion]
+
+
+class AmiRelease(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kubernetes: list[str] = Field(description="Versions with an AL2023 x86_64 NVIDIA AMI in this release")
+
+
+class AmiReleases(_Table):
+    source_as_of: date = Field(description="The newest state of the source the table was read from")
+    releases: dict[str, AmiRelease]
+
+
+@cache
+def calendar() -> EksCalendar:
+    return EksCalendar.model_validate_json(CALENDAR_FILE.read_text())
+
+
+@cache
+def ami_releases() -> AmiReleases:
+    return AmiReleases.model_validate_json(AMI_RELEASES_FILE.read_text())
+
+
+def version_support(version: str) -> EksVersion:
+    try:
+        return calendar().versions[version]
+    except KeyError:
+        known = ", ".join(sorted(calendar().versions, key=lambda v: [int(p) for p in v.split(".")]))
+        raise FactsError(
+            f"Kubernetes {version} is not in infra/facts/eks_versions.json (has {known}); add its EKS support "
+            "dates from AWS's version calendar, with the day you checked them"
+        ) from None
+
+
+def _midnight(day: date) -> datetime:
+    return datetime.combine(day, time(), tzinfo=UTC)
+
+
+def extended_support_hours(version: str, start: date, hours: float) -> float:
+    """Hours of [start, start + hours) that a cluster on `version` spends in extended support."""
+    support = version_support(version)
+    window_start, window_end = _midnight(start), _midnight(start) + timedelta(hours=hours)
+    begin = max(window_start, _midnight(support.standard_support_end))
+    end = min(window_end, _midnight(support.extended_support_end))
+    return max(0.0, (end - begin).total_seconds() / 3600)
+
+
+def support_warning(version: str, on: date) -> str | None:
+    """What to say on `on` about the pinned version's support window; None while it has time left."""
+    support = version_support(version)
+    fix = "raise llm-batch:eks.version one minor version at a time (docs/deploy-eks.md)"
+    if on < support.standard_support_end:
+        days = (support.standard_support_end - on).days
+        if days >= MIN_STANDARD_DAYS:
+            return None
+        return (
+            f"Kubernetes {version} leaves EKS standard support on {support.standard_support_end} (in {days} "
+            f"day{'s' if days != 1 else ''}): "
+            f"{fix} before then; after it a cluster on {version} is billed extended support (six times the "
+            "control plane's price) or, under the STANDARD upgrade policy, upgraded by AWS"
+        )
+    if on < support.extended_support_end:
+        return (
+            f"Kubernetes {version} left EKS standard support on {support.standard_support_end}: a cluster on it is "
+            f"billed extended support until {support.extended_support_end} (the estimate includes it); {fix}"
+        )
+    return (
+        f"Kubernetes {version} left EKS extended support on {support.extended_support_end}: AWS upgrades such "
+        f"clusters itself; {fix}"
+    )
+
+
+def stale_warnings(on: date) -> list[str]:
+    """A line for each facts table checked more than MAX_AGE_DAYS before `on`."""
+    lines = []
+    for path, table in ((CALENDAR_FILE, calendar()), (AMI_RELEASES_FILE, ami_releases())):
+        age = (on - table.checked).days
+        if age > MAX_AGE_DAYS:
+            lines.append(
+                f"infra/facts/{path.name} was checked against its source on {table.checked}, {age} days ago "
+                f"(more than {MAX_AGE_DAYS}): refresh it ({table.how})"
+            )
+    return lines
+
+
+def calendar_warnings(version: str | None, on: date) -> list[str]:
+    """What the plan and preflight say on `on`: the support window of `version` (None: no cluster), stale tables."""
+    warning = support_warning(version, on) if version else None
+    return [*([warning] if warning else []), *stale_warnings(on)]
+
+
+def alias_ssm_parameter(alias: str, kubernetes: str, variant: str = "nvidia", arch: str = "x86_64") -> str:
+    """The SSM parameter Karpenter reads for a pinned AL2023 alias (karpenter-provider-aws amifamily/al2023.go)."""
+    release = _release_of(alias)
+    name = f"amazon-eks-node-al2023-{arch}-{variant}-{kubernetes}-{release}"
+    return f"/aws/service/eks/optimized-ami/{kubernetes}/amazon-linux-2023/{arch}/{variant}/{name}/image_id"
+
+
+def _release_of(alias: str) -> str:
+    match = _ALIAS.match(alias)
+    if not match:
+        raise FactsError(f"{alias!r} is not a pinned AL2023 alias like al2023@v20260714")
+    return match.group(1)
+
+
+def alias_problem(alias: str, kubernetes: str) -> str | None:
+    """Why Karpenter would find no GPU AMI for `alias` on `kubernetes`, or None. Only AL2023 aliases are listed."""
+    if not alias.startswith("al2023@"):
+        return None
+    release = _release_of(alias)
+    table = ami_releases()
+    found = table.releases.get(release)
+    if found is None:
+        newest = max(table.releases)
+        return (
+            f"{alias}: amazon-eks-ami has no release {release} in infra/facts/eks_ami_releases.json (as of "
+            f"{table.source_as_of}; newest {newest}); pin a release listed there, or refresh the table"
+        )
+    if kubernetes not in found.kubernetes:
+        offering = sorted((r for r, v in table.releases.items() if kubernetes in v.kubernetes), reverse=True)
+        hint = f" (newest that does: {offering[0]})" if offering else ""
+        return (
+            f"{alias}: release {release} ships no AL2023 NVIDIA AMI for Kubernetes {kubernetes} (it has "
+            f"{', '.join(found.kubernetes)}){hint}"
+        )
+    return None
