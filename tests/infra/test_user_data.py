@@ -142,11 +142,11 @@ def test_boot_runs_the_job_with_todays_config_and_stands_down(tmp_path: Path) ->
 
 def test_boot_without_a_token_and_a_failing_job_still_stands_down(tmp_path: Path) -> None:
     """The job failed and wrote its own marker (the stand-in's head-object finds it): that one is kept."""
-    result, root = _boot(tmp_path, token=None, job_exit=3)
-    assert result.returncode == 3, result.stderr
+    result, root = _boot(tmp_path, token=None, job_exit=1)
+    assert result.returncode == 1, result.stderr
     assert not (root / "etc" / "secrets" / "hub_token").exists()
     assert not (root / "etc" / "secrets" / "hub_token.tmp").exists()
-    assert "llm-batch job exited with status 3" in result.stdout
+    assert "llm-batch job exited with status 1" in result.stdout
     assert "the job recorded its own failure" in result.stdout
     calls = _calls(root)
     assert not any(call.startswith("aws s3api put-object") for call in calls)
