@@ -20,7 +20,7 @@ from tests.workload.jobrun import run_job, write_config, write_jsonl
 
 pytestmark = pytest.mark.slow
 
-RESULT_COLUMNS = ["id", "generated_text", "num_input_tokens", "num_output_tokens", "finish_reason"]
+RESULT_COLUMNS = ["id", "generated_text", "num_input_tokens", "num_output_tokens", "finish_reason", "choices"]
 
 
 @pytest.fixture(scope="module")
