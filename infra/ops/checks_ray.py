@@ -158,7 +158,7 @@ def auth_problems(manifest: Manifest) -> list[str]:
     return problems
 
 
-def _clusters(plan: Plan) -> list[tuple[str, Manifest]]:
+def ray_clusters(plan: Plan) -> list[tuple[str, Manifest]]:
     found = [
         (label(item), {**dict(item["inputs"]), "kind": item["type"].rsplit(":", 1)[-1]})
         for item in plan
@@ -186,7 +186,7 @@ def _operator_problems(plan: Plan) -> list[Violation]:
 
 
 def check_ray_isolation(plan: Plan) -> list[Violation]:
-    clusters = _clusters(plan)
+    clusters = ray_clusters(plan)
     require_matches(NAME, len(clusters), "Ray cluster (RayJob, RayService or RayCluster)")
     policies: list[Resource] = [item for item in plan if item.get("custom") and item["type"] == NETWORK_POLICY]
     violations = _operator_problems(plan)
