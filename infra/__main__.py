@@ -34,7 +34,7 @@ from infra.components.secrets import JobSecrets, JobSecretsArgs
 from infra.components.serving import Serving, ServingArgs
 from infra.components.spot_node import SpotNode, SpotNodeArgs
 from infra.config import from_pulumi
-from infra.eks_job import base_rayjob_args
+from infra.eks_job import RAYJOB_NAME, base_rayjob_args
 from infra.eks_serve import RAYSERVICE_NAME, rayservice_manifest, serve_worker_ceiling
 from infra.k8s.karpenter import DISCOVERY_TAG
 from infra.k8s.network_policy import SERVE_PORT
@@ -245,7 +245,14 @@ if config.tier in ("medium", "large"):
     k8s_opts = pulumi.ResourceOptions(provider=providers.aws, depends_on=[nodes])
     identity = JobIdentity(
         "job-identity",
-        JobIdentityArgs(eks.namespace, eks.service_account, eks.worker_service_account, job_access.policy_arn, **oidc),
+        JobIdentityArgs(
+            eks.namespace,
+            eks.service_account,
+            eks.worker_service_account,
+            job_access.policy_arn,
+            **oidc,
+            nightly_cluster=RAYJOB_NAME,
+        ),
         cluster.provider,
         k8s_opts,
     )

@@ -43,6 +43,7 @@ def base_rayjob_args(
     job = fit_job_to_workers(job, workers)
     return RayJobArgs(
         name=RAYJOB_NAME,
+        cluster=RAYJOB_NAME,
         namespace=eks.namespace,
         image=image,
         service_account=eks.service_account,

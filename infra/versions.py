@@ -11,8 +11,10 @@ from __future__ import annotations
 KUBERNETES_VERSION = "1.35"
 
 # Helm charts (EKS tiers): name -> (repository, version).
+# KubeRay 1.7.0: the first to read `authOptions` was 1.5.1 (Ray's token authentication, infra/k8s/ray_auth.py);
+# its CRDs are those of ../shared/crds, which the manifest tests validate against.
 HELM_CHARTS: dict[str, tuple[str, str]] = {
-    "kuberay-operator": ("https://ray-project.github.io/kuberay-helm/", "1.4.2"),
+    "kuberay-operator": ("https://ray-project.github.io/kuberay-helm/", "1.7.0"),
     "karpenter": ("oci://public.ecr.aws/karpenter/karpenter", "1.14.1"),
     "nvidia-device-plugin": ("https://nvidia.github.io/k8s-device-plugin", "0.18.0"),
     # 9.59.0 ships cluster autoscaler 1.35 with the RBAC it needs (DRA objects, volumeattachments).

@@ -16,7 +16,7 @@ import pulumi_kubernetes as k8s
 from infra.components import irsa
 from infra.components.kuberay import OPERATOR_NAMESPACE
 from infra.k8s.common import WORKER_COMPONENT, base_labels, pod_security_labels
-from infra.k8s.network_policy import ray_head_ingress
+from infra.k8s.network_policy import ray_cluster_ingress, ray_head_ingress
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,8 @@ class JobIdentityArgs:
     job_policy_arn: pulumi.Input[str]
     oidc_provider_arn: pulumi.Input[str]
     oidc_provider_url: pulumi.Input[str]
+    # The nightly RayJob's cluster label (infra.eks_job.RAYJOB_NAME): what its NetworkPolicies select.
+    nightly_cluster: str = "llm-batch"
 
 
 class JobIdentity(pulumi.ComponentResource):
@@ -89,14 +91,23 @@ class JobIdentity(pulumi.ComponentResource):
             automount_service_account_token=False,
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[namespace]),
         )
-        # Ray's head runs code with the job's role for whoever reaches its ports (infra/k8s/network_policy.py).
-        k8s.networking.v1.NetworkPolicy(
-            f"{name}-ray-head-ingress",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name="ray-head-ingress", namespace=args.namespace, labels=base_labels("network-policy")
+        # Ray runs code with the job's role for whoever reaches its ports: the nightly cluster's pods admit only
+        # each other, and its head the submitter and the operator on the job API (infra/k8s/network_policy.py).
+        policies = {
+            "ray-cluster-ingress": ("ray-nightly-ingress", ray_cluster_ingress(args.nightly_cluster)),
+            "ray-head-ingress": (
+                "ray-nightly-head-ingress",
+                ray_head_ingress(args.nightly_cluster, OPERATOR_NAMESPACE, submitter=True),
             ),
-            spec=ray_head_ingress(args.namespace, OPERATOR_NAMESPACE),
-            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[namespace]),
-        )
+        }
+        for suffix, (policy_name, spec) in policies.items():
+            k8s.networking.v1.NetworkPolicy(
+                f"{name}-{suffix}",
+                metadata=k8s.meta.v1.ObjectMetaArgs(
+                    name=policy_name, namespace=args.namespace, labels=base_labels("network-policy")
+                ),
+                spec=spec,
+                opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[namespace]),
+            )
         self.role_arn = role.arn
         self.register_outputs({"role_arn": self.role_arn})

@@ -19,11 +19,12 @@ import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
 from infra import versions
+from infra.components.kuberay import OPERATOR_NAMESPACE
 from infra.components.node_groups import launch_template
 from infra.k8s.common import GPU_TAINT_KEY, GPU_TAINT_VALUE, POOL_LABEL, Manifest, base_labels
 from infra.k8s.instance_types import shape_of
 from infra.k8s.karpenter import NodePoolArgs, render_node_pool
-from infra.k8s.network_policy import serve_ingress
+from infra.k8s.network_policy import CLUSTER_LABEL, ray_cluster_ingress, ray_head_ingress, serve_ingress
 from infra.k8s.rayjob import RAY_API_VERSION
 from infra.k8s.rayservice import SERVE_POOL
 
@@ -132,14 +133,29 @@ class Serving(pulumi.ComponentResource):
                 spec=pool["spec"],
                 opts=k8s_opts,
             )
-        k8s.networking.v1.NetworkPolicy(
-            f"{name}-serve-ingress",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name="rayservice-serve-ingress", namespace=args.namespace, labels=base_labels("network-policy")
+        # The RayService's clusters (two while KubeRay upgrades it) admit only their own pods on Ray's ports, the
+        # operator on the job API and the Serve port, and the VPC on the Serve port (infra/k8s/network_policy.py).
+        cluster = args.pod_labels[CLUSTER_LABEL]
+        policies: dict[str, tuple[str, pulumi.Input[Manifest]]] = {
+            "serve-ingress": (
+                "rayservice-serve-ingress",
+                pulumi.Output.from_input(args.vpc_cidr).apply(lambda cidr: serve_ingress(cidr, args.pod_labels)),
             ),
-            spec=pulumi.Output.from_input(args.vpc_cidr).apply(lambda cidr: serve_ingress(cidr, args.pod_labels)),
-            opts=k8s_opts,
-        )
+            "ray-cluster-ingress": ("rayservice-ingress", ray_cluster_ingress(cluster)),
+            "ray-head-ingress": (
+                "rayservice-head-ingress",
+                ray_head_ingress(cluster, OPERATOR_NAMESPACE, submitter=False, serve=True),
+            ),
+        }
+        for suffix, (policy_name, spec) in policies.items():
+            k8s.networking.v1.NetworkPolicy(
+                f"{name}-{suffix}",
+                metadata=k8s.meta.v1.ObjectMetaArgs(
+                    name=policy_name, namespace=args.namespace, labels=base_labels("network-policy")
+                ),
+                spec=spec,
+                opts=k8s_opts,
+            )
         manifest = args.rayservice
         k8s.apiextensions.CustomResource(
             f"{name}-rayservice",

@@ -29,7 +29,8 @@ from infra.k8s.common import (
     gpu_toleration,
 )
 from infra.k8s.head_group import RAY_AUTOSCALER, RAYJOB_SUBMITTER
-from infra.k8s.network_policy import SUBMITTER_COMPONENT
+from infra.k8s.network_policy import SUBMITTER_COMPONENT, cluster_labels
+from infra.k8s.ray_auth import auth_options
 from workload.contract import entrypoint
 from workload.contract.config import JobConfig, build_config, render_config
 from workload.contract.entrypoint import MODELS_DIR
@@ -172,6 +173,11 @@ class RayJobArgs(_Strict):
     hub_token_secret_arn: str | None = Field(
         None, description="Secrets Manager ARN of the Hugging Face token; None: public models only."
     )
+    cluster: str | None = Field(
+        None,
+        description="The Ray cluster's `llm-batch.io/ray-cluster` label on every pod and the submitter, which its "
+        "NetworkPolicies select (infra/k8s/network_policy.py); None: the RayJob's name. A night keeps its base's.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -225,6 +231,10 @@ class RayJobArgs(_Strict):
         return self
 
     @property
+    def ray_cluster(self) -> str:
+        return self.cluster or self.name
+
+    @property
     def config_map_name(self) -> str:
         return f"{self.name}-config"
 
@@ -264,6 +274,7 @@ def for_night(base: RayJobArgs, *, run_id: str, input_uri: str, output_uri: str)
     data = base.model_dump()
     data.update(
         name=f"{base.name}-{run}",
+        cluster=base.ray_cluster,
         job=job,
         labels={**base.labels, "llm-batch.io/run-id": run},
     )
@@ -271,7 +282,8 @@ def for_night(base: RayJobArgs, *, run_id: str, input_uri: str, output_uri: str)
 
 
 def _pod_metadata(args: RayJobArgs, component: str) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"labels": {**base_labels(component), **args.labels}}
+    labels = {**base_labels(component), **cluster_labels(args.ray_cluster), **args.labels}
+    metadata: dict[str, Any] = {"labels": labels}
     if args.protect_from_consolidation:
         metadata["annotations"] = {DO_NOT_DISRUPT: "true"}
     return metadata
@@ -436,6 +448,9 @@ def render_ray_cluster_spec(args: RayJobArgs) -> Manifest:
     replicas = workers.min_replicas if args.autoscaling else workers.max_replicas
     spec: Manifest = {
         "rayVersion": args.ray_version,
+        # Ray's token authentication; KubeRay makes the token and hands it to every Ray process, the autoscaler
+        # and the submitter (infra/k8s/ray_auth.py).
+        "authOptions": auth_options(),
         "enableInTreeAutoscaling": args.autoscaling,
         "headGroupSpec": {
             # num-cpus 0: no Ray task lands on the head, so losing a worker never stalls the driver.
@@ -471,7 +486,8 @@ def _submitter_template(args: RayJobArgs) -> dict[str, Any]:
     head nodes, as the image's user, with no Kubernetes API token (it talks to the Ray dashboard only).
     """
     return {
-        "metadata": {"labels": {**base_labels(SUBMITTER_COMPONENT), **args.labels}},
+        # The cluster's label: its head's policy admits this pod (and no other) on the job API.
+        "metadata": {"labels": {**base_labels(SUBMITTER_COMPONENT), **cluster_labels(args.ray_cluster), **args.labels}},
         "spec": {
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,

@@ -41,7 +41,8 @@ from infra.k8s.common import (
     quantity_value,
 )
 from infra.k8s.head_group import RAY_AUTOSCALER, SERVE_REPORTER
-from infra.k8s.network_policy import SERVE_PORT
+from infra.k8s.network_policy import SERVE_PORT, cluster_labels
+from infra.k8s.ray_auth import auth_options
 from infra.k8s.rayjob import (
     RAY_API_VERSION,
     PodSize,
@@ -162,8 +163,9 @@ class RayServiceArgs(_Strict):
 
 
 def pod_labels(name: str) -> dict[str, str]:
-    """What tells a RayService's pods apart from the nightly RayJob's in the same namespace."""
-    return {"llm-batch.io/rayservice": name}
+    """What tells a RayService's pods apart from the nightly RayJob's in the same namespace: its cluster label,
+    which its NetworkPolicies select (infra/k8s/network_policy.py), and its own."""
+    return {"llm-batch.io/rayservice": name, **cluster_labels(name)}
 
 
 def workers_for(replicas: int, worker_gpus: int, tensor_parallel_size: int) -> int:
@@ -334,6 +336,9 @@ def render_rayservice(args: RayServiceArgs) -> Manifest:
     head_cpus = max(1, math.floor(quantity_value(args.head_size.cpu)))
     cluster: dict[str, Any] = {
         "rayVersion": args.ray_version,
+        # Ray's token authentication on each cluster KubeRay brings up (an upgrade's new one gets its own token);
+        # Serve's HTTP proxy takes no Ray token, so the endpoint's clients need none (infra/k8s/ray_auth.py).
+        "authOptions": auth_options(),
         "enableInTreeAutoscaling": True,
         "autoscalerOptions": {
             "upscalingMode": "Default",

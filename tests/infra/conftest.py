@@ -4,6 +4,8 @@
 program run under mocks with stacks/Pulumi.<stack>.yaml), made once per stack per test session and
 shared. Each item has `type`, `name`, `urn`, `parent`, `custom`, `provider`, `inputs`, `id`, `outputs` and
 `dependencies` (the URNs it waits for); secrets are masked.
+`serve_plan(tier) -> list[dict]`: the same with the online endpoint on (`SERVE_OVERRIDES`, as
+`python -m infra.plan --set` sets them), medium and large, also once per tier per session.
 `STACKS`: every stack the repository ships; parametrize plan-wide tests over it.
 """
 
@@ -20,6 +22,10 @@ from infra.ops.stacks import STACKS_DIR
 STACKS = sorted(path.name.removeprefix("Pulumi.").removesuffix(".yaml") for path in STACKS_DIR.glob("Pulumi.*.yaml"))
 
 Plan = list[dict[str, Any]]
+# What a stack sets to serve: the endpoint, and a head node with room for its head beside the nightly one's. The
+# medium plan also asks for the internal load balancer; the large one keeps the default ClusterIP Service.
+SERVE_ON = {"serve.enabled": True, "eks.head_instance_type": "m5.2xlarge"}
+SERVE_OVERRIDES = {"medium": {**SERVE_ON, "serve.internal_load_balancer": True}, "large": SERVE_ON}
 
 
 @pytest.fixture(scope="session")
@@ -31,5 +37,18 @@ def plan_for() -> Callable[[str], Plan]:
         if stack not in cache:
             cache[stack] = capture_plan(stack)
         return cache[stack]
+
+    return plan
+
+
+@pytest.fixture(scope="session")
+def serve_plan() -> Callable[[str], Plan]:
+    """A callable tier -> plan with serving on, caching each tier's plan for the whole session."""
+    cache: dict[str, Plan] = {}
+
+    def plan(tier: str) -> Plan:
+        if tier not in cache:
+            cache[tier] = capture_plan(tier, SERVE_OVERRIDES[tier])
+        return cache[tier]
 
     return plan

@@ -203,17 +203,23 @@ def test_job_identity_role_is_assumable_only_by_the_job_service_account() -> Non
     worker = one(plan, "kubernetes:core/v1:ServiceAccount", "identity-worker-service-account")["inputs"]
     assert worker["metadata"]["name"] == "llm-batch-worker" and worker["automountServiceAccountToken"] is False
     assert worker["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == worker_role["outputs"]["arn"]
-    # Ray's head admits only the cluster's Ray pods, the submitter (job API) and the operator's namespace.
-    policy = one(plan, "kubernetes:networking.k8s.io/v1:NetworkPolicy")["inputs"]
-    assert policy["metadata"]["namespace"] == "llm-batch"
-    assert policy["spec"]["podSelector"] == {"matchLabels": {"ray.io/node-type": "head"}}
-    peers = [rule["from"] for rule in policy["spec"]["ingress"]]
-    assert peers == [
-        [{"podSelector": {"matchLabels": {"ray.io/is-ray-node": "yes"}}}],
-        [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": "ray-job-submitter"}}}],
+    # The nightly cluster's pods admit only each other; its head also the submitter and the operator's namespace,
+    # on the job API alone.
+    policies = {item["name"]: item["inputs"] for item in of_type(plan, "kubernetes:networking.k8s.io/v1:NetworkPolicy")}
+    assert set(policies) == {"identity-ray-cluster-ingress", "identity-ray-head-ingress"}
+    assert {policy["metadata"]["namespace"] for policy in policies.values()} == {"llm-batch"}
+    ray_pods = {"ray.io/is-ray-node": "yes", "llm-batch.io/ray-cluster": "llm-batch"}
+    cluster = policies["identity-ray-cluster-ingress"]["spec"]
+    assert cluster["podSelector"] == {"matchLabels": {"llm-batch.io/ray-cluster": "llm-batch"}}
+    assert cluster["ingress"] == [{"from": [{"podSelector": {"matchLabels": ray_pods}}]}]
+    head = policies["identity-ray-head-ingress"]["spec"]
+    assert head["podSelector"] == {"matchLabels": {**ray_pods, "ray.io/node-type": "head"}}
+    submitter = {"app.kubernetes.io/component": "ray-job-submitter", "llm-batch.io/ray-cluster": "llm-batch"}
+    assert [rule["from"] for rule in head["ingress"]] == [
+        [{"podSelector": {"matchLabels": submitter}}],
         [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kuberay-system"}}}],
     ]
-    assert [rule.get("ports") for rule in policy["spec"]["ingress"]][1:] == [[{"protocol": "TCP", "port": 8265}]] * 2
+    assert [rule["ports"] for rule in head["ingress"]] == [[{"protocol": "TCP", "port": 8265}]] * 2
     assert one(plan, "kubernetes:core/v1:Namespace")["inputs"]["metadata"]["name"] == "llm-batch"
 
 

@@ -33,8 +33,10 @@ def test_every_kubernetes_object_of_the_plan_and_the_night_is_exported(plan_for:
     assert {(item["inputs"]["kind"], item["inputs"]["metadata"]["name"]) for item in declared} <= exported
     assert {"EC2NodeClass", "NodePool", "NetworkPolicy", "ClusterRole", "RayJob", "ConfigMap"} <= set(_kinds(manifests))
     # Numbers as YAML carries them, not the mocks' floats.
-    (policy,) = [m for m in manifests if m["kind"] == "NetworkPolicy"]
-    assert {port["port"] for rule in policy["spec"]["ingress"] for port in rule.get("ports", [])} == {8265}
+    policies = {m["metadata"]["name"]: m for m in manifests if m["kind"] == "NetworkPolicy"}
+    head = policies["ray-nightly-head-ingress"]
+    assert {port["port"] for rule in head["spec"]["ingress"] for port in rule.get("ports", [])} == {8265}
+    assert all(isinstance(port["port"], int) for rule in head["spec"]["ingress"] for port in rule["ports"])
 
 
 def test_the_rayjobs_pod_templates_become_pods_in_its_namespace(plan_for: Callable[[str], Plan]) -> None:

@@ -246,6 +246,7 @@ def test_policy_cli_reports_each_check(capsys: pytest.CaptureFixture[str]) -> No
         "ray-network-policy",
         "endpoint-policies",
         "eks-support",
+        "ray-isolation",
     )
     lines = [line.split()[:2] for line in out.splitlines()]
     assert sorted(lines) == sorted([["ok", check] for check in ok] + [["n/a", check] for check in cluster_only])

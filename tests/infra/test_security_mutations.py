@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from infra.ops import checks_iam, checks_k8s, checks_network, policy
+from infra.ops import checks_iam, checks_k8s, checks_network, checks_ray, policy
 
 Plan = list[dict[str, Any]]
 ACCOUNT = "123456789012"
@@ -356,6 +356,44 @@ def mutable_image_tags(plan: Plan) -> None:
     _one(plan, "aws:ecr/repository:Repository")["inputs"]["imageTagMutability"] = "MUTABLE"
 
 
+# --- Ray's ports and token (issue 34: rule ray-isolation) ------------------------------------------------------
+
+
+def nightly_workers_without_a_policy(plan: Plan) -> None:
+    plan.remove(_one(plan, checks_ray.NETWORK_POLICY, "job-identity-ray-cluster-ingress"))
+
+
+def ray_ports_open_to_another_namespace(plan: Plan) -> None:
+    policy = _one(plan, checks_ray.NETWORK_POLICY, "job-identity-ray-cluster-ingress")
+    other = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    policy["inputs"]["spec"]["ingress"].append({"from": [other]})
+
+
+def ray_workers_open_to_the_vpc(plan: Plan) -> None:
+    policy = _one(plan, checks_ray.NETWORK_POLICY, "job-identity-ray-cluster-ingress")
+    policy["inputs"]["spec"]["ingress"].append({"from": [{"ipBlock": {"cidr": "10.0.0.0/16"}}]})
+
+
+def rayservice_without_the_token(plan: Plan) -> None:
+    manifest = _endpoint()
+    del manifest["spec"]["rayClusterConfig"]["authOptions"]
+    _new(plan, _one(plan, "kubernetes:core/v1:ServiceAccount"), "kubernetes:ray.io/v1:RayService", "endpoint", manifest)
+
+
+def rayjob_turning_the_token_off_in_its_head(plan: Plan) -> None:
+    from infra.ops.k8s_manifests import night_objects
+
+    (rayjob,) = [copy.deepcopy(obj) for obj in night_objects(plan) if obj["kind"] == "RayJob"]
+    rayjob["metadata"]["name"] = "adhoc"
+    head = rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    head["env"].append({"name": "RAY_AUTH_MODE", "value": "disabled"})
+    _new(plan, _one(plan, "kubernetes:core/v1:ServiceAccount"), "kubernetes:ray.io/v1:RayJob", "adhoc", rayjob)
+
+
+def kuberay_pinned_before_token_auth(plan: Plan) -> None:
+    _one(plan, checks_ray.CHART, "kuberay-operator")["inputs"]["version"] = "1.4.2"
+
+
 @dataclass(frozen=True)
 class Mutation:
     stack: str
@@ -409,6 +447,16 @@ MUTATIONS = [
 ]
 
 
+MUTATIONS += [
+    Mutation("medium", nightly_workers_without_a_policy, "ray-isolation", "RayJob llm-batch-"),
+    Mutation("large", ray_ports_open_to_another_namespace, "ray-isolation", "job-identity-ray-cluster-ingress"),
+    Mutation("medium", ray_workers_open_to_the_vpc, "ray-isolation", "job-identity-ray-cluster-ingress"),
+    Mutation("large", rayservice_without_the_token, "ray-isolation", "RayService endpoint"),
+    Mutation("medium", rayjob_turning_the_token_off_in_its_head, "ray-isolation", "RayJob adhoc"),
+    Mutation("large", kuberay_pinned_before_token_auth, "ray-isolation", "Chart kuberay-operator"),
+]
+
+
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: f"{m.stack}-{m.mistake.__name__}")
 def test_mutation_is_caught_by_its_rule(plan_for: Callable[[str], Plan], mutation: Mutation) -> None:
     plan = copy.deepcopy(plan_for(mutation.stack))
@@ -421,6 +469,6 @@ def test_mutation_is_caught_by_its_rule(plan_for: Callable[[str], Plan], mutatio
 
 
 def test_every_security_rule_is_tripped_by_a_mutation() -> None:
-    rules = {*checks_iam.RULES, *checks_network.RULES, *checks_k8s.RULES}
+    rules = {*checks_iam.RULES, *checks_network.RULES, *checks_k8s.RULES, *checks_ray.RULES}
     classic = {"cost-tags", "buckets", "iam", "launch-templates", "security-groups", "images", "volume-keys"}
     assert (rules | classic) - {mutation.rule for mutation in MUTATIONS} == set()

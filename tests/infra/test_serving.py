@@ -8,7 +8,6 @@ stack files as `python -m infra.plan --set` does; each is made once per session.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,24 +22,17 @@ from infra.k8s.network_policy import SERVE_PORT
 from infra.k8s.rayjob import render_rayjob
 from infra.k8s.rayservice import INTERNAL_LB_ANNOTATIONS, SERVE_POOL, llm_deployment_name, serve_config_v2
 from infra.ops import checks_k8s
-from infra.ops.plan import capture_plan
 from infra.ops.policy import gate
 from infra.ops.stacks import read_stack_config
 from infra.pricing.estimate import NIGHTS_PER_MONTH, estimate
 from infra.pricing.stack_costs import capacity_pools, estimate_inputs, run_hourly_usd
 from infra.pricing.table import load_prices
 from monitoring.alarms import serve_alarms
-from tests.infra.conftest import Plan
+from tests.infra.conftest import SERVE_ON, SERVE_OVERRIDES, Plan
 from tests.infra.crd_schema import assert_valid
 from workload.contract import metric_names as mn
 
-# What a stack sets to serve: the endpoint, and a head node with room for its head beside the nightly one's.
-SERVE_ON = {"serve.enabled": True, "eks.head_instance_type": "m5.2xlarge"}
-# The medium plan also asks for the internal load balancer; the large one keeps the default ClusterIP Service.
-OVERRIDES = {
-    "medium": {**SERVE_ON, "serve.internal_load_balancer": True},
-    "large": SERVE_ON,
-}
+OVERRIDES = SERVE_OVERRIDES
 PRICES = load_prices()
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
 NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
@@ -51,18 +43,6 @@ ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
 def _config(stack: str, **overrides: Any) -> StackConfig:
     values, _ = read_stack_config(stack, overrides)
     return load_stack_config(stack, decode_pulumi_values(values))
-
-
-@pytest.fixture(scope="session")
-def serve_plan() -> Callable[[str], Plan]:
-    cache: dict[str, Plan] = {}
-
-    def plan(tier: str) -> Plan:
-        if tier not in cache:
-            cache[tier] = capture_plan(tier, OVERRIDES[tier])
-        return cache[tier]
-
-    return plan
 
 
 def _of(plan: Plan, typ: str) -> list[dict[str, Any]]:

