@@ -21,7 +21,18 @@ from collections.abc import Callable, Iterator, Mapping
 from functools import cache
 from typing import Any
 
-from infra.ops import checks_costs, checks_iam, checks_k8s, checks_kms, checks_network, checks_order, iam_allowlist
+from infra.ops import (
+    checks_costs,
+    checks_credentials,
+    checks_egress,
+    checks_iam,
+    checks_k8s,
+    checks_kms,
+    checks_network,
+    checks_order,
+    checks_stores,
+    iam_allowlist,
+)
 from infra.ops.plan_view import (
     CLUSTER_TIERS,
     NothingMatched,
@@ -409,6 +420,9 @@ RULES: dict[str, Rule] = {
     **checks_iam.RULES,
     **checks_network.RULES,
     **checks_k8s.RULES,
+    **checks_stores.RULES,
+    **checks_credentials.RULES,
+    **checks_egress.RULES,
 }
 # Each check by name (every rule, whatever its tiers).
 CHECKS: dict[str, Callable[[Plan], list[Violation]]] = {name: rule.check for name, rule in RULES.items()}
