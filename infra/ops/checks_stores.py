@@ -1,5 +1,5 @@
-"""Plan check `store-keys`: every SNS topic, CloudWatch log group, Secrets Manager secret, SQS queue and DynamoDB
-table of the plan, whoever adds it, is encrypted with the stack's key.
+"""Plan check `store-keys`: every SNS topic, CloudWatch log group, Secrets Manager secret, SQS queue, DynamoDB
+table, ECR repository and bucket encryption configuration of the plan, whoever adds it, is on the stack's key.
 
 "The stack's key" is a key of one of the program's `llmbatch:kms:EncryptionKey` components on the same provider
 (so the same account and region) as the resource: the stack key, or on the large tier the us-east-1 billing key
@@ -47,6 +47,8 @@ LOG_GROUP = "aws:cloudwatch/logGroup:LogGroup"
 SECRET = "aws:secretsmanager/secret:Secret"
 QUEUE = "aws:sqs/queue:Queue"
 TABLE = "aws:dynamodb/table:Table"
+REPOSITORY = "aws:ecr/repository:Repository"
+BUCKET_ENCRYPTION = "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
 # The input naming each type's key, and what the service does when none is named.
 KEY_INPUTS: dict[str, tuple[str, str]] = {
     TOPIC: ("kmsMasterKeyId", "no KMS key: the topic's messages are stored without the stack key"),
@@ -54,6 +56,12 @@ KEY_INPUTS: dict[str, tuple[str, str]] = {
     SECRET: ("kmsKeyId", "no KMS key: the secret is on the AWS-managed aws/secretsmanager key"),
     QUEUE: ("kmsMasterKeyId", "no KMS key: the queue's messages are stored without the stack key"),
     TABLE: ("serverSideEncryption.kmsKeyArn", "no KMS key: the table is on an AWS-owned key"),
+    # `images` and `buckets` ask for KMS; this rule asks whose key it is.
+    REPOSITORY: ("encryptionConfigurations[].kmsKey", "no KMS key: the images are on ECR's own AES-256 keys"),
+    BUCKET_ENCRYPTION: (
+        "rules[].applyServerSideEncryptionByDefault.kmsMasterKeyId",
+        "no KMS key: the bucket is on SSE-S3 or the AWS-managed aws/s3 key",
+    ),
 }
 # The same stores declared through another provider: the rule cannot read their key, so they are refused.
 UNREAD_TYPES = (
@@ -92,11 +100,14 @@ def stack_keys(plan: Plan) -> dict[str, dict[str, Resource]]:
 
 
 def key_of(item: Resource) -> Any:
-    path = KEY_INPUTS[item["type"]][0].split(".")
-    value: Any = item["inputs"]
-    for part in path:
-        value = (value or {}).get(part) if isinstance(value, Mapping) else None
-    return value
+    """The key a store names, following its input path (`name[]`: the first entry of a list that names one)."""
+    values: list[Any] = [item["inputs"]]
+    for part in KEY_INPUTS[item["type"]][0].split("."):
+        field = part.removesuffix("[]")
+        values = [value.get(field) for value in values if isinstance(value, Mapping)]
+        if part.endswith("[]"):
+            values = [entry for value in values for entry in as_list(value)]
+    return next((value for value in values if value), None)
 
 
 def _name(item: Resource) -> Any:
@@ -174,7 +185,8 @@ def check_store_keys(plan: Plan) -> list[Violation]:
     ]
     for item in of_type(plan, *UNREAD_TYPES):
         violations.append(Violation(NAME, label(item), "a type whose encryption this rule does not read: use aws:*"))
-    require_matches(NAME, len(stores) + len(of_type(plan, *UNREAD_TYPES)), "topic, log group, secret, queue or table")
+    what = "topic, log group, secret, queue, table, repository or bucket encryption"
+    require_matches(NAME, len(stores) + len(of_type(plan, *UNREAD_TYPES)), what)
     return violations
 
 

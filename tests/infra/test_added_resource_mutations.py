@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -110,6 +111,17 @@ def queue_on_sqs_managed_encryption(plan: Plan) -> None:
 def table_on_aws_owned_key(plan: Plan) -> None:
     inputs = {"name": "llm-batch-leases", "hashKey": "id", "attributes": [{"name": "id", "type": "S"}]}
     add(plan, checks_stores.TABLE, "leases", {**inputs, "billingMode": "PAY_PER_REQUEST"})
+
+
+def repository_on_another_accounts_key(plan: Plan) -> None:
+    foreign = "arn:aws:kms:us-east-1:999999999999:key/11111111-2222-3333-4444-555555555555"
+    inputs = {"name": "llm-batch/tools", "encryptionConfigurations": [{"encryptionType": "KMS", "kmsKey": foreign}]}
+    add(plan, checks_stores.REPOSITORY, "tools-repository", inputs)
+
+
+def scratch_bucket_on_sse_s3(plan: Plan) -> None:
+    rules = [{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "AES256"}}]
+    add(plan, checks_stores.BUCKET_ENCRYPTION, "scratch-encryption", {"bucket": "llm-batch-scratch", "rules": rules})
 
 
 def table_via_aws_native(plan: Plan) -> None:
@@ -317,6 +329,8 @@ ADDED = [
     Added(checks_stores.SECRET, secret_on_a_foreign_key, "store-keys", "Secret api-key"),
     Added(checks_stores.QUEUE, queue_on_sqs_managed_encryption, "store-keys", "Queue work-queue"),
     Added(checks_stores.TABLE, table_on_aws_owned_key, "store-keys", "Table leases"),
+    Added(checks_stores.REPOSITORY, repository_on_another_accounts_key, "store-keys", "Repository tools-repository"),
+    Added(checks_stores.BUCKET_ENCRYPTION, scratch_bucket_on_sse_s3, "store-keys", "scratch-encryption"),
     Added("aws-native:dynamodb:Table", table_via_aws_native, "store-keys", "aws-native:dynamodb:Table leases"),
     Added("aws:iam/user:User", user_with_access_key, "iam-users", "AccessKey ci-deployer-key"),
     *[Added(token, _adds(token, inputs), "iam-users", f"{token} ci-deployer") for token, inputs in USER_INPUTS.items()],
@@ -386,6 +400,19 @@ def test_every_type_is_added_on_every_tier() -> None:
     added = {(item.rule, item.type_token) for item in ADDED}
     missing = [(rule, token) for rule, tokens in READ_TYPES.items() for token in tokens if (rule, token) not in added]
     assert missing == []
+
+
+def test_the_security_doc_maps_every_rule_to_its_mutations() -> None:
+    """docs/security.md's principle -> rule -> mutations table has a row for every rule a mutation trips."""
+    from infra.ops.stacks import ROOT
+    from tests.infra.test_security_mutations import MUTATIONS
+
+    text = (ROOT / "docs" / "security.md").read_text()
+    table = text.split("## Principle -> rule -> mutations", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|") for line in table.splitlines() if line.startswith("| ") and "`" in line]
+    documented = {name for row in rows for name in re.findall(r"`([a-z0-9-]+)`", row[2])}
+    tripped = {mutation.rule for mutation in [*MUTATIONS, *ADDED, *EDITS]}
+    assert tripped - documented == set()
 
 
 def test_kubernetes_objects_appear_only_where_there_is_a_cluster(plan_for: Callable[[str], Plan]) -> None:
