@@ -12,12 +12,12 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from infra.config import (
-    TIER_DEFAULTS,
     StackConfig,
     StackConfigError,
     decode_pulumi_values,
     load_stack_config,
 )
+from infra.config.stack import TIER_DEFAULTS
 from infra.ops.stacks import read_stack_config, stack_file
 from tests.infra.conftest import STACKS
 from workload.contract.config import ConfigError, load_config
