@@ -257,6 +257,8 @@ _RESOURCE_OUTPUTS: dict[str, Builder] = {
     "aws:lambda/function:Function": _named("lambda", "function:"),
     "aws:sfn/stateMachine:StateMachine": _named("states", "stateMachine:", id_is_arn=True),
     "aws:scheduler/schedule:Schedule": _named("scheduler", "schedule/default/"),
+    # Auto-named rules get a name, so a target's `rule` (rule.name) is known, as in a real preview.
+    "aws:cloudwatch/eventRule:EventRule": _named("events", "rule/"),
 }
 
 

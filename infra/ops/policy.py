@@ -23,12 +23,15 @@ from typing import Any
 
 from infra.ops import (
     checks_costs,
+    checks_credentials,
+    checks_egress,
     checks_iam,
     checks_k8s,
     checks_kms,
     checks_network,
     checks_order,
     checks_ray,
+    checks_stores,
     iam_allowlist,
 )
 from infra.ops.plan_view import (
@@ -428,6 +431,9 @@ RULES: dict[str, Rule] = {
     **checks_network.RULES,
     **checks_k8s.RULES,
     **checks_ray.RULES,
+    **checks_stores.RULES,
+    **checks_credentials.RULES,
+    **checks_egress.RULES,
 }
 # Each check by name (every rule, whatever its tiers).
 CHECKS: dict[str, Callable[[Plan], list[Violation]]] = {name: rule.check for name, rule in RULES.items()}

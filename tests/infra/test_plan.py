@@ -234,6 +234,10 @@ def test_policy_cli_reports_each_check(capsys: pytest.CaptureFixture[str]) -> No
         "key-logs-scope",
         "lambda-permissions",
         "bucket-types",
+        "store-keys",
+        "iam-users",
+        "secret-values",
+        "sg-egress",
     )
     cluster_only = (
         "eks-access-order",

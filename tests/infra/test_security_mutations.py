@@ -3,7 +3,8 @@
 Every mutation starts from the plan `plan_for` captured (the Pulumi program under mocks with the stack's own
 config), breaks one thing a newcomer could plausibly write, and asserts that the named rule reports the named
 resource and that `policy.gate` (what `infra.plan` runs) refuses the plan. The last test makes sure every rule
-of the security modules is tripped by some mutation here: a rule no mistake trips does nothing.
+of the security modules is tripped by some mutation here or in test_added_resource_mutations.py: a rule no
+mistake trips does nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +17,16 @@ from typing import Any
 
 import pytest
 
-from infra.ops import checks_iam, checks_k8s, checks_network, checks_ray, policy
+from infra.ops import (
+    checks_credentials,
+    checks_egress,
+    checks_iam,
+    checks_k8s,
+    checks_network,
+    checks_ray,
+    checks_stores,
+    policy,
+)
 
 Plan = list[dict[str, Any]]
 ACCOUNT = "123456789012"
@@ -469,6 +479,11 @@ def test_mutation_is_caught_by_its_rule(plan_for: Callable[[str], Plan], mutatio
 
 
 def test_every_security_rule_is_tripped_by_a_mutation() -> None:
+    """Here or in tests/infra/test_added_resource_mutations.py (mistakes added as new resources, every tier)."""
+    from tests.infra.test_added_resource_mutations import ADDED, EDITS
+
     rules = {*checks_iam.RULES, *checks_network.RULES, *checks_k8s.RULES, *checks_ray.RULES}
+    rules |= {*checks_stores.RULES, *checks_credentials.RULES, *checks_egress.RULES}
     classic = {"cost-tags", "buckets", "iam", "launch-templates", "security-groups", "images", "volume-keys"}
-    assert (rules | classic) - {mutation.rule for mutation in MUTATIONS} == set()
+    tripped = {mutation.rule for mutation in [*MUTATIONS, *ADDED, *EDITS]}
+    assert (rules | classic) - tripped == set()
