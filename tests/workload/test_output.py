@@ -39,12 +39,13 @@ def _names(store: OutputStore, folder: str) -> list[str]:
 def test_commit_publishes_parts_and_marker(output_uri: str) -> None:
     store = OutputStore(output_uri)
     commit = store.commit_shard(3, _table(["a", "b"]), [{"id": "c", "error_type": "x"}], STATS, attempt=1)
-    assert commit.files == ["results/part-000003.parquet", "errors/part-000003.jsonl"]
-    assert _names(store, "results") == ["part-000003.parquet"]
+    assert commit.files == ["results/part-000003.g0a1.parquet", "errors/part-000003.g0a1.jsonl"]
+    assert _names(store, "results") == ["part-000003.g0a1.parquet"]
+    assert _names(store, "_commits") == ["shard-000003.g0a1.json"]
     assert _names(store, "_pending") == []
-    table = pq.read_table(store.root.child("results", "part-000003.parquet").path, filesystem=store.root.fs)
+    table = pq.read_table(store.root.child("results", "part-000003.g0a1.parquet").path, filesystem=store.root.fs)
     assert table.column("id").to_pylist() == ["a", "b"]
-    errors = read_bytes(store.root.child("errors", "part-000003.jsonl")).decode().splitlines()
+    errors = read_bytes(store.root.child("errors", "part-000003.g0a1.jsonl")).decode().splitlines()
     assert [json.loads(line)["id"] for line in errors] == ["c"]
     assert set(store.committed()) == {3}
 
@@ -53,17 +54,17 @@ def test_recover_deletes_uncommitted_parts_and_rolls_committed_ones_forward(outp
     store = OutputStore(output_uri)
     committed = store.commit_shard(0, _table(["a"]), [], STATS, attempt=1)
     # A killed attempt: shard 1 reached _pending/ but no marker; shard 0's file was never moved to results/.
-    write_bytes_atomic(store.root.child("_pending", "results", "part-000001.parquet"), b"half a shard")
-    write_bytes_atomic(store.root.child("results", "part-000002.parquet"), b"stray, no marker")
-    published = store.root.child("results", "part-000000.parquet")
+    write_bytes_atomic(store.root.child("_pending", "results", "part-000001.g0a1.parquet"), b"half a shard")
+    write_bytes_atomic(store.root.child("results", "part-000002.g0a1.parquet"), b"stray, no marker")
+    published = store.root.child("results", "part-000000.g0a1.parquet")
     body = read_bytes(published)
     delete_file(published)
-    write_bytes_atomic(store.root.child("_pending", "results", "part-000000.parquet"), body)
+    write_bytes_atomic(store.root.child("_pending", "results", "part-000000.g0a1.parquet"), body)
 
     commits = store.recover()
 
     assert set(commits) == {0} and commits[0] == committed
-    assert _names(store, "results") == ["part-000000.parquet"]
+    assert _names(store, "results") == ["part-000000.g0a1.parquet"]
     assert read_bytes(published) == body
     assert list_files(store.root.child("_pending")) == []
 
@@ -75,9 +76,11 @@ def test_reset_removes_only_what_the_job_writes(output_uri: str) -> None:
     store.write_summary({"rows_in": 1})
     neighbour = locate(output_uri + "/README.txt")
     write_bytes_atomic(neighbour, b"not ours")
-    store.reset()
+    store.reset({"attempts": []})
     assert store.committed() == {}
-    assert store.read_manifest() is None and store.read_summary() is None
+    assert store.read_manifest() == {"attempts": [], "generation": 1} and store.read_summary() is None
+    for folder in ("results", "errors", "_commits", "_pending"):
+        assert _names(store, folder) == []
     assert read_bytes(neighbour) == b"not ours"
 
 
@@ -87,21 +90,22 @@ def test_a_marker_whose_files_are_gone_is_reported_not_trusted_and_its_shard_red
     store.commit_shard(1, _table(["b"]), [{"id": "c", "error_type": "x"}], STATS, attempt=1)
     # Shard 1's result file vanished (deleted by hand, or by an attempt that ran without a lease): its marker
     # names a file that is neither published nor pending.
-    delete_file(store.root.child("results", "part-000001.parquet"))
+    delete_file(store.root.child("results", "part-000001.g0a1.parquet"))
 
     commits = store.recover()
 
     assert set(commits) == {0}
-    assert store.untrusted == {1: ["results/part-000001.parquet"]}
+    assert store.untrusted == {1: ["results/part-000001.g0a1.parquet"]}
     assert "shard 1" in capsys.readouterr().err
     # Nothing of a shard with a marker is deleted: shard 1's surviving errors file and its marker stay.
-    assert _names(store, "errors") == ["part-000001.jsonl"]
+    assert _names(store, "errors") == ["part-000001.g0a1.jsonl"]
     assert set(store.committed()) == {0, 1}
 
-    # The redo commits shard 1 again without errors: the old commit's errors file must not survive beside it.
+    # The redo commits shard 1 again without errors: the old commit's errors file and marker must not survive.
     store.commit_shard(1, _table(["b", "c"]), [], STATS, attempt=2)
-    assert _names(store, "results") == ["part-000000.parquet", "part-000001.parquet"]
+    assert _names(store, "results") == ["part-000000.g0a1.parquet", "part-000001.g0a2.parquet"]
     assert _names(store, "errors") == []
+    assert _names(store, "_commits") == ["shard-000000.g0a1.json", "shard-000001.g0a2.json"]
     assert store.committed()[1].attempt == 2 and store.untrusted == {}
 
 
