@@ -146,13 +146,19 @@ def test_walk_the_small_tier_steps(
     checked = subprocess.run(policy_command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
-    # Step 8, upload tonight's prompts: the README's `aws s3 cp`, done with boto3 on the moto account (a night
-    # with no input is skipped without a GPU).
+    # Step 8, upload tonight's prompts, then the empty _READY marker last: the README's `aws s3 cp` lines, done
+    # with boto3 on the moto account (a night without the marker is skipped without a GPU).
     body = README.split("\n8. **", 1)[1].split("\n9. **", 1)[0]
-    (copy,) = [shlex.split(line.strip()) for line in body.splitlines() if line.strip().startswith("aws s3 cp ")]
-    source, destination = _with_values(copy[3:5], stack.bucket, night)
-    bucket, _, prefix = destination.removeprefix("s3://").partition("/")
-    boto3.client("s3").upload_file(str(ROOT / source), bucket, prefix + Path(source).name)
+    copies = [shlex.split(line.strip()) for line in body.splitlines() if line.strip().startswith("aws s3 cp ")]
+    assert [copy[3] for copy in copies] == ["data/sample.jsonl", "-"]
+    for copy in copies:
+        source, destination = _with_values(copy[3:5], stack.bucket, night)
+        bucket, _, key = destination.removeprefix("s3://").partition("/")
+        if source == "-":  # `aws s3 cp - URI < /dev/null`: an empty object
+            assert copy[5:] == ["<", "/dev/null"] and key.endswith("/_READY")
+            boto3.client("s3").put_object(Bucket=bucket, Key=key, Body=b"")
+        else:
+            boto3.client("s3").upload_file(str(ROOT / source), bucket, key + Path(source).name)
 
     # Steps 9 and 10, run now and status. One shard is already committed under tonight's output, as the job
     # leaves it; the stand-in instance writes the summary once the run asks for a node.
@@ -189,7 +195,8 @@ def test_walk_the_small_tier_steps(
 
     # Stopping a night's run, as the README says: start one that no instance answers, then stop it.
     stop = next(argv for argv in readme_commands() if "--stop" in argv)
-    boto3.client("s3").upload_file(str(ROOT / source), bucket, "input/2026-11-01/" + Path(source).name)
+    boto3.client("s3").upload_file(str(ROOT / "data/sample.jsonl"), bucket, "input/2026-11-01/sample.jsonl")
+    boto3.client("s3").put_object(Bucket=bucket, Key="input/2026-11-01/_READY", Body=b"")
     assert run.main(["small", "--outputs", str(outputs), "--date", "2026-11-01"]) == 0
     wait_for(lambda: stack.desired_capacity() == 1, what="the run to ask for a node")
     capsys.readouterr()

@@ -5,6 +5,9 @@ input/<date>/ into output/<date>/ and releases the capacity however the run ends
 resumes its output: only what is missing is computed. `--stop` stops a run that is going: its executions
 end, the small tier's GPU group goes to 0 at once, and the GPU sweep (every 30 minutes) releases the EKS
 tiers' GPU nodes; the committed shards stay, so running the date again resumes it.
+
+A night runs only on input marked ready: the uploader writes `<input prefix>_READY` (an empty object) after its
+last file (docs/resume.md). The state machine skips a night without it; this command refuses to start one.
 """
 
 from __future__ import annotations
@@ -34,14 +37,45 @@ def run_date(value: str | None) -> str:
         raise RunError(f"--date must be YYYY-MM-DD, got {value!r}") from error
 
 
-def start_run(outputs: dict[str, Any], night: str, *, allow_concurrent: bool = False) -> str:
-    """Start an execution for `night`; refuses while another one runs (two runs would share the GPUs)."""
+READY = "_READY"
+
+
+def ready_key(sfn: Any, state_machine_arn: str, night: str) -> str:
+    """The key of the night's ready marker, as the deployed state machine computes it (its PlanRun state)."""
+    definition = json.loads(sfn.describe_state_machine(stateMachineArn=state_machine_arn)["definition"])
+    expression = str(definition["States"]["PlanRun"]["Parameters"]["ready_key.$"])
+    template = expression.split("'")[1]  # States.Format('input/{}/_READY', $.date)
+    return template.replace("{}", night)
+
+
+def check_ready(outputs: dict[str, Any], night: str) -> None:
+    """Raise RunError unless the night's input is marked ready (the uploader's last write)."""
+    arn, bucket = require(outputs, STATE_MACHINE_OUTPUT, "data_bucket")
+    session = boto_session(outputs)
+    key = ready_key(session.client("stepfunctions"), arn, night)
+    listed = session.client("s3").list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1)
+    if not any(item["Key"] == key for item in listed.get("Contents", [])):
+        folder = key.removesuffix(READY)
+        raise RunError(
+            f"s3://{bucket}/{key} is missing: the input of {night} is absent or its upload has not finished. "
+            f"Upload every file under s3://{bucket}/{folder}, then mark it ready: "
+            f"aws s3api put-object --bucket {bucket} --key {key}"
+        )
+
+
+def start_run(
+    outputs: dict[str, Any], night: str, *, allow_concurrent: bool = False, require_ready: bool = False
+) -> str:
+    """Start an execution for `night`; refuses while another one runs (two runs would share the GPUs), and with
+    `require_ready` when the night's input is not marked ready."""
     (arn,) = require(outputs, STATE_MACHINE_OUTPUT)
     sfn = boto_session(outputs).client("stepfunctions")
     running = sfn.list_executions(stateMachineArn=arn, statusFilter="RUNNING", maxResults=10)["executions"]
     if running and not allow_concurrent:
         names = ", ".join(execution["name"] for execution in running)
         raise RunError(f"a nightly run is already going ({names}); wait for it or stop it first")
+    if require_ready:
+        check_ready(outputs, night)
     name = f"manual-{night}-{datetime.now(UTC):%H%M%S}"
     started = sfn.start_execution(stateMachineArn=arn, name=name, input=json.dumps({"date": night}))
     return str(started["executionArn"])
@@ -112,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         outputs = load_outputs(args.stack, args.outputs)
         night = run_date(args.date)
-        execution_arn = start_run(outputs, night)
+        execution_arn = start_run(outputs, night, require_ready=True)
     except (OutputsError, RunError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -96,6 +96,7 @@ class SmallStack:
 # The nights the tests run that have input (a night without any is skipped before a GPU starts).
 NIGHTS_WITH_INPUT = ("2026-11-26", "2026-11-27", "2026-11-28", "2026-11-29")
 NIGHT_WITHOUT_INPUT = "2026-11-30"
+NIGHT_HALF_UPLOADED = "2026-11-25"  # parts there, but no _READY: the upload has not finished
 
 
 def create_small_stack() -> SmallStack:
@@ -104,8 +105,10 @@ def create_small_stack() -> SmallStack:
     s3 = boto3.client("s3")
     bucket = "llm-batch-small-data"
     s3.create_bucket(Bucket=bucket)
-    for night in NIGHTS_WITH_INPUT:
+    for night in (*NIGHTS_WITH_INPUT, NIGHT_HALF_UPLOADED):
         s3.put_object(Bucket=bucket, Key=f"input/{night}/part-00000.jsonl", Body=b'{"prompt": "hello"}\n')
+    for night in NIGHTS_WITH_INPUT:  # the uploader's last write (docs/resume.md): the night's input is whole
+        s3.put_object(Bucket=bucket, Key=f"input/{night}/_READY", Body=b"")
     ec2 = boto3.client("ec2")
     template = ec2.create_launch_template(
         LaunchTemplateName="llm-batch-small-gpu",

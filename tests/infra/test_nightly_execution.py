@@ -17,6 +17,7 @@ import pytest
 from infra import statemachines
 from infra.statemachines import graph
 from tests.infra.nightly_aws import (
+    NIGHT_HALF_UPLOADED,
     NIGHT_WITHOUT_INPUT,
     FakeInstance,
     SmallStack,
@@ -167,13 +168,28 @@ def test_a_night_without_input_is_skipped_and_starts_no_gpu(small_stack: SmallSt
     assert result["status"] == "SUCCEEDED", result
     output = json.loads(result["output"])
     assert output["status"] == "skipped" and output["date"] == NIGHT_WITHOUT_INPUT
-    assert output["reason"] == f"no input under s3://llm-batch-small-data/input/{NIGHT_WITHOUT_INPUT}/"
+    assert (
+        output["reason"]
+        == f"no input under s3://llm-batch-small-data/input/{NIGHT_WITHOUT_INPUT}/ marked ready (no _READY)"
+    )
     # The instance's run request is written just before the group is scaled up: never reached.
     listed = boto3.client("s3").list_objects_v2(Bucket=small_stack.bucket, Prefix="control/")
     assert listed["KeyCount"] == 0
     assert small_stack.desired_capacity() == 0
     (alert,) = small_stack.alerts()
     assert "skipped" in alert and "No GPU was started" in alert and NIGHT_WITHOUT_INPUT in alert
+
+
+def test_a_half_uploaded_night_is_skipped_until_its_ready_marker_is_written(small_stack: SmallStack) -> None:
+    """Parts under input/<date>/ but no _READY (the uploader writes it last): no GPU starts on half an input."""
+    result = wait_for_end(_start(small_stack, {"date": NIGHT_HALF_UPLOADED}))
+    assert result["status"] == "SUCCEEDED", result
+    output = json.loads(result["output"])
+    assert output["status"] == "skipped" and "_READY" in output["reason"]
+    assert boto3.client("s3").list_objects_v2(Bucket=small_stack.bucket, Prefix="control/")["KeyCount"] == 0
+    assert small_stack.desired_capacity() == 0
+    (alert,) = small_stack.alerts()
+    assert "_READY" in alert and "No GPU was started" in alert
 
 
 @pytest.mark.parametrize("file_name", ["small.asl.json", "eks.asl.json"])

@@ -13,6 +13,7 @@ from infra import statemachines
 from infra.ops import run, status
 from infra.ops.stack_outputs import OutputsError, load_outputs
 from tests.infra.nightly_aws import (
+    NIGHT_HALF_UPLOADED,
     NIGHT_WITHOUT_INPUT,
     FakeInstance,
     SmallStack,
@@ -93,9 +94,23 @@ def test_status_shows_a_night_without_input_as_skipped(
     assert wait_for_end(execution_arn)["status"] == "SUCCEEDED"
     (row,) = status.last_runs(load_outputs("small", str(outputs)))
     assert (row.state, row.date) == ("SKIPPED", NIGHT_WITHOUT_INPUT)
-    assert row.reason == f"no input under s3://llm-batch-small-data/input/{NIGHT_WITHOUT_INPUT}/"
+    assert (
+        row.reason == f"no input under s3://llm-batch-small-data/input/{NIGHT_WITHOUT_INPUT}/ marked ready (no _READY)"
+    )
     assert status.main(["small", "--outputs", str(outputs)]) == 0
     assert "SKIPPED" in capsys.readouterr().out
+
+
+def test_run_refuses_a_night_whose_upload_is_not_marked_ready(
+    deployed: tuple[SmallStack, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    stack, outputs = deployed
+    assert run.main(["small", "--outputs", str(outputs), "--date", NIGHT_HALF_UPLOADED]) == 2
+    error = capsys.readouterr().err
+    assert f"s3://{stack.bucket}/input/{NIGHT_HALF_UPLOADED}/_READY is missing" in error
+    assert f"put-object --bucket {stack.bucket} --key input/{NIGHT_HALF_UPLOADED}/_READY" in error
+    sfn = boto3.client("stepfunctions")
+    assert sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"] == []
 
 
 def test_run_refuses_while_a_run_is_going(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import uuid
 from collections.abc import Iterator
@@ -11,7 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from workload.contract.config import JobConfig
 from workload.files.storage import delete_file, list_files, locate, read_bytes, write_bytes_atomic
+from workload.job.input_plan import InputPlan, plan_input
 from workload.job.output import OutputStore
 
 STATS = {"rows_ok": 2, "rows_failed": 1, "input_tokens": 10, "output_tokens": 20, "error_types": {"x": 1}}
@@ -39,12 +42,13 @@ def _names(store: OutputStore, folder: str) -> list[str]:
 def test_commit_publishes_parts_and_marker(output_uri: str) -> None:
     store = OutputStore(output_uri)
     commit = store.commit_shard(3, _table(["a", "b"]), [{"id": "c", "error_type": "x"}], STATS, attempt=1)
-    assert commit.files == ["results/part-000003.parquet", "errors/part-000003.jsonl"]
-    assert _names(store, "results") == ["part-000003.parquet"]
+    assert commit.files == ["results/part-000003.g0a1.parquet", "errors/part-000003.g0a1.jsonl"]
+    assert _names(store, "results") == ["part-000003.g0a1.parquet"]
+    assert _names(store, "_commits") == ["shard-000003.g0a1.json"]
     assert _names(store, "_pending") == []
-    table = pq.read_table(store.root.child("results", "part-000003.parquet").path, filesystem=store.root.fs)
+    table = pq.read_table(store.root.child("results", "part-000003.g0a1.parquet").path, filesystem=store.root.fs)
     assert table.column("id").to_pylist() == ["a", "b"]
-    errors = read_bytes(store.root.child("errors", "part-000003.jsonl")).decode().splitlines()
+    errors = read_bytes(store.root.child("errors", "part-000003.g0a1.jsonl")).decode().splitlines()
     assert [json.loads(line)["id"] for line in errors] == ["c"]
     assert set(store.committed()) == {3}
 
@@ -53,17 +57,17 @@ def test_recover_deletes_uncommitted_parts_and_rolls_committed_ones_forward(outp
     store = OutputStore(output_uri)
     committed = store.commit_shard(0, _table(["a"]), [], STATS, attempt=1)
     # A killed attempt: shard 1 reached _pending/ but no marker; shard 0's file was never moved to results/.
-    write_bytes_atomic(store.root.child("_pending", "results", "part-000001.parquet"), b"half a shard")
-    write_bytes_atomic(store.root.child("results", "part-000002.parquet"), b"stray, no marker")
-    published = store.root.child("results", "part-000000.parquet")
+    write_bytes_atomic(store.root.child("_pending", "results", "part-000001.g0a1.parquet"), b"half a shard")
+    write_bytes_atomic(store.root.child("results", "part-000002.g0a1.parquet"), b"stray, no marker")
+    published = store.root.child("results", "part-000000.g0a1.parquet")
     body = read_bytes(published)
     delete_file(published)
-    write_bytes_atomic(store.root.child("_pending", "results", "part-000000.parquet"), body)
+    write_bytes_atomic(store.root.child("_pending", "results", "part-000000.g0a1.parquet"), body)
 
     commits = store.recover()
 
     assert set(commits) == {0} and commits[0] == committed
-    assert _names(store, "results") == ["part-000000.parquet"]
+    assert _names(store, "results") == ["part-000000.g0a1.parquet"]
     assert read_bytes(published) == body
     assert list_files(store.root.child("_pending")) == []
 
@@ -75,9 +79,11 @@ def test_reset_removes_only_what_the_job_writes(output_uri: str) -> None:
     store.write_summary({"rows_in": 1})
     neighbour = locate(output_uri + "/README.txt")
     write_bytes_atomic(neighbour, b"not ours")
-    store.reset()
+    store.reset({"attempts": []})
     assert store.committed() == {}
-    assert store.read_manifest() is None and store.read_summary() is None
+    assert store.read_manifest() == {"attempts": [], "generation": 1} and store.read_summary() is None
+    for folder in ("results", "errors", "_commits", "_pending"):
+        assert _names(store, folder) == []
     assert read_bytes(neighbour) == b"not ours"
 
 
@@ -87,21 +93,22 @@ def test_a_marker_whose_files_are_gone_is_reported_not_trusted_and_its_shard_red
     store.commit_shard(1, _table(["b"]), [{"id": "c", "error_type": "x"}], STATS, attempt=1)
     # Shard 1's result file vanished (deleted by hand, or by an attempt that ran without a lease): its marker
     # names a file that is neither published nor pending.
-    delete_file(store.root.child("results", "part-000001.parquet"))
+    delete_file(store.root.child("results", "part-000001.g0a1.parquet"))
 
     commits = store.recover()
 
     assert set(commits) == {0}
-    assert store.untrusted == {1: ["results/part-000001.parquet"]}
+    assert store.untrusted == {1: ["results/part-000001.g0a1.parquet"]}
     assert "shard 1" in capsys.readouterr().err
     # Nothing of a shard with a marker is deleted: shard 1's surviving errors file and its marker stay.
-    assert _names(store, "errors") == ["part-000001.jsonl"]
+    assert _names(store, "errors") == ["part-000001.g0a1.jsonl"]
     assert set(store.committed()) == {0, 1}
 
-    # The redo commits shard 1 again without errors: the old commit's errors file must not survive beside it.
+    # The redo commits shard 1 again without errors: the old commit's errors file and marker must not survive.
     store.commit_shard(1, _table(["b", "c"]), [], STATS, attempt=2)
-    assert _names(store, "results") == ["part-000000.parquet", "part-000001.parquet"]
+    assert _names(store, "results") == ["part-000000.g0a1.parquet", "part-000001.g0a2.parquet"]
     assert _names(store, "errors") == []
+    assert _names(store, "_commits") == ["shard-000000.g0a1.json", "shard-000001.g0a2.json"]
     assert store.committed()[1].attempt == 2 and store.untrusted == {}
 
 
@@ -130,3 +137,81 @@ def test_an_output_of_a_thousand_committed_shards_reopens_in_seconds_on_s3(moto_
     assert sorted(committed) == list(range(shards))
     assert sum(c.rows_ok for c in committed.values()) == shards * STATS["rows_ok"]
     assert elapsed < 20, f"reopening {shards} shards took {elapsed:.1f} s"
+
+
+def test_a_torn_marker_is_never_read_as_one_and_is_swept(output_uri: str) -> None:
+    """A failed atomic write (ENOSPC on the fsync) left `_commits/.shard-N.json.<random>.tmp` with half a marker.
+    Locally that is what write_bytes_atomic's temporary is; on S3 the same name, left by a tool that writes so."""
+    store = OutputStore(output_uri)
+    store.commit_shard(0, _table(["a"]), [], STATS, attempt=1)
+    torn = store.root.child("_commits", ".shard-000001.json.5f2c9e0a.tmp")
+    write_bytes_atomic(torn, b'{"shard": 1, "rows_ok": ')
+    assert set(store.committed()) == {0}
+    assert set(store.recover()) == {0}
+    assert _names(store, "_commits") == ["shard-000000.g0a1.json"]  # swept
+
+
+def test_a_failed_fsync_leaves_no_temporary_behind(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Local only: the fsync is the local write's (an S3 PUT is whole or absent)."""
+    import errno
+    import os
+
+    from workload.files.storage import StorageError
+
+    store = OutputStore(str(tmp_path / "out"))
+    store.commit_shard(0, _table(["a"]), [], STATS, attempt=1)
+
+    def full_disk(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(StorageError, match="No space left"):
+        store.commit_shard(1, _table(["b"]), [], STATS, attempt=1)
+    monkeypatch.undo()
+    leftovers = [f.path for f in list_files(store.root) if f.path.rsplit("/", 1)[-1].startswith(".")]
+    assert leftovers == []
+    assert set(OutputStore(str(tmp_path / "out")).recover()) == {0}
+
+
+def _legacy_output(output_uri: str, input_uri: str) -> tuple[JobConfig, InputPlan]:
+    """An output exactly as the job wrote it before generations and tags (commit d8e64ca): untagged part and
+    marker names, markers without `generation`, a manifest without `generation`. Shard 0 of 2 committed."""
+    from workload.job.attempt import _fingerprint
+
+    config = JobConfig.model_validate({"input": {"uri": input_uri}, "output": {"uri": output_uri, "shard_rows": 2}})
+    plan = plan_input(config.input)
+    root = locate(output_uri)
+    manifest = {
+        "config_hash": config.output_hash(),
+        "output_affecting": config.output_affecting(),
+        "input_fingerprint": _fingerprint(plan.listing()),
+        "input_files": plan.listing(),
+        "rows_in": plan.rows_in,
+        "attempts": [{"attempt": 1, "started_at": "2026-11-29T01:00:00.000+00:00", "ended_at": None, "wall_s": 3.0}],
+    }
+    write_bytes_atomic(root.child("_manifest.json"), json.dumps(manifest, indent=2, sort_keys=True).encode())
+    buffer = io.BytesIO()
+    pq.write_table(_table(["r0", "r1"]), buffer)
+    write_bytes_atomic(root.child("results", "part-000000.parquet"), buffer.getvalue())
+    marker = {**STATS, "shard": 0, "attempt": 1, "committed_at": "t", "files": ["results/part-000000.parquet"]}
+    write_bytes_atomic(root.child("_commits", "shard-000000.json"), json.dumps(marker).encode())
+    write_bytes_atomic(root.child("_interrupted.json"), b'{"reason": "stopped by SIGTERM"}')
+    return config, plan
+
+
+def test_an_output_made_before_generations_resumes(output_uri: str, tmp_path) -> None:
+    from workload.job.attempt import _start_attempt
+
+    input_path = tmp_path / "in.jsonl"
+    input_path.write_text("".join(json.dumps({"id": f"r{i}", "prompt": "p"}) + "\n" for i in range(4)))
+    config, plan = _legacy_output(output_uri, str(input_path))
+
+    store = OutputStore(output_uri)
+    manifest, attempt = _start_attempt(store, config, plan, store.read_manifest())
+    assert attempt == 2 and store.generation == 0 and "generation" not in manifest
+    commits = store.recover()
+    assert set(commits) == {0} and commits[0].files == ["results/part-000000.parquet"]
+    store.commit_shard(1, _table(["r2", "r3"]), [], STATS, attempt=attempt)
+    assert _names(store, "results") == ["part-000000.parquet", "part-000001.g0a2.parquet"]
+    assert set(OutputStore(output_uri).recover()) == {0, 1}
+    assert store.read_interrupted() is None  # the old note was cleared by the new attempt

@@ -12,9 +12,8 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -31,11 +30,38 @@ class WriteConflict(StorageError):
     """A conditional write or delete found the file not in the state it expected (someone else changed it)."""
 
 
+# Every S3 call ends, one way or another, within S3_CALL_BOUND_S: three tries at most, each given 2 s to connect and
+# 6 s per socket read, with standard-mode backoff between (at most 1 s, then 2 s). The output lease stops its
+# holder a quarter of its TTL before expiry (30 s at the default 120 s), so a call that passed the lease check is
+# answered or abandoned before a successor may take over. The fence does not rest on this bound (a paused process
+# ignores every timeout): see workload/job/output.py. It keeps the common case, a slow network, out of that path.
+S3_CONNECT_TIMEOUT_S = 2.0
+S3_READ_TIMEOUT_S = 6.0
+S3_MAX_ATTEMPTS = 3
+S3_CALL_BOUND_S = S3_MAX_ATTEMPTS * (S3_CONNECT_TIMEOUT_S + S3_READ_TIMEOUT_S) + 1.0 + 2.0
+
+
+def s3_client_config() -> Any:
+    from botocore.config import Config
+
+    return Config(
+        connect_timeout=S3_CONNECT_TIMEOUT_S,
+        read_timeout=S3_READ_TIMEOUT_S,
+        retries={"total_max_attempts": S3_MAX_ATTEMPTS, "mode": "standard"},
+    )
+
+
 @cache
 def _s3_client() -> Any:
     import boto3
 
-    return boto3.client("s3")
+    return boto3.client("s3", config=s3_client_config())
+
+
+def is_temporary(location: Location) -> bool:
+    """A file this module (or a tool like it) writes before renaming it into place: never a result or a marker."""
+    name = location.path.rsplit("/", 1)[-1]
+    return name.startswith(".") and name.endswith(".tmp")
 
 
 def _s3_filesystem() -> pafs.S3FileSystem:
@@ -218,29 +244,37 @@ def write_bytes_atomic(location: Location, data: bytes, metadata: dict[str, str]
         target = Path(location.path)
         target.parent.mkdir(parents=True, exist_ok=True)
         temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-        with open(temporary, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, target)
+        try:
+            with open(temporary, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, target)
+        except BaseException:
+            # A full disk fails the write or the fsync: the half-written temporary is not left for a reader.
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+            raise
     except Exception as error:
         raise _s3_error("write", location, error) from error
 
 
-def move(source: Location, target: Location) -> None:
-    """Move one file; the target appears whole. Local: rename. S3: server-side copy, then delete the source."""
+def move(source: Location, target: Location, before_delete: Callable[[], None] | None = None) -> None:
+    """Move one file; the target appears whole. Local: rename. S3: server-side copy, then delete the source;
+    `before_delete` runs between the two requests (the output lease's check)."""
     try:
         if source.is_s3:
             copy_source = {"Bucket": source.bucket, "Key": source.key}
             _s3_client().copy_object(Bucket=target.bucket, Key=target.key, CopySource=copy_source)
-            delete_file(source)
+        else:
+            Path(target.path).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(source.path, target.path)
             return
-        Path(target.path).parent.mkdir(parents=True, exist_ok=True)
-        os.replace(source.path, target.path)
-    except StorageError:
-        raise
     except Exception as error:
         raise _s3_error("move", source, error) from error
+    if before_delete is not None:
+        before_delete()  # its own error (a lost lease) passes as it is
+    delete_file(source)
 
 
 def delete_file(location: Location) -> None:
@@ -249,14 +283,6 @@ def delete_file(location: Location) -> None:
         return
     with contextlib.suppress(FileNotFoundError):
         Path(location.path).unlink()
-
-
-def delete_tree(location: Location) -> None:
-    if not location.is_s3:
-        shutil.rmtree(location.path, ignore_errors=True)
-        return
-    for file in list_files(location):
-        delete_file(file)
 
 
 # --- compare-and-swap on one small file (the output lease) -----------------------------------------------------
@@ -316,8 +342,9 @@ def _local_write_new(target: Path, data: bytes) -> None:
         temporary.unlink()
 
 
-def write_if(location: Location, data: bytes, version: str | None) -> str:
+def write_if(location: Location, data: bytes, version: str | None, metadata: dict[str, str] | None = None) -> str:
     """Write only if the file is still at `version` (None: only if it does not exist); returns the new version.
+    `metadata`: the object's user metadata on S3.
 
     Raises WriteConflict when the condition fails."""
     if location.is_s3:
@@ -325,7 +352,9 @@ def write_if(location: Location, data: bytes, version: str | None) -> str:
 
         condition = {"IfNoneMatch": "*"} if version is None else {"IfMatch": version}
         try:
-            response = _s3_client().put_object(Bucket=location.bucket, Key=location.key, Body=data, **condition)
+            response = _s3_client().put_object(
+                Bucket=location.bucket, Key=location.key, Body=data, Metadata=metadata or {}, **condition
+            )
         except ClientError as error:
             if _precondition_failed(error):
                 raise WriteConflict(f"{location.uri} changed under a conditional write: {error}") from error

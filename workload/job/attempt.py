@@ -23,10 +23,10 @@ from workload import failpoints
 from workload.contract.config import JobConfig
 from workload.job.committer import ShardCommitter
 from workload.job.engine_loop import run_engine
-from workload.job.input_plan import InputPlan, plan_input
+from workload.job.input_plan import InputPlan, files_after_plan, plan_input, verify_unchanged
 from workload.job.lease import LeaseLostError, OutputLease, hold_lease
 from workload.job.openai_files import build_openai_files
-from workload.job.output import OutputStore, utc_now
+from workload.job.output import OutputFencedError, OutputStore, utc_now
 from workload.job.summary import build_summary, print_summary
 from workload.telemetry.metric_sinks import open_metrics
 from workload.telemetry.process_memory import peak_rss_mib
@@ -122,14 +122,14 @@ def _start_attempt(
             )
         _check_same_input(store, config, manifest, listing)
         manifest["input_files"] = listing  # the same files; their record counts are kept for the next resume
+    # Only now, with every check passed: a refused rerun leaves the output exactly as it found it. The manifest
+    # is this attempt's first change (a conditional write: the fence, see workload/job/output.py).
     if manifest is None or config.resume.mode == "restart":
-        store.reset()
-        manifest = {**identity, "attempts": []}
-    # Only now, with every check passed: a refused rerun leaves the output exactly as it found it.
-    store.clear_notes()
+        manifest = store.reset({**identity, "attempts": []})
     attempt = len(manifest["attempts"]) + 1
     manifest["attempts"].append({"attempt": attempt, "started_at": utc_now(), "ended_at": None})
     store.write_manifest(manifest)
+    store.clear_notes()
     return manifest, attempt
 
 
@@ -137,6 +137,20 @@ def _openai_files(store: OutputStore, commits: dict[int, Any], config: JobConfig
     # `created` is the night's first start: a rebuild of the files writes the same bytes.
     started_at = datetime.fromisoformat(manifest["attempts"][0]["started_at"])
     build_openai_files(store, commits, config.model.name, int(started_at.timestamp()))
+
+
+def _claim(
+    store: OutputStore, config: JobConfig, plan: InputPlan, manifest: dict[str, Any] | None
+) -> tuple[dict[str, Any], int]:
+    """Start the attempt; once more if the manifest changed since it was read. That happens only when a stalled
+    attempt's last request lands after this one took the lease: it can land once, and after it nothing more."""
+    try:
+        return _start_attempt(store, config, plan, manifest)
+    except OutputFencedError as error:
+        print(
+            f"[llm-batch] the manifest changed while this attempt planned ({error}); reading it again", file=sys.stderr
+        )
+        return _start_attempt(store, config, plan, store.read_manifest())
 
 
 def run_job(config: JobConfig) -> RunOutcome:
@@ -174,7 +188,7 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
     # Where the driver's memory went: its peak up to the end of the plan (the only time it reads input bytes),
     # its size when the rows start to stream (Ray and the pipeline built), and its peak over the whole attempt.
     memory = {"peak_after_plan": peak_rss_mib()}
-    manifest, attempt = _start_attempt(store, config, plan, previous)
+    manifest, attempt = _claim(store, config, plan, previous)
     failpoints.reached(failpoints.ATTEMPT_STARTED)
     committed = store.recover()
     shard_count = -(-plan.rows_in // config.output.shard_rows)
@@ -204,6 +218,7 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
     completed = True
     with StopSignal(config.resume.grace_period_s) as stop:
         committer = ShardCommitter(store, config, plan.rows_in, pending, {}, attempt, metrics, record_attempt)
+        committer.verify_input = lambda shard: verify_unchanged(plan.files_with({shard}, config.output.shard_rows))
         if pending and not stop.stopped:
             with ray_session(config.device, preload=("workload.engine.pipeline",)):
                 completed = run_engine(committer, config, plan, progress, stop, lease, timings, memory)
@@ -229,6 +244,14 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
         # The commits are known: those recovered at the start and this attempt's own; nothing is read again.
         commits = {**committed, **{c.shard: c for c in committer.commits}}
         summary = build_summary(config, manifest, commits)
+        late = files_after_plan(config.input, plan)
+        if late:
+            # Uploaded after the plan was made: not part of this run; named, never silently left out.
+            summary["input_files_after_plan"] = late
+            print(
+                f"[llm-batch] {len(late)} input file(s) appeared after the plan and were not read: {', '.join(late)}",
+                file=sys.stderr,
+            )
         # Before the summary: a reader that waits for summary.json finds the OpenAI files there too.
         if plan.openai is not None:
             _openai_files(store, commits, config, manifest)

@@ -63,6 +63,8 @@ class ShardCommitter:
         self.rows_redelivered = 0
         self.noted_at = time.monotonic()
         self.first_request_at: float | None = None
+        # Raises when an input file of the shard changed since the plan (input_plan.verify_unchanged).
+        self.verify_input: Callable[[int], None] = lambda shard: None
 
     def _buffer(self, shard: int) -> ShardBuffer:
         buffer = self.buffers.get(shard)
@@ -83,6 +85,7 @@ class ShardCommitter:
     def commit_ready(self) -> None:
         # The attempt's time is noted after each commit, and at least every NOTE_INTERVAL_S while rows arrive.
         for shard in sorted(s for s, b in self.buffers.items() if b.complete):
+            self.verify_input(shard)  # every row of the shard was read: the files must still be the planned ones
             buffer = self.buffers.pop(shard)
             self.seen.pop(shard, None)
             table = buffer.table(self.types) if buffer.results else None

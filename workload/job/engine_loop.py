@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from workload.contract.config import ConfigError, JobConfig, seeded_cpu_conflict
+from workload.files.pinned import InputChangedError
 from workload.files.results import EngineCrashLoopError
 from workload.job.committer import ShardCommitter
 from workload.job.input_plan import InputPlan
@@ -90,6 +91,9 @@ def run_engine(
         loop = _crash_loop_in(error)
         if loop is not None:
             raise EngineCrashLoopError(loop) from None
+        change = _found_in(error, InputChangedError)
+        if change is not None:  # a read task found its file changed: the job's own verdict, not Ray's wrapping
+            raise InputChangedError(change) from None
         raise
     finally:
         progress.close()  # the bar ends before the summary or a stop's notice is printed below it
@@ -140,15 +144,20 @@ def _partitions() -> int:
 
 def _crash_loop_in(error: BaseException) -> str | None:
     """The engine guard's crash-loop verdict, from under the layers Ray wraps a stage's exception in."""
+    return _found_in(error, EngineCrashLoopError)
+
+
+def _found_in(error: BaseException, kind: type[BaseException]) -> str | None:
+    """The message of an error of `kind` under the layers Ray wraps a task's exception in (None: not there)."""
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, EngineCrashLoopError):
+        if isinstance(current, kind):
             return str(current.args[0]) if current.args else str(current)
         current = current.__cause__ or current.__context__
     text = str(error)
-    marker = f"{EngineCrashLoopError.__name__}: "
+    marker = f"{kind.__name__}: "
     if marker in text:
         return text[text.index(marker) + len(marker) :].strip().splitlines()[0]
     return None

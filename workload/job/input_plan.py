@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import pyarrow.parquet as pq
 
 from workload.contract.config import InputConfig
 from workload.files.openai_batch import URLS, OpenAIDialect, is_request
+from workload.files.pinned import InputChangedError, changed, current_version, open_pinned
 from workload.files.rows import InputError, Origin, RowError, format_of, input_files, jsonl_records
 from workload.files.storage import Location, StorageError, list_versions
 
@@ -68,12 +70,15 @@ def chunks(stream: Any) -> Iterator[bytes]:
         yield bytes(chunk)
 
 
-def _count_records(location: Location, fmt: str, max_record_bytes: int) -> int:
+def _count_records(location: Location, fmt: str, max_record_bytes: int, size: int, version: str) -> int:
+    # Counted through a pinned read: the count is of the very version the listing gave (workload/files/pinned.py).
     try:
-        if fmt == "parquet":
-            return int(pq.ParquetFile(location.path, filesystem=location.fs).metadata.num_rows)
-        with location.fs.open_input_stream(location.path) as stream:
+        with open_pinned(location, size, version, random_access=fmt == "parquet") as stream:
+            if fmt == "parquet":
+                return int(pq.ParquetFile(stream).metadata.num_rows)
             return sum(1 for _ in jsonl_records(chunks(stream), max_record_bytes))
+    except InputChangedError:
+        raise
     except OSError as error:
         raise InputError(f"cannot read {location.uri}: {error}") from error
 
@@ -127,7 +132,7 @@ def plan_input(
         entry = known.get(location.uri)
         if entry and entry.get("records") is not None and (entry["size"], entry["version"]) == (size, version):
             return int(entry["records"])
-        return _count_records(location, formats[index], config.max_record_bytes)
+        return _count_records(location, formats[index], config.max_record_bytes, size, version)
 
     with ThreadPoolExecutor(max_workers=16) as pool:  # S3 GETs wait on the network, not the CPU
         counts = list(pool.map(count, range(len(listed))))
@@ -136,6 +141,33 @@ def plan_input(
         files.append(InputFile(location.uri, location.path, fmt, first, records, size, version))
         first += records
     return InputPlan(files, first, config.max_record_bytes, _openai_dialect(config, files, model_names))
+
+
+def verify_unchanged(files: list[InputFile]) -> None:
+    """Raise InputChangedError unless every local file of `files` still has its planned size and modification time.
+
+    The driver calls it before each commit, after every row of the shard was read: a write to the file between its
+    read and this check would have moved its modification time. S3 files need no check here: each of their reads
+    carried If-Match on the planned ETag."""
+    for file in files:
+        location = Location(file.uri)
+        if location.is_s3:
+            continue
+        now = current_version(location)
+        if now != (file.size, file.version):
+            raise changed(file.uri, "removed" if now is None else "size or modification time differs from the plan")
+
+
+def files_after_plan(config: InputConfig, plan: InputPlan) -> list[str]:
+    """Input files under the input URI now that the plan did not list (uploaded during the attempt): one listing.
+    They are named in summary.json, never silently left out."""
+    planned = {f.uri for f in plan.files}
+    try:
+        now = [loc.uri for loc, _, _ in list_versions(config.uri) if _is_input(loc)]
+    except StorageError as error:
+        print(f"[llm-batch] could not list {config.uri} again for files added after the plan: {error}", file=sys.stderr)
+        return []
+    return sorted(uri for uri in now if uri not in planned)
 
 
 def _is_input(location: Location) -> bool:

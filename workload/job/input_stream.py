@@ -32,6 +32,7 @@ from ray.data.datasource import FileBasedDatasource
 
 from workload.contract.config import SamplingParams
 from workload.files.openai_batch import OpenAIDialect
+from workload.files.pinned import changed, open_pinned
 from workload.files.results import JSON_TYPE
 from workload.files.rows import (
     TOO_LARGE,
@@ -95,6 +96,13 @@ class RecordSource(FileBasedDatasource):
             found = next(f for p, f in self._by_path.items() if p.lstrip("/") == path.lstrip("/"))
         return found
 
+    def _open_input_source(self, filesystem: Any, path: str, **open_args: Any) -> Any:
+        # Not pyarrow's stream: a read pinned to the planned version (If-Match on S3; size and mtime locally).
+        file = self._file_of(path)
+        if file.format == "parquet":
+            return contextlib.nullcontext(None)  # Parquet needs random access: opened in _parquet_records
+        return open_pinned(Location(file.uri), file.size, file.version)
+
     def _read_stream(self, f: Any, path: str) -> Iterator[pa.Table]:
         file = self._file_of(path)
         block = _BlockBuilder(file.uri)
@@ -103,8 +111,10 @@ class RecordSource(FileBasedDatasource):
                 (row, line, raw) for row, (line, raw) in enumerate(jsonl_records(chunks(f), self._max_record_bytes))
             )
         else:
-            records = self._parquet_records(path)
+            records = self._parquet_records(file)
         for row, line, raw in records:
+            if row >= file.records:  # more records in the planned bytes than the plan counted: not the same file
+                raise changed(file.uri, f"it holds more than the {file.records} records the plan counted")
             position = file.first + row
             if self._shards is not None and position // self._shard_rows not in self._shards:
                 continue
@@ -114,9 +124,9 @@ class RecordSource(FileBasedDatasource):
         if block.rows:
             yield block.take()
 
-    def _parquet_records(self, path: str) -> Iterator[tuple[int, int | None, bytes]]:
+    def _parquet_records(self, file: InputFile) -> Iterator[tuple[int, int | None, bytes]]:
         # A Parquet row is a dict, not bytes: it travels pickled (one run's own data, between its own processes).
-        with self._filesystem.open_input_file(path) as handle:
+        with open_pinned(Location(file.uri), file.size, file.version, random_access=True) as handle:
             row = 0
             for batch in pq.ParquetFile(handle).iter_batches(batch_size=BLOCK_ROWS):
                 for value in batch.to_pylist():

@@ -10,8 +10,16 @@ Protocol (`_lease.json` under the output URI; local and S3 alike, through storag
   lost; `check()` (called before every write or delete of the output) then raises and nothing more is written;
 - release: delete the file only if it is still this attempt's version.
 
-The holder judges its own expiry by the monotonic clock from the moment it sent the write, and stops writing a
-quarter-TTL before it; a taker judges by its wall clock against `expires_at`, plus CLOCK_SKEW_S.
+The holder judges its own expiry by CLOCK_BOOTTIME from the moment it sent the write (a monotonic clock that, unlike
+CLOCK_MONOTONIC, keeps counting while the machine is suspended: a laptop lid closed or a VM frozen past the TTL
+wakes up knowing its lease is gone), and stops writing a quarter-TTL before it; every S3 call ends within
+storage.S3_CALL_BOUND_S, inside that quarter at the default TTL. A taker judges by its wall clock against
+`expires_at`, plus CLOCK_SKEW_S. What a holder paused between its check and its request can still send is made
+harmless by the output's own fence (workload/job/output.py).
+
+A conditional write whose reply is lost (the PUT was applied, the connection dropped) is retried by boto3 with the
+same condition and answered 412: before reading that as someone else's lease, the attempt compares the record it
+finds with its own (token and renewal time), and a match is its own write.
 """
 
 from __future__ import annotations
@@ -28,9 +36,25 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 
-from workload.files.storage import Location, StorageError, WriteConflict, delete_if, read_versioned, write_if
+from workload.files.storage import (
+    S3_CALL_BOUND_S,
+    Location,
+    StorageError,
+    WriteConflict,
+    delete_if,
+    read_versioned,
+    write_if,
+)
 
 LEASE = "_lease.json"
+
+
+def _clock() -> float:
+    """Seconds on a clock that never goes back and counts through suspend (CLOCK_BOOTTIME; monotonic elsewhere)."""
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)
+    return time.clock_gettime(boottime) if boottime is not None else time.monotonic()
+
+
 CLOCK_SKEW_S = 5.0  # how far two hosts' clocks may disagree (NTP keeps EC2 within milliseconds)
 
 
@@ -121,7 +145,7 @@ class OutputLease:
         self.token = uuid.uuid4().hex
         self.started_at = _iso(datetime.now(UTC))
         self._version: str | None = None
-        self._valid_until = 0.0  # monotonic
+        self._valid_until = 0.0  # on _clock()
         self._lost: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -143,9 +167,24 @@ class OutputLease:
         )
 
     def _write(self, expected_version: str | None) -> None:
-        sent = time.monotonic()
-        self._version = write_if(self.location, self._record().encode(), expected_version)
+        sent = _clock()
+        record = self._record()
+        try:
+            self._version = write_if(self.location, record.encode(), expected_version)
+        except WriteConflict:
+            version = self._own_write(record)
+            if version is None:
+                raise
+            self._version = version
         self._valid_until = sent + self.ttl_s
+
+    def _own_write(self, record: LeaseRecord) -> str | None:
+        """The version of the lease file if it holds `record` itself (a write applied whose reply was lost)."""
+        current = read_versioned(self.location)
+        found = LeaseRecord.decode(current[0]) if current else None
+        if current is None or found is None or found.token != self.token or found.renewed_at != record.renewed_at:
+            return None
+        return current[1]
 
     def _try_take(self) -> LeaseRecord | None:
         """Take the lease if it is free or expired; otherwise return the live holder."""
@@ -209,7 +248,7 @@ class OutputLease:
 
     def check(self) -> None:
         """Raise LeaseLostError unless the lease is certainly still ours for long enough to finish one write."""
-        if self._lost is None and time.monotonic() > self._valid_until - self.ttl_s / 4:
+        if self._lost is None and _clock() > self._valid_until - self.ttl_s / 4:
             self._lose(f"not renewed for {self.ttl_s * 3 / 4:.0f} s (storage unreachable?); it may be taken over")
         if self._lost is not None:
             raise LeaseLostError(f"lease on {self.location.uri} lost: {self._lost}")
@@ -228,7 +267,7 @@ class OutputLease:
                 # job's lease lapse for good over one odd exception.
                 print(f"[llm-batch] lease renewal failed, retrying: {error!r}", file=sys.stderr, flush=True)
                 interval = min(2.0, self.ttl_s / 10)
-            if time.monotonic() > self._valid_until - self.ttl_s / 4:
+            if _clock() > self._valid_until - self.ttl_s / 4:
                 try:
                     self.check()
                 except LeaseLostError:
@@ -258,6 +297,13 @@ class OutputLease:
 @contextmanager
 def hold_lease(root: Location, ttl_s: float, wait_s: float = 0.0) -> Iterator[OutputLease]:
     """Take the output's lease (or raise LeaseHeldError), keep it renewed inside the block, release it after."""
+    if root.is_s3 and ttl_s / 4 < S3_CALL_BOUND_S:
+        print(
+            f"[llm-batch] a lease TTL of {ttl_s:g} s leaves {ttl_s / 4:g} s between the holder's last write and its "
+            f"expiry, less than one S3 call may take ({S3_CALL_BOUND_S:g} s); the output's fence still holds, "
+            "but a slow call may be abandoned as a lost lease",
+            file=sys.stderr,
+        )
     lease = OutputLease(root, ttl_s)
     lease.acquire(wait_s)
     lease.start_renewing()
