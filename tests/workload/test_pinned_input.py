@@ -151,3 +151,18 @@ def test_a_file_uploaded_after_the_plan_is_named(given: Input) -> None:
     given.put("b.jsonl", _jsonl(ROWS))
     given.put("_READY", b"")  # a marker, not input
     assert files_after_plan(config, plan) == [given.uri("b.jsonl")]
+
+
+def test_a_changed_file_found_under_rays_wrapping_is_the_jobs_own_verdict() -> None:
+    """A read task's InputChangedError reaches the driver wrapped by Ray (here its text, as Ray Data re-raises it):
+    the engine loop finds it and raises it as itself, so the CLI exits 3 naming the file."""
+    from workload.job.engine_loop import _found_in
+
+    wrapped = RuntimeError(
+        "ray.exceptions.RayTaskError(InputChangedError): ray::ReadRecordSource() ...\n"
+        "workload.files.pinned.InputChangedError: s3://b/in/a.jsonl changed during the attempt (removed); nothing"
+    )
+    found = _found_in(wrapped, InputChangedError)
+    assert found is not None and found.startswith("s3://b/in/a.jsonl changed during the attempt")
+    assert describe(InputChangedError(found)).exit_code == 3
+    assert _found_in(RuntimeError("something else"), InputChangedError) is None
