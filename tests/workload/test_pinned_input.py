@@ -41,6 +41,17 @@ class Input:
         return f"{self.folder}/{name}"
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _no_ray_left_behind() -> Iterator[None]:
+    """The readers here run in this process, outside Ray, but building Ray Data's datasource connects this process
+    to a local Ray on the way: leave no connection behind for the tests that start their own (ray_session)."""
+    yield
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
 @pytest.fixture(params=["local", "s3"])
 def given(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Input]:
     if request.param == "local":
