@@ -67,6 +67,7 @@ def ray_session(
         yield
     finally:
         raylet = None if address else raylet_pid()
+        _stop_data_executors()
         ray.shutdown()
         if not address:  # the private Ray was ours: so is whatever its workers left running
             stop_session_processes(os.environ["TMPDIR"], raylet)
@@ -76,6 +77,23 @@ def ray_session(
             else:
                 os.environ[name] = value
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _stop_data_executors() -> None:
+    """Stop Ray Data's streaming executors still running in this process, before Ray itself goes.
+
+    A run stopped by SIGTERM leaves its dataset's executor thread scheduling (the driver's reader thread stays
+    blocked in Ray, workload/job/engine_loop.py); `ray.shutdown()` under it crashed the process in `ray.wait`
+    (SIGSEGV, exit 139 instead of 143, seen in the container test's stop). Each executor's own shutdown ends its
+    loop and joins it (2 s each at most)."""
+    from ray.data._internal.execution.streaming_executor import StreamingExecutor
+
+    for thread in threading.enumerate():
+        if isinstance(thread, StreamingExecutor) and thread.is_alive():
+            try:
+                thread.shutdown(force=True)
+            except Exception as error:  # a failed stop of the executor must not keep Ray from shutting down
+                print(f"[llm-batch] stopping a Ray Data executor: {error}", file=sys.stderr)
 
 
 def _import_in_background(modules: tuple[str, ...]) -> threading.Thread:
