@@ -15,6 +15,7 @@ import pulumi_kubernetes as k8s
 
 from infra.components import irsa
 from infra.components.kuberay import OPERATOR_NAMESPACE
+from infra.components.network_policies import declare_network_policies
 from infra.k8s.common import WORKER_COMPONENT, base_labels, pod_security_labels
 from infra.k8s.network_policy import ray_cluster_ingress, ray_head_ingress
 
@@ -100,14 +101,11 @@ class JobIdentity(pulumi.ComponentResource):
                 ray_head_ingress(args.nightly_cluster, OPERATOR_NAMESPACE, submitter=True),
             ),
         }
-        for suffix, (policy_name, spec) in policies.items():
-            k8s.networking.v1.NetworkPolicy(
-                f"{name}-{suffix}",
-                metadata=k8s.meta.v1.ObjectMetaArgs(
-                    name=policy_name, namespace=args.namespace, labels=base_labels("network-policy")
-                ),
-                spec=spec,
-                opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[namespace]),
-            )
+        declare_network_policies(
+            name,
+            args.namespace,
+            policies,
+            pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[namespace]),
+        )
         self.role_arn = role.arn
         self.register_outputs({"role_arn": self.role_arn})

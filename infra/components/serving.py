@@ -20,8 +20,9 @@ import pulumi_kubernetes as k8s
 
 from infra import versions
 from infra.components.kuberay import OPERATOR_NAMESPACE
+from infra.components.network_policies import declare_network_policies
 from infra.components.node_groups import launch_template
-from infra.k8s.common import GPU_TAINT_KEY, GPU_TAINT_VALUE, POOL_LABEL, Manifest, base_labels
+from infra.k8s.common import GPU_TAINT_KEY, GPU_TAINT_VALUE, POOL_LABEL, Manifest
 from infra.k8s.instance_types import shape_of
 from infra.k8s.karpenter import NodePoolArgs, render_node_pool
 from infra.k8s.network_policy import CLUSTER_LABEL, ray_cluster_ingress, ray_head_ingress, serve_ingress
@@ -147,15 +148,7 @@ class Serving(pulumi.ComponentResource):
                 ray_head_ingress(cluster, OPERATOR_NAMESPACE, submitter=False, serve=True),
             ),
         }
-        for suffix, (policy_name, spec) in policies.items():
-            k8s.networking.v1.NetworkPolicy(
-                f"{name}-{suffix}",
-                metadata=k8s.meta.v1.ObjectMetaArgs(
-                    name=policy_name, namespace=args.namespace, labels=base_labels("network-policy")
-                ),
-                spec=spec,
-                opts=k8s_opts,
-            )
+        declare_network_policies(name, args.namespace, policies, k8s_opts)
         manifest = args.rayservice
         k8s.apiextensions.CustomResource(
             f"{name}-rayservice",
