@@ -81,22 +81,19 @@ class KeySource:
     ) -> KeySource:
         """The source named by a config (`key_file`, `secret_id`) or else by the environment."""
         env = os.environ if env is None else env
-        named = {
-            "key": env.get(ENV_KEY) or None,
-            "key_file": key_file or env.get(ENV_KEY_FILE) or None,
-            "secret_id": secret_id or env.get(ENV_KEY_SECRET) or None,
-        }
-        given = [name for name, value in named.items() if value]
+        key = env.get(ENV_KEY) or None
+        file_value = key_file or env.get(ENV_KEY_FILE) or None
+        secret = secret_id or env.get(ENV_KEY_SECRET) or None
+        given = [name for name, value in (("key", key), ("key_file", file_value), ("secret_id", secret)) if value]
         if len(given) > 1:
             raise KeyConfigError(
                 f"API keys come from one source; got {', '.join(given)} "
                 f"(set only one of {ENV_KEY}, {ENV_KEY_FILE} or {ENV_KEY_SECRET})"
             )
-        file_value = named["key_file"]
         return cls(
-            key=named["key"],
+            key=key,
             key_file=Path(file_value).expanduser() if file_value else None,
-            secret_id=named["secret_id"],
+            secret_id=secret,
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
         )
 
