@@ -53,7 +53,7 @@ def parse_key_text(text: str) -> tuple[str, ...]:
     if stripped.startswith("{"):
         try:
             document = json.loads(stripped)
-        except ValueError as error:
+        except json.JSONDecodeError as error:
             raise KeyConfigError(f"the key secret is JSON but does not parse: {error.msg}") from None
         keys = document.get("keys") if isinstance(document, dict) else None
         if not isinstance(keys, list) or not all(isinstance(key, str) for key in keys):
