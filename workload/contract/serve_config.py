@@ -18,6 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from workload.contract.config import ConfigError, EngineConfig, JobConfig, ModelConfig, read_config_file
 
 DEFAULT_MODEL_ID = "llm-batch"
+# The body cap's default: a prompt filling the context, each token as JSON-escaped text at its longest (the longest
+# tokens of common vocabularies are about 16 characters; a character escaped as `\uXXXX` is 6 bytes, a surrogate
+# pair 12) or as a token id (at most 7 bytes with its comma), plus room for the request's other fields.
+BODY_BYTES_PER_TOKEN = 64
+BODY_OVERHEAD_BYTES = 2**20
+# vLLM's switches that write prompts or answers to the log (vllm/engine/arg_utils.py, AsyncEngineArgs).
+PROMPT_LOG_SWITCHES = ("enable_log_requests", "enable_log_outputs", "disable_log_requests")
 
 
 class _Strict(BaseModel):
@@ -57,6 +64,27 @@ class ServeSettings(_Strict):
         description="CPUs Ray reserves for each engine replica's own actor (the engine gets one more).",
     )
     start_timeout_s: float = Field(900.0, gt=0, description="How long the engine may take to become ready.")
+    api_key_file: str | None = Field(
+        None,
+        description="A file of API keys, one per line, re-read every 30 s (rotation without a restart); in place of "
+        "LLM_BATCH_API_KEY / LLM_BATCH_API_KEY_FILE. Keys are required unless serve.host is loopback.",
+    )
+    api_key_secret: str | None = Field(
+        None,
+        description='A Secrets Manager secret (id or ARN) holding the API keys (JSON {"keys": [...]} or one per '
+        "line), re-read every 30 s: the EKS tiers' source (LLM_BATCH_API_KEY_SECRET).",
+    )
+    max_body_bytes: int | None = Field(
+        None,
+        ge=1024,
+        description="Largest request body read, in bytes (413 above it); None: engine.max_model_len tokens at "
+        f"{BODY_BYTES_PER_TOKEN} bytes each plus {BODY_OVERHEAD_BYTES // 2**20} MiB for the rest of the request.",
+    )
+    cors_origins: tuple[str, ...] = Field(
+        (),
+        description="Browser origins allowed to call the endpoint (CORS, without credentials: the key travels in "
+        "the Authorization header); none by default, so no browser page on another origin can call it.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -86,7 +114,22 @@ class ServeConfig(_Strict):
             raise ValueError("engine.tensor_parallel_size must be 1 when device is 'cpu'")
         if self.max_replicas is not None and self.max_replicas < self.replicas:
             raise ValueError(f"max_replicas ({self.max_replicas}) is less than replicas ({self.replicas})")
+        logging = sorted(set(PROMPT_LOG_SWITCHES) & set(self.engine.extra))
+        if logging:
+            # Refused, not overridden: a setting the endpoint silently ignored would look honoured to whoever set it.
+            raise ValueError(
+                f"engine.extra.{logging[0]}: the endpoint never logs prompts or answers (they are user data); remove it"
+            )
+        if self.serve.api_key_file and self.serve.api_key_secret:
+            raise ValueError("serve.api_key_file and serve.api_key_secret: set one key source, not both")
         return self
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The request body cap: serve.max_body_bytes, or one that fits a prompt as long as the context."""
+        if self.serve.max_body_bytes is not None:
+            return self.serve.max_body_bytes
+        return self.engine.max_model_len * BODY_BYTES_PER_TOKEN + BODY_OVERHEAD_BYTES
 
     def job_view(self) -> JobConfig:
         """The job-shaped view that the job's own engine-argument functions read (workload.engine.pipeline's

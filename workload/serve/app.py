@@ -12,6 +12,7 @@ from typing import Any
 from workload.contract.serve_config import ServeConfig
 from workload.engine.model_source import model_label
 from workload.engine.pipeline import engine_env, engine_kwargs
+from workload.serve.guard import EXPERIMENTAL_CONFIG_KEY, GuardSettings
 from workload.serve.replica_model import callback_config
 
 
@@ -48,22 +49,26 @@ def llm_config_fields(config: ServeConfig) -> dict[str, Any]:
     return fields
 
 
-def build_app(config: ServeConfig) -> Any:
-    """The OpenAI-compatible application (`/v1/models`, `/v1/chat/completions`, `/v1/completions`, ...)."""
+def build_app(config: ServeConfig, guard: GuardSettings) -> Any:
+    """The OpenAI-compatible application (`/v1/models`, `/v1/models/{id}`, `/v1/chat/completions`,
+    `/v1/completions`), behind `guard` (workload/serve/guard.py) on either request path."""
     from ray.serve.llm import LLMConfig
 
     if config.serve.direct_streaming:
-        # The engine replica is the ingress itself (vLLM's own API server): Serve LLM's builder, with the CPU guard
-        # against seeded requests in front of vLLM's app (workload/serve/direct.py).
+        # The engine replica is the ingress itself (vLLM's own API server): Serve LLM's builder, with the guard (and
+        # on the CPU the refusal of seeded requests) in front of vLLM's app (workload/serve/direct.py).
         from ray.serve.llm import build_openai_app
 
-        from workload.serve.direct import CpuDirectServer
+        from workload.serve.direct import CpuDirectServer, DirectServer
 
-        server_cls = {"server_cls": CpuDirectServer} if config.device == "cpu" else {}
-        llm_config = LLMConfig(**llm_config_fields(config), **server_cls)
+        llm_config = LLMConfig(
+            **llm_config_fields(config),
+            server_cls=CpuDirectServer if config.device == "cpu" else DirectServer,
+            experimental_configs={EXPERIMENTAL_CONFIG_KEY: guard.to_dict()},
+        )
         return build_openai_app({"llm_configs": [llm_config]})
     llm_config = LLMConfig(**llm_config_fields(config))
     from workload.serve.ingress import build_openai_app as build_mended_app
 
     ingress_options = {"ray_actor_options": {"num_cpus": config.serve.ingress_num_cpus}}
-    return build_mended_app(llm_config, ingress_options, config.device)
+    return build_mended_app(llm_config, ingress_options, config.device, guard)

@@ -14,6 +14,7 @@ import contextlib
 import json
 import math
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -26,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from workload.auth.keys import ENV_KEY
 from workload.bench.profiles import materialise_model
 from workload.contract.serve_config import DEFAULT_MODEL_ID, ServeConfig, build_serve_config
 from workload.engine.pipeline import engine_env, engine_kwargs
@@ -81,12 +83,20 @@ def _server_command(
     return [sys.executable, "-m", "workload", "serve", "--config", str(config_file)], {}
 
 
-def _wait_ready(base_url: str, process: subprocess.Popen[bytes], timeout_s: float) -> float:
+def key_env(target: str, key: str) -> tuple[dict[str, str], dict[str, str]]:
+    """Every target behind an API key, as a client meets it: the server's environment, and the client's
+    (`vllm bench serve` sends OPENAI_API_KEY as a bearer key). `vllm serve` checks its own (VLLM_API_KEY)."""
+    server = {"VLLM_API_KEY": key} if target == NATIVE else {ENV_KEY: key}
+    return server, {"OPENAI_API_KEY": key}
+
+
+def _wait_ready(base_url: str, process: subprocess.Popen[bytes], timeout_s: float, key: str) -> float:
     started = time.monotonic()
+    request = urllib.request.Request(f"{base_url}/v1/models", headers={"Authorization": f"Bearer {key}"})
     while time.monotonic() - started < timeout_s:
         if process.poll() is not None:
             raise RuntimeError(f"the server exited with {process.returncode} before it was ready")
-        with contextlib.suppress(OSError), urllib.request.urlopen(f"{base_url}/v1/models", timeout=5) as response:
+        with contextlib.suppress(OSError), urllib.request.urlopen(request, timeout=5) as response:
             if response.status == 200:
                 return time.monotonic() - started
         time.sleep(2)
@@ -174,13 +184,21 @@ def run_target(
         record["round"] = round_number
     # The machine's 1-minute load average as each rate starts: on shared cores it explains much of the spread.
     record["load_average"] = {}
+    server_key_env, client_env = key_env(target, secrets.token_urlsafe(32))
     with tempfile.TemporaryDirectory(prefix="llmb-bench-", dir="/tmp") as scratch:
         command, extra_env = _server_command(target, config, model_path, Path(scratch))
-        env = {**os.environ, **extra_env, "TMPDIR": scratch, "VLLM_CACHE_ROOT": os.path.join(scratch, "vllm")}
+        env = {
+            **os.environ,
+            **extra_env,
+            **server_key_env,
+            "TMPDIR": scratch,
+            "VLLM_CACHE_ROOT": os.path.join(scratch, "vllm"),
+        }
         with (logs / f"{stem}.server.log").open("wb") as log:
             process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             try:
-                record["ready_s"] = round(_wait_ready(base_url, process, START_TIMEOUT_S), 1)
+                ready_s = _wait_ready(base_url, process, START_TIMEOUT_S, client_env["OPENAI_API_KEY"])
+                record["ready_s"] = round(ready_s, 1)
                 for rate in profile.rates:
                     result_file = out_dir / "raw" / f"{stem}-rate-{_rate_label(rate)}.json"
                     result_file.parent.mkdir(parents=True, exist_ok=True)
@@ -192,6 +210,7 @@ def run_target(
                             _bench_command(profile, base_url, model_path, rate, result_file),
                             stdout=bench_log,
                             stderr=subprocess.STDOUT,
+                            env={**os.environ, **client_env},
                             timeout=1800,
                             check=False,
                         )

@@ -21,16 +21,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, exit_bad_config: int) -> int:
+    from workload.auth.keys import KeyConfigError
     from workload.contract.serve_config import load_serve_config
     from workload.engine.model_source import ModelSourceError
+    from workload.serve.endpoint import PortBusyError, serve_until_stopped
 
     overrides = {"serve.port": args.port, "serve.host": args.host, "model.source": args.model, "device": args.device}
     try:
         config = load_serve_config(args.config, overrides)
-        from workload.serve.endpoint import serve_until_stopped
-
         return serve_until_stopped(config)
-    except (ConfigError, ModelSourceError) as error:
+    except (ConfigError, ModelSourceError, KeyConfigError, PortBusyError) as error:
         print(f"llm-batch: {error}", file=sys.stderr)
         return exit_bad_config
 

