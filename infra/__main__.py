@@ -30,7 +30,7 @@ from infra.components.nightly import RUN_REQUEST_KEY, EksTarget, Nightly, ca_of,
 from infra.components.node_groups import NodeGroups, NodeGroupsArgs
 from infra.components.observability import Observability, ObservabilityArgs
 from infra.components.providers import Providers, ProvidersArgs
-from infra.components.secrets import JobSecrets, JobSecretsArgs
+from infra.components.secrets import JobSecrets, JobSecretsArgs, serve_api_keys_name
 from infra.components.serving import Serving, ServingArgs
 from infra.components.spot_node import SpotNode, SpotNodeArgs
 from infra.config import from_pulumi
@@ -136,6 +136,9 @@ secrets = JobSecrets(
         key_arn=key.key_arn,
         job_settings=job_settings,
         hub_token=pulumi.Config().get_secret("hub_token"),
+        serve_api_keys_name=(
+            serve_api_keys_name(stack, config.serve.api_keys_secret_name) if config.serve.enabled else None
+        ),
     ),
     aws_opts,
 )
@@ -146,7 +149,11 @@ job_access = JobAccess(
         context=context,
         bucket_arn=data.bucket_arn,
         key_arn=key.key_arn,
-        secret_arns=[secrets.job_settings_arn, secrets.hub_token_arn],
+        secret_arns=[
+            secrets.job_settings_arn,
+            secrets.hub_token_arn,
+            *([secrets.serve_api_keys_arn] if secrets.serve_api_keys_arn is not None else []),
+        ],
         read_prefixes=[
             static_prefix(config.job.input_prefix),
             storage.MODEL_PREFIX,
@@ -327,8 +334,8 @@ if config.tier in ("medium", "large"):
                 cluster=cluster.cluster,
                 cluster_name=cluster_name,
                 namespace=eks.namespace,
-                rayservice=pulumi.Output.all(image.image_ref, secrets.hub_token_arn).apply(
-                    lambda values: rayservice_manifest(config, stack, values[0], values[1])
+                rayservice=pulumi.Output.all(image.image_ref, secrets.hub_token_arn, secrets.serve_api_keys_arn).apply(
+                    lambda values: rayservice_manifest(config, stack, values[0], values[1], values[2])
                 ),
                 pod_labels=pod_labels(RAYSERVICE_NAME),
                 vpc_cidr=network.vpc_cidr,

@@ -14,7 +14,11 @@ RAYSERVICE_NAME = "llm-batch-serve"
 
 
 def rayservice_args(
-    config: StackConfig, stack: str, image: str, hub_token_secret_arn: str | None = None
+    config: StackConfig,
+    stack: str,
+    image: str,
+    hub_token_secret_arn: str | None = None,
+    api_keys_secret_arn: str | None = None,
 ) -> RayServiceArgs:
     eks, serve = config.eks, config.serve
     return RayServiceArgs(
@@ -24,7 +28,7 @@ def rayservice_args(
         service_account=eks.service_account,
         worker_service_account=eks.worker_service_account,
         ray_version=versions.RAY_VERSION,
-        serve=config.serve_config(),
+        serve=config.serve_config(api_keys_secret_arn),
         min_replicas=serve.min_replicas,
         max_replicas=serve.max_replicas,
         target_ongoing_requests=serve.target_ongoing_requests,
@@ -43,9 +47,13 @@ def rayservice_args(
 
 
 def rayservice_manifest(
-    config: StackConfig, stack: str, image: str, hub_token_secret_arn: str | None = None
+    config: StackConfig,
+    stack: str,
+    image: str,
+    hub_token_secret_arn: str | None = None,
+    api_keys_secret_arn: str | None = None,
 ) -> Manifest:
-    return render_rayservice(rayservice_args(config, stack, image, hub_token_secret_arn))
+    return render_rayservice(rayservice_args(config, stack, image, hub_token_secret_arn, api_keys_secret_arn))
 
 
 def serve_worker_ceiling(config: StackConfig) -> int:

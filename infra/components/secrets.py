@@ -1,4 +1,5 @@
-"""Secrets Manager, encrypted with the stack's key: the job's settings (model, engine) and the hub token.
+"""Secrets Manager, encrypted with the stack's key: the job's settings (model, engine), the hub token and, with
+the online endpoint, its API keys.
 
 Values only ever travel as Pulumi secrets: the state file encrypts them and `infra.plan` masks them.
 """
@@ -24,13 +25,22 @@ class JobSecretsArgs:
     job_settings: pulumi.Input[str]
     # The Hugging Face hub token from `pulumi config set --secret llm-batch:hub_token`; None: set it by hand.
     hub_token: pulumi.Input[str] | None = None
+    # The endpoint's API keys secret's name (serve.api_keys_secret_name or its default); None: no endpoint. Created
+    # without a value: keys never pass through Pulumi's state; the operator puts them (docs/serve.md).
+    serve_api_keys_name: str | None = None
+
+
+def serve_api_keys_name(stack: str, configured: str | None) -> str:
+    return configured or f"{naming.prefix(stack)}/serve-api-keys"
 
 
 class JobSecrets(pulumi.ComponentResource):
-    """`job_settings_arn` and `hub_token_arn`: what the job's role may read, nothing else."""
+    """`job_settings_arn`, `hub_token_arn` and `serve_api_keys_arn` (None without an endpoint): what the job's role
+    may read, nothing else."""
 
     job_settings_arn: pulumi.Output[str]
     hub_token_arn: pulumi.Output[str]
+    serve_api_keys_arn: pulumi.Output[str] | None
 
     def __init__(self, name: str, args: JobSecretsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("llmbatch:secrets:JobSecrets", name, None, opts)
@@ -64,6 +74,22 @@ class JobSecrets(pulumi.ComponentResource):
                 secret_string=pulumi.Output.secret(args.hub_token),
                 opts=child,
             )
+        self.serve_api_keys_arn = None
+        if args.serve_api_keys_name is not None:
+            self.serve_api_keys_arn = aws.secretsmanager.Secret(
+                f"{name}-serve-api-keys",
+                name=args.serve_api_keys_name,
+                description="API keys of the online endpoint, one per line or JSON {keys: [...]}; set by the operator",
+                kms_key_id=args.key_arn,
+                recovery_window_in_days=RECOVERY_WINDOW_DAYS,
+                opts=child,
+            ).arn
         self.job_settings_arn = settings.arn
         self.hub_token_arn = token.arn
-        self.register_outputs({"job_settings_arn": self.job_settings_arn, "hub_token_arn": self.hub_token_arn})
+        self.register_outputs(
+            {
+                "job_settings_arn": self.job_settings_arn,
+                "hub_token_arn": self.hub_token_arn,
+                "serve_api_keys_arn": self.serve_api_keys_arn,
+            }
+        )

@@ -5,6 +5,7 @@ endpoint (`serve`), with the checks that a pod fits the nodes it is meant for.
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -223,6 +224,13 @@ class ServeSection(_Section):
     alarm_error_ratio: float = Field(
         0.02, gt=0, le=1, description="5xx answers / requests in a 5-minute period over this alarms."
     )
+    api_keys_secret_name: str | None = Field(
+        None,
+        description='Name of the Secrets Manager secret holding the endpoint\'s API keys (JSON {"keys": [...]} or '
+        "one per line); None: `llm-batch-<stack>/serve-api-keys`. The stack creates it, encrypted with the stack's "
+        "key and without a value: put the keys with `aws secretsmanager put-secret-value` (docs/serve.md). Only "
+        "the endpoint's pods' role may read it; replicas re-read it every 30 s.",
+    )
     endpoint_overrides: dict[str, Any] = Field(
         default_factory=dict,
         description="Merged into the endpoint's `serve` settings (workload.contract.serve_config.ServeSettings), e.g. "
@@ -239,9 +247,17 @@ class ServeSection(_Section):
     @field_validator("endpoint_overrides")
     @classmethod
     def _no_listener(cls, value: dict[str, Any]) -> dict[str, Any]:
-        for key in ("host", "port", "haproxy", "direct_streaming"):
+        for key in ("host", "port", "haproxy", "direct_streaming", "api_key_secret", "api_key_file"):
             if key in value:
                 raise ValueError(f"'{key}' is set by the RayService (infra/k8s/rayservice.py), not by overrides")
+        return value
+
+    @field_validator("api_keys_secret_name")
+    @classmethod
+    def _secret_name(cls, value: str | None) -> str | None:
+        # Secrets Manager's own rule for names (1-512 of these characters); an ARN is not a name.
+        if value is not None and (not re.fullmatch(r"[A-Za-z0-9/_+=.@-]{1,512}", value) or value.startswith("arn:")):
+            raise ValueError(f"{value!r} is not a Secrets Manager secret name (letters, digits and /_+=.@- only)")
         return value
 
     @model_validator(mode="after")

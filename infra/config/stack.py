@@ -138,11 +138,12 @@ class StackConfig(_Section):
         self.serve_config()  # a bad endpoint override stops here, before any resource
         return self
 
-    def serve_config(self) -> ServeConfig:
+    def serve_config(self, api_keys_secret_arn: str | None = None) -> ServeConfig:
         """The endpoint's config on the cluster: the nightly job's model and engine (its `job_config`), the
         stack's `serve.endpoint_overrides`, listening on every address of the head pod (the Service and the
         NetworkPolicy decide who reaches it), replicas between serve.min_replicas (at least 1 here: the
-        RayService's autoscaling config takes it down to 0) and serve.max_replicas."""
+        RayService's autoscaling config takes it down to 0) and serve.max_replicas; its API keys in the secret
+        `api_keys_secret_arn` (known once the stack has created it)."""
         job = self.job_config("s3://unused/input/", "s3://unused/output/")
         overrides: dict[str, Any] = {f"serve.{key}": value for key, value in self.serve.endpoint_overrides.items()}
         overrides.update(
@@ -154,6 +155,7 @@ class StackConfig(_Section):
                 "serve.port": SERVE_PORT,
                 "serve.haproxy": False,
                 "serve.direct_streaming": False,
+                "serve.api_key_secret": api_keys_secret_arn,
             }
         )
         try:

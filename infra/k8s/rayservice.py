@@ -62,11 +62,11 @@ APP_NAME = "llm-batch"
 # ray/llm/_internal/serve/core/server/builder.py); the autoscaling override below addresses it by that name.
 LLM_DEPLOYMENT_PREFIX = "LLMServer:"
 # Read by Ray at import in every process, so they are the pods' environment (workload.serve.endpoint sets the
-# same for a local endpoint): no HAProxy (Serve's own proxy behind KubeRay's Service) and no prompt logging.
+# same for a local endpoint): no HAProxy (Serve's own proxy behind KubeRay's Service). Prompts stay out of the logs
+# because the endpoint's config refuses vLLM's request logging (workload.contract.serve_config).
 SERVE_ENV = {
     "RAY_SERVE_ENABLE_HA_PROXY": "0",
     "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "0",
-    "RAYLLM_ENABLE_REQUEST_PROMPT_LOGS": "0",
 }
 # Labels on the internal load balancer's Service: the AWS Load Balancer Controller reads the scheme; the in-tree
 # cloud provider (no controller installed) reads the second. Either way: a load balancer with private addresses.
@@ -142,6 +142,9 @@ class RayServiceArgs(_Strict):
             raise ValueError("serve.device must be 'gpu' on the cluster: its workers are GPU nodes")
         if self.min_replicas > self.max_replicas:
             raise ValueError(f"min_replicas ({self.min_replicas}) is more than max_replicas ({self.max_replicas})")
+        if not self.serve.serve.api_key_secret:
+            # The Service admits the whole VPC: the replicas check every request's key against this secret.
+            raise ValueError("serve.serve.api_key_secret: the RayService's endpoint needs its API keys' secret")
         tp = self.serve.engine.tensor_parallel_size
         if self.worker_size.gpus < tp or self.worker_size.gpus % tp:
             raise ValueError(
@@ -214,8 +217,10 @@ def _metadata(args: RayServiceArgs, component: str) -> dict[str, Any]:
     return metadata
 
 
-def _env() -> list[dict[str, str]]:
-    return [{"name": name, "value": value} for name, value in SERVE_ENV.items()]
+def _env(args: RayServiceArgs) -> list[dict[str, str]]:
+    # The region the replicas' Secrets Manager client reads the API keys from (the secret is the stack's).
+    values = {**SERVE_ENV, "AWS_REGION": args.region}
+    return [{"name": name, "value": value} for name, value in values.items()]
 
 
 def _shm_mount() -> dict[str, Any]:
@@ -242,7 +247,7 @@ def _head_template(args: RayServiceArgs) -> dict[str, Any]:
             {"name": "serve", "containerPort": SERVE_PORT},
             {"name": "metrics", "containerPort": METRICS_PORT},
         ],
-        "env": _env(),
+        "env": _env(args),
         "resources": args.head_size.resources(),
         "securityContext": _container_security(),
         "volumeMounts": [_shm_mount()],
@@ -292,7 +297,7 @@ def _worker_template(args: RayServiceArgs) -> dict[str, Any]:
         "name": "ray-worker",
         "image": args.image,
         "imagePullPolicy": "IfNotPresent",
-        "env": _env(),
+        "env": _env(args),
         "resources": args.worker_size.resources(),
         "securityContext": _container_security(),
         "volumeMounts": [_shm_mount(), _models_mount()],

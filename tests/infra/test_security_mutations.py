@@ -28,6 +28,8 @@ from infra.ops import (
     policy,
 )
 
+KEYS_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:llm-batch-large/serve-api-keys-AbCdEf"
+
 Plan = list[dict[str, Any]]
 ACCOUNT = "123456789012"
 
@@ -198,7 +200,9 @@ def _endpoint(*, internal_load_balancer: bool = False) -> dict[str, Any]:
         "serve.internal_load_balancer": internal_load_balancer,
     }
     values, _ = read_stack_config("large", overrides)
-    return rayservice_manifest(load_stack_config("large", decode_pulumi_values(values)), "large", "r/w:1")
+    return rayservice_manifest(
+        load_stack_config("large", decode_pulumi_values(values)), "large", "r/w:1", api_keys_secret_arn=KEYS_ARN
+    )
 
 
 def endpoint_on_internet_load_balancer(plan: Plan) -> None:

@@ -32,6 +32,8 @@ from tests.infra.conftest import SERVE_ON, SERVE_OVERRIDES, Plan
 from tests.infra.crd_schema import assert_valid
 from workload.contract import metric_names as mn
 
+KEYS_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:llm-batch-large/serve-api-keys-AbCdEf"
+
 OVERRIDES = SERVE_OVERRIDES
 PRICES = load_prices()
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
@@ -60,6 +62,7 @@ def test_serving_off_leaves_nothing_of_it_in_the_plan_or_the_estimate(tier: str,
     assert not [item for item in _of(plan, NODE_POOL) if item["inputs"]["metadata"]["name"] != "gpu-spot"]
     assert not [item for item in _of(plan, GROUP) if item["name"].startswith("serving")]
     assert not _serve_alarm_names(plan)
+    assert not [item for item in _of(plan, "aws:secretsmanager/secret:Secret") if "serve-api-keys" in item["name"]]
     dashboard = next(item for item in plan if item["type"] == "aws:cloudwatch/dashboard:Dashboard")
     assert "Endpoint" not in dashboard["inputs"]["dashboardBody"]
     exports = next(item for item in plan if item["type"] == "pulumi:pulumi:Stack")
@@ -174,7 +177,9 @@ def test_rayservice_renders_valid_for_both_tiers_with_the_job_model_and_engine(c
             "job.job_overrides": {"engine": {"max_model_len": 2048}},
         }
         config = _config(tier, **overrides)
-        manifest = rayservice_manifest(config, tier, "123.dkr.ecr.us-east-1.amazonaws.com/w:abc", "arn:secret")
+        manifest = rayservice_manifest(
+            config, tier, "123.dkr.ecr.us-east-1.amazonaws.com/w:abc", "arn:secret", KEYS_ARN
+        )
         assert_valid(manifest, crds_dir)
         serve_config = yaml.safe_load(manifest["spec"]["serveConfigV2"])
         (app,) = serve_config["applications"]
@@ -261,7 +266,7 @@ def test_the_endpoint_pool_leaves_room_for_an_upgrade_s_new_cluster() -> None:
     assert serve_worker_ceiling(_config("large", **SERVE_ON)) == 2  # min 0: the new cluster starts with no worker
     warm = _config("large", **SERVE_ON, **{"serve.min_replicas": 1, "serve.max_replicas": 3})
     assert serve_worker_ceiling(warm) == 4
-    manifest = rayservice_manifest(warm, "large", "r/i:1")
+    manifest = rayservice_manifest(warm, "large", "r/i:1", api_keys_secret_arn=KEYS_ARN)
     assert manifest["spec"]["upgradeStrategy"] == {"type": "NewCluster"}
 
 
@@ -269,7 +274,7 @@ def test_serve_config_targets_the_engine_deployment_by_its_serve_llm_name() -> N
     config = _config("medium", **SERVE_ON, **{"serve.endpoint_overrides": {"model_id": "org/m.v1"}})
     from infra.eks_serve import rayservice_args
 
-    (app,) = serve_config_v2(rayservice_args(config, "medium", "r/i:1"))["applications"]
+    (app,) = serve_config_v2(rayservice_args(config, "medium", "r/i:1", api_keys_secret_arn=KEYS_ARN))["applications"]
     assert app["deployments"][0]["name"] == llm_deployment_name("org/m.v1") == "LLMServer:org--m_v1"
 
 
@@ -290,7 +295,7 @@ def test_the_network_rule_admits_the_vpc_on_the_serve_port_only() -> None:
 
 def test_pod_security_reads_every_pod_of_the_rayservice() -> None:
     config = _config("large", **SERVE_ON)
-    manifest = rayservice_manifest(config, "large", "r/i:1", "arn:secret")
+    manifest = rayservice_manifest(config, "large", "r/i:1", "arn:secret", KEYS_ARN)
     pods = dict(checks_k8s.pod_specs(manifest))
     head = "spec.rayClusterConfig.headGroupSpec.template.spec"
     worker = "spec.rayClusterConfig.workerGroupSpecs[0].template.spec"
@@ -310,7 +315,7 @@ def test_each_gpu_worker_fetches_the_model_into_its_own_volume_and_the_head_hold
     """The replicas fetch the model on their own nodes (workload/serve/replica_model.py): the worker pods mount a
     node-disk volume sized as the nightly workers' at the job's cache; the head has neither volume nor hub token."""
     config = _config("large", **SERVE_ON, **{"job.model_source": "s3://weights/models/qwen"})
-    manifest = rayservice_manifest(config, "large", "r/i:1", "arn:secret")
+    manifest = rayservice_manifest(config, "large", "r/i:1", "arn:secret", KEYS_ARN)
     cluster = manifest["spec"]["rayClusterConfig"]
     head = cluster["headGroupSpec"]["template"]["spec"]
     (group,) = cluster["workerGroupSpecs"]
@@ -349,3 +354,37 @@ def test_plan_set_overrides_reach_the_config_and_bad_ones_are_named() -> None:
         parse_sets(["serve.enabled"])
     with pytest.raises(PlanError, match="not an object"):
         read_stack_config("large", {"region.x": 1})
+
+
+@pytest.mark.parametrize("tier", ["medium", "large"])
+def test_the_replicas_read_their_api_keys_from_the_stacks_secret_and_only_that_one(tier: str, serve_plan) -> None:
+    """The secret is the stack's (its key, no value from Pulumi: the operator puts the keys), named as configured;
+    the pods' role may read it by its ARN (no wildcard); the replicas are told its ARN and region."""
+    plan = serve_plan(tier)
+    secrets = {item["inputs"]["name"]: item for item in _of(plan, "aws:secretsmanager/secret:Secret")}
+    keys = secrets[f"llm-batch-{tier}/serve-api-keys"]
+    assert keys["inputs"]["kmsKeyId"], "the API keys secret is not on the stack's key"
+    versions = _of(plan, "aws:secretsmanager/secretVersion:SecretVersion")
+    assert not [item for item in versions if "serve-api-keys" in item["name"]], "Pulumi must not hold the keys"
+    statements = [
+        statement
+        for item in _of(plan, "aws:iam/policy:Policy")
+        for statement in json.loads(item["inputs"]["policy"])["Statement"]
+        if "secretsmanager:GetSecretValue" in statement["Action"]
+    ]
+    readable = {arn for statement in statements for arn in statement["Resource"]}
+    assert keys["outputs"]["arn"] in readable and not any("*" in arn for arn in readable), readable
+    (service,) = _of(plan, RAYSERVICE)
+    (app,) = yaml.safe_load(service["inputs"]["spec"]["serveConfigV2"])["applications"]
+    assert app["args"]["config"]["serve"]["api_key_secret"] == keys["outputs"]["arn"]
+    cluster = service["inputs"]["spec"]["rayClusterConfig"]
+    for template in (cluster["headGroupSpec"]["template"], cluster["workerGroupSpecs"][0]["template"]):
+        env = {item["name"]: item.get("value") for item in template["spec"]["containers"][0]["env"]}
+        assert env["AWS_REGION"] and "LLM_BATCH_API_KEY" not in env
+
+
+def test_a_rayservice_without_its_api_keys_secret_is_refused() -> None:
+    with pytest.raises(ValueError, match="needs its API keys' secret"):
+        rayservice_manifest(_config("large", **SERVE_ON), "large", "r/i:1")
+    with pytest.raises(ValueError, match="'api_key_secret' is set by the RayService"):
+        _config("large", **SERVE_ON, **{"serve.endpoint_overrides": {"api_key_secret": "mine"}})

@@ -20,6 +20,8 @@ from infra.config import decode_pulumi_values, load_stack_config
 from infra.eks_serve import rayservice_manifest
 from infra.ops.stacks import read_stack_config
 
+KEYS_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:llm-batch-large/serve-api-keys-AbCdEf"
+
 
 @pytest.fixture
 def no_ray_left_behind() -> Iterator[None]:
@@ -49,7 +51,7 @@ def test_the_serve_config_builds_the_endpoint_app_and_overrides_its_engine_deplo
     # Nowhere to fetch from: any S3 call from the builder would fail the build.
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
     config = load_stack_config("large", decode_pulumi_values(values))
-    manifest = rayservice_manifest(config, "large", "r/i:1")
+    manifest = rayservice_manifest(config, "large", "r/i:1", api_keys_secret_arn=KEYS_ARN)
     (app,) = yaml.safe_load(manifest["spec"]["serveConfigV2"])["applications"]
     module, _, attribute = app["import_path"].partition(":")
     builder = getattr(importlib.import_module(module), attribute)

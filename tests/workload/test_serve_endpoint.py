@@ -2,7 +2,10 @@
 tiny model under an s3:// prefix on a moto server, which the engine replica fetches itself) answered over HTTP on
 127.0.0.1, as an OpenAI client would call it.
 
-One endpoint start (about 1.5 minutes on 2 cores) is shared by every test in this module.
+One endpoint start (about 1.5 minutes on 2 cores) is shared by every test in this module. It runs behind an API key
+given as LLM_BATCH_API_KEY; its last test stops it as a supervisor does (SIGTERM, then SIGKILL of its process group
+after 5 s) and finds nothing of it left running. Serve's ingress path (and a graceful stop) is
+tests/workload/test_serve_ingress.py.
 """
 
 from __future__ import annotations
@@ -27,8 +30,12 @@ import pytest
 import yaml
 
 from tests.conftest import _free_port
+from tests.workload.serve_checks import check_no_prompt_answer_or_key_in_logs, check_the_guard
 from workload.contract.config import ModelConfig
+from workload.contract.serve_config import build_serve_config
 from workload.engine.model_source import COMPLETE_MARKER, resolve_model
+from workload.leftovers import marked_processes, owner_mark
+from workload.serve.endpoint import HAPROXY_METRICS_PORT, HAPROXY_STATS_PORT, check_ports_free
 
 pytestmark = pytest.mark.slow
 
@@ -37,6 +44,8 @@ MAX_MODEL_LEN = 2048
 # Two sequences at a time: a disconnected stream that kept its slot would visibly hold up the next request.
 ENGINE = {"max_model_len": MAX_MODEL_LEN, "max_num_seqs": 2, "enforce_eager": True, "cpu_kvcache_space_gib": 1}
 LONG_TOKENS = 1900  # a stream that takes seconds to finish on the tiny model
+KEY = f"sk-llmb-{uuid.uuid4().hex}"
+AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +74,8 @@ def served(tmp_path_factory: pytest.TempPathFactory, s3_model: tuple[str, Path])
         [sys.executable, "-m", "workload", "serve", "--config", str(config), "--port", str(port)],
         stdout=log,
         stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own process group: Ray and the engine go with it at the end
+        env={**os.environ, "LLM_BATCH_API_KEY": KEY},
+        start_new_session=True,  # its own process group, as a supervisor starts it
     )
     try:
         deadline = time.monotonic() + 600
@@ -74,8 +84,9 @@ def served(tmp_path_factory: pytest.TempPathFactory, s3_model: tuple[str, Path])
                 pytest.fail(f"the endpoint did not start:\n{(folder / 'serve.log').read_text()[-3000:]}")
             time.sleep(1)
         yield f"http://127.0.0.1:{port}", process.pid
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0, "the endpoint did not stop cleanly on SIGTERM"
+        if process.poll() is None:  # the last test stops it; if that test did not run, stop it here
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=60) == 0, "the endpoint did not stop cleanly on SIGTERM"
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
@@ -91,7 +102,7 @@ def _post(
     endpoint: str, path: str, body: Any = None, content: bytes | None = None, json_typed: bool = True
 ) -> httpx.Response:
     headers = {"Content-Type": "application/json"} if content is not None and json_typed else {}
-    return httpx.post(f"{endpoint}{path}", json=body, content=content, headers=headers, timeout=120)
+    return httpx.post(f"{endpoint}{path}", json=body, content=content, headers={**AUTH, **headers}, timeout=120)
 
 
 def _chat(**extra: Any) -> dict[str, Any]:
@@ -111,7 +122,7 @@ def _stream_events(response: httpx.Response) -> list[dict[str, Any]]:
 
 
 def test_lists_the_model_with_its_context_length(endpoint: str) -> None:
-    response = httpx.get(f"{endpoint}/v1/models", timeout=30)
+    response = httpx.get(f"{endpoint}/v1/models", headers=AUTH, timeout=30)
     assert response.status_code == 200
     models = response.json()["data"]
     assert [model["id"] for model in models] == [MODEL]
@@ -156,7 +167,7 @@ def test_completion_answers(endpoint: str) -> None:
 )
 def test_streams_token_by_token(endpoint: str, path: str, body: dict[str, Any]) -> None:
     request = {**body, "stream": True, "stream_options": {"include_usage": True}}
-    with httpx.stream("POST", f"{endpoint}{path}", json=request, timeout=120) as response:
+    with httpx.stream("POST", f"{endpoint}{path}", json=request, headers=AUTH, timeout=120) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         events = _stream_events(response)
@@ -218,6 +229,7 @@ def _long_stream_seconds(endpoint: str) -> float:
         "POST",
         f"{endpoint}/v1/completions",
         json=_completion(max_tokens=LONG_TOKENS, ignore_eos=True, stream=True),
+        headers=AUTH,
         timeout=300,
     ) as response:
         assert response.status_code == 200
@@ -235,6 +247,7 @@ def test_a_client_that_disconnects_mid_stream_frees_its_slot(endpoint: str) -> N
             "POST",
             f"{endpoint}/v1/completions",
             json=_completion(max_tokens=LONG_TOKENS, ignore_eos=True, stream=True),
+            headers=AUTH,
             timeout=300,
         ) as response:
             assert response.status_code == 200
@@ -260,20 +273,20 @@ def test_a_burst_of_concurrent_requests_all_succeed(endpoint: str) -> None:
             # Count tokens from the stream's usage, not its events: under load the server may carry several
             # tokens in one event (Ray Serve batches stream chunks), so counting events undercounts.
             streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
-            with httpx.stream("POST", f"{endpoint}{path}", json=streamed, timeout=300) as response:
+            with httpx.stream("POST", f"{endpoint}{path}", json=streamed, headers=AUTH, timeout=300) as response:
                 events = _stream_events(response)
                 # Not the text: the tiny model's tokens may decode to nothing (a partial UTF-8 sequence is held back).
                 choices = [event["choices"][0] for event in events if event["choices"]]
                 assert choices and choices[-1]["finish_reason"] == "length", events
                 return response.status_code, events[-1]["usage"]["completion_tokens"]
-        response = httpx.post(f"{endpoint}{path}", json=body, timeout=300)
+        response = httpx.post(f"{endpoint}{path}", json=body, headers=AUTH, timeout=300)
         return response.status_code, response.json()["usage"]["completion_tokens"]
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=24) as pool:
         results = list(pool.map(one, range(24)))
     assert [status for status, _ in results] == [200] * 24
     assert all(tokens >= 12 for _, tokens in results), results
-    assert httpx.get(f"{endpoint}/v1/models", timeout=30).status_code == 200
+    assert httpx.get(f"{endpoint}/v1/models", headers=AUTH, timeout=30).status_code == 200
 
 
 def _descendants(root: int) -> list[int]:
@@ -332,3 +345,66 @@ def test_binds_only_the_loopback_address(served: tuple[str, int]) -> None:
     assert not exposed, f"sockets bound beyond loopback: {exposed}"
     processes = " ".join(found[3] for found in sockets)
     assert "haproxy" in processes and "ray::ServeReplica" in processes and "gcs_server" in processes, sockets
+
+
+def test_the_guard_stands_in_front_of_vllms_own_server(endpoint: str) -> None:
+    """Direct streaming: vLLM's own server answers, with the guard outermost (workload/serve/guard.py)."""
+    cap = build_serve_config({"engine": ENGINE}).max_body_bytes
+    check_the_guard(endpoint, KEY, MODEL, cap)
+
+
+def test_no_prompt_answer_or_key_reaches_a_log(
+    served: tuple[str, int], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    endpoint, pid = served
+    log = next(tmp_path_factory.getbasetemp().glob("serve*/serve.log"))
+    check_no_prompt_answer_or_key_in_logs(endpoint, pid, KEY, MODEL, log)
+
+
+def test_a_second_endpoint_on_the_same_port_stops_in_one_line(served: tuple[str, int]) -> None:
+    endpoint, _ = served
+    port = endpoint.rsplit(":", 1)[1]
+    started = subprocess.run(
+        [sys.executable, "-m", "workload", "serve", "--port", port],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert started.returncode == 2, started.stderr
+    assert started.stderr.strip().splitlines() == [
+        f"llm-batch: port {port} on 127.0.0.1 is in use (the endpoint's port (serve.port / --port)): stop what "
+        "listens there or choose another port"
+    ]
+
+
+def _is_engine_core(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return b"EngineCore" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    return False
+
+
+def _is_haproxy(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "haproxy"
+    return False
+
+
+def test_a_killed_endpoint_leaves_no_engine_and_no_haproxy(served: tuple[str, int]) -> None:
+    """SIGTERM, then SIGKILL of the process group after 5 s, as a supervisor stops it: the endpoint's own stop
+    cannot finish, and its watchdog (workload/leftovers.py) stops the engine core and HAProxy it left. Runs last."""
+    endpoint, pid = served
+    port = int(endpoint.rsplit(":", 1)[1])
+    mark = owner_mark(pid)
+    before = list(marked_processes(mark))
+    assert any(_is_engine_core(child) for child in before), "no vLLM engine core is marked: the test would be vacuous"
+    assert any(_is_haproxy(child) for child in before), "no HAProxy is marked: the test would be vacuous"
+    os.killpg(pid, signal.SIGTERM)
+    time.sleep(5)
+    os.killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while marked_processes(mark) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = {child: Path(f"/proc/{child}/cmdline").read_bytes()[:80] for child in marked_processes(mark)}
+    assert not left, f"left running after the endpoint was killed: {left}"
+    check_ports_free("127.0.0.1", {port: "serve", HAPROXY_STATS_PORT: "stats", HAPROXY_METRICS_PORT: "metrics"})

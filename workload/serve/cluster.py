@@ -26,5 +26,6 @@ def app(args: dict[str, Any]) -> Any:
         raise ValueError("the application's args need a `config` (the endpoint's ServeConfig as a mapping)")
     config = build_serve_config(args["config"])
     # The keys' source is named (serve.api_key_secret on the tiers); the replicas read it, the builder does not.
+    # serve.host is 0.0.0.0 there (infra.config's serve_config): keys are required.
     guard = guard_settings(config, os.environ, tempfile.mkdtemp(prefix="llmb-keys-"), read_now=False)
     return build_app(config, guard)

@@ -69,7 +69,10 @@ class GuardSettings:
 
 
 def guard_settings(
-    config: ServeConfig, env: Mapping[str, str], key_folder: str | None, read_now: bool = True
+    config: ServeConfig,
+    env: Mapping[str, str],
+    key_folder: str | None,
+    read_now: bool = True,
 ) -> GuardSettings:
     """The endpoint's guard from its config and environment; raises KeyConfigError in one line when it may not start.
 
