@@ -167,3 +167,32 @@ def test_a_busy_port_stops_the_start_naming_it() -> None:
         with pytest.raises(PortBusyError, match=f"port {port} on 127.0.0.1 is in use"):
             check_ports_free("127.0.0.1", {port: "the endpoint's port"})
     check_ports_free("127.0.0.1", {port: "the endpoint's port"})  # free again once nothing listens
+
+
+def test_serve_llms_ingress_app_answers_only_its_openai_routes(key_file: str) -> None:
+    """The ingress path's real app (Serve LLM's FastAPI app with the ingress's own routes, workload/serve/ingress.py),
+    without a Serve deployment behind it: the routes it has beyond the OpenAI four are 404, its allow-all CORS is
+    gone. The same app in a running endpoint: tests/workload/test_serve_ingress.py."""
+    from ray.llm._internal.serve.core.ingress.ingress import make_fastapi_ingress
+
+    from workload.serve.ingress import CpuIngress, fastapi_app
+
+    app = fastapi_app(GuardSettings(max_body_bytes=4096, key_file=key_file))
+    make_fastapi_ingress(CpuIngress, app=app)
+    extra = {"/docs", "/openapi.json", "/redoc", "/tokenize", "/detokenize", "/v1/embeddings", "/v1/score"}
+    assert extra <= {getattr(route, "path", "") for route in app.routes}  # they are there, behind the guard
+    client = TestClient(app)
+    for path in sorted(extra):
+        assert client.post(path, headers=AUTH, json={}).status_code == 404, path
+        assert client.post(path, json={}).status_code == 401, path
+    assert client.post("/v1/completions", headers=AUTH, content=b"x" * 5000).status_code == 413
+    answer = client.get("/docs", headers={**AUTH, "Origin": "https://elsewhere.example"})
+    assert "access-control-allow-origin" not in answer.headers
+
+
+def test_cors_origins_are_origins() -> None:
+    assert build_serve_config({"serve": {"cors_origins": ["https://app.example:8443"]}}).serve.cors_origins == (
+        "https://app.example:8443",
+    )
+    with pytest.raises(ConfigError, match=r"serve\.cors_origins: .*'https://app\.example/path' is not an origin"):
+        build_serve_config({"serve": {"cors_origins": ["https://app.example/path"]}})

