@@ -196,3 +196,12 @@ def test_cors_origins_are_origins() -> None:
     )
     with pytest.raises(ConfigError, match=r"serve\.cors_origins: .*'https://app\.example/path' is not an origin"):
         build_serve_config({"serve": {"cors_origins": ["https://app.example/path"]}})
+
+
+def test_the_cluster_builder_refuses_an_endpoint_without_a_key_source() -> None:
+    """The RayService's application builder (workload/serve/cluster.py) stops before building anything: Serve
+    reports the line as the application's status."""
+    from workload.serve.cluster import app
+
+    with pytest.raises(KeyConfigError, match=r"binds 0\.0\.0\.0, reachable from other machines, and has no API key"):
+        app({"config": {"device": "gpu", "serve": {"host": "0.0.0.0", "haproxy": False}}})

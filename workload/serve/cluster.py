@@ -12,7 +12,6 @@ builder names the keys' source to the replicas and reads no key: a secret the re
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any
 
 from workload.contract.serve_config import build_serve_config
@@ -27,5 +26,5 @@ def app(args: dict[str, Any]) -> Any:
     config = build_serve_config(args["config"])
     # The keys' source is named (serve.api_key_secret on the tiers); the replicas read it, the builder does not.
     # serve.host is 0.0.0.0 there (infra.config's serve_config): keys are required.
-    guard = guard_settings(config, os.environ, tempfile.mkdtemp(prefix="llmb-keys-"), read_now=False)
+    guard = guard_settings(config, os.environ, key_folder=None, read_now=False)
     return build_app(config, guard)

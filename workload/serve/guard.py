@@ -29,7 +29,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from workload.auth.asgi import RequireApiKey
-from workload.auth.keys import ApiKeys, KeySource, keys_for_host
+from workload.auth.keys import ENV_KEY, ApiKeys, KeyConfigError, KeySource, keys_for_host
 from workload.contract.serve_config import ServeConfig
 
 # The routes docs/serve.md lists, and nothing else (the model listing, one model, the two generation routes).
@@ -77,7 +77,8 @@ def guard_settings(
     """The endpoint's guard from its config and environment; raises KeyConfigError in one line when it may not start.
 
     `read_now`: read the keys once here, so a source that cannot be read stops the start (not where the source is
-    only reachable from the replicas, as a cluster's app builder).
+    only reachable from the replicas, as a cluster's app builder). `key_folder`: where a key given as
+    `LLM_BATCH_API_KEY` is written; None where the replicas cannot read this machine's files (a cluster).
 
     A key given as `LLM_BATCH_API_KEY` is written to `key_folder` (owner-only) and travels by that file's path: the
     key's text goes into no Ray runtime environment, no GCS record and no worker's environment.
@@ -86,10 +87,13 @@ def guard_settings(
     source = KeySource.from_env(env, key_file=settings.api_key_file, secret_id=settings.api_key_secret)
     if read_now or not source.configured:
         keys_for_host(settings.host, source, f"the endpoint on port {settings.port}")  # reads a configured source
-    key_file = str(source.key_file) if source.key_file else None
+    key_file = str(source.key_file.resolve()) if source.key_file else None  # the replicas run in other folders
     if source.key:
         if key_folder is None:
-            raise ValueError("a key given as LLM_BATCH_API_KEY needs a folder for its key file")
+            raise KeyConfigError(
+                f"{ENV_KEY} cannot reach this endpoint's replicas (they may run on other nodes): give the keys as "
+                "a Secrets Manager secret (serve.api_key_secret)"
+            )
         path = os.path.join(key_folder, KEY_FILE_NAME)
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(descriptor, "w") as file:
