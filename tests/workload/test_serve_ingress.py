@@ -29,7 +29,15 @@ from workload.leftovers import marked_processes, owner_mark
 pytestmark = pytest.mark.slow
 
 MODEL = "tiny"
-ENGINE = {"max_model_len": 1024, "max_num_seqs": 2, "enforce_eager": True, "cpu_kvcache_space_gib": 1}
+# With an `engine.extra` as a user sets one: the log scan below holds with it too (the switches that would log
+# prompts are refused at config load: tests/workload/test_serve_guard.py).
+ENGINE = {
+    "max_model_len": 1024,
+    "max_num_seqs": 2,
+    "enforce_eager": True,
+    "cpu_kvcache_space_gib": 1,
+    "extra": {"max_logprobs": 5},
+}
 OLD_KEY = f"sk-llmb-old-{uuid.uuid4().hex}"
 NEW_KEY = f"sk-llmb-new-{uuid.uuid4().hex}"
 SERVE = {"model_id": MODEL, "haproxy": False, "direct_streaming": False}
