@@ -150,13 +150,13 @@ def mark_owner() -> str:
     return mark
 
 
-def watch(mark: str, interval_s: float = _WATCH_INTERVAL_S) -> None:
+def watch(mark: str, grace_s: float = _GRACE_S, interval_s: float = _WATCH_INTERVAL_S) -> None:
     """The watchdog: wait for the owner to go, however it went, then stop what it left carrying its mark."""
     while _owner_alive(mark):
         time.sleep(interval_s)
     # Ray's own processes go within seconds of their raylet; a busy engine core or HAProxy does not.
-    stop_processes(list(marked_processes(mark)))
+    stop_processes(list(marked_processes(mark)), grace_s)
 
 
-if __name__ == "__main__":
-    watch(sys.argv[1])
+if __name__ == "__main__":  # python -m workload.leftovers MARK [GRACE_S]
+    watch(sys.argv[1], *(float(value) for value in sys.argv[2:3]))

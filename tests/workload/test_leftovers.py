@@ -106,9 +106,9 @@ def test_the_watchdog_stops_what_its_owner_left_when_the_owner_is_killed(tmp_pat
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     mark = owner_mark(owner.pid)
     orphan = _orphan(tmp_path, owner=mark)
-    watchdog = subprocess.Popen([sys.executable, "-m", "workload.leftovers", mark], start_new_session=True)
+    watchdog = subprocess.Popen([sys.executable, "-m", "workload.leftovers", mark, "1"], start_new_session=True)
     try:
-        time.sleep(1.0)
+        time.sleep(0.5)
         assert _running(orphan) and watchdog.poll() is None, "the watchdog acted while its owner ran"
         owner.kill()
         owner.wait()
