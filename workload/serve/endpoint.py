@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import ipaddress
 import os
 import shutil
 import signal
@@ -28,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from workload.auth.keys import ENV_KEY
+from workload.auth.keys import ENV_KEY, is_loopback_host
 from workload.contract.serve_config import ServeConfig
 from workload.leftovers import mark_owner, stop_orphans
 from workload.serve.guard import GuardSettings, guard_settings
@@ -53,7 +52,7 @@ def feature_env(config: ServeConfig, scratch: str) -> dict[str, str]:
         "RAY_SERVE_ENABLE_HA_PROXY": "1" if settings.haproxy else "0",
         "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1" if settings.direct_streaming else "0",
     }
-    if is_loopback(settings.host) and not os.environ.get("RAY_ADDRESS"):
+    if is_loopback_host(settings.host) and not os.environ.get("RAY_ADDRESS"):
         # A private local Ray for a loopback endpoint. On Linux Ray takes the machine's network address as the node
         # address and its servers (GCS, raylet, agents, every worker's gRPC port, Serve's replicas) bind every
         # interface; with this it takes the loopback address, as it does on macOS and Windows, and binds 127.0.0.1.
@@ -101,15 +100,6 @@ def check_ports_free(host: str, ports: dict[int, str]) -> None:
                 raise PortBusyError(
                     f"port {port} on {host} is in use ({what}): stop what listens there or choose another port"
                 ) from None
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def ray_runtime_env() -> dict[str, Any]:
