@@ -233,18 +233,23 @@ def test_key_scope_a_key_sees_only_its_own(tenants: Server) -> None:
     team_a.batches.cancel(batch.id)
 
 
-class Idle:
-    """Stands in for the executor where the test checks only the clock's rules: the real LocalJobExecutor would
-    start the job (the engine) at the first tick; here no batch must ever start, and one that would fails the test."""
+class Recorder:
+    """Stands in for the job runner (LocalJobExecutor, exercised with the engine in test_batch_api_e2e.py) where
+    the test checks only the clock's rules: it records what it is told and reports a run as running until it is
+    told to stop, then as stopped, as the job reports itself after a SIGTERM."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.stopped: set[str] = set()
 
     def start(self, run: Any) -> None:
-        raise AssertionError(f"no batch should start here, got {run.batch_id}")
+        self.started.append(run.batch_id)
 
     def state(self, batch_id: str) -> RunState:
-        return RunState("absent")
+        return RunState("stopped" if batch_id in self.stopped else "running")
 
     def stop(self, batch_id: str) -> None:
-        pass
+        self.stopped.add(batch_id)
 
     def close(self) -> None:
         pass
@@ -255,19 +260,24 @@ def test_expiry_and_retention_on_the_clock(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "data")
     with pytest.raises(StoreLocked):
         LocalStore(tmp_path / "data")  # one server per folder
-    service = BatchService(store, Idle(), "llm-batch", Limits(retention_s=7 * 86400), clock)
+    executor = Recorder()
+    service = BatchService(store, executor, "llm-batch", Limits(retention_s=7 * 86400), clock)
     short = service.upload_file("p", "a.jsonl", "batch", [_line("a").encode()], expires_after_s=3600)
     kept = service.upload_file("p", "b.jsonl", "batch", [_line("b").encode()])
     assert kept["expires_at"] == kept["created_at"] + 7 * 86400  # the server's retention caps every file
-    # A queued batch past its window expires with nothing run: tick only expires it (Idle refuses to start one).
-    queued = service.create_batch("p", kept["id"], "/v1/chat/completions", "24h")
-    clock.now += 3600
-    lifecycle.tick(service)
-    assert service.get_batch("p", queued["id"])["status"] == "validating"  # would start here, but Idle never runs
-    clock.now += 23 * 3600
-    lifecycle.tick(service)
-    expired = service.get_batch("p", queued["id"])
-    assert expired["status"] == "expired" and expired["expired_at"] == int(clock.now)
+    first = service.create_batch("p", kept["id"], "/v1/chat/completions", "24h")
+    second = service.create_batch("p", kept["id"], "/v1/chat/completions", "24h")
+    lifecycle.tick(service)  # the oldest starts; the other waits its turn, in `validating`
+    assert executor.started == [first["id"]]
+    assert service.get_batch("p", first["id"])["status"] == "in_progress"
+    assert service.get_batch("p", second["id"])["status"] == "validating"
+    clock.now += 24 * 3600
+    lifecycle.tick(service)  # both windows are over: the running one is stopped, the queued one never ran
+    assert first["id"] in executor.stopped
+    for batch in (first, second):
+        expired = service.get_batch("p", batch["id"])
+        assert expired["status"] == "expired" and expired["expired_at"] == int(clock.now), expired
+    assert executor.started == [first["id"]]
     assert [f["id"] for f in service.list_files("p", None, 100, "asc", None)["data"]] == [kept["id"]]
     assert store.blob_size(f"files/{short['id']}.jsonl") is None  # the body went with the record
     clock.now += 7 * 86400
