@@ -8,6 +8,7 @@ running job (which commits what finished) and waits for it, so the next start on
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -84,6 +85,11 @@ def run(args: argparse.Namespace, exit_bad_config: int) -> int:
         file=sys.stderr,
         flush=True,
     )
+    # uvicorn takes SIGTERM/SIGINT while it serves and, once shut down, raises the signal again against the
+    # handlers it found: these, so the process lives on to stop the job (not the default, which would kill it
+    # here and leave the job running without its server).
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda *_: None)
     ticker.start()
     try:
         server.run()

@@ -111,7 +111,7 @@ class LocalJobExecutor:
         self._reap(batch_id, child)
         if code == 0:
             return RunState("succeeded")
-        if code == EXIT_STOPPED:
+        if code in (EXIT_STOPPED, -signal.SIGTERM):  # -SIGTERM: it ended after its summary, as our stop landed
             return RunState("stopped")
         if code == EXIT_LEASE_HELD:
             return RunState("busy")

@@ -87,8 +87,12 @@ def _follow(service: BatchService, record: dict[str, Any], now: int) -> bool:
     if state.name == "succeeded":
         _finish(service, batch_id, stop or "completed")
         return False
-    if state.name == "failed":
+    finished = service.store.blob_size(f"{record['_output_key']}/summary.json") is not None
+    if state.name == "failed" and not finished:
         _finish(service, batch_id, "failed", f"job_failed: {state.reason}")
+        return False
+    if finished and state.name != "busy":  # the summary is written last: every request has its answer
+        _finish(service, batch_id, stop or "completed")
         return False
     # stopped, refused (another attempt holds the output) or unknown to this executor (the server restarted)
     if stop is not None and state.name != "busy":
