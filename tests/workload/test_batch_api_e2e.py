@@ -2,7 +2,9 @@
 (unchanged but for base_url and api_key), and the real job on the real local engine (Ray, vLLM, the tiny model).
 
 One module, three engine starts in all: batch A is interrupted by a server restart and resumed by the next
-server to `completed`; batch B, queued behind it, is cancelled mid-run and keeps what finished.
+server to `completed`; batch B, queued behind it, is cancelled once its job runs and keeps what finished. Both
+stops land while the job starts its engine: a 16-line file is one read block of the job, whose shards commit
+together, so a later stop would find all of them done (docs/batch-api.md, Statuses).
 """
 
 from __future__ import annotations
