@@ -146,9 +146,13 @@ WORKLOAD_LAYERS: dict[str, set[str]] = {
         "workload.bench",
         *PROCESS,
     },
+    # The Batch API's app, service and store: the key mechanism and the job's contract, never the job (it runs
+    # the job as a process), so the AWS front serves it where no engine is installed.
+    "workload.batch_api": {"workload.contract", "workload.auth"},
     "workload.cli": {
         "workload.contract",
         "workload.auth",
+        "workload.batch_api",
         "workload.files",
         "workload.engine",
         "workload.telemetry",

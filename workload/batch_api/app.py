@@ -1,0 +1,179 @@
+"""The Batch API's HTTP routes (OpenAI's Files and Batches), as one ASGI app over a `BatchService`.
+
+Starlette alone (no FastAPI): every body in and out is OpenAI's, including its error bodies, which FastAPI's own
+validation errors (422, `detail`) are not. Imports neither Ray nor vLLM (tests/workload/test_batch_api.py checks),
+so the AWS front can serve this module as it is. The service is synchronous (a store may be S3): each call runs in
+Starlette's thread pool.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+from workload.auth.asgi import RequireApiKey
+from workload.auth.keys import ApiKeys
+from workload.batch_api.objects import ApiError
+from workload.batch_api.service import BatchService
+
+Scope = Literal["project", "key"]
+HEALTH = "/health"
+NO_KEY_OWNER = "local"  # the one tenant of a loopback server run without a key
+PROJECT_OWNER = "project"
+MULTIPART_SLACK = 64 * 1024  # a multipart body's boundaries and fields, beyond the file itself
+
+
+def _owner(request: Request, scope: Scope) -> str:
+    if scope == "project":
+        return PROJECT_OWNER
+    key_id = request.scope.get("state", {}).get("api_key_id")
+    return f"key-{key_id}" if key_id else NO_KEY_OWNER
+
+
+def _int(request: Request, name: str, default: int) -> int:
+    value = request.query_params.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ApiError(400, f"{name} must be an integer, got {value!r}", name) from None
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    try:
+        body = json.loads(await request.body() or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ApiError(400, "the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    return body
+
+
+def build_app(service: BatchService, keys: ApiKeys | None, scope: Scope = "project") -> ASGIApp:
+    """The ASGI app; with `keys` every route but /health needs one of them (workload/auth)."""
+
+    async def call(function: Callable[..., Any], *args: Any) -> Any:
+        return await run_in_threadpool(function, *args)
+
+    async def upload(request: Request) -> Response:
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > service.limits.max_file_bytes + MULTIPART_SLACK:
+            limit = service.limits.max_file_bytes
+            raise ApiError(413, f"the file is larger than this server's limit of {limit} bytes", "file")
+        if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+            raise ApiError(400, "upload a file as multipart/form-data with fields 'file' and 'purpose'")
+        form = await request.form(max_files=1, max_fields=8)
+        try:
+            file, purpose = form.get("file"), form.get("purpose")
+            if not isinstance(file, UploadFile):
+                raise ApiError(400, "the 'file' field is missing or is not a file", "file")
+            if not isinstance(purpose, str) or not purpose:
+                raise ApiError(400, "the 'purpose' field is required", "purpose")
+            seconds = form.get("expires_after[seconds]") or form.get("expires_after.seconds")
+            anchor = form.get("expires_after[anchor]") or form.get("expires_after.anchor")
+            if anchor not in (None, "created_at"):
+                raise ApiError(400, "expires_after.anchor must be 'created_at'", "expires_after.anchor")
+            if seconds is not None and (not isinstance(seconds, str) or not seconds.isdigit()):
+                raise ApiError(400, "expires_after.seconds must be an integer", "expires_after.seconds")
+
+            def chunks() -> Iterator[bytes]:
+                while chunk := file.file.read(1 << 20):
+                    yield chunk
+
+            owner = _owner(request, scope)
+            created = await call(
+                service.upload_file, owner, file.filename or "upload.jsonl", purpose, chunks(), seconds and int(seconds)
+            )
+        finally:
+            await form.close()
+        return JSONResponse(created)
+
+    async def list_files(request: Request) -> Response:
+        query = request.query_params
+        page = await call(
+            service.list_files,
+            _owner(request, scope),
+            query.get("after"),
+            _int(request, "limit", 10_000),
+            query.get("order", "desc"),
+            query.get("purpose"),
+        )
+        return JSONResponse(page)
+
+    async def get_file(request: Request) -> Response:
+        return JSONResponse(await call(service.get_file, _owner(request, scope), request.path_params["file_id"]))
+
+    async def delete_file(request: Request) -> Response:
+        return JSONResponse(await call(service.delete_file, _owner(request, scope), request.path_params["file_id"]))
+
+    async def file_content(request: Request) -> Response:
+        body = await call(service.file_content, _owner(request, scope), request.path_params["file_id"])
+        return StreamingResponse(body, media_type="application/octet-stream")
+
+    async def create_batch(request: Request) -> Response:
+        body = await _json_body(request)
+        known = {"input_file_id", "endpoint", "completion_window", "metadata", "output_expires_after"}
+        unknown = sorted(set(body) - known)
+        if unknown:
+            raise ApiError(400, f"unknown parameter {unknown[0]!r}", unknown[0])
+        created = await call(
+            service.create_batch,
+            _owner(request, scope),
+            body.get("input_file_id"),
+            body.get("endpoint"),
+            body.get("completion_window"),
+            body.get("metadata"),
+        )
+        return JSONResponse(created)
+
+    async def get_batch(request: Request) -> Response:
+        return JSONResponse(await call(service.get_batch, _owner(request, scope), request.path_params["batch_id"]))
+
+    async def list_batches(request: Request) -> Response:
+        owner = _owner(request, scope)
+        page = await call(service.list_batches, owner, request.query_params.get("after"), _int(request, "limit", 20))
+        return JSONResponse(page)
+
+    async def cancel_batch(request: Request) -> Response:
+        return JSONResponse(await call(service.cancel_batch, _owner(request, scope), request.path_params["batch_id"]))
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def api_error(request: Request, error: Exception) -> Response:
+        assert isinstance(error, ApiError)
+        return JSONResponse(error.body(), status_code=error.status)
+
+    async def http_error(request: Request, error: Exception) -> Response:
+        assert isinstance(error, HTTPException)
+        wording = {404: f"Unknown request URL: {request.method} {request.url.path}", 405: "Method not allowed"}
+        message = wording.get(error.status_code, str(error.detail))
+        return JSONResponse(ApiError(error.status_code, message).body(), status_code=error.status_code)
+
+    routes = [
+        Route(HEALTH, health, methods=["GET"]),
+        Route("/v1/files", upload, methods=["POST"]),
+        Route("/v1/files", list_files, methods=["GET"]),
+        Route("/v1/files/{file_id}", get_file, methods=["GET"]),
+        Route("/v1/files/{file_id}", delete_file, methods=["DELETE"]),
+        Route("/v1/files/{file_id}/content", file_content, methods=["GET"]),
+        Route("/v1/batches", create_batch, methods=["POST"]),
+        Route("/v1/batches", list_batches, methods=["GET"]),
+        Route("/v1/batches/{batch_id}", get_batch, methods=["GET"]),
+        Route("/v1/batches/{batch_id}/cancel", cancel_batch, methods=["POST"]),
+    ]
+    app = Starlette(routes=routes, exception_handlers={ApiError: api_error, HTTPException: http_error})
+    if keys is None:
+        return app
+    return RequireApiKey(app, keys, open_paths=frozenset({HEALTH}))

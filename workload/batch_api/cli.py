@@ -1,0 +1,101 @@
+"""`python -m workload batch-api --host 127.0.0.1 --port 8100 --data DIR`: the Batch API on this machine.
+
+One process serves the routes (uvicorn) and, in a thread, moves batches on (`BatchService.tick` every
+`--tick-s`); the executor runs each batch's job as a child process. On SIGTERM or Ctrl-C the server stops the
+running job (which commits what finished) and waits for it, so the next start on the same `--data` resumes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from workload.auth.keys import KeyConfigError, KeySource, keys_for_host
+from workload.batch_api.app import build_app
+from workload.batch_api.executor import BatchRun, LocalJobExecutor, check_base_config, job_config
+from workload.batch_api.objects import DEFAULT_RETENTION_S, OPENAI_MAX_FILE_BYTES, OPENAI_MAX_REQUESTS, Limits
+from workload.batch_api.service import BatchService
+from workload.batch_api.store import LocalStore, StoreLocked
+from workload.contract.config import ConfigError, build_config, read_config_file
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (not loopback: an API key is required)")
+    parser.add_argument("--port", type=int, default=8100, help="port")
+    parser.add_argument("--data", required=True, help="folder for files, batches and the jobs' output")
+    parser.add_argument("--config", help="the job config every batch runs with (model, engine); input/output are set")
+    parser.add_argument(
+        "--scope",
+        choices=["project", "key"],
+        default="project",
+        help="project: every key sees every file and batch (OpenAI's keys of one project); key: one tenant per key",
+    )
+    parser.add_argument("--retention-days", type=float, default=DEFAULT_RETENTION_S / 86400, help="files kept")
+    parser.add_argument("--max-file-mb", type=float, default=OPENAI_MAX_FILE_BYTES / 1e6, help="upload limit (MB)")
+    parser.add_argument("--max-requests", type=int, default=OPENAI_MAX_REQUESTS, help="requests per batch")
+    parser.add_argument("--tick-s", type=float, default=1.0, help="how often batches are moved on")
+
+
+class Ticker(threading.Thread):
+    """Calls `service.tick()` every `interval_s` until stopped; a failed tick is reported and the next one runs."""
+
+    def __init__(self, service: BatchService, interval_s: float) -> None:
+        super().__init__(name="batch-api-ticker", daemon=True)
+        self.service, self.interval_s = service, interval_s
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            try:
+                self.service.tick()
+            except Exception as error:  # one bad tick (a torn record, a full disk) must not stop the queue
+                print(f"llm-batch batch-api: tick failed: {type(error).__name__}: {error}", file=sys.stderr)
+            self.halt.wait(self.interval_s)
+
+
+def run(args: argparse.Namespace, exit_bad_config: int) -> int:
+    import uvicorn
+
+    try:
+        limits = Limits(
+            max_file_bytes=int(args.max_file_mb * 1e6),
+            max_requests=args.max_requests,
+            retention_s=int(args.retention_days * 86400),
+        )
+        base = read_config_file(args.config)
+        check_base_config(base)
+        model = build_config(job_config(base, BatchRun("b", "/in", "/out", "/v1/chat/completions"))).model.name
+        keys = keys_for_host(args.host, KeySource.from_env(), "the Batch API")
+        store = LocalStore(args.data)
+    except (ValueError, ConfigError, KeyConfigError, StoreLocked) as error:
+        print(f"llm-batch batch-api: {error}", file=sys.stderr)
+        return exit_bad_config
+    executor = LocalJobExecutor(base, Path(store.root) / "runs")
+    service = BatchService(store, executor, model, limits)
+    ticker = Ticker(service, args.tick_s)
+    app = build_app(service, keys, args.scope)
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
+    guard = f"keys from {keys.source.describe()}" if keys else "no key (loopback only)"
+    print(
+        f"llm-batch batch-api: http://{args.host}:{args.port}/v1 serving model {model!r}, data {store.root}, "
+        f"{guard}, scope {args.scope}",
+        file=sys.stderr,
+        flush=True,
+    )
+    # uvicorn takes SIGTERM/SIGINT while it serves and, once shut down, raises the signal again against the
+    # handlers it found: these, so the process lives on to stop the job (not the default, which would kill it
+    # here and leave the job running without its server).
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda *_: None)
+    ticker.start()
+    try:
+        server.run()
+    finally:
+        ticker.halt.set()
+        ticker.join()
+        executor.close()  # the running job commits what finished; the next start resumes it
+        store.close()
+    return 0

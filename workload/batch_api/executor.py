@@ -1,0 +1,150 @@
+"""What runs a batch: the `Executor` interface the service drives, and the local one (`python -m workload run`).
+
+An executor knows nothing of statuses or files: it is told to start (or resume) the job of one batch on its
+input and output, to stop it, and is asked how that run stands. The job does the rest: exactly-once resume on
+the same output folder, and on SIGTERM a stop that commits what finished and writes partial output.jsonl and
+errors.jsonl (workload/job/attempt.py). The tiers' executor (the next issue) starts the same job as their run.
+
+`LocalJobExecutor` runs one job at a time as a child process, each in its own process group, so a stop is a
+SIGTERM to the job's driver (as the kubelet sends it) and nothing the job started outlives it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import yaml
+
+from workload.contract.config import build_config
+from workload.contract.entrypoint import ENTRYPOINT, run_args
+
+RunStateName = Literal["running", "succeeded", "stopped", "busy", "failed", "absent"]
+EXIT_STOPPED = 143  # the job's exit after SIGTERM (workload.runtime.StopSignal.EXIT_CODE)
+CHAT_URL = "/v1/chat/completions"
+EXIT_LEASE_HELD = 4  # another live attempt holds the output (workload/cli/commands.py): try again later
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    batch_id: str
+    input_uri: str
+    output_uri: str
+    endpoint: str
+
+
+@dataclass(frozen=True)
+class RunState:
+    """`absent`: this executor has no run of the batch (never started, or started by a server before a restart);
+    `busy`: refused because another attempt still holds the output; `failed`: `reason` says why, in one line."""
+
+    name: RunStateName
+    reason: str | None = None
+
+
+class Executor(Protocol):
+    def start(self, run: BatchRun) -> None: ...
+
+    def state(self, batch_id: str) -> RunState: ...
+
+    def stop(self, batch_id: str) -> None:
+        """Ask the run to stop and commit what finished; returns at once (`state` says when it has)."""
+        ...
+
+    def close(self) -> None:
+        """The server is going away: stop every run and wait, so the next server resumes them."""
+        ...
+
+
+def job_config(base: dict[str, Any], run: BatchRun) -> dict[str, Any]:
+    """The job config of one batch: the server's base config with the batch's input, endpoint and output."""
+    config = yaml.safe_load(yaml.safe_dump(base)) or {}
+    config["input"] = {**config.get("input", {}), "uri": run.input_uri, "format": "openai", "openai_url": run.endpoint}
+    config["output"] = {**config.get("output", {}), "uri": run.output_uri}
+    config.setdefault("resume", {})["mode"] = "resume"  # a restarted server resumes; it never starts over
+    return config
+
+
+def check_base_config(base: dict[str, Any]) -> None:
+    """Refuse a base config the job would refuse, at the server's start rather than at the first batch."""
+    build_config(job_config(base, BatchRun("batch_check", "/nonexistent/input.jsonl", "/nonexistent/out", CHAT_URL)))
+
+
+class LocalJobExecutor:
+    """Each batch's job as `python -m workload run --config RUNS/<batch>/job.yaml`, its log beside the config."""
+
+    def __init__(self, base_config: dict[str, Any], runs_dir: str | Path, grace_s: float = 60.0) -> None:
+        self.base, self.runs = base_config, Path(runs_dir)
+        self.grace_s = grace_s
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._lock = threading.Lock()
+
+    def start(self, run: BatchRun) -> None:
+        folder = self.runs / run.batch_id
+        folder.mkdir(parents=True, exist_ok=True)
+        config_path = folder / "job.yaml"
+        config_path.write_text(yaml.safe_dump(job_config(self.base, run), sort_keys=False))
+        with (folder / "job.log").open("ab") as log, self._lock:
+            self._children[run.batch_id] = subprocess.Popen(
+                [sys.executable, *ENTRYPOINT[1:], *run_args(str(config_path))],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own group: Ray and the engine go with it, nothing else does
+            )
+
+    def state(self, batch_id: str) -> RunState:
+        with self._lock:
+            child = self._children.get(batch_id)
+        if child is None:
+            return RunState("absent")
+        code = child.poll()
+        if code is None:
+            return RunState("running")
+        self._reap(batch_id, child)
+        if code == 0:
+            return RunState("succeeded")
+        if code in (EXIT_STOPPED, -signal.SIGTERM):  # -SIGTERM: it ended after its summary, as our stop landed
+            return RunState("stopped")
+        if code == EXIT_LEASE_HELD:
+            return RunState("busy")
+        return RunState("failed", self._reason(batch_id, code))
+
+    def _reap(self, batch_id: str, child: subprocess.Popen[bytes]) -> None:
+        # The driver is gone; whatever it left in its group (Ray workers, engine processes) goes too.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGKILL)
+        with self._lock:
+            if self._children.get(batch_id) is child:
+                del self._children[batch_id]
+
+    def _reason(self, batch_id: str, code: int) -> str:
+        """The job's own one-line error (`llm-batch: ...` or `python -m workload: ...`), else its exit code."""
+        log = self.runs / batch_id / "job.log"
+        lines = log.read_text(errors="replace").splitlines()[-200:] if log.is_file() else []
+        said = [line for line in lines if line.startswith(("llm-batch:", "python -m workload:"))]
+        return said[-1] if said else f"the job exited with code {code} (log: {log})"
+
+    def stop(self, batch_id: str) -> None:
+        with self._lock:
+            child = self._children.get(batch_id)
+        if child is not None and child.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(signal.SIGTERM)  # the driver alone: it stops its own engine after committing
+
+    def close(self) -> None:
+        with self._lock:
+            children = dict(self._children)
+        for batch_id in children:
+            self.stop(batch_id)
+        for batch_id, child in children.items():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=self.grace_s + 30)
+            self._reap(batch_id, child)

@@ -1,0 +1,213 @@
+"""How a batch moves on (service.py's diagram): one `tick` expires, follows the running batch, starts the next,
+and deletes what is past its retention. Everything it knows of a run comes from the executor's `state` and the
+job's output folder in the store, so it resumes correctly after any restart of the server.
+
+What it reads of the job's output (workload/job/output.py's layout): `_commits/*.json` (the shard markers, for
+request counts while the job runs), `summary.json` (written last: totals and tokens), and the OpenAI files the job
+writes on completion and on a stop (`output.jsonl`, `errors.jsonl`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from workload.batch_api.executor import BatchRun
+from workload.batch_api.objects import ACTIVE, TERMINAL, batch_errors, file_record
+from workload.batch_api.store import StoreConflict
+
+if TYPE_CHECKING:
+    from workload.batch_api.service import BatchService
+
+OUTPUTS = (("output.jsonl", "output_file_id", "output"), ("errors.jsonl", "error_file_id", "error"))
+
+
+def tick(service: BatchService) -> None:
+    now = service.now()
+    running = False
+    for record in sorted(service.store.records("batch"), key=lambda r: (r["created_at"], r["_seq"])):
+        if record["status"] == "validating" and now >= record["expires_at"]:
+            _expire_queued(service, record["id"])
+        elif record["status"] in ACTIVE:
+            running = _follow(service, record, now) or running
+    if not running:
+        _start_next(service)
+    _sweep(service, now)
+
+
+def _expire_queued(service: BatchService, batch_id: str) -> None:
+    def expire(record: dict[str, Any]) -> None:
+        if record["status"] == "validating":
+            record.update(status="expired", expired_at=service.now(), _done_at=service.now())
+
+    service._update(batch_id, expire)
+
+
+def _start(service: BatchService, record: dict[str, Any]) -> None:
+    store = service.store
+    run = BatchRun(record["id"], store.uri(record["_input_key"]), store.uri(record["_output_key"]), record["endpoint"])
+    service.executor.start(run)
+
+
+def _start_next(service: BatchService) -> None:
+    queued = [r for r in service.store.records("batch") if r["status"] == "validating"]
+    if not queued:
+        return
+    oldest = min(queued, key=lambda r: (r["created_at"], r["_seq"]))
+    if service.store.blob_size(oldest["_input_key"]) is None:  # its file was deleted while it waited
+        _finish(service, oldest["id"], "failed", "input_file_deleted: the batch's input file was deleted")
+        return
+
+    def begin(record: dict[str, Any]) -> None:
+        if record["status"] != "validating":
+            raise StoreConflict("changed")
+        record.update(status="in_progress", in_progress_at=service.now())
+
+    try:
+        record = service._update(oldest["id"], begin)
+    except StoreConflict:  # cancelled (or taken) since it was listed
+        return
+    _start(service, record)
+
+
+def _follow(service: BatchService, record: dict[str, Any], now: int) -> bool:
+    """Look at the running batch and move it on; whether a job still runs (or should) for it."""
+    batch_id, stop = record["id"], record.get("_stop")
+    if stop is None and now >= record["expires_at"]:
+        service._update(batch_id, lambda r: r.update(_stop=r.get("_stop") or "expired"))
+        stop = "expired"
+    if stop is not None:
+        service.executor.stop(batch_id)  # again on every tick: idempotent, and it survives a server restart
+    state = service.executor.state(batch_id)
+    if state.name == "running":
+        _count(service, record)
+        return True
+    if state.name == "succeeded":
+        _finish(service, batch_id, stop or "completed")
+        return False
+    finished = service.store.blob_size(f"{record['_output_key']}/summary.json") is not None
+    if state.name == "failed" and not finished:
+        _finish(service, batch_id, "failed", f"job_failed: {state.reason}")
+        return False
+    if finished and state.name != "busy":  # the summary is written last: every request has its answer
+        _finish(service, batch_id, stop or "completed")
+        return False
+    # stopped, refused (another attempt holds the output) or unknown to this executor (the server restarted)
+    if stop is not None and state.name != "busy":
+        _finish(service, batch_id, stop)
+        return False
+    _start(service, record)  # resume: the job redoes only what was not committed
+    return True
+
+
+def _count(service: BatchService, record: dict[str, Any]) -> None:
+    """request_counts from the shards committed so far (one marker per shard counts: the latest attempt's)."""
+    store, prefix = service.store, f"{record['_output_key']}/_commits"
+    best: dict[int, dict[str, Any]] = {}
+    for key in store.list_blobs(prefix):
+        body = store.read_blob(key)
+        if body is None or not key.endswith(".json"):
+            continue
+        marker = json.loads(b"".join(body))
+        shard = int(marker["shard"])
+        if shard not in best or marker.get("attempt", 0) >= best[shard].get("attempt", 0):
+            best[shard] = marker
+    completed = sum(int(m["rows_ok"]) for m in best.values())
+    failed = sum(int(m["rows_failed"]) for m in best.values())
+    counts = record["request_counts"]
+    if (counts["completed"], counts["failed"]) == (completed, failed):
+        return
+
+    def progress(current: dict[str, Any]) -> None:
+        current["request_counts"].update(completed=completed, failed=failed)
+        done = completed + failed >= current["request_counts"]["total"]
+        if done and current["status"] == "in_progress":  # every request answered: the job writes its files
+            current.update(status="finalizing", finalizing_at=service.now())
+
+    service._update(record["id"], progress)
+
+
+def _lines(service: BatchService, key: str) -> int:
+    body = service.store.read_blob(key)
+    return 0 if body is None else sum(chunk.count(b"\n") for chunk in body)
+
+
+def _output_file_id(batch_id: str, kind: str) -> str:
+    # Derived from the batch: finishing twice (a restart between the two writes) makes the same file, not two.
+    return "file-" + hashlib.sha256(f"{batch_id}:{kind}".encode()).hexdigest()[:24]
+
+
+def _finish(service: BatchService, batch_id: str, status: str, reason: str | None = None) -> None:
+    """Close the batch as `status`, with the files the job wrote (whole or, after a stop, partial)."""
+    found = service.store.get("batch", batch_id)
+    if found is None or found.record["status"] in TERMINAL:
+        return
+    record, store, now = found.record, service.store, service.now()
+    output = record["_output_key"]
+    ids: dict[str, str | None] = {"output_file_id": None, "error_file_id": None}
+    counts: dict[str, int] = {}
+    for name, field, kind in OUTPUTS:
+        key = f"{output}/{name}"
+        size = store.blob_size(key)
+        counts[kind] = _lines(service, key) if size else 0
+        if not size:  # OpenAI leaves the id null when there is nothing in the file
+            continue
+        file_id = _output_file_id(batch_id, kind)
+        ids[field] = file_id
+        entry = file_record(
+            file_id,
+            f"{batch_id}_{kind}.jsonl",
+            "batch_output",
+            size,
+            now,
+            now + service.limits.retention_s,
+            owner=record["_owner"],
+            seq=service._seq(),
+            key=key,
+        )
+        with contextlib.suppress(StoreConflict):  # made by an earlier finish that did not get to write the batch
+            store.put("file", entry, None)
+    summary_body = store.read_blob(f"{output}/summary.json")
+    summary = json.loads(b"".join(summary_body)) if summary_body is not None else None
+
+    def close(current: dict[str, Any]) -> None:
+        if current["status"] in TERMINAL:
+            return
+        stamp = {"completed": "completed_at", "failed": "failed_at", "expired": "expired_at"}
+        current.update(ids, status=status, _done_at=now)
+        current[stamp.get(status, "cancelled_at")] = now
+        if status == "completed" and current["finalizing_at"] is None:
+            current["finalizing_at"] = now
+        total = int(summary["rows_in"]) if summary else current["request_counts"]["total"]
+        if ids["output_file_id"] or ids["error_file_id"] or summary:
+            current["request_counts"] = {"total": total, "completed": counts["output"], "failed": counts["error"]}
+        if summary:
+            current["usage"] = {
+                "input_tokens": int(summary["input_tokens"]),
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": int(summary["output_tokens"]),
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": int(summary["input_tokens"]) + int(summary["output_tokens"]),
+            }
+        if reason is not None:
+            code, _, message = reason.partition(": ")
+            current["errors"] = batch_errors([{"code": code, "message": message}])
+
+    service._update(batch_id, close)
+
+
+def _sweep(service: BatchService, now: int) -> None:
+    """Retention: a file past its `expires_at` is deleted (record and body), and a finished batch's job output
+    folder once the retention has passed since it finished (its output files expire at the same moment)."""
+    store = service.store
+    for record in store.records("file"):
+        if record["expires_at"] is not None and now >= record["expires_at"]:
+            store.delete("file", record["id"])
+            store.delete_blobs(record["_key"])
+    for record in store.records("batch"):
+        done = record.get("_done_at")
+        if done is not None and not record.get("_output_deleted") and now >= done + service.limits.retention_s:
+            store.delete_blobs(record["_output_key"])
+            service._update(record["id"], lambda r: r.update(_output_deleted=True))

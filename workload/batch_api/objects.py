@@ -1,0 +1,142 @@
+"""OpenAI's File and Batch objects as this API returns them, its error body, and the limits it enforces.
+
+Records in the store are these objects plus private fields (leading underscore: the owner, ordering, where the
+body or the job's output lives); `public()` drops them, so a response can never leak one. The shapes follow the
+official client's types (openai.types.FileObject, Batch, BatchRequestCounts, BatchError, FileDeleted).
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+FILE_PURPOSES = ("batch", "batch_output")  # what this API stores: inputs it runs and the outputs it writes
+UPLOAD_PURPOSES = ("batch",)  # what a client may upload (the others of OpenAI's are for features not served)
+COMPLETION_WINDOWS = {"24h": 24 * 3600}  # OpenAI's only window
+TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
+ACTIVE = frozenset({"in_progress", "finalizing", "cancelling"})  # a job runs (or is being stopped) for the batch
+
+# OpenAI's documented limits (openai.types.batch_create_params: "up to 50,000 requests, and can be up to 200 MB");
+# metadata: 16 pairs, keys up to 64 characters, values up to 512 (openai.types.shared.Metadata).
+OPENAI_MAX_FILE_BYTES = 200 * 1000 * 1000
+OPENAI_MAX_REQUESTS = 50_000
+METADATA_PAIRS, METADATA_KEY_CHARS, METADATA_VALUE_CHARS = 16, 64, 512
+# OpenAI's default for batch files ("files with purpose=batch expire after 30 days"), and the range it accepts.
+DEFAULT_RETENTION_S = 30 * 24 * 3600
+EXPIRES_AFTER_RANGE_S = (3600, 30 * 24 * 3600)
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_file_bytes: int = OPENAI_MAX_FILE_BYTES
+    max_requests: int = OPENAI_MAX_REQUESTS
+    retention_s: int = DEFAULT_RETENTION_S  # files (inputs and outputs) and a batch's job output are kept this long
+
+    def __post_init__(self) -> None:
+        for name in ("max_file_bytes", "max_requests", "retention_s"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+
+class ApiError(Exception):
+    """A request refused, as OpenAI refuses it: HTTP status and `{"error": {message, type, param, code}}`."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        error_type: str = "invalid_request_error",
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.error_type = status, message, param, code, error_type
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.error_type, "param": self.param, "code": self.code}}
+
+
+def not_found(kind: str, object_id: str, param: str = "id") -> ApiError:
+    """OpenAI's wording for an id that is unknown (or another tenant's: the same answer, so ids cannot be probed)."""
+    return ApiError(404, f"No such {kind} object: {object_id}", param=param)
+
+
+def new_id(kind: str) -> str:
+    """OpenAI's id shapes: `file-...` and `batch_...`, 24 random hex characters (unguessable: 96 bits)."""
+    prefix = {"file": "file-", "batch": "batch_"}[kind]
+    return prefix + secrets.token_hex(12)
+
+
+def public(record: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in record.items() if not key.startswith("_")}
+
+
+def file_record(
+    file_id: str, filename: str, purpose: str, size: int, created_at: int, expires_at: int | None, **private: Any
+) -> dict[str, Any]:
+    return {
+        "id": file_id,
+        "object": "file",
+        "bytes": size,
+        "created_at": created_at,
+        "expires_at": expires_at,
+        "filename": filename,
+        "purpose": purpose,
+        "status": "processed",  # deprecated in OpenAI's API, still required by its type
+        "status_details": None,
+        **{f"_{key}": value for key, value in private.items()},
+    }
+
+
+def batch_record(
+    batch_id: str,
+    input_file_id: str,
+    endpoint: str,
+    completion_window: str,
+    created_at: int,
+    metadata: dict[str, str] | None,
+    model: str,
+    **private: Any,
+) -> dict[str, Any]:
+    return {
+        "id": batch_id,
+        "object": "batch",
+        "endpoint": endpoint,
+        "model": model,
+        "errors": None,
+        "input_file_id": input_file_id,
+        "completion_window": completion_window,
+        "status": "validating",
+        "output_file_id": None,
+        "error_file_id": None,
+        "created_at": created_at,
+        "in_progress_at": None,
+        "expires_at": created_at + COMPLETION_WINDOWS[completion_window],
+        "finalizing_at": None,
+        "completed_at": None,
+        "failed_at": None,
+        "expired_at": None,
+        "cancelling_at": None,
+        "cancelled_at": None,
+        "request_counts": {"total": 0, "completed": 0, "failed": 0},
+        "usage": None,
+        "metadata": metadata,
+        **{f"_{key}": value for key, value in private.items()},
+    }
+
+
+def batch_errors(errors: list[dict[str, Any]]) -> dict[str, Any]:
+    """The `errors` of a batch that failed validation: a list object of BatchError (code, line, message, param)."""
+    return {"object": "list", "data": [{"line": None, "param": None, **error} for error in errors]}
+
+
+def list_page(items: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
+    """OpenAI's cursor page (the SDK's SyncCursorPage reads `data` and `has_more`, and pages by the last id)."""
+    return {
+        "object": "list",
+        "data": items,
+        "first_id": items[0]["id"] if items else None,
+        "last_id": items[-1]["id"] if items else None,
+        "has_more": has_more,
+    }

@@ -1,0 +1,213 @@
+"""Where the Batch API keeps its records (File and Batch objects) and bodies (uploads, the job's output).
+
+`Store` is the one interface the service needs; `LocalStore` keeps everything under one folder. The AWS front's
+store (the next issue) keeps the same keys in the stack's bucket: a record's version is then its ETag, and `put`
+is a conditional write (`IfNoneMatch="*"` to create, `IfMatch=version` to change), which is why every change here
+goes through compare-and-swap on a version too, even though one process owns the folder.
+
+Layout (keys are the same in both):
+    records/file/<id>.json, records/batch/<id>.json   one object each, with its private fields
+    files/<file id>.jsonl                               an uploaded body
+    batches/<batch id>/output/                          the job's output folder (output.jsonl, errors.jsonl, ...)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+CHUNK = 1 << 20
+
+
+class StoreConflict(Exception):
+    """The record changed (or came to exist) since it was read: read it again and redo the change."""
+
+
+class StoreLocked(Exception):
+    """Another server already serves this data folder."""
+
+
+@dataclass(frozen=True)
+class Versioned:
+    record: dict[str, Any]
+    version: str
+
+
+class Store(Protocol):
+    def get(self, kind: str, object_id: str) -> Versioned | None: ...
+
+    def put(self, kind: str, record: dict[str, Any], expected: str | None) -> str:
+        """Write `record` if the stored version is `expected` (None: only if absent); its new version.
+        Raises StoreConflict otherwise."""
+        ...
+
+    def delete(self, kind: str, object_id: str) -> None: ...
+
+    def records(self, kind: str) -> list[dict[str, Any]]: ...
+
+    def write_blob(self, key: str, chunks: Iterable[bytes]) -> int:
+        """Store the body `chunks` make under `key`, all or nothing (an exception from `chunks` leaves no body)."""
+        ...
+
+    def read_blob(self, key: str) -> Iterator[bytes] | None: ...
+
+    def blob_size(self, key: str) -> int | None: ...
+
+    def list_blobs(self, prefix: str) -> list[str]:
+        """The keys of the bodies under `prefix/`, sorted."""
+        ...
+
+    def delete_blobs(self, prefix: str) -> None:
+        """Delete the body at `prefix` and every body under `prefix/`."""
+        ...
+
+    def uri(self, key: str) -> str:
+        """Where the job reads or writes `key`: a local path here, an s3:// URI on the tiers."""
+        ...
+
+
+def _version(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+
+
+class LocalStore:
+    """A folder: records as JSON files replaced atomically (temp file, fsync, rename), bodies beside them.
+
+    Holds an exclusive lock on `ROOT/.lock` for its life, so two servers never share a folder (the second is
+    refused at start, in one line).
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).expanduser().resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock_file = (self.root / ".lock").open("a")
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_file.close()
+            raise StoreLocked(f"another Batch API server already serves {self.root}") from None
+        self._cas = threading.Lock()
+
+    def close(self) -> None:
+        self._lock_file.close()
+
+    def _record_path(self, kind: str, object_id: str) -> Path:
+        if "/" in object_id or object_id.startswith("."):
+            raise ValueError(f"not an id: {object_id!r}")
+        return self.root / "records" / kind / f"{object_id}.json"
+
+    def _blob_path(self, key: str) -> Path:
+        path = (self.root / key).resolve()
+        if self.root not in path.parents:
+            raise ValueError(f"not a key under the store: {key!r}")
+        return path
+
+    def get(self, kind: str, object_id: str) -> Versioned | None:
+        try:
+            data = self._record_path(kind, object_id).read_bytes()
+        except (FileNotFoundError, ValueError):
+            return None
+        return Versioned(json.loads(data), _version(data))
+
+    def put(self, kind: str, record: dict[str, Any], expected: str | None) -> str:
+        path = self._record_path(kind, record["id"])
+        data = json.dumps(record, sort_keys=True).encode()
+        with self._cas:
+            try:
+                current: str | None = _version(path.read_bytes())
+            except FileNotFoundError:
+                current = None
+            if current != expected:
+                raise StoreConflict(f"{kind} {record['id']} changed since it was read")
+            _atomic_write(path, data)
+        return _version(data)
+
+    def delete(self, kind: str, object_id: str) -> None:
+        with self._cas, contextlib.suppress(FileNotFoundError):
+            self._record_path(kind, object_id).unlink()
+
+    def records(self, kind: str) -> list[dict[str, Any]]:
+        folder = self.root / "records" / kind
+        found = []
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            with contextlib.suppress(FileNotFoundError):  # deleted between the listing and the read
+                found.append(json.loads(path.read_bytes()))
+        return found
+
+    def write_blob(self, key: str, chunks: Iterable[bytes]) -> int:
+        path = self._blob_path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        size = 0
+        try:
+            with os.fdopen(handle, "wb") as out:
+                for chunk in chunks:
+                    out.write(chunk)
+                    size += len(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temporary, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+            raise
+        return size
+
+    def read_blob(self, key: str) -> Iterator[bytes] | None:
+        try:
+            handle = self._blob_path(key).open("rb")
+        except (FileNotFoundError, IsADirectoryError):
+            return None
+
+        def chunks() -> Iterator[bytes]:
+            with handle:
+                while chunk := handle.read(CHUNK):
+                    yield chunk
+
+        return chunks()
+
+    def blob_size(self, key: str) -> int | None:
+        path = self._blob_path(key)
+        return path.stat().st_size if path.is_file() else None
+
+    def list_blobs(self, prefix: str) -> list[str]:
+        folder = self._blob_path(prefix)
+        if not folder.is_dir():
+            return []
+        return sorted(str(p.relative_to(self.root)) for p in folder.rglob("*") if p.is_file())
+
+    def delete_blobs(self, prefix: str) -> None:
+        path = self._blob_path(prefix)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    def uri(self, key: str) -> str:
+        return str(self._blob_path(key))
