@@ -1,0 +1,197 @@
+"""The Batch API's store on the AWS tiers: the stack's bucket, under one prefix (`batch-api/` by default).
+
+The same keys as `LocalStore` (store.py), so the service, the lifecycle and the job see one layout:
+- a record is one JSON object; its version is the object's ETag, and `put` is an S3 conditional write
+  (`IfNoneMatch="*"` creates, `IfMatch=<ETag>` changes). Two fronts (two Lambda invocations, or a front and the
+  scheduled tick) changing one batch never lose each other's write: the loser gets `PreconditionFailed` (412) or
+  `ConditionalRequestConflict` (409), which is `StoreConflict`, and the service reads again and redoes it.
+- a body is written by multipart upload in `PART_BYTES` parts, so a 200 MB file never sits in memory; it appears
+  only when the upload completes (all or nothing), and a failed write aborts the upload (no parts left to pay for).
+
+Listing: `records(kind)` lists `records/<kind>/` (1,000 keys a page) and reads the objects `READERS` at a time.
+The records are few by construction: files and batches are deleted `retention` (30 days) after they end, so a
+project holds what it made in a month; at tens of thousands of records a DynamoDB index (one query a page) is
+the next step, and the `Store` protocol is where it would go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from workload.batch_api.store import CHUNK, StoreConflict, Versioned
+
+PART_BYTES = 8 * 1024 * 1024  # S3's multipart minimum is 5 MiB (but the last part); 8 MiB keeps memory small
+READERS = 16
+_CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
+_MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
+
+
+def _code(error: Exception) -> str:
+    response = getattr(error, "response", None) or {}
+    return str(response.get("Error", {}).get("Code", ""))
+
+
+class S3Store:
+    """Records and bodies in `s3://bucket/prefix`; `kms_key_id`: encrypt what it writes with the stack's key."""
+
+    def __init__(self, client: Any, bucket: str, prefix: str = "batch-api/", kms_key_id: str | None = None) -> None:
+        if not bucket:
+            raise ValueError("the Batch API's bucket is not set")
+        if prefix and not prefix.endswith("/"):
+            raise ValueError(f"the Batch API's prefix must end with '/', got {prefix!r}")
+        self.s3, self.bucket, self.prefix = client, bucket, prefix
+        self._encryption = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": kms_key_id} if kms_key_id else {}
+
+    def close(self) -> None:
+        """Nothing to release: S3 needs no lock (conditional writes stand in for it)."""
+
+    def _key(self, key: str) -> str:
+        if key.startswith("/") or ".." in key.split("/"):
+            raise ValueError(f"not a key under the store: {key!r}")
+        return self.prefix + key
+
+    def _record_key(self, kind: str, object_id: str) -> str:
+        if not object_id or "/" in object_id or object_id.startswith("."):
+            raise ValueError(f"not an id: {object_id!r}")
+        return f"{self.prefix}records/{kind}/{object_id}.json"
+
+    # ---- records -----------------------------------------------------------------------------------------------
+
+    def get(self, kind: str, object_id: str) -> Versioned | None:
+        try:
+            found = self.s3.get_object(Bucket=self.bucket, Key=self._record_key(kind, object_id))
+        except ValueError:
+            return None
+        except self.s3.exceptions.ClientError as error:
+            if _code(error) in _MISSING_CODES:
+                return None
+            raise
+        return Versioned(json.loads(found["Body"].read()), str(found["ETag"]))
+
+    def put(self, kind: str, record: dict[str, Any], expected: str | None) -> str:
+        condition = {"IfNoneMatch": "*"} if expected is None else {"IfMatch": expected}
+        try:
+            written = self.s3.put_object(
+                Bucket=self.bucket,
+                Key=self._record_key(kind, record["id"]),
+                Body=json.dumps(record, sort_keys=True).encode(),
+                ContentType="application/json",
+                **condition,
+                **self._encryption,
+            )
+        except self.s3.exceptions.ClientError as error:
+            # A change to a record deleted meanwhile answers NoSuchKey: it changed too.
+            if _code(error) in _CONFLICT_CODES | _MISSING_CODES:
+                raise StoreConflict(f"{kind} {record['id']} changed since it was read") from None
+            raise
+        return str(written["ETag"])
+
+    def delete(self, kind: str, object_id: str) -> None:
+        with contextlib.suppress(ValueError):
+            self.s3.delete_object(Bucket=self.bucket, Key=self._record_key(kind, object_id))
+
+    def records(self, kind: str) -> list[dict[str, Any]]:
+        keys = sorted(self._list(f"{self.prefix}records/{kind}/"))
+
+        def read(key: str) -> dict[str, Any] | None:
+            try:
+                return json.loads(self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())  # type: ignore[no-any-return]
+            except self.s3.exceptions.ClientError as error:
+                if _code(error) in _MISSING_CODES:  # deleted between the listing and the read
+                    return None
+                raise
+
+        with ThreadPoolExecutor(max_workers=READERS) as pool:
+            return [record for record in pool.map(read, keys) if record is not None]
+
+    def _list(self, prefix: str) -> Iterator[str]:
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            for item in page.get("Contents", []):
+                yield str(item["Key"])
+
+    # ---- bodies ------------------------------------------------------------------------------------------------
+
+    def write_blob(self, key: str, chunks: Iterable[bytes]) -> int:
+        full = self._key(key)
+        buffer, size, upload_id, parts = bytearray(), 0, None, []
+        try:
+            for chunk in chunks:
+                buffer += chunk
+                size += len(chunk)
+                while len(buffer) >= PART_BYTES:
+                    if upload_id is None:
+                        started = self.s3.create_multipart_upload(Bucket=self.bucket, Key=full, **self._encryption)
+                        upload_id = started["UploadId"]
+                    part = bytes(buffer[:PART_BYTES])
+                    del buffer[:PART_BYTES]
+                    number = len(parts) + 1
+                    sent = self.s3.upload_part(
+                        Bucket=self.bucket, Key=full, UploadId=upload_id, PartNumber=number, Body=part
+                    )
+                    parts.append({"PartNumber": number, "ETag": sent["ETag"]})
+            if upload_id is None:  # under one part: one plain write
+                self.s3.put_object(Bucket=self.bucket, Key=full, Body=bytes(buffer), **self._encryption)
+                return size
+            if buffer:
+                number = len(parts) + 1
+                sent = self.s3.upload_part(
+                    Bucket=self.bucket, Key=full, UploadId=upload_id, PartNumber=number, Body=bytes(buffer)
+                )
+                parts.append({"PartNumber": number, "ETag": sent["ETag"]})
+            self.s3.complete_multipart_upload(
+                Bucket=self.bucket, Key=full, UploadId=upload_id, MultipartUpload={"Parts": parts}
+            )
+        except BaseException:
+            if upload_id is not None:
+                with contextlib.suppress(Exception):
+                    self.s3.abort_multipart_upload(Bucket=self.bucket, Key=full, UploadId=upload_id)
+            raise
+        return size
+
+    def read_blob(self, key: str) -> Iterator[bytes] | None:
+        try:
+            found = self.s3.get_object(Bucket=self.bucket, Key=self._key(key))
+        except self.s3.exceptions.ClientError as error:
+            if _code(error) in _MISSING_CODES:
+                return None
+            raise
+        body = found["Body"]
+
+        def chunks() -> Iterator[bytes]:
+            with contextlib.closing(body):
+                yield from body.iter_chunks(CHUNK)
+
+        return chunks()
+
+    def blob_size(self, key: str) -> int | None:
+        try:
+            return int(self.s3.head_object(Bucket=self.bucket, Key=self._key(key))["ContentLength"])
+        except self.s3.exceptions.ClientError as error:
+            if _code(error) in _MISSING_CODES:
+                return None
+            raise
+
+    def list_blobs(self, prefix: str) -> list[str]:
+        return sorted(key.removeprefix(self.prefix) for key in self._list(self._key(prefix).rstrip("/") + "/"))
+
+    def delete_blobs(self, prefix: str) -> None:
+        full = self._key(prefix).rstrip("/")
+        keys = [full, *self._list(full + "/")]
+        for start in range(0, len(keys), 1000):  # DeleteObjects takes at most 1,000 keys
+            batch = [{"Key": key} for key in keys[start : start + 1000]]
+            self.s3.delete_objects(Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
+
+    def uri(self, key: str) -> str:
+        return f"s3://{self.bucket}/{self._key(key)}"
+
+    def download_url(self, key: str, expires_s: int = 3600) -> str:
+        """A presigned GET of the body: how the front answers a download larger than its response limit."""
+        return str(
+            self.s3.generate_presigned_url(
+                "get_object", Params={"Bucket": self.bucket, "Key": self._key(key)}, ExpiresIn=expires_s
+            )
+        )
