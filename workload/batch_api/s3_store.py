@@ -99,7 +99,7 @@ class S3Store:
 
         def read(key: str) -> dict[str, Any] | None:
             try:
-                return json.loads(self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())  # type: ignore[no-any-return]
+                return json.loads(self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
             except self.s3.exceptions.ClientError as error:
                 if _code(error) in _MISSING_CODES:  # deleted between the listing and the read
                     return None
@@ -117,7 +117,8 @@ class S3Store:
 
     def write_blob(self, key: str, chunks: Iterable[bytes]) -> int:
         full = self._key(key)
-        buffer, size, upload_id, parts = bytearray(), 0, None, []
+        buffer, size, upload_id = bytearray(), 0, None
+        parts: list[dict[str, Any]] = []
         try:
             for chunk in chunks:
                 buffer += chunk
