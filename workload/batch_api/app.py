@@ -1,4 +1,4 @@
-"""The Batch API's HTTP routes (OpenAI's Files and Batches), as one ASGI app over a `BatchService`.
+"""The Batch API's HTTP routes (OpenAI's Files, Uploads and Batches), as one ASGI app over a `BatchService`.
 
 Starlette alone (no FastAPI): every body in and out is OpenAI's, including its error bodies, which FastAPI's own
 validation errors (422, `detail`) are not. Imports neither Ray nor vLLM (tests/workload/test_batch_api.py checks),
@@ -17,12 +17,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from workload.auth.asgi import RequireApiKey
 from workload.auth.keys import ApiKeys
+from workload.batch_api import uploads
 from workload.batch_api.objects import ApiError
 from workload.batch_api.service import BatchService
 
@@ -118,8 +119,46 @@ def build_app(service: BatchService, keys: ApiKeys | None, scope: Scope = "proje
         return JSONResponse(await call(service.delete_file, _owner(request, scope), request.path_params["file_id"]))
 
     async def file_content(request: Request) -> Response:
-        body = await call(service.file_content, _owner(request, scope), request.path_params["file_id"])
+        owner, file_id = _owner(request, scope), request.path_params["file_id"]
+        elsewhere = await call(service.file_redirect, owner, file_id)
+        if elsewhere is not None:  # larger than the front answers: the client follows to the store (307 keeps GET)
+            return RedirectResponse(elsewhere, status_code=307)
+        body = await call(service.file_content, owner, file_id)
         return StreamingResponse(body, media_type="application/octet-stream")
+
+    async def create_upload(request: Request) -> Response:
+        return JSONResponse(
+            await call(uploads.create_upload, service, _owner(request, scope), await _json_body(request))
+        )
+
+    async def add_part(request: Request) -> Response:
+        if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+            raise ApiError(400, "send a part as multipart/form-data with the field 'data'")
+        form = await request.form(max_files=1, max_fields=4)
+        try:
+            data = form.get("data")
+            if not isinstance(data, UploadFile):
+                raise ApiError(400, "the 'data' field is missing or is not a file", "data")
+
+            def chunks() -> Iterator[bytes]:
+                while chunk := data.file.read(1 << 20):
+                    yield chunk
+
+            owner, upload_id = _owner(request, scope), request.path_params["upload_id"]
+            part = await call(uploads.add_part, service, owner, upload_id, chunks())
+        finally:
+            await form.close()
+        return JSONResponse(part)
+
+    async def complete_upload(request: Request) -> Response:
+        body = await _json_body(request)
+        owner, upload_id = _owner(request, scope), request.path_params["upload_id"]
+        done = await call(uploads.complete_upload, service, owner, upload_id, body.get("part_ids"), body.get("md5"))
+        return JSONResponse(done)
+
+    async def cancel_upload(request: Request) -> Response:
+        owner, upload_id = _owner(request, scope), request.path_params["upload_id"]
+        return JSONResponse(await call(uploads.cancel_upload, service, owner, upload_id))
 
     async def create_batch(request: Request) -> Response:
         body = await _json_body(request)
@@ -168,6 +207,10 @@ def build_app(service: BatchService, keys: ApiKeys | None, scope: Scope = "proje
         Route("/v1/files/{file_id}", get_file, methods=["GET"]),
         Route("/v1/files/{file_id}", delete_file, methods=["DELETE"]),
         Route("/v1/files/{file_id}/content", file_content, methods=["GET"]),
+        Route("/v1/uploads", create_upload, methods=["POST"]),
+        Route("/v1/uploads/{upload_id}/parts", add_part, methods=["POST"]),
+        Route("/v1/uploads/{upload_id}/complete", complete_upload, methods=["POST"]),
+        Route("/v1/uploads/{upload_id}/cancel", cancel_upload, methods=["POST"]),
         Route("/v1/batches", create_batch, methods=["POST"]),
         Route("/v1/batches", list_batches, methods=["GET"]),
         Route("/v1/batches/{batch_id}", get_batch, methods=["GET"]),

@@ -14,6 +14,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
+from workload.batch_api import uploads
 from workload.batch_api.executor import BatchRun
 from workload.batch_api.objects import ACTIVE, TERMINAL, batch_errors, file_record
 from workload.batch_api.store import StoreConflict
@@ -202,6 +203,7 @@ def _sweep(service: BatchService, now: int) -> None:
     """Retention: a file past its `expires_at` is deleted (record and body), and a finished batch's job output
     folder once the retention has passed since it finished (its output files expire at the same moment)."""
     store = service.store
+    uploads.sweep_uploads(service, now)
     for record in store.records("file"):
         if record["expires_at"] is not None and now >= record["expires_at"]:
             store.delete("file", record["id"])

@@ -32,8 +32,13 @@ class Limits:
     max_file_bytes: int = OPENAI_MAX_FILE_BYTES
     max_requests: int = OPENAI_MAX_REQUESTS
     retention_s: int = DEFAULT_RETENTION_S  # files (inputs and outputs) and a batch's job output are kept this long
+    # A download larger than this is answered with a redirect to the store's presigned URL, where the store has
+    # one (S3Store): the Lambda front answers at most 6 MB. None: always answered inline (the local server).
+    inline_download_bytes: int | None = None
 
     def __post_init__(self) -> None:
+        if self.inline_download_bytes is not None and self.inline_download_bytes < 0:
+            raise ValueError(f"inline_download_bytes must be at least 0, got {self.inline_download_bytes}")
         for name in ("max_file_bytes", "max_requests", "retention_s"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -63,8 +68,9 @@ def not_found(kind: str, object_id: str, param: str = "id") -> ApiError:
 
 
 def new_id(kind: str) -> str:
-    """OpenAI's id shapes: `file-...` and `batch_...`, 24 random hex characters (unguessable: 96 bits)."""
-    prefix = {"file": "file-", "batch": "batch_"}[kind]
+    """OpenAI's id shapes (`file-...`, `batch_...`, `upload_...`, `part_...`): 24 random hex characters
+    (unguessable: 96 bits)."""
+    prefix = {"file": "file-", "batch": "batch_", "upload": "upload_", "part": "part_"}[kind]
     return prefix + secrets.token_hex(12)
 
 

@@ -124,6 +124,15 @@ class BatchService:
             raise not_found("File", file_id)
         return body
 
+    def file_redirect(self, owner: str, file_id: str) -> str | None:
+        """Where to send a download too large for the front (`Limits.inline_download_bytes`); None: answer inline."""
+        record = self._file(owner, file_id)
+        presign = getattr(self.store, "download_url", None)
+        inline = self.limits.inline_download_bytes
+        if presign is None or inline is None or record["bytes"] <= inline:
+            return None
+        return str(presign(record["_key"]))
+
     def delete_file(self, owner: str, file_id: str) -> dict[str, Any]:
         record = self._file(owner, file_id)
         self.store.delete("file", file_id)
