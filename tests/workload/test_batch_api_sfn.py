@@ -1,0 +1,127 @@
+"""The tiers' executor against moto's Step Functions, S3 and Auto Scaling: a queue of batches runs as one
+execution at a time of the stack's state machine, a cancel stops its execution and releases the GPU group, and
+an execution's end (succeeded, failed, aborted) becomes the batch's."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.infra.nightly_aws import ROLE_ARN, executing_state_machines, wait_for
+from tests.workload.test_batch_api import Clock, _line
+from workload.batch_api import lifecycle
+from workload.batch_api.executor import BatchRun
+from workload.batch_api.s3_store import S3Store
+from workload.batch_api.service import BatchService
+from workload.batch_api.sfn_executor import StepFunctionsExecutor
+
+WAITS = {"StartAt": "Run", "States": {"Run": {"Type": "Wait", "Seconds": 86400, "End": True}}}
+
+
+def _machine(definition: dict[str, Any]) -> str:
+    sfn = boto3.client("stepfunctions")
+    name = f"llm-batch-test-{secrets.token_hex(4)}"
+    return str(
+        sfn.create_state_machine(name=name, definition=json.dumps(definition), roleArn=ROLE_ARN)["stateMachineArn"]
+    )
+
+
+@pytest.fixture
+def store(moto_endpoint: str) -> Iterator[S3Store]:
+    client = boto3.client("s3")
+    bucket = f"sfn-{secrets.token_hex(4)}"
+    client.create_bucket(Bucket=bucket)
+    yield S3Store(client, bucket)
+
+
+def _gpu_group() -> str:
+    autoscaling = boto3.client("autoscaling")
+    name = f"gpu-{secrets.token_hex(4)}"
+    autoscaling.create_launch_configuration(
+        LaunchConfigurationName=name, ImageId="ami-12c6146b", InstanceType="t3.micro"
+    )
+    autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName=name, LaunchConfigurationName=name, MinSize=0, MaxSize=1, DesiredCapacity=1,
+        AvailabilityZones=["us-east-1a"],
+    )  # fmt: skip
+    return name
+
+
+def _desired(group: str) -> int:
+    found = boto3.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[group])
+    return int(found["AutoScalingGroups"][0]["DesiredCapacity"])
+
+
+def test_a_queue_runs_one_execution_at_a_time_and_a_cancel_releases_the_gpus(store: S3Store) -> None:
+    sfn, group = boto3.client("stepfunctions"), _gpu_group()
+    machine = _machine(WAITS)
+    executor = StepFunctionsExecutor(sfn, store, machine, capacity=(boto3.client("autoscaling"), group))
+    service = BatchService(store, executor, "llm-batch", clock=Clock())
+    body = (_line("a") + _line("b")).encode()
+    first_file = service.upload_file("project", "a.jsonl", "batch", [body])
+    first = service.create_batch("project", first_file["id"], "/v1/chat/completions", "24h")
+    second = service.create_batch("project", first_file["id"], "/v1/chat/completions", "24h")
+
+    lifecycle.tick(service)
+    assert service.get_batch("project", first["id"])["status"] == "in_progress"
+    assert service.get_batch("project", second["id"])["status"] == "validating"  # queued behind it
+    (running,) = sfn.list_executions(stateMachineArn=machine, statusFilter="RUNNING")["executions"]
+    given = json.loads(sfn.describe_execution(executionArn=running["executionArn"])["input"])["batch"]
+    assert given == {
+        "id": first["id"],
+        "input_uri": f"s3://{store.bucket}/batch-api/files/{first_file['id']}.jsonl",
+        "output_uri": f"s3://{store.bucket}/batch-api/batches/{first['id']}/output",
+        "endpoint": "/v1/chat/completions",
+    }
+    lifecycle.tick(service)  # still running: no second execution
+    assert len(sfn.list_executions(stateMachineArn=machine, statusFilter="RUNNING")["executions"]) == 1
+
+    assert service.cancel_batch("project", first["id"])["status"] == "cancelling"
+    assert sfn.describe_execution(executionArn=running["executionArn"])["status"] == "ABORTED"
+    assert _desired(group) == 0  # the stopped execution skips its release step: the executor released them
+    lifecycle.tick(service)
+    assert service.get_batch("project", first["id"])["status"] == "cancelled"
+    lifecycle.tick(service)
+    assert service.get_batch("project", second["id"])["status"] == "in_progress"  # the next in the queue
+
+
+def test_a_batch_waits_while_another_run_holds_the_gpus(store: S3Store) -> None:
+    sfn = boto3.client("stepfunctions")
+    machine = _machine(WAITS)
+    night = sfn.start_execution(stateMachineArn=machine, name="manual-2026-12-01", input=json.dumps({"date": "x"}))
+    executor = StepFunctionsExecutor(sfn, store, machine)
+    run = BatchRun("batch_w", "s3://b/in.jsonl", "s3://b/out", "/v1/chat/completions")
+    executor.start(run)
+    waiting = executor.state("batch_w")
+    assert waiting.name == "busy" and "manual-2026-12-01" in (waiting.reason or "")
+    sfn.stop_execution(executionArn=night["executionArn"])
+    executor.start(run)  # the lifecycle's next tick: the GPUs are free
+    assert executor.state("batch_w").name == "running"
+    executor.start(run)  # a repeated start follows the same execution
+    assert len(sfn.list_executions(stateMachineArn=machine, statusFilter="RUNNING")["executions"]) == 1
+    executor.stop("batch_w")
+    assert executor.state("batch_w").name == "stopped"
+
+
+def test_an_executions_end_is_the_runs(store: S3Store, moto_endpoint: str) -> None:
+    sfn = boto3.client("stepfunctions")
+    # moto runs executions only of machines created while its execution switch is on, and only while it stays on.
+    run = BatchRun("batch_e", "s3://b/in.jsonl", "s3://b/out", "/v1/chat/completions")
+    with executing_state_machines(moto_endpoint):
+        failing = _machine({"StartAt": "F", "States": {"F": {"Type": "Fail", "Error": "JobFailed", "Cause": "oom"}}})
+        passing = _machine({"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}})
+        executor = StepFunctionsExecutor(sfn, store, failing)
+        executor.start(run)
+        wait_for(lambda: executor.state("batch_e").name != "running", 30, "the failing execution to end")
+        failed = executor.state("batch_e")
+        assert failed.name == "failed" and "JobFailed oom" in (failed.reason or "")
+        done = StepFunctionsExecutor(sfn, store, passing)
+        done.start(BatchRun("batch_p", "s3://b/in.jsonl", "s3://b/out", "/v1/chat/completions"))
+        wait_for(lambda: done.state("batch_p").name == "succeeded", 30, "the passing execution to succeed")
+    with pytest.raises(ValueError, match="not a state machine ARN"):
+        StepFunctionsExecutor(sfn, store, "nightly")
