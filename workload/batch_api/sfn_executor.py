@@ -49,7 +49,7 @@ class StepFunctionsExecutor:
 
     def _read(self, batch_id: str) -> dict[str, Any] | None:
         body = self.store.read_blob(_marker(batch_id))
-        return None if body is None else json.loads(b"".join(body))  # type: ignore[no-any-return]
+        return None if body is None else json.loads(b"".join(body))
 
     def _write(self, batch_id: str, marker: dict[str, Any]) -> None:
         self.store.write_blob(_marker(batch_id), [json.dumps(marker).encode()])

@@ -1,0 +1,173 @@
+"""The Lambda front in-process, fed API Gateway HTTP API (payload 2.0) events as API Gateway sends them, over the
+stack's bucket, key secret and state machine on a moto server (S3, Secrets Manager, Step Functions)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+from typing import Any
+from urllib.parse import urlsplit
+
+import boto3
+import httpx
+import pytest
+
+from tests.infra.nightly_aws import ROLE_ARN
+from tests.workload.test_batch_api import _line
+from workload.batch_api import lambda_front
+
+KEY = "sk-lambda-0123456789"
+HOST = "abc123.execute-api.us-east-1.amazonaws.com"
+
+
+def _event(request: httpx.Request) -> dict[str, Any]:
+    """The event API Gateway's HTTP API gives a Lambda integration for `request` (payload format version 2.0)."""
+    url = urlsplit(str(request.url))
+    body = request.read()
+    headers = {name.lower(): value for name, value in request.headers.items() if name.lower() != "content-length"}
+    headers.update(
+        {"host": HOST, "x-forwarded-proto": "https", "x-forwarded-port": "443", "content-length": str(len(body))}
+    )
+    binary = not headers.get("content-type", "").startswith("application/json")
+    return {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": url.path,
+        "rawQueryString": url.query,
+        "headers": headers,
+        **({"queryStringParameters": dict(httpx.QueryParams(url.query))} if url.query else {}),
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "abc123",
+            "domainName": HOST,
+            "domainPrefix": "abc123",
+            "http": {
+                "method": request.method,
+                "path": url.path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": "203.0.113.7",
+                "userAgent": "OpenAI/Python",
+            },
+            "requestId": secrets.token_hex(8),
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": "02/Dec/2026:01:00:00 +0000",
+            "timeEpoch": 1796173200000,
+        },
+        **(
+            {"body": base64.b64encode(body).decode() if binary else body.decode(), "isBase64Encoded": binary}
+            if body
+            else {"isBase64Encoded": False}
+        ),
+    }
+
+
+class Front:
+    def __init__(self, handler: Any) -> None:
+        self.handler = handler
+
+    def call(self, method: str, path: str, key: str | None = KEY, **kwargs: Any) -> tuple[int, dict[str, str], bytes]:
+        headers = {"authorization": f"Bearer {key}"} if key else {}
+        request = httpx.Request(method, f"https://{HOST}{path}", headers=headers, **kwargs)
+        answer = self.handler(_event(request), {})
+        body = answer.get("body", "")
+        raw = base64.b64decode(body) if answer.get("isBase64Encoded") else body.encode()
+        return answer["statusCode"], {k.lower(): v for k, v in answer.get("headers", {}).items()}, raw
+
+
+@pytest.fixture
+def stack(moto_endpoint: str) -> dict[str, str]:
+    """A stack's pieces the front uses: its bucket, its key secret and its state machine."""
+    s3, name = boto3.client("s3"), secrets.token_hex(4)
+    bucket = f"llm-batch-{name}"
+    s3.create_bucket(Bucket=bucket)
+    secret = boto3.client("secretsmanager").create_secret(
+        Name=f"llm-batch-{name}-api-keys", SecretString=json.dumps({"keys": [KEY]})
+    )
+    definition = {"StartAt": "Run", "States": {"Run": {"Type": "Wait", "Seconds": 86400, "End": True}}}
+    machine = boto3.client("stepfunctions").create_state_machine(
+        name=f"llm-batch-{name}-nightly", definition=json.dumps(definition), roleArn=ROLE_ARN
+    )
+    return {
+        "LLM_BATCH_BUCKET": bucket,
+        "LLM_BATCH_STATE_MACHINE_ARN": machine["stateMachineArn"],
+        "LLM_BATCH_API_KEY_SECRET": secret["ARN"],
+        "LLM_BATCH_MODEL": "llm-batch",
+        "AWS_REGION": "us-east-1",
+    }
+
+
+def test_upload_list_get_download_and_a_batch_over_api_gateway_events(stack: dict[str, str]) -> None:
+    front = Front(lambda_front.build_handler(stack))
+    body = (_line("a") + _line("b")).encode()
+    status, _, raw = front.call("POST", "/v1/files", files={"file": ("in.jsonl", body)}, data={"purpose": "batch"})
+    assert status == 200, raw
+    created = json.loads(raw)
+    assert (created["object"], created["bytes"], created["filename"]) == ("file", len(body), "in.jsonl")
+    head = boto3.client("s3").head_object(
+        Bucket=stack["LLM_BATCH_BUCKET"], Key=f"batch-api/files/{created['id']}.jsonl"
+    )
+    assert head["ContentLength"] == len(body)  # in the stack's bucket, under the API's prefix
+
+    status, _, raw = front.call("GET", "/v1/files?limit=5&order=asc")
+    assert status == 200 and [f["id"] for f in json.loads(raw)["data"]] == [created["id"]]
+    status, _, raw = front.call("GET", f"/v1/files/{created['id']}")
+    assert status == 200 and json.loads(raw) == created
+    status, _, raw = front.call("GET", f"/v1/files/{created['id']}/content")
+    assert status == 200 and raw == body
+
+    status, _, raw = front.call(
+        "POST", "/v1/batches",
+        json={"input_file_id": created["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"},
+    )  # fmt: skip
+    assert status == 200 and json.loads(raw)["status"] == "validating"
+    batch_id = json.loads(raw)["id"]
+    lambda_front.build_service(stack).tick()  # the schedule's tick: the queue's first batch starts its execution
+    status, _, raw = front.call("GET", f"/v1/batches/{batch_id}")
+    assert json.loads(raw)["status"] == "in_progress"
+    sfn = boto3.client("stepfunctions")
+    (running,) = sfn.list_executions(stateMachineArn=stack["LLM_BATCH_STATE_MACHINE_ARN"])["executions"]
+    assert running["name"].startswith(batch_id) and running["status"] == "RUNNING"
+
+
+def test_the_key_is_the_secrets_and_no_route_is_open(stack: dict[str, str]) -> None:
+    front = Front(lambda_front.build_handler(stack))
+    for method, path in (("GET", "/v1/files"), ("POST", "/v1/uploads"), ("GET", "/v1/batches/batch_x")):
+        status, _, raw = front.call(method, path, key="sk-wrong-key-000000")
+        assert status == 401 and json.loads(raw)["error"]["code"] == "invalid_api_key", (method, path)
+        assert front.call(method, path, key=None)[0] == 401
+    assert front.call("GET", "/health", key=None)[0] == 200
+
+
+def test_a_large_file_by_parts_and_its_download_by_redirect(stack: dict[str, str]) -> None:
+    """OpenAI's Uploads API through events, and a download over the front's limit answered with a 307."""
+    front = Front(lambda_front.build_handler(stack))
+    line = _line("x" * 900)
+    body = (line * (lambda_front.FRONT_BODY_BYTES // len(line) + 50)).encode()  # just over one request's limit
+    half = len(body) // 2
+    create = {"bytes": len(body), "filename": "big.jsonl", "mime_type": "application/jsonl", "purpose": "batch"}
+    status, _, raw = front.call("POST", "/v1/uploads", json=create)
+    assert status == 200, raw
+    upload = json.loads(raw)["id"]
+    parts = []
+    for piece in (body[:half], body[half:]):
+        status, _, raw = front.call("POST", f"/v1/uploads/{upload}/parts", files={"data": ("blob", piece)})
+        assert status == 200, raw
+        parts.append(json.loads(raw)["id"])
+    status, _, raw = front.call("POST", f"/v1/uploads/{upload}/complete", json={"part_ids": parts})
+    assert status == 200 and json.loads(raw)["status"] == "completed"
+    file = json.loads(raw)["file"]
+    assert file["bytes"] == len(body)
+    status, headers, raw = front.call("GET", f"/v1/files/{file['id']}/content")
+    assert status == 307 and raw == b""
+    assert httpx.get(headers["location"]).content == body  # the presigned URL serves the body, no key needed
+
+
+def test_a_front_without_its_settings_does_not_start(stack: dict[str, str]) -> None:
+    with pytest.raises(lambda_front.FrontConfigError, match="LLM_BATCH_API_KEY_SECRET"):
+        lambda_front.build_handler({k: v for k, v in stack.items() if k != "LLM_BATCH_API_KEY_SECRET"})
+    with pytest.raises(lambda_front.FrontConfigError, match="LLM_BATCH_BUCKET"):
+        lambda_front.build_handler({k: v for k, v in stack.items() if k != "LLM_BATCH_BUCKET"})
+    with pytest.raises(lambda_front.FrontConfigError, match="LLM_BATCH_API_SCOPE"):
+        lambda_front.build_handler({**stack, "LLM_BATCH_API_SCOPE": "everyone"})

@@ -1,0 +1,100 @@
+"""The Batch API on the AWS tiers: one Lambda function behind an API Gateway HTTP API (payload format 2.0).
+
+`handler` serves the routes: Mangum (a maintained ASGI adapter for API Gateway and ALB events) turns each event
+into an ASGI request to the same app the local server runs (app.py), over `S3Store` (the stack's bucket) and
+`StepFunctionsExecutor` (the stack's state machine). `tick` is the scheduled half (an EventBridge schedule every
+minute): it moves batches on, as the local server's ticker does every second.
+
+Everything is read from the environment at the first invocation (a bad setting fails that cold start, in one
+line, before any request is served):
+    LLM_BATCH_BUCKET, LLM_BATCH_API_PREFIX (default batch-api/), LLM_BATCH_KMS_KEY_ID (the stack key),
+    LLM_BATCH_STATE_MACHINE_ARN, LLM_BATCH_GPU_GROUP (the small tier's GPU group; unset on the EKS tiers),
+    LLM_BATCH_MODEL (the name batches report), LLM_BATCH_API_SCOPE (project or key),
+    LLM_BATCH_API_KEY_SECRET (the endpoint's key secret, workload/auth/keys.py): no key source, no start.
+
+Size limits (API Gateway HTTP API: 10 MB a request; Lambda: 6 MB a synchronous request or response, and a binary
+body travels base64, 4/3 of its size): a body of at most `FRONT_BODY_BYTES` goes through in one request, so a
+file larger than that is uploaded through OpenAI's Uploads API in parts of at most that size
+(`client.uploads.upload_file_chunked(..., part_size=4 * 1024 * 1024)`), and a download larger than it is a 307 to
+a presigned S3 URL, which the official client follows (its httpx client has `follow_redirects=True`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, cast
+
+from workload.auth.keys import ApiKeys, KeySource
+from workload.batch_api.app import build_app
+from workload.batch_api.objects import Limits
+from workload.batch_api.s3_store import S3Store
+from workload.batch_api.service import BatchService
+from workload.batch_api.sfn_executor import StepFunctionsExecutor
+
+LAMBDA_PAYLOAD_BYTES = 6 * 1024 * 1024  # Lambda quotas: "6 MB each for request and response (synchronous)"
+# What fits a payload once base64 (4/3) and the event's own JSON (headers, request context: a few KB) are added.
+FRONT_BODY_BYTES = 4 * 1024 * 1024
+
+_built: dict[str, Any] = {}
+
+
+class FrontConfigError(ValueError):
+    """A setting of the function is missing or wrong: the cold start fails, naming it."""
+
+
+def _required(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "").strip()
+    if not value:
+        raise FrontConfigError(f"the Batch API function needs {name} (set by the stack's batch_api component)")
+    return value
+
+
+def build_service(env: Mapping[str, str], session: Any = None) -> BatchService:
+    import boto3
+
+    session = session or boto3.Session()
+    store = S3Store(
+        session.client("s3"),
+        _required(env, "LLM_BATCH_BUCKET"),
+        env.get("LLM_BATCH_API_PREFIX", "batch-api/"),
+        env.get("LLM_BATCH_KMS_KEY_ID") or None,
+    )
+    group = env.get("LLM_BATCH_GPU_GROUP") or None
+    capacity = (session.client("autoscaling"), group) if group else None
+    executor = StepFunctionsExecutor(
+        session.client("stepfunctions"), store, _required(env, "LLM_BATCH_STATE_MACHINE_ARN"), capacity
+    )
+    limits = Limits(inline_download_bytes=FRONT_BODY_BYTES)
+    return BatchService(store, executor, _required(env, "LLM_BATCH_MODEL"), limits)
+
+
+def build_handler(env: Mapping[str, str], session: Any = None) -> Any:
+    """The Mangum handler over the app; keys from the environment's source (the Secrets Manager secret)."""
+    from mangum import Mangum
+
+    scope = env.get("LLM_BATCH_API_SCOPE", "project")
+    if scope not in ("project", "key"):
+        raise FrontConfigError(f"LLM_BATCH_API_SCOPE must be 'project' or 'key', got {scope!r}")
+    source = KeySource.from_env(env)
+    if not source.configured:  # the front is on the internet: never without a key
+        raise FrontConfigError("the Batch API function needs LLM_BATCH_API_KEY_SECRET (the endpoint's key secret)")
+    secrets = session.client("secretsmanager") if session is not None else None
+    keys = ApiKeys(source, secrets_client=secrets)
+    app = build_app(build_service(env, session), keys, scope)  # type: ignore[arg-type]
+    # lifespan off: the app has no startup work, and a Lambda has no shutdown to run it at.
+    return Mangum(cast(Any, app), lifespan="off")  # Starlette's ASGIApp and Mangum's ASGI type: the same shape
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    if "http" not in _built:
+        _built["http"] = build_handler(os.environ)
+    return _built["http"](event, context)
+
+
+def tick(event: dict[str, Any], context: Any) -> dict[str, str]:
+    """The schedule's target: one tick of the queue (start the next batch, follow the running one, expire, sweep)."""
+    if "service" not in _built:
+        _built["service"] = build_service(os.environ)
+    _built["service"].tick()
+    return {"status": "ticked"}
