@@ -23,7 +23,6 @@ scheduler) changing one batch never lose each other's write.
 from __future__ import annotations
 
 import itertools
-import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -47,7 +46,7 @@ from workload.batch_api.objects import (
     not_found,
     public,
 )
-from workload.batch_api.store import Store, StoreConflict
+from workload.batch_api.store import Store, update_record
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions")  # what the job answers (workload/files/openai_batch.py)
 _ORDER = itertools.count()
@@ -245,18 +244,8 @@ class BatchService:
         return public(record)
 
     def _update(self, batch_id: str, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-        """Apply `change` to the stored batch by compare-and-swap, again on a conflict; the record as written."""
-        while True:
-            found = self.store.get("batch", batch_id)
-            if found is None:
-                raise not_found("Batch", batch_id)
-            record = json.loads(json.dumps(found.record))
-            change(record)
-            try:
-                self.store.put("batch", record, found.version)
-                return record
-            except StoreConflict:
-                continue
+        """Apply `change` to the stored batch by compare-and-swap; the record as written."""
+        return update_record(self.store, "batch", batch_id, change, not_found("Batch", batch_id))
 
     # ---- the scheduler -----------------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -76,16 +76,38 @@ class Store(Protocol):
         ...
 
 
+def update_record(
+    store: Store, kind: str, object_id: str, change: Callable[[dict[str, Any]], None], missing: Exception
+) -> dict[str, Any]:
+    """Apply `change` to a copy of the stored record and write it back if nobody wrote in between (compare-and-swap
+    on its version), reading it again on a conflict; the record as written. `missing` is raised if it is gone."""
+    while True:
+        found = store.get(kind, object_id)
+        if found is None:
+            raise missing
+        record = json.loads(json.dumps(found.record))
+        change(record)
+        try:
+            store.put(kind, record, found.version)
+            return record
+        except StoreConflict:
+            continue
+
+
 def _version(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:32]
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def _atomic_write(path: Path, chunks: Iterable[bytes]) -> int:
+    """Write `chunks` to `path` whole or not at all (temp file, fsync, rename); the bytes written."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    size = 0
     try:
         with os.fdopen(handle, "wb") as out:
-            out.write(data)
+            for chunk in chunks:
+                out.write(chunk)
+                size += len(chunk)
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, path)
@@ -93,6 +115,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         raise
+    return size
 
 
 class LocalStore:
@@ -144,7 +167,7 @@ class LocalStore:
                 current = None
             if current != expected:
                 raise StoreConflict(f"{kind} {record['id']} changed since it was read")
-            _atomic_write(path, data)
+            _atomic_write(path, [data])
         return _version(data)
 
     def delete(self, kind: str, object_id: str) -> None:
@@ -160,23 +183,7 @@ class LocalStore:
         return found
 
     def write_blob(self, key: str, chunks: Iterable[bytes]) -> int:
-        path = self._blob_path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        size = 0
-        try:
-            with os.fdopen(handle, "wb") as out:
-                for chunk in chunks:
-                    out.write(chunk)
-                    size += len(chunk)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temporary, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temporary)
-            raise
-        return size
+        return _atomic_write(self._blob_path(key), chunks)
 
     def read_blob(self, key: str) -> Iterator[bytes] | None:
         try:

@@ -17,7 +17,6 @@ whole. An Upload not completed within an hour expires (OpenAI's rule) and its pa
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +29,7 @@ from workload.batch_api.objects import (
     not_found,
     public,
 )
-from workload.batch_api.store import StoreConflict
+from workload.batch_api.store import StoreConflict, update_record
 
 if TYPE_CHECKING:
     from workload.batch_api.service import BatchService
@@ -184,17 +183,7 @@ def cancel_upload(service: BatchService, owner: str, upload_id: str) -> dict[str
 
 
 def _change(service: BatchService, upload_id: str, change: Any) -> dict[str, Any]:
-    while True:
-        found = service.store.get("upload", upload_id)
-        if found is None:
-            raise not_found("Upload", upload_id, "upload_id")
-        record = json.loads(json.dumps(found.record))
-        change(record)
-        try:
-            service.store.put("upload", record, found.version)
-            return record
-        except StoreConflict:
-            continue
+    return update_record(service.store, "upload", upload_id, change, not_found("Upload", upload_id, "upload_id"))
 
 
 def sweep_uploads(service: BatchService, now: int) -> None:
