@@ -64,7 +64,8 @@ def _validate(config: JobConfig) -> int:
     from workload.files.rows import read_input
     from workload.job.input_plan import plan_input
 
-    validated = read_input(config.input, config.sampling, plan_input(config.input, None, config.model.names()).openai)
+    plan = plan_input(config.input, None, config.model.names(), config.task)
+    validated = read_input(config.input, config.sampling, plan.openai, plan.task)
     kinds = Counter(e.error_type for e in validated.errors)
     report = {
         "config": "ok",
