@@ -26,6 +26,7 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="model.source: local path, s3:// prefix or hub id")
     parser.add_argument("--input-format", choices=["auto", "jsonl", "parquet"], help="input.format")
     parser.add_argument("--device", choices=["cpu", "gpu"], help="device")
+    parser.add_argument("--task", choices=["generate", "embed"], help="task: answer prompts, or embed texts")
     parser.add_argument("--restart", action="store_true", help="delete earlier output instead of resuming")
 
 
@@ -36,6 +37,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "model.source": args.model,
         "input.format": args.input_format,
         "device": args.device,
+        "task": args.task,
         "resume.mode": "restart" if args.restart else None,
     }
 
@@ -69,7 +71,7 @@ def _validate(config: JobConfig) -> int:
     kinds = Counter(e.error_type for e in validated.errors)
     report = {
         "config": "ok",
-        "config_hash": config.output_hash(),
+        "config_hash": config.model_copy(update={"task": plan.task}).output_hash(),
         "rows_in": validated.rows_in,
         "rows_valid": len(validated.rows),
         "rows_invalid": len(validated.errors),

@@ -28,9 +28,9 @@ import numpy as np
 import ray.data
 from ray.data.llm import build_processor, vLLMEngineProcessorConfig
 
-from workload.contract.config import ConfigError, JobConfig, ModelConfig
+from workload.contract.config import JobConfig, ModelConfig
 from workload.engine.guard import GuardedEngineUDF
-from workload.engine.model_source import is_hub_id
+from workload.engine.model_source import ModelSourceError, is_hub_id
 from workload.engine.pipeline import (
     engine_kwargs,
     fetch_model_on_each_node,
@@ -162,7 +162,7 @@ def check_can_embed(model: ModelConfig) -> None:
         reason = " ".join(str(error).split())
         if "Value error, " in reason:  # pydantic's wrapping of vLLM's own message
             reason = reason.split("Value error, ", 1)[1]
-        raise ConfigError(
+        raise ModelSourceError(
             f"model.source {source} cannot embed: vLLM cannot run it in its pooling runner ({reason[:300]}). "
             "Use an embedding model or a causal LM vLLM supports, or task: generate"
         ) from None
