@@ -27,6 +27,7 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="model.source: local path, s3:// prefix or hub id")
     parser.add_argument("--input-format", choices=["auto", "jsonl", "parquet"], help="input.format")
     parser.add_argument("--device", choices=["cpu", "gpu"], help="device")
+    parser.add_argument("--task", choices=["generate", "embed"], help="task: answer prompts, or embed texts")
     parser.add_argument("--restart", action="store_true", help="delete earlier output instead of resuming")
 
 
@@ -37,6 +38,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "model.source": args.model,
         "input.format": args.input_format,
         "device": args.device,
+        "task": args.task,
         "resume.mode": "restart" if args.restart else None,
     }
 
@@ -65,11 +67,12 @@ def _validate(config: JobConfig) -> int:
     from workload.files.rows import read_input
     from workload.job.input_plan import plan_input
 
-    validated = read_input(config.input, config.sampling, plan_input(config.input, None, config.model.names()).openai)
+    plan = plan_input(config.input, None, config.model.names(), config.task)
+    validated = read_input(config.input, config.sampling, plan.openai, plan.task)
     kinds = Counter(e.error_type for e in validated.errors)
     report = {
         "config": "ok",
-        "config_hash": config.output_hash(),
+        "config_hash": config.model_copy(update={"task": plan.task}).output_hash(),
         "rows_in": validated.rows_in,
         "rows_valid": len(validated.rows),
         "rows_invalid": len(validated.errors),

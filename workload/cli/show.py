@@ -32,9 +32,20 @@ def _first_results(results: list[Location], limit: int) -> list[dict[str, Any]]:
     for part in results:
         if len(rows) >= limit:
             break
-        table = pq.read_table(part.path, filesystem=part.fs, columns=["id", "finish_reason", "generated_text"])
+        names = pq.read_schema(part.path, filesystem=part.fs).names
+        # An embedding output (task embed) holds vectors where a generation output holds text.
+        wanted = [c for c in ("embedding", "embeddings") if c in names] or ["finish_reason", "generated_text"]
+        table = pq.read_table(part.path, filesystem=part.fs, columns=["id", *wanted])
         rows.extend(table.slice(0, limit - len(rows)).to_pylist())
     return rows
+
+
+def _result_line(row: dict[str, Any]) -> str:
+    if "generated_text" in row:
+        return f"  {row['id']}  [{row['finish_reason']}]  {_clip(row['generated_text'])}"
+    vectors = [row["embedding"]] if "embedding" in row else row["embeddings"]
+    head = ", ".join(f"{x:.4f}" for x in vectors[0][:4])
+    return f"  {row['id']}  [{len(vectors)} x {len(vectors[0])} floats]  {head}, ..."
 
 
 def _clip(text: str) -> str:
@@ -79,5 +90,5 @@ def render(uri: str, limit: int = 5) -> str:
     lines.append(f"errors by type: {by_type or 'none'}")
     first = _first_results(results, limit)
     lines.append(f"first {len(first)} result(s):" if first else "results: none committed yet")
-    lines.extend(f"  {row['id']}  [{row['finish_reason']}]  {_clip(row['generated_text'])}" for row in first)
+    lines.extend(_result_line(row) for row in first)
     return "\n".join(lines)

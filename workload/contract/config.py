@@ -34,9 +34,10 @@ class InputConfig(_Strict):
         description="Input format; 'auto' decides from each file's extension (.jsonl/.json, .parquet), and reads "
         "JSONL whose first line is an OpenAI Batch request (`custom_id`, `url`, `body`) as one; 'openai' says so.",
     )
-    openai_url: Literal["/v1/chat/completions", "/v1/completions"] | None = Field(
+    openai_url: Literal["/v1/chat/completions", "/v1/completions", "/v1/embeddings"] | None = Field(
         None,
-        description="The url of an OpenAI Batch input (one per batch); None: the first request line's url.",
+        description="The url of an OpenAI Batch input (one per batch); None: the first request line's url. "
+        "/v1/embeddings runs the embed task.",
     )
     max_record_bytes: int = Field(
         16 << 20,
@@ -315,6 +316,12 @@ class JobConfig(_Strict):
     engine: EngineConfig = EngineConfig()
     stages: StagesConfig = StagesConfig()
     sampling: SamplingParams = SamplingParams()
+    task: Literal["generate", "embed"] = Field(
+        "generate",
+        description="What the engine does with each row: 'generate' answers prompts or messages; 'embed' turns each "
+        "row's `input` (or `prompt`) text into one vector (vLLM's pooling runner; a causal LM pools its last "
+        "token's hidden state). An OpenAI Batch input whose url is /v1/embeddings embeds whatever this says.",
+    )
     device: Literal["cpu", "gpu"] = Field("cpu", description="Where the engine runs.")
     replicas: int = Field(1, ge=1, description="Engine replicas (one per GPU group, or per CPU placement).")
     max_replicas: int | None = Field(
@@ -362,13 +369,16 @@ class JobConfig(_Strict):
 
     def output_affecting(self) -> dict[str, Any]:
         engine = self.engine.model_dump(include={"max_model_len", "dtype", "seed", "extra"})
-        return {
+        affecting = {
             "model": self.model.model_dump(include={"source", "load_format"}),
             "engine": engine,
             "sampling": _settled(self.sampling),
             "input": _settled(self.input),
             "shard_rows": self.output.shard_rows,
         }
+        if self.task != "generate":  # a later field, kept out at its default as LATER_FIELDS are
+            affecting["task"] = self.task
+        return affecting
 
 
 # Output-affecting fields added after outputs were first written: left out while at their default, so an output

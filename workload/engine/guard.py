@@ -181,6 +181,10 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
 
         self.llm.generate_async = guarded
         self._outputs: dict[int, Any] = {}
+        self._count_progress()
+        self._final_outputs_only()
+        if self.task_type != "generate":
+            return  # a pooling output has no samples to keep (workload/engine/embed.py)
         respond = self.llm._generate_async
 
         async def keep_whole(request: Any) -> Any:
@@ -190,8 +194,6 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
             return output
 
         self.llm._generate_async = keep_whole
-        self._count_progress()
-        self._final_outputs_only()
 
     def _count_progress(self) -> None:
         """Note the time of every step's outputs as vLLM's frontend receives them from the engine core.

@@ -8,7 +8,10 @@ What maps one to one (docs/job.md, "Coming from OpenAI Batch"):
   `frequency_penalty`, `logit_bias`, `logprobs` + `top_logprobs` (chat) or `logprobs` (completions, an integer);
 - `response_format` `json_object` and `json_schema` through vLLM's structured outputs (the engine's grammars allow
   no free whitespace, so a small model still closes its JSON);
-- `model`: the job's model name or one of its aliases; `user`, `metadata` and `echo` are carried to the output.
+- `model`: the job's model name or one of its aliases; `user`, `metadata` and `echo` are carried to the output;
+- embeddings (`/v1/embeddings`): `input` (one string, or an array of strings: one vector each), `encoding_format`
+  (float or base64, applied when the output is written) and `dimensions` (passed to vLLM, which answers it only for
+  a model trained for shorter vectors, Matryoshka; elsewhere the line's error names it). Token-id inputs are refused.
 
 Everything else a request can name (`tools`, `tool_choice`, `stream`, `store`, `prediction`, `audio`, image parts,
 ...) is refused as the line's error, naming the parameter: the engine would not honour it, and ignoring it would
@@ -23,7 +26,10 @@ from typing import Any
 
 CHAT_URL = "/v1/chat/completions"
 COMPLETIONS_URL = "/v1/completions"
-URLS = (CHAT_URL, COMPLETIONS_URL)
+EMBEDDINGS_URL = "/v1/embeddings"
+URLS = (CHAT_URL, COMPLETIONS_URL, EMBEDDINGS_URL)
+# The row's key an embeddings line's texts and dimensions ride on (workload/files/rows.py reads it).
+EMBED_KEY = "_embed"
 REQUEST_KEYS = frozenset({"custom_id", "method", "url", "body"})
 # The row's key the translated request's own facts ride on to the output (a pass-through column).
 OPENAI_COLUMN = "openai_request"
@@ -39,6 +45,7 @@ _SAMPLING = {
 _COMMON = frozenset({"model", "max_tokens", "stop", "logit_bias", "logprobs", "user", "metadata", *_SAMPLING})
 _CHAT_KEYS = _COMMON | {"messages", "max_completion_tokens", "top_logprobs", "response_format"}
 _COMPLETION_KEYS = _COMMON | {"prompt", "echo"}
+_EMBEDDING_KEYS = frozenset({"model", "input", "encoding_format", "dimensions", "user"})
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 
@@ -79,7 +86,7 @@ def to_row(line: dict[str, Any], dialect: OpenAIDialect) -> dict[str, Any]:
     body = line["body"]
     if not isinstance(body, dict):
         raise RequestRefused("body must be an object", "body")
-    allowed = _CHAT_KEYS if url == CHAT_URL else _COMPLETION_KEYS
+    allowed = {CHAT_URL: _CHAT_KEYS, COMPLETIONS_URL: _COMPLETION_KEYS, EMBEDDINGS_URL: _EMBEDDING_KEYS}[url]
     refused = sorted(set(body) - allowed)
     if refused:
         raise RequestRefused(f"parameter {refused[0]!r} is not supported by this batch job", refused[0])
@@ -87,6 +94,8 @@ def to_row(line: dict[str, Any], dialect: OpenAIDialect) -> dict[str, Any]:
     if not isinstance(model, str) or model not in dialect.model_names:
         names = ", ".join(sorted(dialect.model_names))
         raise RequestRefused(f"model {model!r} is not served here (served: {names})", "model", "model_not_found")
+    if url == EMBEDDINGS_URL:
+        return _embedding_row(custom_id, body, model)
     sampling = _sampling(body, url)
     facts: dict[str, Any] = {"url": url, "model": model}
     for key in ("user", "metadata"):
@@ -108,6 +117,34 @@ def to_row(line: dict[str, Any], dialect: OpenAIDialect) -> dict[str, Any]:
             facts["logprobs"] = True
     row[OPENAI_COLUMN] = json.dumps(facts, sort_keys=True)
     return row
+
+
+def _embedding_row(custom_id: str, body: dict[str, Any], model: str) -> dict[str, Any]:
+    texts = body.get("input")
+    if isinstance(texts, str):
+        texts = [texts]
+    if not isinstance(texts, list) or not texts:
+        raise RequestRefused("input must be a string or a non-empty array of strings", "input")
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            # OpenAI also takes token ids; the job embeds text only (its tokenizer is the engine's).
+            raise RequestRefused(f"input[{index}] is not a string; token-id inputs are not supported", "input")
+        if not text:
+            raise RequestRefused(f"input[{index}] is empty", "input")
+    encoding = body.get("encoding_format", "float")
+    if encoding not in ("float", "base64"):
+        raise RequestRefused(f"encoding_format must be 'float' or 'base64', got {encoding!r}", "encoding_format")
+    dimensions = body.get("dimensions")
+    if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1):
+        raise RequestRefused(f"dimensions must be a positive integer, got {dimensions!r}", "dimensions")
+    facts: dict[str, Any] = {"url": EMBEDDINGS_URL, "model": model, "encoding_format": encoding}
+    if body.get("user") is not None:
+        facts["user"] = body["user"]
+    return {
+        "id": custom_id,
+        EMBED_KEY: {"texts": texts, "dimensions": dimensions},
+        OPENAI_COLUMN: json.dumps(facts, sort_keys=True),
+    }
 
 
 def _messages(messages: Any) -> list[dict[str, str]]:

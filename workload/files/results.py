@@ -9,6 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from workload.files.embeddings import result_columns
 from workload.files.rows import RowError
 
 RESULT_SCHEMA = pa.schema(
@@ -59,6 +60,8 @@ def classify_inference_error(message: str) -> tuple[str, str]:
     # vLLM's wording has changed between releases; both forms name the context limit.
     if "maximum context length" in message or "maximum model length" in message:
         return "prompt_too_long", message
+    if message.startswith("VLLMValidationError: "):  # vLLM refused the request's parameters (e.g. `dimensions`)
+        return "invalid_request", message.removeprefix("VLLMValidationError: ")
     return "inference_error", message
 
 
@@ -71,6 +74,9 @@ class ShardBuffer:
     errors: list[RowError] = field(default_factory=list)
     results: list[dict[str, Any]] = field(default_factory=list)
     received: int = 0
+    # What a result row holds: generated text, or (task embed) vectors, one per row or (an OpenAI input, whose
+    # lines may carry several inputs) a list of them (workload/files/embeddings.py).
+    layout: str = "generate"  # generate | embed | embed_several
 
     @property
     def complete(self) -> bool:
@@ -80,10 +86,13 @@ class ShardBuffer:
         """The shard's results in input order; `types`: one Arrow type per pass-through column, decided over the
         whole input (workload/job/input_stream.py's id pass), so every shard has one schema."""
         ordered = sorted(self.results, key=lambda r: r["_pos"])
-        columns: dict[str, pa.Array] = {
-            name: pa.array([r.get(name) for r in ordered], type=RESULT_SCHEMA.field(name).type)
-            for name in RESULT_SCHEMA.names
-        }
+        if self.layout == "generate":
+            columns: dict[str, pa.Array] = {
+                name: pa.array([r.get(name) for r in ordered], type=RESULT_SCHEMA.field(name).type)
+                for name in RESULT_SCHEMA.names
+            }
+        else:
+            columns = result_columns(ordered, several=self.layout == "embed_several")
         for column, kind in sorted(types.items()):
             values = [r["_passthrough"].get(column) for r in ordered]
             if kind == JSON_TYPE:

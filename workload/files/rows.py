@@ -18,13 +18,16 @@ import pyarrow.parquet as pq
 from pydantic import ValidationError
 
 from workload.contract.config import InputConfig, SamplingParams
-from workload.files.openai_batch import OpenAIDialect, RequestRefused
+from workload.files.openai_batch import EMBED_KEY, OpenAIDialect, RequestRefused
 from workload.files.openai_batch import to_row as openai_row
 from workload.files.storage import Location, StorageError, list_files, locate, read_bytes
 
 # Output columns a pass-through input column may not shadow.
 RESERVED_COLUMNS = frozenset({"generated_text", "num_input_tokens", "num_output_tokens", "finish_reason", "choices"})
 _ROW_KEYS = frozenset({"id", "prompt", "messages", "sampling_params"})
+# An embedding row's own keys, and the output columns its pass-through columns may not shadow.
+_EMBED_ROW_KEYS = frozenset({"id", "input", "prompt", EMBED_KEY})
+EMBED_RESERVED = frozenset({"embedding", "embeddings", "num_input_tokens"})
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
 _BOM = b"\xef\xbb\xbf"
 
@@ -59,6 +62,8 @@ class ValidRow:
     origin: Origin
     raw_text: str  # kept so an engine-side failure can still be reported with the row as it was read
     passthrough: dict[str, Any] = field(default_factory=dict)
+    # The embed task's request: {"texts": [...], "dimensions": int | None}; None for generation.
+    embed: dict[str, Any] | None = None
 
     def failed(self, error_type: str, message: str) -> RowError:
         return RowError(self.position, self.id, self.origin, self.raw_text, "utf-8", error_type, message)
@@ -330,11 +335,43 @@ def _check_messages(messages: Any) -> str | None:
     return None
 
 
+def _embed_row(
+    record: Record, parsed: dict[str, Any], row_id: str, defaults: SamplingParams, openai: bool
+) -> ValidRow | RowError:
+    """An embedding row: `input` (or `prompt`) text, one vector; or an OpenAI line's texts (`EMBED_KEY`)."""
+    shadowed = sorted((EMBED_RESERVED | {EMBED_KEY}) & set(parsed)) if not openai else []
+    if shadowed:
+        return _error(record, row_id, "reserved_column", f"input columns {shadowed} are output column names")
+    request = parsed.get(EMBED_KEY) if openai else None
+    if request is None:
+        if "messages" in parsed or "sampling_params" in parsed:
+            key = "messages" if "messages" in parsed else "sampling_params"
+            message = f"an embedding row takes 'input' text; {key!r} is for task generate"
+            return _error(record, row_id, "invalid_input", message)
+        if "input" in parsed and "prompt" in parsed:
+            return _error(record, row_id, "ambiguous_prompt", "row has both 'input' and 'prompt'; give one")
+        text = parsed.get("input", parsed.get("prompt"))
+        if text is None:
+            return _error(record, row_id, "missing_prompt", "row has no 'input' text to embed")
+        if not isinstance(text, str):
+            return _error(record, row_id, "invalid_prompt", f"'input' must be a string, got {type(text).__name__}")
+        if not text.strip():
+            return _error(record, row_id, "missing_prompt", "'input' is empty")
+        request = {"texts": [text], "dimensions": None}
+    passthrough = {key: value for key, value in parsed.items() if key not in _EMBED_ROW_KEYS}
+    text_raw, _ = raw_text(record.raw)
+    first = request["texts"][0]
+    return ValidRow(
+        record.position, row_id, first, None, defaults.for_engine(), record.origin, text_raw, passthrough, request
+    )
+
+
 def validate_record(
-    record: Record, defaults: SamplingParams, openai: OpenAIDialect | None = None
+    record: Record, defaults: SamplingParams, openai: OpenAIDialect | None = None, task: str = "generate"
 ) -> ValidRow | RowError:
     """The row the engine gets, or the record's error. `openai`: the input is an OpenAI Batch file, whose request
-    lines are first turned into the job's own rows (workload/files/openai_batch.py)."""
+    lines are first turned into the job's own rows (workload/files/openai_batch.py). `task`: the job's task (an
+    embedding row takes text to embed, not a prompt to answer)."""
     parsed = _parse(record)
     if isinstance(parsed, RowError):
         return parsed
@@ -355,6 +392,8 @@ def validate_record(
         return _error(record, None, "missing_id", "row has no 'id'")
     if row_id is None:
         return _error(record, None, "invalid_id", f"'id' must be a non-empty string or an integer, got {raw_id!r}")
+    if task == "embed":
+        return _embed_row(record, parsed, row_id, defaults, openai is not None)
     shadowed = sorted(RESERVED_COLUMNS & set(parsed))
     if shadowed:
         return _error(record, row_id, "reserved_column", f"input columns {shadowed} are output column names")
@@ -395,7 +434,9 @@ class ValidatedInput:
     rows_in: int
 
 
-def read_input(config: InputConfig, defaults: SamplingParams, openai: OpenAIDialect | None = None) -> ValidatedInput:
+def read_input(
+    config: InputConfig, defaults: SamplingParams, openai: OpenAIDialect | None = None, task: str = "generate"
+) -> ValidatedInput:
     """Validate every record; a repeated id keeps its first row and sends the others to errors."""
     rows: list[ValidRow] = []
     errors: list[RowError] = []
@@ -403,7 +444,7 @@ def read_input(config: InputConfig, defaults: SamplingParams, openai: OpenAIDial
     count = 0
     for record in iter_records(config):
         count += 1
-        outcome = validate_record(record, defaults, openai)
+        outcome = validate_record(record, defaults, openai, task)
         if isinstance(outcome, RowError):
             errors.append(outcome)
         elif outcome.id in seen:

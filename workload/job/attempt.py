@@ -183,7 +183,13 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
     timings: dict[str, float] = {"t0": started}
     previous = store.read_manifest()
     known = previous.get("input_files") if previous and config.resume.mode == "resume" else None
-    plan = plan_input(config.input, known, config.model.names())
+    plan = plan_input(config.input, known, config.model.names(), config.task)
+    if plan.task != config.task:  # an OpenAI /v1/embeddings input: the task, and so the config hash, is embed
+        config = config.model_copy(update={"task": plan.task})
+    if plan.task == "embed":
+        from workload.engine.embed import check_can_embed
+
+        check_can_embed(config.model)  # before the manifest: a model that cannot pool leaves the output untouched
     timings["plan_s"] = round(time.monotonic() - started, 3)
     # Where the driver's memory went: its peak up to the end of the plan (the only time it reads input bytes),
     # its size when the rows start to stream (Ray and the pipeline built), and its peak over the whole attempt.
@@ -219,6 +225,8 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
     with StopSignal(config.resume.grace_period_s) as stop:
         committer = ShardCommitter(store, config, plan.rows_in, pending, {}, attempt, metrics, record_attempt)
         committer.verify_input = lambda shard: verify_unchanged(plan.files_with({shard}, config.output.shard_rows))
+        if plan.task == "embed" and plan.openai is not None:
+            committer.layout = "embed_several"  # an OpenAI line may carry several inputs
         if pending and not stop.stopped:
             with ray_session(config.device, preload=("workload.engine.pipeline",)):
                 completed = run_engine(committer, config, plan, progress, stop, lease, timings, memory)

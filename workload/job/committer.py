@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from workload.contract.config import JobConfig
 from workload.engine.choices import CHOICES_COLUMN, FINISH_COLUMN
+from workload.files.embeddings import SIZES_COLUMN, VECTORS_COLUMN, unpack_vectors
 from workload.files.results import (
     ENGINE_FIRST_REQUEST_COLUMN,
     ENGINE_RESTARTS_COLUMN,
@@ -65,13 +66,16 @@ class ShardCommitter:
         self.first_request_at: float | None = None
         # Raises when an input file of the shard changed since the plan (input_plan.verify_unchanged).
         self.verify_input: Callable[[int], None] = lambda shard: None
+        # What a result row holds (ShardBuffer.layout): an embedding input's vectors, one per row (native) or a
+        # list per line (OpenAI); the attempt sets it from the plan.
+        self.layout = "generate" if config.task == "generate" else "embed"
 
     def _buffer(self, shard: int) -> ShardBuffer:
         buffer = self.buffers.get(shard)
         if buffer is None:
             shard_rows = self.config.output.shard_rows
             size = min(shard_rows, self.rows_in - shard * shard_rows)
-            buffer = self.buffers[shard] = ShardBuffer(shard, size)
+            buffer = self.buffers[shard] = ShardBuffer(shard, size, layout=self.layout)
         return buffer
 
     def _redelivered(self, shard: int, position: int) -> bool:
@@ -132,6 +136,10 @@ class ShardCommitter:
                 buffer.errors.append(row_error(item, *classify_inference_error(message)))
                 failed += 1
                 continue
+            if self.layout != "generate":
+                buffer.results.append(_embedded(item, position))
+                ok += 1
+                continue
             num_in, num_out = int(item["num_input_tokens"]), int(item["num_generated_tokens"])
             choices = item.get(CHOICES_COLUMN)
             if choices:  # several samples: every one's tokens count, as OpenAI's usage does
@@ -161,6 +169,17 @@ class ShardCommitter:
             self.metrics.rows_rejected(rejected)
         self.commit_ready()
         return ok, failed, rejected, out_tokens
+
+
+def _embedded(item: dict[str, Any], position: int) -> dict[str, Any]:
+    return {
+        "_pos": position,
+        "id": item["id"],
+        "vectors": unpack_vectors(item[VECTORS_COLUMN], item[SIZES_COLUMN]),
+        "num_input_tokens": int(item["num_input_tokens"]),
+        "num_output_tokens": 0,
+        "_passthrough": passthrough_of(item.get("_passthrough")),
+    }
 
 
 def _first_request_at(items: list[dict[str, Any]], report: BatchReport) -> float:

@@ -68,7 +68,12 @@ def run_engine(
     if facts.valid_rows:
         # No model on the driver: each node running a stage fetches config.model itself
         # (workload/engine/node_stages.py).
-        answered = build_pipeline(rows(False), config, chat_template=facts.has_messages, seeded=facts.seeded)
+        if config.task == "embed":
+            from workload.engine.embed import build_embed_pipeline
+
+            answered = build_embed_pipeline(rows(False), config)
+        else:
+            answered = build_pipeline(rows(False), config, chat_template=facts.has_messages, seeded=facts.seeded)
         dataset = answered.union(dataset)
     # Every ray.init (ours, and the one build_processor makes) installs a SIGTERM handler that exits at once,
     # without committing: take the signal back just before the work starts.

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from workload.contract.config import InputConfig
-from workload.files.openai_batch import URLS, OpenAIDialect, is_request
+from workload.files.openai_batch import EMBEDDINGS_URL, URLS, OpenAIDialect, is_request
 from workload.files.pinned import InputChangedError, changed, current_version, open_pinned
 from workload.files.rows import InputError, Origin, RowError, format_of, input_files, jsonl_records
 from workload.files.storage import Location, StorageError, list_versions
@@ -45,6 +45,7 @@ class InputPlan:
     rows_in: int
     max_record_bytes: int = 16 << 20  # the cap the count used; the readers apply the same, so positions agree
     openai: OpenAIDialect | None = None  # an OpenAI Batch input: its one url and the model's names
+    task: str = "generate"  # what the engine does: the config's task, or embed for a /v1/embeddings input
 
     def listing(self) -> dict[str, dict[str, Any]]:
         """What the manifest records of each file: size, content version, and the record count."""
@@ -112,13 +113,30 @@ def _openai_dialect(config: InputConfig, files: list[InputFile], model_names: fr
     return OpenAIDialect(str(url), model_names)
 
 
+def input_task(configured: str, openai: OpenAIDialect | None, uri: str) -> str:
+    """The engine's task: an OpenAI Batch input asks for its own (its url), and a config that says otherwise is
+    refused before any work rather than answered with the wrong kind of output."""
+    if openai is None:
+        return configured
+    if openai.url == EMBEDDINGS_URL:
+        return "embed"
+    if configured == "embed":
+        raise InputError(
+            f"{uri}: task is embed but the input is an OpenAI Batch file for {openai.url}; "
+            "give /v1/embeddings requests, or set task: generate"
+        )
+    return configured
+
+
 def plan_input(
     config: InputConfig,
     known: dict[str, dict[str, Any]] | None = None,
     model_names: frozenset[str] = frozenset({"llm-batch"}),
+    task: str = "generate",
 ) -> InputPlan:
     """Every input file with its size, version and record count, in path order. `known`: a manifest's listing;
-    a file whose size and version are unchanged keeps its recorded count (a resume counts nothing again)."""
+    a file whose size and version are unchanged keeps its recorded count (a resume counts nothing again).
+    `task`: the config's; the plan's is the one the input asks for (`input_task`)."""
     input_files(config)  # raises InputError naming the URI when it holds no input files
     try:
         listed = [(loc, size, version) for loc, size, version in list_versions(config.uri) if _is_input(loc)]
@@ -140,7 +158,8 @@ def plan_input(
     for (location, size, version), fmt, records in zip(listed, formats, counts, strict=True):
         files.append(InputFile(location.uri, location.path, fmt, first, records, size, version))
         first += records
-    return InputPlan(files, first, config.max_record_bytes, _openai_dialect(config, files, model_names))
+    openai = _openai_dialect(config, files, model_names)
+    return InputPlan(files, first, config.max_record_bytes, openai, input_task(task, openai, config.uri))
 
 
 def verify_unchanged(files: list[InputFile]) -> None:

@@ -269,8 +269,10 @@ class _FactsCollector:
         return self.facts
 
 
-def _valid_ids(batch: pa.Table, defaults: SamplingParams, collector: Any, openai: OpenAIDialect | None) -> pa.Table:
-    checked = (validate_record(rec, defaults, openai) for rec in _records(batch))
+def _valid_ids(
+    batch: pa.Table, defaults: SamplingParams, collector: Any, openai: OpenAIDialect | None, task: str = "generate"
+) -> pa.Table:
+    checked = (validate_record(rec, defaults, openai, task) for rec in _records(batch))
     rows = [r for r in checked if isinstance(r, ValidRow)]
     ray.get(collector.add.remote(batch.column("_pos")[0].as_py() if batch.num_rows else -1, facts_of(rows)))
     return pa.table(
@@ -288,7 +290,7 @@ def id_pass(
         [f for f in plan.files if f.records], 1, None, num_cpus, max_record_bytes=plan.max_record_bytes
     ).map_batches(
         _valid_ids,
-        fn_kwargs={"defaults": defaults, "collector": collector, "openai": plan.openai},
+        fn_kwargs={"defaults": defaults, "collector": collector, "openai": plan.openai, "task": plan.task},
         batch_format="pyarrow",
         batch_size=None,
         num_cpus=num_cpus,
@@ -312,7 +314,8 @@ def _repeats(row: dict[str, Any]) -> bool:
 
 # --- the main stream's validation stage ------------------------------------------------------------------------
 
-ENGINE_FIELDS = ("_pos", "id", "prompt", "messages_json", "sampling_params", "_max_tokens", "_passthrough")
+# `_embed`: an embedding row's texts and dimensions as JSON (workload/engine/embed.py), null for generation.
+ENGINE_FIELDS = ("_pos", "id", "prompt", "messages_json", "sampling_params", "_max_tokens", "_passthrough", "_embed")
 ERROR_FIELDS = ("_file", "_row", "_line", "_raw", "_raw_encoding", "_error_type", ERROR_COLUMN)
 
 
@@ -322,13 +325,14 @@ def _validated(
     duplicates: dict[str, int],
     rejected: bool,
     openai: OpenAIDialect | None = None,
+    task: str = "generate",
 ) -> pa.Table:
     """One block of records: the valid ones as the engine's input, or (`rejected`) the bad ones as error rows
     (`__inference_error__` set, with the record's file, line, row and raw bytes)."""
     columns: dict[str, list[Any]] = {name: [] for name in ENGINE_FIELDS + ERROR_FIELDS}
     fallback = defaults.for_engine()
     for record in _records(batch):
-        outcome = validate_record(record, defaults, openai)
+        outcome = validate_record(record, defaults, openai, task)
         if isinstance(outcome, ValidRow) and duplicates.get(outcome.id, record.position) != record.position:
             text, encoding = raw_text(record.raw)
             outcome = RowError(
@@ -351,6 +355,7 @@ def _validated(
                 "sampling_params": outcome.sampling,
                 "_max_tokens": int(outcome.sampling["max_tokens"]),
                 "_passthrough": pickle.dumps(outcome.passthrough) if outcome.passthrough else None,
+                "_embed": None if outcome.embed is None else json.dumps(outcome.embed),
                 "_file": outcome.origin.file,
                 "_row": outcome.origin.row,
                 "_line": outcome.origin.line,
@@ -368,6 +373,7 @@ def _validated(
                 "sampling_params": fallback,  # every row carries one, so every block has one schema
                 "_max_tokens": int(fallback["max_tokens"]),
                 "_passthrough": None,
+                "_embed": None,
                 "_file": outcome.origin.file,
                 "_row": outcome.origin.row,
                 "_line": outcome.origin.line,
@@ -411,7 +417,13 @@ def input_stream(
     files = plan.files_with(shards, shard_rows)
     return read_records(files, shard_rows, shards, num_cpus, read_concurrency, plan.max_record_bytes).map_batches(
         _validated,
-        fn_kwargs={"defaults": defaults, "duplicates": duplicates, "rejected": rejected, "openai": plan.openai},
+        fn_kwargs={
+            "defaults": defaults,
+            "duplicates": duplicates,
+            "rejected": rejected,
+            "openai": plan.openai,
+            "task": plan.task,
+        },
         batch_format="pyarrow",
         batch_size=None,
         num_cpus=num_cpus,

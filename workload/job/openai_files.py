@@ -6,10 +6,12 @@ a resumed run rewrites them whole, `build_openai_files` makes them for a stopped
 
 Lines are OpenAI's batch output objects: `id`, `custom_id`, `response` (`status_code`, `request_id`, `body`) and
 `error`. Bodies are OpenAI's: a `chat.completion` or a `text_completion` with every choice, vLLM's finish reason,
-log probabilities in OpenAI's shape and usage over all choices. Rows refused at validation answer 400 with OpenAI's
-error body; the engine's failures (`engine_crash`, `engine_hang`, `inference_error`) 500; a line that could not be
-parsed at all has no response, only an `error` naming its line (and its `custom_id` where it can be read).
-Ids are derived from the row, so a rebuild writes the same bytes.
+log probabilities in OpenAI's shape and usage over all choices; for /v1/embeddings a `list` of `embedding` objects,
+one per input with its index, float or base64 as the line asked (workload/files/embeddings.py). Rows refused at
+validation answer 400 with OpenAI's error body, as do requests vLLM refuses (`invalid_request`: `dimensions` on a
+model without Matryoshka training); the engine's failures (`engine_crash`, `engine_hang`, `inference_error`) 500; a
+line that could not be parsed at all has no response, only an `error` naming its line (and its `custom_id` where
+it can be read). Ids are derived from the row, so a rebuild writes the same bytes.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from workload.files.openai_batch import CHAT_URL, OPENAI_COLUMN
+from workload.files.embeddings import embedding_body
+from workload.files.openai_batch import CHAT_URL, EMBEDDINGS_URL, OPENAI_COLUMN
 from workload.job.output import OutputStore, ShardCommit
 
 SERVER_ERRORS = frozenset({"engine_crash", "engine_hang", "inference_error", "prompt_too_long"})
@@ -60,6 +63,8 @@ def _completion_logprobs(positions: list[dict[str, Any]], start: int) -> dict[st
 
 def response_body(row: dict[str, Any], facts: dict[str, Any], model: str, created: int) -> dict[str, Any]:
     """The OpenAI response object for one answered row."""
+    if facts["url"] == EMBEDDINGS_URL:
+        return embedding_body(row, facts, model)
     samples = _samples(row)
     if facts["url"] == CHAT_URL:
         choices = [

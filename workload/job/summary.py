@@ -27,6 +27,8 @@ def build_summary(config: JobConfig, manifest: dict[str, Any], commits: dict[int
         "output_tokens": output_tokens,
         "wall_s": round(wall_s, 3),
         "output_tok_per_s": round(output_tokens / wall_s, 1) if wall_s > 0 else 0.0,
+        # An embedding run's throughput is its prompts': it decodes nothing.
+        "input_tok_per_s": round(sum(c.input_tokens for c in commits.values()) / wall_s, 1) if wall_s > 0 else 0.0,
         "started_at": attempts[0]["started_at"],
         "finished_at": utc_now(),
         "attempts": len(attempts),
@@ -46,6 +48,7 @@ def build_summary(config: JobConfig, manifest: dict[str, Any], commits: dict[int
             for number, a in enumerate(attempts, start=1)
         ],
         "shards": len(commits),
+        "task": config.task,
         "model": config.model.source or f"embedded:{TINY_MODEL_VERSION}",
         "device": config.device,
         "config_hash": manifest["config_hash"],
@@ -63,8 +66,12 @@ def print_summary(summary: dict[str, Any], output_uri: str) -> None:
                 f"llm-batch: {summary['rows_ok']}/{summary['rows_in']} rows answered, "
                 f"{summary['rows_failed']} recorded as errors ({errors})",
                 f"  tokens: {summary['input_tokens']} in, {summary['output_tokens']} out; "
-                f"{summary['output_tok_per_s']} output tok/s over {summary['wall_s']} s "
-                f"({summary['attempts']} attempt(s))",
+                + (
+                    f"{summary['input_tok_per_s']} input tok/s"
+                    if summary.get("task") == "embed"
+                    else f"{summary['output_tok_per_s']} output tok/s"
+                )
+                + f" over {summary['wall_s']} s ({summary['attempts']} attempt(s))",
                 f"  model: {summary['model']} on {summary['device']}",
                 f"  output: {output_uri}/results/, errors/, summary.json",
             ]
