@@ -1,4 +1,4 @@
-"""`python -m workload run|validate|show|bench|serve|bench-serve`: flags override the config file, one config model."""
+"""`python -m workload run|validate|show|bench|serve|bench-serve|engine-plan`: flags override the config file."""
 
 from __future__ import annotations
 
@@ -141,7 +141,14 @@ def main(argv: list[str] | None = None) -> int:
 
     serve_cli.add_arguments(commands.add_parser("serve", help="OpenAI-compatible endpoint (Ray Serve LLM)"))
     serve_cli.add_bench_arguments(commands.add_parser("bench-serve", help="benchmark: Ray Serve LLM vs vllm serve"))
+    from workload.cli import engine_plan
+
+    engine_plan.add_arguments(
+        commands.add_parser("engine-plan", help="vLLM's settings for a model on a GPU, from its config.json alone")
+    )
     args = parser.parse_args(argv)
+    if args.command == "engine-plan":
+        return engine_plan.run(args)
     if args.command == "bench":
         return bench_cli.run(args)
     if args.command == "serve":

@@ -101,8 +101,24 @@ class ModelConfig(_Strict):
 class EngineConfig(_Strict):
     max_model_len: int = Field(2048, ge=16, description="Longest prompt + output, in tokens.")
     gpu_memory_utilization: float = Field(0.90, gt=0.0, le=1.0, description="vLLM's share of GPU memory.")
-    max_num_seqs: int = Field(128, ge=1, description="Sequences decoded at once by each engine.")
-    max_num_batched_tokens: int | None = Field(None, ge=16, description="Tokens per engine step; None: vLLM's.")
+    max_num_seqs: int | Literal["auto"] = Field(
+        "auto",
+        ge=1,
+        description="Sequences decoded at once by each engine. 'auto': on a GPU, what the engine's KV cache holds "
+        "of rows of `row_tokens` tokens, sized at start from the model's config.json and the GPU's free memory "
+        "(docs/gpu.md); on the CPU, 128. A number pins it.",
+    )
+    max_num_batched_tokens: int | Literal["auto"] | None = Field(
+        "auto",
+        ge=16,
+        description="Tokens per engine step. 'auto': on a GPU, the largest of 16384/8192/4096/2048 that is at most "
+        "an eighth of the KV cache (docs/gpu.md); on the CPU, vLLM's. None: vLLM's. A number pins it.",
+    )
+    row_tokens: int = Field(
+        600,
+        ge=1,
+        description="A typical row's prompt + output tokens: the unit `max_num_seqs: auto` divides the KV cache by.",
+    )
     enable_prefix_caching: bool = Field(True, description="Reuse KV cache across prompts sharing a prefix.")
     enable_chunked_prefill: bool = Field(
         True,
@@ -396,7 +412,8 @@ def seeded_cpu_conflict(config: JobConfig, seeded: bool) -> str | None:
             "engine on a seeded request whose prefill is chunked (CPU Generator does not use offset). "
             "Remove engine.enable_chunked_prefill (the job then turns it off), or drop the seed"
         )
-    if engine.max_num_batched_tokens is not None and engine.max_num_batched_tokens < engine.max_model_len:
+    budget = engine.max_num_batched_tokens
+    if isinstance(budget, int) and budget < engine.max_model_len:
         return (
             f"engine.max_num_batched_tokens ({engine.max_num_batched_tokens}) is less than engine.max_model_len "
             f"({engine.max_model_len}) with a sampling seed on the CPU: a prompt would be prefilled in chunks, "

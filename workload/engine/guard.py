@@ -47,6 +47,7 @@ from ray.llm._internal.common.errors import VLLM_FATAL_ERRORS
 from workload import failpoints
 from workload.contract.config import ModelConfig
 from workload.contract.config import SamplingParams as JobSampling
+from workload.engine.auto_settings import settle
 from workload.engine.choices import engine_columns
 from workload.engine.model_source import compile_cache_env
 from workload.engine.node_stages import local_model
@@ -138,6 +139,7 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         model_config: dict[str, Any],
         hang_timeout_s: float = 180.0,
         keep_metrics: bool = True,
+        row_tokens: int = 600,
         **kwargs: Any,
     ) -> None:
         # The model is fetched on this node, by this actor (workload/engine/node_stages.py says why not by upstream);
@@ -145,6 +147,10 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         mark("engine_actor_process_start", at=psutil.Process().create_time())
         mark("engine_build_start")
         kwargs["model"] = local_model(model_config)
+        # `auto` engine settings sized here, on the engine's own GPU, from the fetched model's config.json.
+        kwargs["engine_kwargs"], plan = settle(kwargs["engine_kwargs"], kwargs["model"], row_tokens)
+        if plan is not None:
+            print(f"[llm-batch] engine sized: {plan.model_dump_json()}", flush=True)
         # Set before the engine starts: vLLM's engine-core process inherits this process's environment.
         os.environ.update(compile_cache_env(ModelConfig.model_validate(model_config)))
         self._engine_args = (args, kwargs)

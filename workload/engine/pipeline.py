@@ -19,6 +19,7 @@ from ray.data.llm import Processor, build_processor, vLLMEngineProcessorConfig
 
 from workload import failpoints
 from workload.contract.config import JobConfig, ModelConfig
+from workload.engine.auto_settings import without_gpu_sizing
 from workload.engine.choices import CHOICES_COLUMN, FINISH_COLUMN
 from workload.engine.guard import GuardedEngineUDF
 from workload.engine.model_source import is_hub_id, model_label
@@ -102,8 +103,10 @@ class ApplyChatTemplate:
         return batch.append_column(ERROR_COLUMN, pa.array(errors, pa.string()))
 
 
-def engine_kwargs(config: JobConfig, seeded: bool | None = None) -> dict[str, Any]:
-    """vLLM's engine arguments. `seeded`: whether any request carries a sampling seed (default: the config's)."""
+def engine_kwargs(config: JobConfig, seeded: bool | None = None, keep_auto: bool = False) -> dict[str, Any]:
+    """vLLM's engine arguments. `seeded`: whether any request carries a sampling seed (default: the config's).
+    `keep_auto`: leave `auto` settings for the engine actor to size on its GPU (workload/engine/auto_settings.py);
+    otherwise, and always on the CPU, they take the values the job ran with before sizing existed."""
     engine = config.engine
     kwargs: dict[str, Any] = {
         "max_model_len": engine.max_model_len,
@@ -122,6 +125,8 @@ def engine_kwargs(config: JobConfig, seeded: bool | None = None) -> dict[str, An
     }
     if engine.max_num_batched_tokens is not None:
         kwargs["max_num_batched_tokens"] = engine.max_num_batched_tokens
+    if config.device == "cpu" or not keep_auto:
+        kwargs = without_gpu_sizing(kwargs)
     if config.device == "gpu":
         kwargs["gpu_memory_utilization"] = engine.gpu_memory_utilization
     if config.device == "cpu" and (config.sampling.seed is not None if seeded is None else seeded):
@@ -181,7 +186,7 @@ def processor_config(config: JobConfig, model: ModelConfig, seeded: bool | None 
     )
     return vLLMEngineProcessorConfig(
         model_source=model_label(model),
-        engine_kwargs=engine_kwargs(config, seeded),
+        engine_kwargs=engine_kwargs(config, seeded, keep_auto=True),
         batch_size=config.batch_size,
         max_concurrent_batches=config.max_concurrent_batches,
         concurrency=concurrency,
@@ -208,6 +213,7 @@ def guard_engine_stage(processor: Processor, config: JobConfig, keep_metrics: bo
         hang_timeout_s=config.engine.hang_timeout_s,
         max_consecutive_crashes=config.engine.max_consecutive_crashes,
         keep_metrics=keep_metrics,
+        row_tokens=config.engine.row_tokens,
     )
     # Ray's knobs, passed by Ray Data to the actor's options (map_batches' ray_remote_args). Restarts are bounded:
     # an actor killed over and over (a batch that runs it out of memory) stops the run. Its batches' retries are
