@@ -241,14 +241,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nwarning: no cost estimate: {error}")
         print(f"warning: no cost estimate: {error}", file=sys.stderr)
         return checked
+    from infra.ops.stacks import stack_per_token
+    from infra.pricing.per_token import format_per_token
+
+    per_token = stack_per_token(args.stack, plan, overrides, on=args.on)
     if args.estimate_json:
-        json.dump({**cost.model_dump(mode="json"), "total_usd": round(cost.total, 2)}, sys.stdout, indent=1)
+        tokens = [row.model_dump(mode="json") for row in per_token]
+        report = {**cost.model_dump(mode="json"), "total_usd": round(cost.total, 2), "per_1m_output_tokens": tokens}
+        json.dump(report, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print(render_tree(plan, details=args.details))
         print(summary(plan))
         print()
         print(format_estimate(cost))
+        print()
+        print(format_per_token(per_token))
     return checked
 
 

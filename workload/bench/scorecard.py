@@ -52,7 +52,7 @@ def build_scorecard(
     reproducibility: dict[str, Any],
     errors: dict[str, str],
 ) -> dict[str, Any]:
-    summaries = [summarise(run, profile.engine.max_num_seqs) for run in runs]
+    summaries = [summarise(run, profile.engine.unsized_max_num_seqs) for run in runs]
     by_point: dict[str, dict[str, dict[str, Any]]] = {}
     for summary in summaries:
         by_point.setdefault(summary["point"], {})[summary["mode"]] = summary

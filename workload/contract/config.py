@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from workload.contract.metric_names import ALARM_PERIOD_S
 
 DEFAULT_METRICS_NAMESPACE = "RayDataLLM/BatchInference"
+# max_num_seqs where `auto` is not sized (the CPU, the serve and bench paths): the fixed value of before sizing.
+UNSIZED_MAX_NUM_SEQS = 128
 
 
 class _Strict(BaseModel):
@@ -101,16 +103,14 @@ class ModelConfig(_Strict):
 class EngineConfig(_Strict):
     max_model_len: int = Field(2048, ge=16, description="Longest prompt + output, in tokens.")
     gpu_memory_utilization: float = Field(0.90, gt=0.0, le=1.0, description="vLLM's share of GPU memory.")
-    max_num_seqs: int | Literal["auto"] = Field(
+    max_num_seqs: int | str = Field(
         "auto",
-        ge=1,
         description="Sequences decoded at once by each engine. 'auto': on a GPU, what the engine's KV cache holds "
         "of rows of `row_tokens` tokens, sized at start from the model's config.json and the GPU's free memory "
         "(docs/gpu.md); on the CPU, 128. A number pins it.",
     )
-    max_num_batched_tokens: int | Literal["auto"] | None = Field(
+    max_num_batched_tokens: int | str | None = Field(
         "auto",
-        ge=16,
         description="Tokens per engine step. 'auto': on a GPU, the largest of 16384/8192/4096/2048 that is at most "
         "an eighth of the KV cache (docs/gpu.md); on the CPU, vLLM's. None: vLLM's. A number pins it.",
     )
@@ -161,6 +161,23 @@ class EngineConfig(_Strict):
     extra: dict[str, Any] = Field(
         default_factory=dict, description="Further vLLM engine arguments, passed through unchanged."
     )
+
+    @property
+    def unsized_max_num_seqs(self) -> int:
+        """max_num_seqs where no GPU sizes `auto` (workload/engine/auto_settings.py)."""
+        return UNSIZED_MAX_NUM_SEQS if self.max_num_seqs == "auto" else int(self.max_num_seqs)
+
+    @field_validator("max_num_seqs", "max_num_batched_tokens", mode="before")
+    @classmethod
+    def _number_or_auto(cls, value: Any, info: Any) -> Any:
+        # One message for every wrong shape (a union would list each branch's complaint).
+        least = 1 if info.field_name == "max_num_seqs" else 16
+        if value == "auto" or (value is None and info.field_name == "max_num_batched_tokens"):
+            return value
+        number = int(value) if isinstance(value, str) and value.strip().isdigit() else value
+        if isinstance(number, int) and not isinstance(number, bool) and number >= least:
+            return number
+        raise ValueError(f"must be 'auto' or an integer of at least {least}, got {value!r}")
 
 
 class StagesConfig(_Strict):

@@ -52,6 +52,7 @@ class GpuKind(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     memory_mib: int = Field(gt=0)
+    memory_bandwidth_gbs: float = Field(gt=0, description="Peak memory bandwidth, GB/s: what bounds decoding")
     compute_capability: str
     bf16: bool
     instance_types: list[str]

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from workload.contract.config import UNSIZED_MAX_NUM_SEQS
 from workload.contract.engine_sizing import (
     DTYPE_BYTES,
     EnginePlan,
@@ -86,7 +87,7 @@ def without_gpu_sizing(engine_kwargs: dict[str, Any]) -> dict[str, Any]:
     benchmarks were tuned at these values."""
     settled = dict(engine_kwargs)
     if settled.get("max_num_seqs") == AUTO:
-        settled["max_num_seqs"] = 128
+        settled["max_num_seqs"] = UNSIZED_MAX_NUM_SEQS
     if settled.get("max_num_batched_tokens") == AUTO:
         del settled["max_num_batched_tokens"]
     return settled
