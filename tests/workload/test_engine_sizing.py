@@ -74,7 +74,7 @@ def test_a_model_that_cannot_fit_a_four_gpu_a10g_node_names_the_fixes(name: str)
         plan_engine(shape(name), "a10g", 4)
     message = str(caught.value)
     assert "cannot fit on 4 x a10g" in message
-    assert "--gpus 8" in message and "a larger GPU (a100-40gb, a100-80gb, h100 x 4)" in message
+    assert "--gpus 8" in message and "a larger GPU (a100-40gb, h100, a100-80gb, h200 x 4)" in message
     assert plan_engine(shape(name), "a10g", 8).tensor_parallel_size == 8
 
 
@@ -152,3 +152,16 @@ def test_settle_sizes_auto_from_the_gpus_free_memory(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(auto_settings, "free_gpu_memory", lambda: None)
     assert settle(kwargs, str(MODELS / "llama-3.1-8b-instruct"), 600)[0]["max_num_seqs"] == 128
     assert plan.kv_cache_gib * GIB <= 23028 * 2**20
+
+
+def test_the_gpu_check_runs_the_jobs_settings_on_dummy_weights() -> None:
+    """tools/gpu_check.py's engine arguments, sized as if on an A10G: engine-plan's figures, dummy weights."""
+    from tools.gpu_check import job_engine_kwargs
+
+    kwargs, plan = job_engine_kwargs(MODELS / "llama-3.1-8b-instruct", 600, (23028 * 2**20, "NVIDIA A10G"))
+    assert plan == plan_engine(shape("llama-3.1-8b-instruct"), "a10g")
+    assert kwargs["load_format"] == "dummy" and kwargs["skip_tokenizer_init"] is True
+    assert (kwargs["max_num_seqs"], kwargs["max_num_batched_tokens"]) == (
+        plan.max_num_seqs,
+        plan.max_num_batched_tokens,
+    )

@@ -333,7 +333,7 @@ def _cannot_fit(
             fixes.append(f"a 4-bit quantized build (AWQ/GPTQ, about {four_bit.weight_bytes() / GIB:.0f} GiB)")
     larger = [
         name
-        for name, kind in gpu_kinds().kinds.items()
+        for name, kind in sorted(gpu_kinds().kinds.items(), key=lambda item: item[1].memory_mib)
         if kind.memory_mib * MIB > memory
         and any(
             _size_at(shape, name, kind.memory_mib * MIB, gpus, tp, utilization, max_model_len, DEFAULT_ROW_TOKENS)

@@ -93,13 +93,15 @@ def without_gpu_sizing(engine_kwargs: dict[str, Any]) -> dict[str, Any]:
     return settled
 
 
-def settle(engine_kwargs: dict[str, Any], model_dir: str, row_tokens: int) -> tuple[dict[str, Any], EnginePlan | None]:
+def settle(
+    engine_kwargs: dict[str, Any], model_dir: str, row_tokens: int, gpu: tuple[int, str] | None = None
+) -> tuple[dict[str, Any], EnginePlan | None]:
     """engine_kwargs with every `auto` value decided; the plan it came from (None where no GPU is visible, or
-    with none auto)."""
+    with none auto). `gpu`: (free bytes, device name) to size for; default measured here."""
     wanted = [key for key in AUTO_KEYS if engine_kwargs.get(key) == AUTO]
     if not wanted:
         return engine_kwargs, None
-    gpu = free_gpu_memory()
+    gpu = gpu or free_gpu_memory()
     if gpu is None:
         return without_gpu_sizing(engine_kwargs), None
     settled = dict(engine_kwargs)
