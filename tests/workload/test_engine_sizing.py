@@ -165,3 +165,19 @@ def test_the_gpu_check_runs_the_jobs_settings_on_dummy_weights() -> None:
         plan.max_num_seqs,
         plan.max_num_batched_tokens,
     )
+
+
+def test_engines_start_at_once_and_text_is_decoded_once() -> None:
+    """Ray Data LLM's processor config: a fixed pool (n, n), not an int (an autoscaling 1..n); no detokenize stage;
+    on GPUs two spread tokenizer actors once there are two engines."""
+    from workload.engine.pipeline import cpu_stage_actors, processor_config
+
+    base = {"input": {"uri": "in.jsonl"}, "output": {"uri": "out"}, "device": "gpu", "replicas": 4}
+    config = build_config(base)
+    processor = processor_config(config, config.model)
+    assert processor.concurrency == (4, 4)
+    assert processor.get_concurrency(autoscaling_enabled=True) == {"min_size": 4, "max_size": 4}
+    assert processor.detokenize_stage is False
+    assert cpu_stage_actors(config) == 2
+    assert processor_config(build_config({**base, "max_replicas": 6}), config.model).concurrency == (4, 6)
+    assert cpu_stage_actors(build_config({**base, "device": "cpu"})) == 1

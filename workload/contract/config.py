@@ -181,11 +181,11 @@ class EngineConfig(_Strict):
 
 
 class StagesConfig(_Strict):
-    """CPU stages around the engine (chat template, tokenize, detokenize)."""
+    """CPU stages before the engine (chat template, tokenize); vLLM itself decodes the text."""
 
     tokenize_on_cpu: bool | None = Field(
         None,
-        description="Tokenize and detokenize as separate CPU stages, so the GPU only decodes. Unset: on with "
+        description="Tokenize as a separate CPU stage, so the engine actor only schedules and decodes. Unset: on with "
         "device gpu, off with device cpu (the engine tokenizes itself; two more actors on the engine's own cores "
         "cost more than they save: docs/benchmark.md).",
     )
@@ -386,7 +386,7 @@ class JobConfig(_Strict):
 
     @property
     def tokenizer_stages(self) -> bool:
-        """Whether tokenize and detokenize run as stages of their own (`stages.tokenize_on_cpu`, by device if unset)."""
+        """Whether tokenize runs as a stage of its own (`stages.tokenize_on_cpu`, by device if unset)."""
         return self.device == "gpu" if self.stages.tokenize_on_cpu is None else self.stages.tokenize_on_cpu
 
     def output_hash(self) -> str:

@@ -1,8 +1,8 @@
-"""The Ray Data LLM pipeline: chat template -> tokenize -> vLLM engine -> detokenize, built from the job config.
+"""The Ray Data LLM pipeline: chat template -> tokenize -> vLLM engine (which decodes the text), from the job config.
 
 The engine is `ray.data.llm`'s vLLM stage: continuous batching inside each replica, with several batches in flight
-per replica so the engine never waits for the slowest row of one batch. Tokenize and detokenize are Ray's own CPU
-stages, so on GPUs the engine only decodes.
+per replica so the engine never waits for the slowest row of one batch. On GPUs tokenize is Ray's own CPU stage;
+the text is decoded once, by vLLM. Every engine of a fixed-size pool starts at once (`processor_config`).
 """
 
 from __future__ import annotations
@@ -178,12 +178,13 @@ def processor_config(config: JobConfig, model: ModelConfig, seeded: bool | None 
     cpu_stage = {
         "enabled": config.tokenizer_stages,
         "num_cpus": stages.num_cpus,
-        "concurrency": stages.concurrency,
+        "concurrency": cpu_stage_actors(config),
         "batch_size": stages.batch_size,
     }
-    concurrency: int | tuple[int, int] = (
-        config.replicas if config.max_replicas is None else (config.replicas, config.max_replicas)
-    )
+    # A pair, never a bare int: Ray Data LLM turns an int n into an autoscaling pool of 1..n engines, so on a
+    # fixed-size cluster the second GPU got its engine only after the first was up. (n, n) starts all n at once;
+    # with max_replicas, `replicas` start at once and the rest as nodes come.
+    concurrency = (config.replicas, config.max_replicas or config.replicas)
     return vLLMEngineProcessorConfig(
         model_source=model_label(model),
         engine_kwargs=engine_kwargs(config, seeded, keep_auto=True),
@@ -197,8 +198,28 @@ def processor_config(config: JobConfig, model: ModelConfig, seeded: bool | None 
         log_engine_metrics=False,
         chat_template_stage=False,
         tokenize_stage=cpu_stage,
-        detokenize_stage=cpu_stage,
+        # Text is decoded once, by vLLM (which must decode anyway to match stop strings); Ray's detokenize stage
+        # decoded the same tokens a second time, in one more actor the engines' output waited on.
+        detokenize_stage=False,
     )
+
+
+def cpu_stage_actors(config: JobConfig) -> int:
+    """Actors per CPU stage: the config's, but on GPUs at least two once there are two engines, so a lost
+    CPU-stage actor (its node gone) leaves the other feeding every engine while Ray restarts it
+    (`spread_cpu_stages`). On the CPU the engines' own cores would pay for the second one."""
+    if config.device == "gpu":
+        return max(config.stages.concurrency, min(2, config.replicas))
+    return config.stages.concurrency
+
+
+def spread_cpu_stages(processor: Processor) -> None:
+    """The tokenize stage's actors on different nodes where the cluster has them (Ray's SPREAD), not all on one."""
+    for name in ("TokenizeStage",):
+        try:
+            processor.get_stage_by_name(name).map_batches_kwargs["scheduling_strategy"] = "SPREAD"
+        except ValueError:  # the stage is off
+            continue
 
 
 def guard_engine_stage(processor: Processor, config: JobConfig, keep_metrics: bool = True) -> None:
@@ -330,7 +351,8 @@ def build_pipeline(
             fn_constructor_kwargs={"model_config": model_config},
             batch_size=stages.batch_size,
             num_cpus=stages.num_cpus,
-            compute=ray.data.ActorPoolStrategy(size=stages.concurrency),
+            compute=ray.data.ActorPoolStrategy(size=cpu_stage_actors(config)),
+            scheduling_strategy="SPREAD",
             batch_format="pyarrow",
         )
     columns = RESULT_COLUMNS + (("metrics",) if keep_metrics else ())
@@ -343,6 +365,7 @@ def build_pipeline(
         )
     guard_engine_stage(processor, config, keep_metrics)
     fetch_model_on_each_node(processor, model)
+    spread_cpu_stages(processor)
     answered = processor(templated)
     startup_trace.mark("pipeline_built")
     return answered
