@@ -225,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     from infra.pricing.table import PriceTableError
 
     checked = 0 if args.no_checks else _gate(plan)
+    if not args.no_checks:
+        checked = max(checked, _engine_fit(args.stack, overrides))
     if args.json:
         json.dump(plan, sys.stdout, indent=1, default=str)
         sys.stdout.write("\n")
@@ -258,6 +260,18 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(format_per_token(per_token))
     return checked
+
+
+def _engine_fit(stack: str, overrides: Mapping[str, Any]) -> int:
+    """1 when the stack's model cannot fit a GPU its run may launch (infra/ops/checks_engine_fit.py), said on stderr."""
+    from infra.ops.checks_engine_fit import check_engine_fit
+    from infra.ops.stacks import offline_config
+    from infra.pricing.table import load_prices
+
+    fit = check_engine_fit(offline_config(stack, overrides), load_prices())
+    if not fit.ok:
+        print(f"error: {fit.line}", file=sys.stderr)
+    return 0 if fit.ok else 1
 
 
 def _day(text: str) -> date:
