@@ -58,6 +58,7 @@ from workload.files.results import (
     ENGINE_RESTARTS_COLUMN,
     EngineCrashLoopError,
 )
+from workload.telemetry.engine_stats import EngineStats, attach, engine_reporter
 from workload.telemetry.startup_trace import mark
 
 HANG_POLL_S = 1.0  # how often a pending request checks whether its engine has stalled
@@ -140,6 +141,7 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         hang_timeout_s: float = 180.0,
         keep_metrics: bool = True,
         row_tokens: int = 600,
+        metrics: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         # The model is fetched on this node, by this actor (workload/engine/node_stages.py says why not by upstream);
@@ -156,6 +158,10 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         self._engine_args = (args, kwargs)
         super().__init__(*args, **kwargs)
         mark("engine_ready")
+        # vLLM's KV-cache use, preemptions, running and waiting requests, to CloudWatch (engine_stats.py).
+        self._engine_stats = EngineStats()
+        attach(self.llm.engine, self._engine_stats)
+        self._engine_reporter = engine_reporter(metrics, self._engine_stats)
         self._keep_metrics = keep_metrics
         self._crash_retries = crash_retries
         self._max_consecutive_crashes = max_consecutive_crashes
@@ -276,6 +282,7 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
             print(f"[llm-batch] engine shutdown after a crash: {error}", flush=True)
         args, kwargs = self._engine_args
         vLLMEngineStageUDF.__init__(self, *args, **kwargs)
+        attach(self.llm.engine, self._engine_stats)
         self._guard_engine()
 
     def _died(self, crash: _Crash) -> None:

@@ -195,6 +195,8 @@ def processor_config(config: JobConfig, model: ModelConfig, seeded: bool | None 
         placement_group_config={"bundles": [{"CPU": 1}]} if config.device == "cpu" else None,
         runtime_env={"env_vars": engine_env(config)},
         should_continue_on_error=True,
+        # Ray's Prometheus exporter, which nothing scrapes here; the engine's stats reach CloudWatch from the
+        # guard instead (workload/telemetry/engine_stats.py).
         log_engine_metrics=False,
         chat_template_stage=False,
         tokenize_stage=cpu_stage,
@@ -235,6 +237,7 @@ def guard_engine_stage(processor: Processor, config: JobConfig, keep_metrics: bo
         max_consecutive_crashes=config.engine.max_consecutive_crashes,
         keep_metrics=keep_metrics,
         row_tokens=config.engine.row_tokens,
+        metrics=config.metrics.model_dump(mode="json"),
     )
     # Ray's knobs, passed by Ray Data to the actor's options (map_batches' ray_remote_args). Restarts are bounded:
     # an actor killed over and over (a batch that runs it out of memory) stops the run. Its batches' retries are

@@ -25,6 +25,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from workload.contract import metric_names as mn
 from workload.contract.config import MetricsConfig
+from workload.telemetry.engine_stats import EngineStats
 from workload.telemetry.gpu import GpuSample, GpuSampler, mean_sample
 from workload.telemetry.log_shipper import LogShipper
 from workload.telemetry.metrics import BatchReport
@@ -95,6 +96,7 @@ class CloudWatchMetrics:
         instance_id: str | None = None,
         gpu_sampler: GpuSampler | bool | None = True,
         heartbeat: bool = True,
+        engine_stats: EngineStats | None = None,
     ) -> None:
         """`gpu_sampler`: True opens NVML where it exists, False never samples, or a sampler to use.
 
@@ -124,6 +126,7 @@ class CloudWatchMetrics:
         self._gpu_window: list[GpuSample] = []
         self._durations: list[float] = []
         self._heartbeat = heartbeat
+        self._engine_stats = engine_stats  # an engine actor's vLLM scheduler statistics
         self._closed = False
         self._finished = False
         self._stop = threading.Event()
@@ -249,6 +252,12 @@ class CloudWatchMetrics:
                             gpu_mem_used_pct=round(gpu.mem_used_pct, 1),
                         )
                     )
+            engine = self._engine_stats.take() if self._engine_stats is not None else None
+            if engine is not None:
+                datums += self._datums(mn.KV_CACHE_USAGE, 100 * engine.kv_cache_usage_max)
+                datums += self._datums(mn.ENGINE_PREEMPTIONS, engine.preemptions)
+                datums += self._datums(mn.ENGINE_RUNNING, engine.running_requests)
+                datums += self._datums(mn.ENGINE_WAITING, engine.waiting_requests)
             self._put(datums)
             if self._shipper is not None:
                 self._shipper.flush()
