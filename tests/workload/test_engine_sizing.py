@@ -181,3 +181,20 @@ def test_engines_start_at_once_and_text_is_decoded_once() -> None:
     assert cpu_stage_actors(config) == 2
     assert processor_config(build_config({**base, "max_replicas": 6}), config.model).concurrency == (4, 6)
     assert cpu_stage_actors(build_config({**base, "device": "cpu"})) == 1
+
+
+def test_docs_gpu_table_is_what_engine_plan_gives() -> None:
+    """docs/gpu.md's table of the models on the tiers' GPUs, row by row, against the sizing (no drift)."""
+    names = {p.name.lower().replace("-instruct", ""): p.name for p in MODELS.iterdir() if p.is_dir()}
+    rows = [line.split("|")[1:-1] for line in (ROOT / "docs" / "gpu.md").read_text().splitlines()]
+    checked = 0
+    for cells in rows:
+        cells = [cell.strip() for cell in cells]
+        if len(cells) != 8 or cells[1] not in TIER_GPUS or cells[0].lower().replace("-instruct", "") not in names:
+            continue
+        tp = int(cells[2])
+        plan = plan_engine(shape(names[cells[0].lower().replace("-instruct", "")]), cells[1], tp)
+        assert plan.tensor_parallel_size == tp, cells
+        assert (f"{plan.kv_cache_tokens:,}", str(plan.max_num_seqs)) == (cells[5], cells[6]), cells
+        checked += 1
+    assert checked == 20
