@@ -17,7 +17,7 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config as BotoConfig
@@ -25,10 +25,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from workload.contract import metric_names as mn
 from workload.contract.config import MetricsConfig
-from workload.telemetry.engine_stats import EngineStats
 from workload.telemetry.gpu import GpuSample, GpuSampler, mean_sample
 from workload.telemetry.log_shipper import LogShipper
 from workload.telemetry.metrics import BatchReport
+
+if TYPE_CHECKING:  # engine_stats builds a CloudWatchMetrics for an engine actor: a type here, not an import
+    from workload.telemetry.engine_stats import EngineStats
 
 _log = logging.getLogger(__name__)
 
