@@ -1,7 +1,8 @@
 """The benchmark end to end on the smoke profile: real vLLM, real Ray Data LLM, the real command.
 
 Asserts the scorecard's shape and sanity, not speed (CI machines and their neighbours vary too much for that).
-One engine start for the two engine modes, one for the job.
+One engine start for the two engine modes, one for the same bare engine in the job's process layout (the
+like-for-like baseline, bimodal point only), one for the job.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def test_scorecard_has_every_mode_with_sane_figures(bench_out: Path) -> None:
     scorecard = json.loads((bench_out / "scorecard.json").read_text())
     assert scorecard["profile"] == "smoke" and scorecard["errors"] == {}
     runs = {run["mode"]: run for run in scorecard["runs"]}
-    assert set(runs) == {"synchronous", "continuous", "job"}
+    assert set(runs) == {"synchronous", "continuous", "job", "continuous_job_layout"}
     for mode, run in runs.items():
         assert run["requests"] == run["completed"] == 32, mode
         assert run["failures"] == 0, (mode, run["failure_reasons"])
@@ -71,8 +72,10 @@ def test_scorecard_has_every_mode_with_sane_figures(bench_out: Path) -> None:
         "job_peak_memory_over_engine",
     ):
         assert isinstance(scorecard[ratio], float) and scorecard[ratio] > 0, ratio
-    # Every phase of both start-ups was marked by the real processes (the job's engine actor included), in order.
-    for group in ("engine", "job"):
+    for ratio, value in scorecard["like_for_like"].items():
+        assert isinstance(value, float) and value > 0, ratio
+    # Every phase of the start-ups was marked by the real processes (the job's engine actor included), in order.
+    for group in ("engine", "engine_job_layout", "job"):
         startup = scorecard["startup"][group]
         phases = startup["phases_s"]
         assert all(isinstance(seconds, float) for seconds in phases.values()), (group, phases)
