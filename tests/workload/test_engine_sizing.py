@@ -149,6 +149,12 @@ def test_settle_sizes_auto_from_the_gpus_free_memory(monkeypatch: pytest.MonkeyP
     settled, plan = settle(kwargs, str(MODELS / "llama-3.1-8b-instruct"), 600)
     assert plan is not None and settled["max_num_seqs"] == plan.max_num_seqs == 55
     assert settled["max_num_batched_tokens"] == 1024  # pinned: left alone
+    # A GPU the estimate says is too small: the engine starts with vLLM's defaults and lets vLLM's profile decide.
+    small = settle(kwargs, str(MODELS / "llama-3.1-70b-instruct"), 600, (23028 * 2**20, "NVIDIA A10G"))
+    assert small == (
+        {"max_model_len": 2048, "max_num_seqs": 128, "max_num_batched_tokens": 1024, "dtype": "auto"},
+        None,
+    )
     monkeypatch.setattr(auto_settings, "free_gpu_memory", lambda: None)
     assert settle(kwargs, str(MODELS / "llama-3.1-8b-instruct"), 600)[0]["max_num_seqs"] == 128
     assert plan.kv_cache_gib * GIB <= 23028 * 2**20

@@ -113,16 +113,22 @@ def settle(
         shape = shape.model_copy(update={"dtype": dtype})
     # Sized from what is free at the same share vLLM takes of the total: a little under vLLM's own figure (the
     # CUDA context, counted out of the free memory, is counted again in RESERVE_GIB), never over it.
-    plan = plan_engine(
-        shape,
-        kind_of_gpu_name(name),
-        int(settled.get("tensor_parallel_size", 1)),
-        max_model_len=int(settled["max_model_len"]),
-        gpu_memory_utilization=float(settled.get("gpu_memory_utilization", 0.9)),
-        row_tokens=row_tokens,
-        tensor_parallel_size=int(settled.get("tensor_parallel_size", 1)),
-        memory_bytes=free,
-    )
+    try:
+        plan = plan_engine(
+            shape,
+            kind_of_gpu_name(name),
+            int(settled.get("tensor_parallel_size", 1)),
+            max_model_len=int(settled["max_model_len"]),
+            gpu_memory_utilization=float(settled.get("gpu_memory_utilization", 0.9)),
+            row_tokens=row_tokens,
+            tensor_parallel_size=int(settled.get("tensor_parallel_size", 1)),
+            memory_bytes=free,
+        )
+    except SizingError as error:
+        # The estimate errs on the small side; vLLM's own profile decides (and refuses a cache that cannot hold
+        # one max_model_len sequence, with its own message). The plan and preflight refused such a stack already.
+        print(f"[llm-batch] engine sizing: {error}; starting with vLLM's defaults", flush=True)
+        return without_gpu_sizing(engine_kwargs), None
     for key in wanted:
         settled[key] = getattr(plan, key)
     if not settled.get("enable_chunked_prefill", True):
