@@ -38,6 +38,8 @@ def job_engine_kwargs(model_dir: Path, row_tokens: int, memory: tuple[int, str] 
 
     config = build_config({"input": {"uri": "-"}, "output": {"uri": "out"}, "device": "gpu"})
     kwargs = {**engine_kwargs(config, keep_auto=True), "load_format": "dummy", "skip_tokenizer_init": True}
+    # The grammar backend needs a tokenizer, which a dummy model has none of; no row here asks for structure.
+    kwargs.pop("structured_outputs_config", None)
     # `memory` (--dry-run): a GPU kind's total instead of the real free memory.
     return auto_settings.settle(kwargs, str(model_dir), row_tokens, memory)
 
