@@ -101,8 +101,8 @@ def build_scorecard(
         "job_startup_over_engine_startup": job_startup_over_engine_startup,
         "job_peak_memory_over_engine": job_peak_memory_over_engine,
         "like_for_like": like,
-        "baseline": f"like for like: the bare engine in the job's process layout ({JOB_LAYOUT_MODE}); the ratios "
-        "above it compare with the bare engine in vLLM's default layout",
+        "baseline": f"the bare engine in the job's process layout ({JOB_LAYOUT_MODE}); the default-layout ratios "
+        "compare with the bare engine in vLLM's own layout",
         "startup": startup,
         "targets": {
             "continuous_over_synchronous": TARGET_CONTINUOUS_OVER_SYNCHRONOUS,
