@@ -89,7 +89,7 @@ def test_scorecard_has_every_mode_with_sane_figures(bench_out: Path) -> None:
 
 @pytest.mark.slow
 def test_every_request_has_ordered_timestamps(bench_out: Path) -> None:
-    for group in ("engine", "job"):
+    for group in ("engine", "engine_job_layout", "job"):
         for run in json.loads((bench_out / "raw" / f"{group}.json").read_text()):
             assert len(run["records"]) == 32
             for record in run["records"]:
@@ -102,6 +102,6 @@ def test_every_request_has_ordered_timestamps(bench_out: Path) -> None:
 @pytest.mark.slow
 def test_table_and_plots_are_written(bench_out: Path) -> None:
     table = (bench_out / "scorecard.md").read_text()
-    assert table.count("| bimodal |") == 3
+    assert table.count("| bimodal |") == 4  # synchronous, continuous, continuous_job_layout, job
     for name in ("throughput_vs_decode_length.png", "latency_bimodal.png"):
         assert (bench_out / name).read_bytes()[:8] == PNG_MAGIC
