@@ -38,10 +38,14 @@ class AlarmThresholds(BaseModel):
     no_progress_minutes: int = Field(
         30, ge=2 * _PERIOD_MINUTES, description="A live run that finishes no row for this long alarms."
     )
+    preemptions_max: int = Field(
+        50, ge=0, description="Engine preemptions in a 5-minute period over this (summed over engines)..."
+    )
+    preemptions_minutes: int = Field(15, ge=_PERIOD_MINUTES, description="...for this many minutes alarms.")
 
     @model_validator(mode="after")
     def _whole_periods(self) -> AlarmThresholds:
-        for key in ("gpu_util_low_minutes", "no_progress_minutes"):
+        for key in ("gpu_util_low_minutes", "no_progress_minutes", "preemptions_minutes"):
             if getattr(self, key) % _PERIOD_MINUTES:
                 raise ValueError(f"{key} must be a multiple of {_PERIOD_MINUTES} (the alarm period, in minutes)")
         return self
@@ -200,6 +204,24 @@ def job_alarms(stack: str, namespace: str, thresholds: AlarmThresholds) -> list[
             evaluation_periods=thresholds.no_progress_minutes // _PERIOD_MINUTES,
             treat_missing_data="notBreaching",
             metric=_job_metric(namespace, stack, mn.ROWS_PROCESSED, "Sum"),
+        ),
+        AlarmSpec(
+            key="engine-preemptions",
+            meaning=(
+                f"The engines preempted more than {thresholds.preemptions_max} sequences a period for "
+                f"{thresholds.preemptions_minutes} minutes: they admit more rows than their KV cache holds, and "
+                "recompute every preempted one."
+            ),
+            action=(
+                "Check engine.max_num_seqs and engine.row_tokens against the rows' real length (prompt + "
+                "max_tokens); leave max_num_seqs at 'auto' or lower it, or run `python -m workload engine-plan` "
+                "for the model and GPU (docs/gpu.md)."
+            ),
+            comparison="GreaterThanThreshold",
+            threshold=thresholds.preemptions_max,
+            evaluation_periods=thresholds.preemptions_minutes // _PERIOD_MINUTES,
+            treat_missing_data="notBreaching",
+            metric=_job_metric(namespace, stack, mn.ENGINE_PREEMPTIONS, "Sum"),
         ),
     ]
 

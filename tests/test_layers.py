@@ -110,7 +110,8 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 # `python -m infra.<tool>` keeps working through these one-line launchers of the tools in infra/ops.
 LAUNCHERS = {"infra.plan", "infra.policy", "infra.preflight", "infra.run", "infra.status", "infra.pricing.refresh"}
 # What the deploy-time program and the monitoring may read of the job: the package workload.contract and nothing
-# else (its config models, the image's run spec, the metric names the alarms watch, the commands' error boundary);
+# else (its config models, the image's run spec, the metric names the alarms watch, the commands' error boundary,
+# the engine sizing the plan and preflight run);
 # none of them imports Ray, vLLM or torch (test_plan_imports_no_engine).
 WORKLOAD_FOR_INFRA = {
     "workload",
@@ -120,6 +121,7 @@ WORKLOAD_FOR_INFRA = {
     "workload.contract.entrypoint",
     "workload.contract.metric_names",
     "workload.contract.cli_errors",
+    "workload.contract.engine_sizing",
 }
 
 

@@ -124,13 +124,23 @@ def support_warning(version: str, on: date) -> str | None:
 
 def stale_warnings(on: date) -> list[str]:
     """A line for each facts table checked more than MAX_AGE_DAYS before `on`."""
+    from infra.pricing.per_token import MANAGED_TABLE, managed_table
+    from workload.contract.engine_sizing import GPU_KINDS_FILE, gpu_kinds
+
+    tables = [
+        (f"infra/facts/{CALENDAR_FILE.name}", calendar().checked, calendar().how),
+        (f"infra/facts/{AMI_RELEASES_FILE.name}", ami_releases().checked, ami_releases().how),
+        # The GPU kinds the engines are sized for, and the managed batch prices the estimate compares with.
+        (f"workload/contract/{GPU_KINDS_FILE.name}", gpu_kinds().checked, gpu_kinds().how),
+        (f"infra/pricing/{MANAGED_TABLE.name}", managed_table().as_of, managed_table().how),
+    ]
     lines = []
-    for path, table in ((CALENDAR_FILE, calendar()), (AMI_RELEASES_FILE, ami_releases())):
-        age = (on - table.checked).days
+    for name, checked, how in tables:
+        age = (on - checked).days
         if age > MAX_AGE_DAYS:
             lines.append(
-                f"infra/facts/{path.name} was checked against its source on {table.checked}, {age} days ago "
-                f"(more than {MAX_AGE_DAYS}): refresh it ({table.how})"
+                f"{name} was checked against its source on {checked}, {age} days ago "
+                f"(more than {MAX_AGE_DAYS}): refresh it ({how})"
             )
     return lines
 

@@ -225,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     from infra.pricing.table import PriceTableError
 
     checked = 0 if args.no_checks else _gate(plan)
+    if not args.no_checks:
+        checked = max(checked, _engine_fit(args.stack, overrides))
     if args.json:
         json.dump(plan, sys.stdout, indent=1, default=str)
         sys.stdout.write("\n")
@@ -241,15 +243,35 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nwarning: no cost estimate: {error}")
         print(f"warning: no cost estimate: {error}", file=sys.stderr)
         return checked
+    from infra.ops.stacks import stack_per_token
+    from infra.pricing.per_token import format_per_token
+
+    per_token = stack_per_token(args.stack, plan, overrides, on=args.on)
     if args.estimate_json:
-        json.dump({**cost.model_dump(mode="json"), "total_usd": round(cost.total, 2)}, sys.stdout, indent=1)
+        tokens = [row.model_dump(mode="json") for row in per_token]
+        report = {**cost.model_dump(mode="json"), "total_usd": round(cost.total, 2), "per_1m_output_tokens": tokens}
+        json.dump(report, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print(render_tree(plan, details=args.details))
         print(summary(plan))
         print()
         print(format_estimate(cost))
+        print()
+        print(format_per_token(per_token))
     return checked
+
+
+def _engine_fit(stack: str, overrides: Mapping[str, Any]) -> int:
+    """1 when the stack's model cannot fit a GPU its run may launch (infra/ops/checks_engine_fit.py), said on stderr."""
+    from infra.ops.checks_engine_fit import check_engine_fit
+    from infra.ops.stacks import offline_config
+    from infra.pricing.table import load_prices
+
+    fit = check_engine_fit(offline_config(stack, overrides), load_prices())
+    if not fit.ok:
+        print(f"error: {fit.line}", file=sys.stderr)
+    return 0 if fit.ok else 1
 
 
 def _day(text: str) -> date:

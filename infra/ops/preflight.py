@@ -201,6 +201,7 @@ class RecordedQuotas:
 def run(stack: str, client: Any, clients: Any = None, on: date | None = None) -> tuple[bool, str]:
     """(everything checked holds, the report) for a stack's config: quotas through `client`, the account through
     `clients(service)` (None: not asked, as with `--quotas`), dated facts as of `on` (default today, UTC)."""
+    from infra.ops.checks_engine_fit import check_engine_fit
     from infra.ops.preflight_account import account_findings, format_findings, skipped
     from infra.ops.stacks import offline_config
     from infra.pricing.stack_costs import capacity_pools
@@ -210,8 +211,9 @@ def run(stack: str, client: Any, clients: Any = None, on: date | None = None) ->
     prices = load_prices()
     required, fallback = capacity_pools(config, prices)
     checks = check_quotas(client, required, config.region, prices, fallback)
-    ok = all(check.ok for check in checks if not check.fallback)
-    report = format_checks(checks, config.region)
+    fit = check_engine_fit(config, prices)  # the model on the tier's GPUs, from its config.json
+    ok = all(check.ok for check in checks if not check.fallback) and fit.ok
+    report = f"{format_checks(checks, config.region)}\n{fit.line}"
     if clients is None:
         return ok, f"{report}\n{skipped(config)}"
     findings = account_findings(config, clients, on or datetime.now(UTC).date())

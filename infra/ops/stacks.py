@@ -17,6 +17,7 @@ import yaml
 if TYPE_CHECKING:
     from infra.config import StackConfig
     from infra.pricing.estimate import Estimate
+    from infra.pricing.per_token import TokenCost
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM_DIR = ROOT / "infra"
@@ -124,3 +125,20 @@ def stack_estimate(
 
     prices = load_prices()
     return estimate(estimate_inputs(stack, offline_config(stack, overrides), prices, plan, on), prices)
+
+
+def stack_per_token(
+    stack: str,
+    plan: Iterable[dict[str, Any]] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    on: date | None = None,
+) -> list[TokenCost]:
+    """The stack's cost per million output tokens, by model class and GPU pool (infra/pricing/per_token.py)."""
+    from infra.pricing.estimate import estimate
+    from infra.pricing.per_token import per_token_costs
+    from infra.pricing.stack_costs import estimate_inputs
+    from infra.pricing.table import load_prices
+
+    prices = load_prices()
+    inputs = estimate_inputs(stack, offline_config(stack, overrides), prices, plan, on)
+    return per_token_costs(inputs, estimate(inputs, prices), prices)

@@ -65,9 +65,8 @@ def test_job_alarms_carry_the_configured_thresholds(stack_plan: tuple[str, Plan]
     topic = _alerts_topic_arn(plan, stack)
     alarms = {item["inputs"]["name"]: item["inputs"] for item in children(plan, _observability(plan), ALARM)}
     specs = job_alarms(stack, config.monitoring.metrics_namespace, config.monitoring)
-    assert {naming.child(stack, key) for key in ("gpu-underused", "batch-latency", "error-ratio", "no-progress")} == {
-        naming.child(stack, spec.key) for spec in specs
-    }
+    keys = ("gpu-underused", "batch-latency", "error-ratio", "no-progress", "engine-preemptions")
+    assert {naming.child(stack, key) for key in keys} == {naming.child(stack, spec.key) for spec in specs}
     for spec in specs:
         alarm = alarms[naming.child(stack, spec.key)]
         assert alarm["threshold"] == spec.threshold
@@ -81,6 +80,7 @@ def test_job_alarms_carry_the_configured_thresholds(stack_plan: tuple[str, Plan]
     assert by_key["batch-latency"]["threshold"] == config.monitoring.batch_latency_p95_max_s
     assert by_key["error-ratio"]["threshold"] == config.monitoring.error_ratio_max
     assert by_key["no-progress"]["evaluationPeriods"] * 5 == config.monitoring.no_progress_minutes
+    assert by_key["engine-preemptions"]["evaluationPeriods"] * 5 == config.monitoring.preemptions_minutes
 
 
 def test_large_stack_overrides_reach_the_plan(plan_for: Callable[[str], Plan]) -> None:
@@ -105,7 +105,8 @@ def test_alarms_watch_what_the_stack_job_publishes(stack_plan: tuple[str, Plan])
     stack, plan = stack_plan
     config = _config(stack)
     job_metrics = config.job_config("s3://bucket/input/", "s3://bucket/output/", stack=stack).metrics
-    published = {metric.name: metric for metric in mn.ALL_METRICS}
+    # The driver publishes ALL_METRICS; each engine actor its ENGINE_METRICS (workload/telemetry/engine_stats.py).
+    published = {metric.name: metric for metric in (*mn.ALL_METRICS, *mn.ENGINE_METRICS)}
     # Every job alarm the Observability component makes; the billing alarm watches AWS/Billing by design.
     job_alarm_items = [
         item
@@ -191,7 +192,7 @@ def test_log_group_queries_and_dashboard(stack_plan: tuple[str, Plan]) -> None:
     # The widget shows the Observability component's alarms (the job's four and the billing alarm).
     alarm_arns = sorted(item["outputs"]["arn"] for item in children(plan, _observability(plan), ALARM))
     widgets = {widget["properties"]["title"]: widget["properties"] for widget in body["widgets"]}
-    assert widgets["Alarms"]["alarms"] == alarm_arns and len(alarm_arns) == 5
+    assert widgets["Alarms"]["alarms"] == alarm_arns and len(alarm_arns) == 6
     assert widgets["GPU utilisation (%)"]["region"] == config.region
     for title in ("Throughput", "Batch latency (s)", "Errors", "GPU utilisation (%)"):
         for line in widgets[title]["metrics"]:

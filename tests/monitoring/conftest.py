@@ -71,6 +71,19 @@ def published_run(moto_reset: str) -> PublishedRun:
         }
     )
     sink.close()
+    # An engine actor's publisher, fed vLLM's own stats objects as its scheduler hands them over each step: an
+    # engine that admits more than its KV cache holds (full cache, a queue, preemptions).
+    from vllm.v1.metrics.stats import IterationStats, SchedulerStats
+
+    from workload.telemetry.engine_stats import EngineStats
+
+    stats = EngineStats()
+    step = IterationStats()
+    step.num_preempted_reqs = 80
+    stats.record(SchedulerStats(num_running_reqs=55, num_waiting_reqs=200, kv_cache_usage=0.97), step)
+    CloudWatchMetrics(
+        config, "r1", instance_id="i-0abc", gpu_sampler=False, heartbeat=False, engine_stats=stats
+    ).close()
     cloudwatch = boto3.client("cloudwatch", region_name="us-east-1")
     metrics = cloudwatch.list_metrics(Namespace=config.namespace)["Metrics"]
     stream = logs.describe_log_streams(logGroupName=GROUP)["logStreams"][0]["logStreamName"]

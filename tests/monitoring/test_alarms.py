@@ -34,7 +34,7 @@ def _alarms() -> dict[str, AlarmSpec]:
 
 def test_alarms_take_their_thresholds_from_config() -> None:
     alarms = _alarms()
-    assert set(alarms) == {"gpu-underused", "batch-latency", "error-ratio", "no-progress"}
+    assert set(alarms) == {"gpu-underused", "batch-latency", "error-ratio", "no-progress", "engine-preemptions"}
     assert alarms["gpu-underused"].threshold == 35 and evaluation_minutes(alarms["gpu-underused"]) == 20
     assert alarms["batch-latency"].threshold == 60
     assert alarms["error-ratio"].threshold == 0.02
@@ -133,9 +133,9 @@ def test_no_progress_alarm_sees_a_stuck_run_and_not_an_idle_night(moto_reset: st
 
 
 def test_gpu_and_latency_alarms_breach_on_what_a_bad_run_publishes(published_run: PublishedRun) -> None:
-    """The fixture's run: GPUs at 12 % and one 90 s batch among three."""
+    """The fixture's run: GPUs at 12 % and one 90 s batch among three; an engine preempting 80 sequences."""
     alarms = {spec.key: spec for spec in job_alarms(STACK, published_run.config.namespace, THRESHOLDS)}
-    for key in ("gpu-underused", "batch-latency"):
+    for key in ("gpu-underused", "batch-latency", "engine-preemptions"):
         values = _latest(alarms[key])
         assert values and all(_COMPARE[alarms[key].comparison](v, alarms[key].threshold) for v in values), key
 

@@ -214,3 +214,23 @@ def test_cpu_seconds_are_attributed_to_the_process_that_spent_them() -> None:
     spent = monitor.cpu_seconds
     child = {role: seconds for role, seconds in spent.items() if role != "driver"}
     assert sum(child.values()) >= 0.7  # the busy child, seen by the sampler before it exited
+
+
+def test_the_like_for_like_baseline_is_reported_beside_the_default_and_judges_the_targets() -> None:
+    """The bare engine in the job's process layout (continuous_job_layout) against the job: its ratios sit beside
+    the default-layout ones, and the targets are judged on them. Here the job-layout engine decodes half as fast
+    as the job (so like for like the job looks 2x) and peaks at 1 GiB against the job's 3 (3x: the memory target
+    is missed like for like, though met against the default layout's 3 GiB)."""
+    profile = get_profile("smoke")
+    half = [_record(0, 100.5, 101.0, 104.0, 11), _record(1, 100.5, 101.0, 108.0, 21)]
+    layout = ModeRun("bimodal", "continuous_job_layout", 5.0, 100.0, 200.0, 1 * 2**30, "process-tree-pss", half)
+    runs = [_run("continuous", RECORDS), _run("job", RECORDS), layout]
+    repro = {"command": "x", "commit": None, "versions": {}, "hardware": {}}
+    scorecard = build_scorecard(profile, runs, engine_args={}, reproducibility=repro, errors={})
+    assert scorecard["job_peak_memory_over_engine"] == pytest.approx(1.0)  # the default layout's
+    assert scorecard["like_for_like"]["job_peak_memory_over_engine"] == pytest.approx(3.0)
+    assert scorecard["targets_met"]["job_peak_memory_over_engine"] is False  # judged like for like
+    assert scorecard["like_for_like"]["job_over_continuous"] > scorecard["job_over_continuous"]
+    assert "job's process layout" in scorecard["baseline"]
+    text = markdown(scorecard)
+    assert "Like for like" in text and text.index("Like for like") < text.index("| ")

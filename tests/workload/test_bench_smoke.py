@@ -1,7 +1,8 @@
 """The benchmark end to end on the smoke profile: real vLLM, real Ray Data LLM, the real command.
 
 Asserts the scorecard's shape and sanity, not speed (CI machines and their neighbours vary too much for that).
-One engine start for the two engine modes, one for the job.
+One engine start for the two engine modes, one for the same bare engine in the job's process layout (the
+like-for-like baseline, bimodal point only), one for the job.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def test_scorecard_has_every_mode_with_sane_figures(bench_out: Path) -> None:
     scorecard = json.loads((bench_out / "scorecard.json").read_text())
     assert scorecard["profile"] == "smoke" and scorecard["errors"] == {}
     runs = {run["mode"]: run for run in scorecard["runs"]}
-    assert set(runs) == {"synchronous", "continuous", "job"}
+    assert set(runs) == {"synchronous", "continuous", "job", "continuous_job_layout"}
     for mode, run in runs.items():
         assert run["requests"] == run["completed"] == 32, mode
         assert run["failures"] == 0, (mode, run["failure_reasons"])
@@ -71,8 +72,10 @@ def test_scorecard_has_every_mode_with_sane_figures(bench_out: Path) -> None:
         "job_peak_memory_over_engine",
     ):
         assert isinstance(scorecard[ratio], float) and scorecard[ratio] > 0, ratio
-    # Every phase of both start-ups was marked by the real processes (the job's engine actor included), in order.
-    for group in ("engine", "job"):
+    for ratio, value in scorecard["like_for_like"].items():
+        assert isinstance(value, float) and value > 0, ratio
+    # Every phase of the start-ups was marked by the real processes (the job's engine actor included), in order.
+    for group in ("engine", "engine_job_layout", "job"):
         startup = scorecard["startup"][group]
         phases = startup["phases_s"]
         assert all(isinstance(seconds, float) for seconds in phases.values()), (group, phases)
@@ -86,7 +89,7 @@ def test_scorecard_has_every_mode_with_sane_figures(bench_out: Path) -> None:
 
 @pytest.mark.slow
 def test_every_request_has_ordered_timestamps(bench_out: Path) -> None:
-    for group in ("engine", "job"):
+    for group in ("engine", "engine_job_layout", "job"):
         for run in json.loads((bench_out / "raw" / f"{group}.json").read_text()):
             assert len(run["records"]) == 32
             for record in run["records"]:
@@ -99,6 +102,6 @@ def test_every_request_has_ordered_timestamps(bench_out: Path) -> None:
 @pytest.mark.slow
 def test_table_and_plots_are_written(bench_out: Path) -> None:
     table = (bench_out / "scorecard.md").read_text()
-    assert table.count("| bimodal |") == 3
+    assert table.count("| bimodal |") == 4  # synchronous, continuous, continuous_job_layout, job
     for name in ("throughput_vs_decode_length.png", "latency_bimodal.png"):
         assert (bench_out / name).read_bytes()[:8] == PNG_MAGIC

@@ -91,6 +91,7 @@ def run_engine_modes(
     points: list[tuple[str, WorkloadSpec]],
     chunk_size: int,
     device: Literal["cpu", "gpu"],
+    modes: tuple[Literal["continuous", "synchronous"], ...] = ("continuous", "synchronous"),
 ) -> list[ModeRun]:
     from vllm import LLM
 
@@ -108,7 +109,7 @@ def run_engine_modes(
     say(f"engine modes: engine ready in {startup_s:.1f}s")
     runs = []
     for point, spec in points:
-        for mode in ("continuous", "synchronous"):
+        for mode in modes:
             say(f"{point}: {mode} ({spec.num_requests} requests)")
             run = run_mode(llm, mode, point, spec, chunk_size, device, startup_s)
             say(f"{point}: {mode} done in {run.finished - run.submitted:.1f}s")

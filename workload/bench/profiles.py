@@ -109,7 +109,7 @@ class BenchProfile(BaseModel):
 
     @property
     def chunk_size(self) -> int:
-        return self.sync_chunk or self.engine.max_num_seqs
+        return self.sync_chunk or self.engine.unsized_max_num_seqs
 
     def points(self) -> list[tuple[str, WorkloadSpec]]:
         """(label, workload) of each run: the bimodal headline first, then the sweep."""

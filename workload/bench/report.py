@@ -62,6 +62,33 @@ def _startup_lines(startup: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _like_for_like_lines(scorecard: dict[str, Any]) -> list[str]:
+    """The same three job ratios against the bare engine in the job's process layout: what the targets judge."""
+    like = scorecard.get("like_for_like") or {}
+    if not any(value is not None for value in like.values()):
+        return []
+    targets = scorecard["targets"]
+    return [
+        "",
+        f"Like for like ({scorecard.get('baseline', 'the bare engine in the job process layout')}; the targets "
+        "are judged on these):",
+        "",
+        _ratio_line("job / continuous", like.get("job_over_continuous"), targets["job_over_continuous"]),
+        _ratio_line(
+            "job start-up / engine start-up",
+            like.get("job_startup_over_engine_startup"),
+            targets.get("job_startup_over_engine_startup", 1.3),
+            at_most=True,
+        ),
+        _ratio_line(
+            "job peak memory / engine peak memory",
+            like.get("job_peak_memory_over_engine"),
+            targets.get("job_peak_memory_over_engine", 1.3),
+            at_most=True,
+        ),
+    ]
+
+
 def markdown(scorecard: dict[str, Any]) -> str:
     repro = scorecard["reproducibility"]
     targets = scorecard["targets"]
@@ -88,6 +115,7 @@ def markdown(scorecard: dict[str, Any]) -> str:
             targets.get("job_peak_memory_over_engine", 1.3),
             at_most=True,
         ),
+        *_like_for_like_lines(scorecard),
         "",
         "| " + " | ".join(header for _, header, _ in _COLUMNS) + " |",
         "|" + "|".join("---" for _ in _COLUMNS) + "|",
@@ -142,4 +170,6 @@ def terminal_summary(scorecard: dict[str, Any]) -> str:
     ):
         value = scorecard.get(name)
         lines.append(f"{name}: {'not measured' if value is None else f'{value:.2f}'}")
+    for name, value in (scorecard.get("like_for_like") or {}).items():
+        lines.append(f"{name} (like for like, judged): {'not measured' if value is None else f'{value:.2f}'}")
     return "\n".join(lines)

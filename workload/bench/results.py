@@ -8,6 +8,8 @@ from typing import Any
 from workload.bench.records import RequestRecord
 
 MODES = ("synchronous", "continuous", "job")
+# The bare engine in the job's process layout (the like-for-like baseline): continuous, on the bimodal point only.
+JOB_LAYOUT_MODE = "continuous_job_layout"
 
 
 @dataclass

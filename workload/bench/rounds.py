@@ -30,6 +30,11 @@ RATIOS: dict[str, tuple[float, str]] = {
 _SYMBOL = {"at_least": ">=", "at_most": "<="}
 
 
+def _judged(scorecard: dict[str, Any], name: str) -> Any:
+    like = (scorecard.get("like_for_like") or {}).get(name)
+    return like if like is not None else scorecard.get(name)
+
+
 def round_dir(number: int) -> str:
     return f"round-{number}"
 
@@ -68,7 +73,8 @@ def combine(round_scorecards: list[dict[str, Any]]) -> dict[str, Any]:
         raise ValueError("combine needs at least one round's scorecard")
     ratios = {}
     for name, (target, direction) in RATIOS.items():
-        values = [_number(scorecard.get(name)) for scorecard in round_scorecards]
+        # A round's like-for-like figure where it has one (what its targets were judged on), else the default one.
+        values = [_number(_judged(scorecard, name)) for scorecard in round_scorecards]
         ratios[name] = _ratio(values, target, direction)
     per_round = [
         {

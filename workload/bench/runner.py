@@ -26,7 +26,18 @@ from workload.bench.worker import WorkerTask
 from workload.telemetry import startup_trace
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-GROUPS = ("engine", "job")
+# engine_job_layout: the bare engine again, in the job's engines' process layout (`job_layout_env`), on the bimodal
+# point only: the like-for-like baseline the job's start-up and memory ratios are judged on.
+GROUPS = ("engine", "engine_job_layout", "job")
+
+
+def job_layout_env(profile: BenchProfile) -> dict[str, str]:
+    """What puts a bare vLLM engine in the job's engine actors' layout: on the CPU, vLLM's engine core runs the
+    model in one process (workload/engine/pipeline.py CPU_ONE_PROCESS_ENGINE); on a GPU, vLLM's default layout is
+    the job's already."""
+    from workload.engine.pipeline import CPU_ONE_PROCESS_ENGINE
+
+    return dict(CPU_ONE_PROCESS_ENGINE) if profile.device == "cpu" else {}
 
 
 @dataclass(frozen=True)
@@ -48,7 +59,11 @@ def _run_group(group: str, task: WorkerTask, out: Path, scratch: Path, profile: 
     started = time.monotonic()
     completed = subprocess.run(
         [sys.executable, "-m", "workload.bench.worker", str(task_file), str(result_file)],
-        env={**worker_env(scratch / group, profile.engine), startup_trace.VARIABLE: str(trace_file.resolve())},
+        env={
+            **worker_env(scratch / group, profile.engine),
+            **(job_layout_env(profile) if group == "engine_job_layout" else {}),
+            startup_trace.VARIABLE: str(trace_file.resolve()),
+        },
         cwd=REPO_ROOT,
         check=False,
     )
@@ -82,7 +97,9 @@ def run_bench(profile: BenchProfile, out: Path, model_cache: Path, groups: tuple
                 profile=profile,
                 model_path=model_path,
                 run_dir=str(out / "job-run"),
-                points=profile.points(),
+                points=[p for p in profile.points() if p[0] == "bimodal"]
+                if group == "engine_job_layout"
+                else profile.points(),
             )
             try:
                 runs += _run_group(group, task, out, scratch, profile)

@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from workload.bench.profiles import BenchProfile
-from workload.bench.results import MODES, ModeRun
+from workload.bench.results import JOB_LAYOUT_MODE, MODES, ModeRun
 from workload.bench.stats import DEFINITIONS, summarise
 
 SCHEMA_VERSION = 1
@@ -27,8 +27,9 @@ def _ratio(runs: dict[str, dict[str, Any]], top: str, bottom: str) -> float | No
     return float(numerator / denominator)
 
 
-# Whose start-up the scorecard reports: the engine group's (one engine serves both engine modes) and the job's.
-STARTUP_MODES = (("engine", "continuous"), ("job", "job"))
+# Whose start-up the scorecard reports: the engine group's (one engine serves both engine modes), the same bare
+# engine's in the job's process layout (the like-for-like baseline), and the job's.
+STARTUP_MODES = (("engine", "continuous"), ("engine_job_layout", JOB_LAYOUT_MODE), ("job", "job"))
 
 
 def _quotient(top: float | None, bottom: float | None) -> float | None:
@@ -52,7 +53,7 @@ def build_scorecard(
     reproducibility: dict[str, Any],
     errors: dict[str, str],
 ) -> dict[str, Any]:
-    summaries = [summarise(run, profile.engine.max_num_seqs) for run in runs]
+    summaries = [summarise(run, profile.engine.unsized_max_num_seqs) for run in runs]
     by_point: dict[str, dict[str, dict[str, Any]]] = {}
     for summary in summaries:
         by_point.setdefault(summary["point"], {})[summary["mode"]] = summary
@@ -66,6 +67,22 @@ def build_scorecard(
     job_peak_memory_over_engine = _quotient(
         headline.get("job", {}).get("peak_memory_gib"), headline.get("continuous", {}).get("peak_memory_gib")
     )
+    # Like for like: the bare engine in the job's process layout. The targets are judged on these where they ran;
+    # the default-layout ratios above flatter the job on the CPU (its one-process engine core against two).
+    like = {
+        "job_over_continuous": _ratio(headline, "job", JOB_LAYOUT_MODE),
+        "job_startup_over_engine_startup": _quotient(
+            (startup.get("job") or {}).get("total_s"), (startup.get("engine_job_layout") or {}).get("total_s")
+        ),
+        "job_peak_memory_over_engine": _quotient(
+            headline.get("job", {}).get("peak_memory_gib"), headline.get(JOB_LAYOUT_MODE, {}).get("peak_memory_gib")
+        ),
+    }
+    judged = {
+        "job_over_continuous": like["job_over_continuous"] or job_over_continuous,
+        "job_startup_over_engine_startup": like["job_startup_over_engine_startup"] or job_startup_over_engine_startup,
+        "job_peak_memory_over_engine": like["job_peak_memory_over_engine"] or job_peak_memory_over_engine,
+    }
     sweep = [
         {
             "point": point,
@@ -83,6 +100,9 @@ def build_scorecard(
         "job_over_continuous": job_over_continuous,
         "job_startup_over_engine_startup": job_startup_over_engine_startup,
         "job_peak_memory_over_engine": job_peak_memory_over_engine,
+        "like_for_like": like,
+        "baseline": f"the bare engine in the job's process layout ({JOB_LAYOUT_MODE}); the default-layout ratios "
+        "compare with the bare engine in vLLM's own layout",
         "startup": startup,
         "targets": {
             "continuous_over_synchronous": TARGET_CONTINUOUS_OVER_SYNCHRONOUS,
@@ -93,12 +113,12 @@ def build_scorecard(
         "targets_met": {
             "continuous_over_synchronous": continuous_over_synchronous is not None
             and continuous_over_synchronous >= TARGET_CONTINUOUS_OVER_SYNCHRONOUS,
-            "job_over_continuous": job_over_continuous is not None
-            and job_over_continuous >= TARGET_JOB_OVER_CONTINUOUS,
-            "job_startup_over_engine_startup": job_startup_over_engine_startup is not None
-            and job_startup_over_engine_startup <= TARGET_JOB_STARTUP_OVER_ENGINE,
-            "job_peak_memory_over_engine": job_peak_memory_over_engine is not None
-            and job_peak_memory_over_engine <= TARGET_JOB_PEAK_MEMORY_OVER_ENGINE,
+            "job_over_continuous": judged["job_over_continuous"] is not None
+            and judged["job_over_continuous"] >= TARGET_JOB_OVER_CONTINUOUS,
+            "job_startup_over_engine_startup": judged["job_startup_over_engine_startup"] is not None
+            and judged["job_startup_over_engine_startup"] <= TARGET_JOB_STARTUP_OVER_ENGINE,
+            "job_peak_memory_over_engine": judged["job_peak_memory_over_engine"] is not None
+            and judged["job_peak_memory_over_engine"] <= TARGET_JOB_PEAK_MEMORY_OVER_ENGINE,
         },
         "ratio_basis": f"steady-state {RATIO_BASIS} on the bimodal point",
         "other_ratio_bases": {

@@ -26,7 +26,7 @@ from workload.telemetry import startup_trace
 class WorkerTask(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    group: Literal["engine", "job"]
+    group: Literal["engine", "engine_job_layout", "job"]
     profile: BenchProfile
     model_path: str
     run_dir: str
@@ -36,15 +36,22 @@ class WorkerTask(BaseModel):
 def run_task(task: WorkerTask) -> list[dict[str, Any]]:
     process_start = process_start_time()
     config = task.profile.job_config(task.model_path, Path(task.run_dir))
-    if task.group == "engine":
+    if task.group in ("engine", "engine_job_layout"):
         from workload.bench.engine_modes import run_engine_modes
+        from workload.bench.results import JOB_LAYOUT_MODE
 
         # The compile caches the job's engine actor uses (workload/engine/guard.py): both start equally warm.
         os.environ.update(compile_cache_env(config.model))
-
+        like_for_like = task.group == "engine_job_layout"  # the runner set the job's layout in this env
         runs = run_engine_modes(
-            engine_kwargs(config, task.model_path), task.points, task.profile.chunk_size, task.profile.device
+            engine_kwargs(config, task.model_path),
+            task.points,
+            task.profile.chunk_size,
+            task.profile.device,
+            modes=("continuous",) if like_for_like else ("continuous", "synchronous"),
         )
+        for run in runs if like_for_like else []:
+            run.mode = JOB_LAYOUT_MODE
     else:
         from workload.bench.job_mode import run_job_mode
 
@@ -52,7 +59,7 @@ def run_task(task: WorkerTask) -> list[dict[str, Any]]:
     trace = os.environ.get(startup_trace.VARIABLE)
     if trace:  # the orchestrator asked for the start-up breakdown (workload/bench/startup.py)
         marks = startup_trace.first_marks(startup_trace.read_marks(Path(trace)))
-        startup = breakdown(ENGINE_PHASES if task.group == "engine" else JOB_PHASES, process_start, marks)
+        startup = breakdown(JOB_PHASES if task.group == "job" else ENGINE_PHASES, process_start, marks)
         for run in runs:
             run.notes["startup"] = startup
     return [run.to_json() for run in runs]

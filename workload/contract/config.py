@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from workload.contract.metric_names import ALARM_PERIOD_S
 
 DEFAULT_METRICS_NAMESPACE = "RayDataLLM/BatchInference"
+# max_num_seqs where `auto` is not sized (the CPU, the serve and bench paths): the fixed value of before sizing.
+UNSIZED_MAX_NUM_SEQS = 128
 
 
 class _Strict(BaseModel):
@@ -102,8 +104,22 @@ class ModelConfig(_Strict):
 class EngineConfig(_Strict):
     max_model_len: int = Field(2048, ge=16, description="Longest prompt + output, in tokens.")
     gpu_memory_utilization: float = Field(0.90, gt=0.0, le=1.0, description="vLLM's share of GPU memory.")
-    max_num_seqs: int = Field(128, ge=1, description="Sequences decoded at once by each engine.")
-    max_num_batched_tokens: int | None = Field(None, ge=16, description="Tokens per engine step; None: vLLM's.")
+    max_num_seqs: int | str = Field(
+        "auto",
+        description="Sequences decoded at once by each engine. 'auto': on a GPU, what the engine's KV cache holds "
+        "of rows of `row_tokens` tokens, sized at start from the model's config.json and the GPU's free memory "
+        "(docs/gpu.md); on the CPU, 128. A number pins it.",
+    )
+    max_num_batched_tokens: int | str | None = Field(
+        "auto",
+        description="Tokens per engine step. 'auto': on a GPU, the largest of 16384/8192/4096/2048 that is at most "
+        "an eighth of the KV cache (docs/gpu.md); on the CPU, vLLM's. None: vLLM's. A number pins it.",
+    )
+    row_tokens: int = Field(
+        600,
+        ge=1,
+        description="A typical row's prompt + output tokens: the unit `max_num_seqs: auto` divides the KV cache by.",
+    )
     enable_prefix_caching: bool = Field(True, description="Reuse KV cache across prompts sharing a prefix.")
     enable_chunked_prefill: bool = Field(
         True,
@@ -147,13 +163,30 @@ class EngineConfig(_Strict):
         default_factory=dict, description="Further vLLM engine arguments, passed through unchanged."
     )
 
+    @property
+    def unsized_max_num_seqs(self) -> int:
+        """max_num_seqs where no GPU sizes `auto` (workload/engine/auto_settings.py)."""
+        return UNSIZED_MAX_NUM_SEQS if self.max_num_seqs == "auto" else int(self.max_num_seqs)
+
+    @field_validator("max_num_seqs", "max_num_batched_tokens", mode="before")
+    @classmethod
+    def _number_or_auto(cls, value: Any, info: Any) -> Any:
+        # One message for every wrong shape (a union would list each branch's complaint).
+        least = 1 if info.field_name == "max_num_seqs" else 16
+        if value == "auto" or (value is None and info.field_name == "max_num_batched_tokens"):
+            return value
+        number = int(value) if isinstance(value, str) and value.strip().isdigit() else value
+        if isinstance(number, int) and not isinstance(number, bool) and number >= least:
+            return number
+        raise ValueError(f"must be 'auto' or an integer of at least {least}, got {value!r}")
+
 
 class StagesConfig(_Strict):
-    """CPU stages around the engine (chat template, tokenize, detokenize)."""
+    """CPU stages before the engine (chat template, tokenize); vLLM itself decodes the text."""
 
     tokenize_on_cpu: bool | None = Field(
         None,
-        description="Tokenize and detokenize as separate CPU stages, so the GPU only decodes. Unset: on with "
+        description="Tokenize as a separate CPU stage, so the engine actor only schedules and decodes. Unset: on with "
         "device gpu, off with device cpu (the engine tokenizes itself; two more actors on the engine's own cores "
         "cost more than they save: docs/benchmark.md).",
     )
@@ -360,7 +393,7 @@ class JobConfig(_Strict):
 
     @property
     def tokenizer_stages(self) -> bool:
-        """Whether tokenize and detokenize run as stages of their own (`stages.tokenize_on_cpu`, by device if unset)."""
+        """Whether tokenize runs as a stage of its own (`stages.tokenize_on_cpu`, by device if unset)."""
         return self.device == "gpu" if self.stages.tokenize_on_cpu is None else self.stages.tokenize_on_cpu
 
     def output_hash(self) -> str:
@@ -406,7 +439,8 @@ def seeded_cpu_conflict(config: JobConfig, seeded: bool) -> str | None:
             "engine on a seeded request whose prefill is chunked (CPU Generator does not use offset). "
             "Remove engine.enable_chunked_prefill (the job then turns it off), or drop the seed"
         )
-    if engine.max_num_batched_tokens is not None and engine.max_num_batched_tokens < engine.max_model_len:
+    budget = engine.max_num_batched_tokens
+    if isinstance(budget, int) and budget < engine.max_model_len:
         return (
             f"engine.max_num_batched_tokens ({engine.max_num_batched_tokens}) is less than engine.max_model_len "
             f"({engine.max_model_len}) with a sampling seed on the CPU: a prompt would be prefilled in chunks, "

@@ -60,6 +60,18 @@ GPU_UTILIZATION = MetricName(
     "GPUUtilization", "Percent", Scope.BOTH, "mean NVML utilisation over the node's GPUs in the interval"
 )
 
+# Published every interval by each engine actor (not the driver) from vLLM's scheduler
+# (workload/telemetry/engine_stats.py).
+KV_CACHE_USAGE = MetricName(
+    "EngineKVCacheUsage", "Percent", Scope.STACK, "the fullest an engine's KV cache was in the interval"
+)
+ENGINE_PREEMPTIONS = MetricName(
+    "EnginePreemptions", "Count", Scope.STACK, "sequences an engine preempted (to recompute) in the interval"
+)
+ENGINE_RUNNING = MetricName("EngineRunningRequests", "Count", Scope.STACK, "requests an engine was decoding")
+ENGINE_WAITING = MetricName("EngineWaitingRequests", "Count", Scope.STACK, "requests waiting for a place")
+ENGINE_METRICS = (KV_CACHE_USAGE, ENGINE_PREEMPTIONS, ENGINE_RUNNING, ENGINE_WAITING)
+
 # Published once, when the run ends.
 OUTPUT_TOKENS_PER_SECOND = MetricName(
     "OutputTokensPerSecond", "Count/Second", Scope.BOTH, "the run's output tokens over its wall time"

@@ -47,6 +47,7 @@ from ray.llm._internal.common.errors import VLLM_FATAL_ERRORS
 from workload import failpoints
 from workload.contract.config import ModelConfig
 from workload.contract.config import SamplingParams as JobSampling
+from workload.engine.auto_settings import settle
 from workload.engine.choices import engine_columns
 from workload.engine.model_source import compile_cache_env
 from workload.engine.node_stages import local_model
@@ -57,6 +58,7 @@ from workload.files.results import (
     ENGINE_RESTARTS_COLUMN,
     EngineCrashLoopError,
 )
+from workload.telemetry.engine_stats import EngineStats, attach, engine_reporter
 from workload.telemetry.startup_trace import mark
 
 HANG_POLL_S = 1.0  # how often a pending request checks whether its engine has stalled
@@ -138,6 +140,8 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         model_config: dict[str, Any],
         hang_timeout_s: float = 180.0,
         keep_metrics: bool = True,
+        row_tokens: int = 600,
+        metrics: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         # The model is fetched on this node, by this actor (workload/engine/node_stages.py says why not by upstream);
@@ -145,11 +149,19 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         mark("engine_actor_process_start", at=psutil.Process().create_time())
         mark("engine_build_start")
         kwargs["model"] = local_model(model_config)
+        # `auto` engine settings sized here, on the engine's own GPU, from the fetched model's config.json.
+        kwargs["engine_kwargs"], plan = settle(kwargs["engine_kwargs"], kwargs["model"], row_tokens)
+        if plan is not None:
+            print(f"[llm-batch] engine sized: {plan.model_dump_json()}", flush=True)
         # Set before the engine starts: vLLM's engine-core process inherits this process's environment.
         os.environ.update(compile_cache_env(ModelConfig.model_validate(model_config)))
         self._engine_args = (args, kwargs)
         super().__init__(*args, **kwargs)
         mark("engine_ready")
+        # vLLM's KV-cache use, preemptions, running and waiting requests, to CloudWatch (engine_stats.py).
+        self._engine_stats = EngineStats()
+        attach(self.llm.engine, self._engine_stats)
+        self._engine_reporter = engine_reporter(metrics, self._engine_stats)
         self._keep_metrics = keep_metrics
         self._crash_retries = crash_retries
         self._max_consecutive_crashes = max_consecutive_crashes
@@ -272,6 +284,7 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
             print(f"[llm-batch] engine shutdown after a crash: {error}", flush=True)
         args, kwargs = self._engine_args
         vLLMEngineStageUDF.__init__(self, *args, **kwargs)
+        attach(self.llm.engine, self._engine_stats)
         self._guard_engine()
 
     def _died(self, crash: _Crash) -> None:

@@ -1,8 +1,8 @@
-"""The Ray Data LLM pipeline: chat template -> tokenize -> vLLM engine -> detokenize, built from the job config.
+"""The Ray Data LLM pipeline: chat template -> tokenize -> vLLM engine (which decodes the text), from the job config.
 
 The engine is `ray.data.llm`'s vLLM stage: continuous batching inside each replica, with several batches in flight
-per replica so the engine never waits for the slowest row of one batch. Tokenize and detokenize are Ray's own CPU
-stages, so on GPUs the engine only decodes.
+per replica so the engine never waits for the slowest row of one batch. On GPUs tokenize is Ray's own CPU stage;
+the text is decoded once, by vLLM. Every engine of a fixed-size pool starts at once (`processor_config`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from ray.data.llm import Processor, build_processor, vLLMEngineProcessorConfig
 
 from workload import failpoints
 from workload.contract.config import JobConfig, ModelConfig
+from workload.engine.auto_settings import without_gpu_sizing
 from workload.engine.choices import CHOICES_COLUMN, FINISH_COLUMN
 from workload.engine.guard import GuardedEngineUDF
 from workload.engine.model_source import is_hub_id, model_label
@@ -102,8 +103,10 @@ class ApplyChatTemplate:
         return batch.append_column(ERROR_COLUMN, pa.array(errors, pa.string()))
 
 
-def engine_kwargs(config: JobConfig, seeded: bool | None = None) -> dict[str, Any]:
-    """vLLM's engine arguments. `seeded`: whether any request carries a sampling seed (default: the config's)."""
+def engine_kwargs(config: JobConfig, seeded: bool | None = None, keep_auto: bool = False) -> dict[str, Any]:
+    """vLLM's engine arguments. `seeded`: whether any request carries a sampling seed (default: the config's).
+    `keep_auto`: leave `auto` settings for the engine actor to size on its GPU (workload/engine/auto_settings.py);
+    otherwise, and always on the CPU, they take the values the job ran with before sizing existed."""
     engine = config.engine
     kwargs: dict[str, Any] = {
         "max_model_len": engine.max_model_len,
@@ -122,6 +125,8 @@ def engine_kwargs(config: JobConfig, seeded: bool | None = None) -> dict[str, An
     }
     if engine.max_num_batched_tokens is not None:
         kwargs["max_num_batched_tokens"] = engine.max_num_batched_tokens
+    if config.device == "cpu" or not keep_auto:
+        kwargs = without_gpu_sizing(kwargs)
     if config.device == "gpu":
         kwargs["gpu_memory_utilization"] = engine.gpu_memory_utilization
     if config.device == "cpu" and (config.sampling.seed is not None if seeded is None else seeded):
@@ -173,15 +178,16 @@ def processor_config(config: JobConfig, model: ModelConfig, seeded: bool | None 
     cpu_stage = {
         "enabled": config.tokenizer_stages,
         "num_cpus": stages.num_cpus,
-        "concurrency": stages.concurrency,
+        "concurrency": cpu_stage_actors(config),
         "batch_size": stages.batch_size,
     }
-    concurrency: int | tuple[int, int] = (
-        config.replicas if config.max_replicas is None else (config.replicas, config.max_replicas)
-    )
+    # A pair, never a bare int: Ray Data LLM turns an int n into an autoscaling pool of 1..n engines, so on a
+    # fixed-size cluster the second GPU got its engine only after the first was up. (n, n) starts all n at once;
+    # with max_replicas, `replicas` start at once and the rest as nodes come.
+    concurrency = (config.replicas, config.max_replicas or config.replicas)
     return vLLMEngineProcessorConfig(
         model_source=model_label(model),
-        engine_kwargs=engine_kwargs(config, seeded),
+        engine_kwargs=engine_kwargs(config, seeded, keep_auto=True),
         batch_size=config.batch_size,
         max_concurrent_batches=config.max_concurrent_batches,
         concurrency=concurrency,
@@ -189,11 +195,33 @@ def processor_config(config: JobConfig, model: ModelConfig, seeded: bool | None 
         placement_group_config={"bundles": [{"CPU": 1}]} if config.device == "cpu" else None,
         runtime_env={"env_vars": engine_env(config)},
         should_continue_on_error=True,
+        # Ray's Prometheus exporter, which nothing scrapes here; the engine's stats reach CloudWatch from the
+        # guard instead (workload/telemetry/engine_stats.py).
         log_engine_metrics=False,
         chat_template_stage=False,
         tokenize_stage=cpu_stage,
-        detokenize_stage=cpu_stage,
+        # Text is decoded once, by vLLM (which must decode anyway to match stop strings); Ray's detokenize stage
+        # decoded the same tokens a second time, in one more actor the engines' output waited on.
+        detokenize_stage=False,
     )
+
+
+def cpu_stage_actors(config: JobConfig) -> int:
+    """Actors per CPU stage: the config's, but on GPUs at least two once there are two engines, so a lost
+    CPU-stage actor (its node gone) leaves the other feeding every engine while Ray restarts it
+    (`spread_cpu_stages`). On the CPU the engines' own cores would pay for the second one."""
+    if config.device == "gpu":
+        return max(config.stages.concurrency, min(2, config.replicas))
+    return config.stages.concurrency
+
+
+def spread_cpu_stages(processor: Processor) -> None:
+    """The tokenize stage's actors on different nodes where the cluster has them (Ray's SPREAD), not all on one."""
+    for name in ("TokenizeStage",):
+        try:
+            processor.get_stage_by_name(name).map_batches_kwargs["scheduling_strategy"] = "SPREAD"
+        except ValueError:  # the stage is off
+            continue
 
 
 def guard_engine_stage(processor: Processor, config: JobConfig, keep_metrics: bool = True) -> None:
@@ -208,6 +236,8 @@ def guard_engine_stage(processor: Processor, config: JobConfig, keep_metrics: bo
         hang_timeout_s=config.engine.hang_timeout_s,
         max_consecutive_crashes=config.engine.max_consecutive_crashes,
         keep_metrics=keep_metrics,
+        row_tokens=config.engine.row_tokens,
+        metrics=config.metrics.model_dump(mode="json"),
     )
     # Ray's knobs, passed by Ray Data to the actor's options (map_batches' ray_remote_args). Restarts are bounded:
     # an actor killed over and over (a batch that runs it out of memory) stops the run. Its batches' retries are
@@ -324,7 +354,8 @@ def build_pipeline(
             fn_constructor_kwargs={"model_config": model_config},
             batch_size=stages.batch_size,
             num_cpus=stages.num_cpus,
-            compute=ray.data.ActorPoolStrategy(size=stages.concurrency),
+            compute=ray.data.ActorPoolStrategy(size=cpu_stage_actors(config)),
+            scheduling_strategy="SPREAD",
             batch_format="pyarrow",
         )
     columns = RESULT_COLUMNS + (("metrics",) if keep_metrics else ())
@@ -337,6 +368,7 @@ def build_pipeline(
         )
     guard_engine_stage(processor, config, keep_metrics)
     fetch_model_on_each_node(processor, model)
+    spread_cpu_stages(processor)
     answered = processor(templated)
     startup_trace.mark("pipeline_built")
     return answered

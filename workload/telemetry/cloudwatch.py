@@ -17,7 +17,7 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config as BotoConfig
@@ -28,6 +28,9 @@ from workload.contract.config import MetricsConfig
 from workload.telemetry.gpu import GpuSample, GpuSampler, mean_sample
 from workload.telemetry.log_shipper import LogShipper
 from workload.telemetry.metrics import BatchReport
+
+if TYPE_CHECKING:  # engine_stats builds a CloudWatchMetrics for an engine actor: a type here, not an import
+    from workload.telemetry.engine_stats import EngineStats
 
 _log = logging.getLogger(__name__)
 
@@ -95,6 +98,7 @@ class CloudWatchMetrics:
         instance_id: str | None = None,
         gpu_sampler: GpuSampler | bool | None = True,
         heartbeat: bool = True,
+        engine_stats: EngineStats | None = None,
     ) -> None:
         """`gpu_sampler`: True opens NVML where it exists, False never samples, or a sampler to use.
 
@@ -124,6 +128,7 @@ class CloudWatchMetrics:
         self._gpu_window: list[GpuSample] = []
         self._durations: list[float] = []
         self._heartbeat = heartbeat
+        self._engine_stats = engine_stats  # an engine actor's vLLM scheduler statistics
         self._closed = False
         self._finished = False
         self._stop = threading.Event()
@@ -249,6 +254,12 @@ class CloudWatchMetrics:
                             gpu_mem_used_pct=round(gpu.mem_used_pct, 1),
                         )
                     )
+            engine = self._engine_stats.take() if self._engine_stats is not None else None
+            if engine is not None:
+                datums += self._datums(mn.KV_CACHE_USAGE, 100 * engine.kv_cache_usage_max)
+                datums += self._datums(mn.ENGINE_PREEMPTIONS, engine.preemptions)
+                datums += self._datums(mn.ENGINE_RUNNING, engine.running_requests)
+                datums += self._datums(mn.ENGINE_WAITING, engine.waiting_requests)
             self._put(datums)
             if self._shipper is not None:
                 self._shipper.flush()
