@@ -7,7 +7,9 @@
   service. The small tier's single node runs the job in a container that needs its instance role (hop 2).
 - `bucket-types`: every resource type that creates an S3 bucket is one the `buckets` check knows;
   a bucket declared another way would escape encryption, public-access and TLS checks.
-- `endpoint-policies`: every interface VPC endpoint has a policy whose every Allow is pinned to this account
+- `nat-instances` (every tier): a plain EC2 instance (the NAT instances) requires IMDSv2 tokens at hop limit 1,
+  has no SSH key and an encrypted root volume: it is the one machine with a public address all month.
+- `endpoint-policies`: every interface VPC endpoint (none by default: docs/cost.md) has a policy whose every Allow is pinned to this account
   (aws:PrincipalAccount or aws:ResourceAccount), so another account's credentials cannot use it to move data.
 """
 
@@ -105,7 +107,8 @@ def check_endpoint_policies(plan: Plan) -> list[Violation]:
         for item in of_type(plan, "aws:ec2/vpcEndpoint:VpcEndpoint")
         if item["inputs"].get("vpcEndpointType") == "Interface"
     ]
-    require_matches(name, len(endpoints), "interface VPC endpoint")
+    # No require_matches: interface endpoints are optional (network.interface_endpoints, empty by default), and
+    # a plan without any has nothing this rule could miss.
     account = own_account(plan)
     return [
         Violation(name, label(item), problem)
@@ -165,7 +168,31 @@ def check_bucket_types(plan: Plan) -> list[Violation]:
     return violations
 
 
+def check_nat_instances(plan: Plan) -> list[Violation]:
+    """What lets a plain instance's credentials or disk out: IMDSv1, a hop limit over 1, an SSH key, no encryption.
+    No require_matches: a stack with NAT gateways, public subnets or an existing VPC has no instance."""
+    name = "nat-instances"
+    violations: list[Violation] = []
+    for item in of_type(plan, "aws:ec2/instance:Instance"):
+        inputs = item["inputs"]
+        metadata = inputs.get("metadataOptions") or {}
+        if metadata.get("httpTokens") != "required":
+            violations.append(Violation(name, label(item), "IMDSv1 allowed: set metadataOptions.httpTokens required"))
+        hop = metadata.get("httpPutResponseHopLimit")
+        if hop is None or float(hop) != 1:
+            violations.append(Violation(name, label(item), f"IMDS hop limit {hop}: set it to 1"))
+        if inputs.get("keyName"):
+            violations.append(Violation(name, label(item), "an SSH key pair: nothing logs in to it"))
+        if not _truthy((inputs.get("rootBlockDevice") or {}).get("encrypted")):
+            violations.append(Violation(name, label(item), "root volume not encrypted"))
+    return violations
+
+
 RULES: dict[str, Rule] = {
+    "nat-instances": Rule(
+        check_nat_instances,
+        "IMDSv2 at hop limit 1, no key pair, an encrypted root (infra/components/nat_instance.py)",
+    ),
     "eks-endpoint": Rule(
         check_eks_endpoint,
         "keep the endpoint private, or list deployers' CIDRs (/16 or narrower) in eks.endpoint_public_access_cidrs",

@@ -183,7 +183,9 @@ def compute_items(pools: Iterable[NodePool], region: str, prices: PriceTable, gr
             items.append(_item(group, f"{pool.name}: gp3 root volumes", gb_months, "GB-month", gp3))
         if pool.public_ipv4:
             ipv4 = prices.region(region).services.public_ipv4_hourly
-            items.append(_item(group, f"{pool.name}: public IPv4 while it runs", pool.count * running, "address-hour", ipv4))
+            items.append(
+                _item(group, f"{pool.name}: public IPv4 while it runs", pool.count * running, "address-hour", ipv4)
+            )
     return items
 
 

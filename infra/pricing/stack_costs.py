@@ -117,7 +117,9 @@ def head_pool(config: StackConfig, hours_per_month: float, boot_hours: float = 0
     heads = [*eks.ray_heads, *(config.serve.ray_heads if config.serve.enabled else [])]
     pods = pods_on_head_group(heads)
     shape = shape_of(eks.head_instance_type)
-    count = next((n for n in range(1, eks.head_nodes + 1) if head_group_shortfall(pods, shape, n) is None), eks.head_nodes)
+    count = next(
+        (n for n in range(1, eks.head_nodes + 1) if head_group_shortfall(pods, shape, n) is None), eks.head_nodes
+    )
     return NodePool(
         name="ray head node",
         instance_type=eks.head_instance_type,
@@ -192,7 +194,7 @@ def serve_pools(config: StackConfig) -> tuple[NodePool, ...]:
             hours_per_month=busy_hours,
             capacity=serve.capacity_type,
             root_volume_gb=config.eks.node_volume_gib,
-        )
+        ),
     ]
     if idle_nodes and serve.busy_hours_per_day < 24:
         pools.append(
