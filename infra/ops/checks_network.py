@@ -9,7 +9,8 @@
   a bucket declared another way would escape encryption, public-access and TLS checks.
 - `nat-instances` (every tier): a plain EC2 instance (the NAT instances) requires IMDSv2 tokens at hop limit 1,
   has no SSH key and an encrypted root volume: it is the one machine with a public address all month.
-- `endpoint-policies`: every interface VPC endpoint (none by default: docs/cost.md) has a policy whose every Allow is pinned to this account
+- `endpoint-policies`: every interface VPC endpoint (none by default: docs/cost.md) has a policy whose every
+  Allow is pinned to this account
   (aws:PrincipalAccount or aws:ResourceAccount), so another account's credentials cannot use it to move data.
 """
 
