@@ -7,11 +7,11 @@
   service. The small tier's single node runs the job in a container that needs its instance role (hop 2).
 - `bucket-types`: every resource type that creates an S3 bucket is one the `buckets` check knows;
   a bucket declared another way would escape encryption, public-access and TLS checks.
-- `nat-instances` (every tier): a plain EC2 instance (the NAT instances) requires IMDSv2 tokens at hop limit 1,
-  has no SSH key and an encrypted root volume: it is the one machine with a public address all month.
-- `endpoint-policies`: every interface VPC endpoint (none by default: docs/cost.md) has a policy whose every
-  Allow is pinned to this account
-  (aws:PrincipalAccount or aws:ResourceAccount), so another account's credentials cannot use it to move data.
+- `endpoint-policies`: the S3 gateway endpoint every stack has serves every route table its nodes' subnets use
+  (models, data and ECR's layers stay off the NAT and the internet gateway), and every interface VPC endpoint
+  (none by default: docs/cost.md) has a policy whose every Allow is pinned to this account (aws:PrincipalAccount
+  or aws:ResourceAccount), so another account's credentials cannot use it to move data. The gateway endpoint
+  keeps S3's default policy: ECR's layers and the OS packages are in buckets of AWS's own accounts.
 """
 
 from __future__ import annotations
@@ -108,14 +108,39 @@ def check_endpoint_policies(plan: Plan) -> list[Violation]:
         for item in of_type(plan, "aws:ec2/vpcEndpoint:VpcEndpoint")
         if item["inputs"].get("vpcEndpointType") == "Interface"
     ]
-    # No require_matches: interface endpoints are optional (network.interface_endpoints, empty by default), and
-    # a plan without any has nothing this rule could miss.
+    gateways = [
+        item
+        for item in of_type(plan, "aws:ec2/vpcEndpoint:VpcEndpoint")
+        if item["inputs"].get("vpcEndpointType") == "Gateway" and str(item["inputs"].get("serviceName")).endswith(".s3")
+    ]
+    require_matches(name, len(gateways), "S3 gateway endpoint")
     account = own_account(plan)
-    return [
+    violations = [
         Violation(name, label(item), problem)
         for item in endpoints
         for problem in endpoint_policy_problems(item["inputs"].get("policy"), account)
     ]
+    served = {str(table) for item in gateways for table in as_list(item["inputs"].get("routeTableIds"))}
+    for table_id, node in sorted(node_route_tables(plan).items()):
+        if table_id not in served:
+            violations.append(
+                Violation(name, label(node), f"its subnets' route table {table_id} has no S3 gateway endpoint")
+            )
+    return violations
+
+
+def node_route_tables(plan: Plan) -> dict[str, Any]:
+    """Route table id -> one node group or Auto Scaling group whose subnets it routes."""
+    subnets: dict[str, Any] = {}
+    for item in (item for item in plan if item["type"] in NODE_GROUP_TYPES):  # remote components: not of_type
+        subnets.update({str(subnet): item for subnet in as_list(item["inputs"].get("subnetIds"))})
+    for item in of_type(plan, "aws:autoscaling/group:Group"):
+        subnets.update({str(subnet): item for subnet in as_list(item["inputs"].get("vpcZoneIdentifiers"))})
+    return {
+        str(association["inputs"].get("routeTableId")): subnets[str(association["inputs"].get("subnetId"))]
+        for association in of_type(plan, "aws:ec2/routeTableAssociation:RouteTableAssociation")
+        if str(association["inputs"].get("subnetId")) in subnets
+    }
 
 
 def check_eks_endpoint(plan: Plan) -> list[Violation]:
@@ -169,31 +194,7 @@ def check_bucket_types(plan: Plan) -> list[Violation]:
     return violations
 
 
-def check_nat_instances(plan: Plan) -> list[Violation]:
-    """What lets a plain instance's credentials or disk out: IMDSv1, a hop limit over 1, an SSH key, no encryption.
-    No require_matches: a stack with NAT gateways, public subnets or an existing VPC has no instance."""
-    name = "nat-instances"
-    violations: list[Violation] = []
-    for item in of_type(plan, "aws:ec2/instance:Instance"):
-        inputs = item["inputs"]
-        metadata = inputs.get("metadataOptions") or {}
-        if metadata.get("httpTokens") != "required":
-            violations.append(Violation(name, label(item), "IMDSv1 allowed: set metadataOptions.httpTokens required"))
-        hop = metadata.get("httpPutResponseHopLimit")
-        if hop is None or float(hop) != 1:
-            violations.append(Violation(name, label(item), f"IMDS hop limit {hop}: set it to 1"))
-        if inputs.get("keyName"):
-            violations.append(Violation(name, label(item), "an SSH key pair: nothing logs in to it"))
-        if not _truthy((inputs.get("rootBlockDevice") or {}).get("encrypted")):
-            violations.append(Violation(name, label(item), "root volume not encrypted"))
-    return violations
-
-
 RULES: dict[str, Rule] = {
-    "nat-instances": Rule(
-        check_nat_instances,
-        "IMDSv2 at hop limit 1, no key pair, an encrypted root (infra/components/nat_instance.py)",
-    ),
     "eks-endpoint": Rule(
         check_eks_endpoint,
         "keep the endpoint private, or list deployers' CIDRs (/16 or narrower) in eks.endpoint_public_access_cidrs",
@@ -205,7 +206,7 @@ RULES: dict[str, Rule] = {
     "bucket-types": Rule(check_bucket_types, "declare buckets with aws.s3.Bucket (the DataBucket component)"),
     "endpoint-policies": Rule(
         check_endpoint_policies,
-        "give the endpoint a policy pinned to this account (infra/components/network.py endpoint_policy)",
-        CLUSTER_TIERS,
+        "attach the S3 gateway endpoint to the nodes' route tables; give each interface endpoint a policy pinned "
+        "to this account (infra/components/network.py endpoint_policy)",
     ),
 }
