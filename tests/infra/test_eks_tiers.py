@@ -42,19 +42,28 @@ def test_medium_has_a_managed_spot_gpu_group_and_the_cluster_autoscaler(plan_for
     assert groups["nodes-gpu"]["instanceTypes"] == ["g5.2xlarge"]
     assert groups["nodes-gpu"]["scalingConfig"] == {"minSize": 0, "desiredSize": 0, "maxSize": 2}
     assert groups["nodes-head"]["instanceTypes"] == ["m5.xlarge"]
-    # Both groups join the stack's cluster (the reference is recorded as the cluster's URN).
+    # The head group scales from 0 (the cluster autoscaler grows it for a Pending Ray head); only the system node
+    # runs all month.
+    assert groups["nodes-head"]["scalingConfig"] == {"minSize": 0, "desiredSize": 0, "maxSize": 1}
+    assert groups["nodes-system"]["scalingConfig"]["minSize"] == 1
+    assert groups["nodes-system"]["instanceTypes"] == ["t3.medium"]
+    # Every group joins the stack's cluster (the reference is recorded as the cluster's URN).
     (cluster,) = [item for item in plan if item["type"] == "eks:index:Cluster"]
-    assert groups["nodes-gpu"]["cluster"] == groups["nodes-head"]["cluster"] == cluster["urn"]
+    assert {group["cluster"] for group in groups.values()} == {cluster["urn"]}
 
 
 def test_large_has_karpenter_instead_of_a_gpu_group(plan_for, crds_dir: Path) -> None:
     plan = plan_for("large")
     assert _types(plan) >= EKS_COMPONENTS | {"llmbatch:karpenter:Karpenter"}
     assert "llmbatch:cluster_autoscaler:ClusterAutoscaler" not in _types(plan)
+    # The managed groups are the system node's alone: Karpenter makes the head nodes (its `head` NodePool, from 0)
+    # and the GPU nodes.
     groups = [item["name"] for item in plan if item["type"] == "eks:index:ManagedNodeGroup"]
-    assert groups == ["nodes-head"]
+    assert groups == ["nodes-system"]
     custom = [item for item in plan if item["type"].startswith("kubernetes:karpenter")]
-    assert sorted(item["inputs"]["kind"] for item in custom) == ["EC2NodeClass", "NodePool"]
+    assert sorted(item["inputs"]["kind"] for item in custom) == ["EC2NodeClass", "NodePool", "NodePool"]
+    pools = {item["inputs"]["metadata"]["name"] for item in custom if item["inputs"]["kind"] == "NodePool"}
+    assert "head" in pools
     for item in custom:
         assert_valid(item["inputs"], crds_dir)
     # Karpenter's discovery tag: in the own tags of the three private subnets the program creates, and as an
