@@ -282,8 +282,9 @@ def capacity_pools(config: StackConfig, prices: PriceTable) -> tuple[tuple[NodeP
         # only once the new one runs: for that while the G and VT Spot quota holds two nodes.
         (node,) = nightly
         return (node.model_copy(update={"count": 2, "name": "gpu node and its rebalancing replacement"}),), ()
-    # The endpoint's busiest hour may fall in the nightly window: the quota must hold both at their largest.
-    required = nightly + always_on + serve_pools(config)[:1]
+    # The endpoint's busiest hour may fall in the nightly window: the quota must hold both at their largest (its
+    # head node and its busy-hours replicas, the first two of `serve_pools`).
+    required = nightly + always_on + serve_pools(config)[:2]
     if not config.eks.karpenter_enabled:
         return required, ()
     pool = config.eks.node_pool
