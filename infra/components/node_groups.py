@@ -10,6 +10,7 @@ pods, scaled from 0 the same way.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -108,6 +109,25 @@ def launch_template(
     )
 
 
+def coredns_addon(name: str, cluster_name: str, system: pulumi.Resource, parent: pulumi.Resource) -> aws.eks.Addon:
+    """CoreDNS as the EKS add-on, pinned to the system node (its configuration schema takes `nodeSelector`).
+
+    pulumi-eks creates the add-on only with its default node group or Fargate (pulumi/pulumi-eks#1371), and this
+    cluster has neither, so EKS's self-managed CoreDNS would otherwise run wherever no taint keeps it off. Pinned,
+    it never lands on a head node (which it would keep from scaling to 0). OVERWRITE adopts the self-managed
+    Deployment EKS created with the cluster; the add-on waits for the system node, where its pods run.
+    """
+    return aws.eks.Addon(
+        f"{name}-coredns",
+        cluster_name=cluster_name,
+        addon_name="coredns",
+        configuration_values=json.dumps({"nodeSelector": {POOL_LABEL: SYSTEM_POOL}}),
+        resolve_conflicts_on_create="OVERWRITE",
+        resolve_conflicts_on_update="OVERWRITE",
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[system]),
+    )
+
+
 class NodeGroups(pulumi.ComponentResource):
     """The node role, the head group and (medium) the Spot GPU group."""
 
@@ -122,7 +142,7 @@ class NodeGroups(pulumi.ComponentResource):
         system_lt = launch_template(
             f"{name}-system", args.system_volume_gib, args.tags, self, key_arn=args.volume_key_arn
         )
-        eks.ManagedNodeGroup(
+        system = eks.ManagedNodeGroup(
             f"{name}-system",
             cluster=args.cluster,
             node_group_name=f"{args.cluster_name}-system",
@@ -143,6 +163,8 @@ class NodeGroups(pulumi.ComponentResource):
             tags=args.tags,
             opts=child,
         )
+
+        coredns_addon(name, args.cluster_name, system, self)
 
         if args.head_group:
             head_lt = launch_template(f"{name}-head", args.volume_gib, args.tags, self, key_arn=args.volume_key_arn)

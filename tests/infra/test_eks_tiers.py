@@ -286,6 +286,11 @@ def test_between_runs_only_the_system_node_runs_and_it_holds_every_operator(plan
     tainted += [pool["spec"]["template"]["spec"].get("taints") for pool in pools.values()]
     assert tainted and all(tainted)
     assert not {taint["key"] for taints in tainted for taint in taints} & {"CriticalAddonsOnly"}
+    # And pinned there besides: the CoreDNS add-on's nodeSelector (its configuration schema), after the system node.
+    (coredns,) = [item for item in _items(plan, "aws:eks/addon:Addon") if item["inputs"]["addonName"] == "coredns"]
+    assert json.loads(coredns["inputs"]["configurationValues"]) == {"nodeSelector": {"llm-batch.io/pool": "system"}}
+    assert coredns["inputs"]["clusterName"] == naming.prefix(stack)
+    assert any(urn.endswith("::nodes-system") for urn in coredns["dependencies"])
     # The operators are pinned to the system node and tolerate no pool taint.
     charts = {item["name"]: item["inputs"]["values"] for item in _items(plan, "kubernetes:helm.sh/v4:Chart")}
     operators = ["kuberay-operator", "karpenter-chart" if stack == "large" else "cluster-autoscaler-chart"]
