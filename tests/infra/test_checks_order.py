@@ -89,9 +89,8 @@ def test_a_chart_that_does_not_wait_for_the_system_node_fails(large: Plan) -> No
     # component's depends_on.
     _cut(_one(large, "llmbatch:kuberay:KubeRayOperator", "kuberay"), "nodes-system")
     problems = _problems("k8s-order", large)
-    assert "kubernetes:helm.sh/v4:Chart kuberay-operator: does not wait for eks:index:ManagedNodeGroup nodes-system" in (
-        problems
-    )
+    chart = "kubernetes:helm.sh/v4:Chart kuberay-operator"
+    assert f"{chart}: does not wait for eks:index:ManagedNodeGroup nodes-system" in problems
     # The namespace needs no node: only what runs pods is held to the rule.
     assert "kuberay-namespace" not in problems
 
