@@ -70,7 +70,8 @@ def test_waiting_is_transitive_through_the_parent(large: Plan) -> None:
     entry = _one(large, "aws:eks/accessEntry:AccessEntry", "karpenter-node-access")
     assert not any(urn.endswith("::eks-cluster") for urn in entry["dependencies"])
     assert _problems("eks-access-order", large) == ""
-    _cut(_one(large, "llmbatch:karpenter:Karpenter", "karpenter"), "nodes-system")
+    # (The CoreDNS add-on waits for the system node too: cut both edges.)
+    _cut(_one(large, "llmbatch:karpenter:Karpenter", "karpenter"), "nodes-system", "nodes-coredns")
     assert "karpenter-node-access: does not wait for eks:index:Cluster eks-cluster" in _problems(
         "eks-access-order", large
     )
@@ -87,7 +88,8 @@ def test_a_namespaced_object_that_does_not_wait_for_its_namespace_fails(large: P
 def test_a_chart_that_does_not_wait_for_the_system_node_fails(large: Plan) -> None:
     # The operator's chart waits for the always-on system node (the head pool has none at deploy) through its
     # component's depends_on.
-    _cut(_one(large, "llmbatch:kuberay:KubeRayOperator", "kuberay"), "nodes-system")
+    # (Through the CoreDNS add-on, which waits for the system node, it would still wait: cut both edges.)
+    _cut(_one(large, "llmbatch:kuberay:KubeRayOperator", "kuberay"), "nodes-system", "nodes-coredns")
     problems = _problems("k8s-order", large)
     chart = "kubernetes:helm.sh/v4:Chart kuberay-operator"
     assert f"{chart}: does not wait for eks:index:ManagedNodeGroup nodes-system" in problems
