@@ -108,6 +108,9 @@ network = Network(
         az_count=config.network.az_count,
         single_nat_gateway=config.network.single_nat_gateway,
         interface_endpoints=config.network.interface_endpoints,
+        egress=config.network.egress,
+        nat_instance_type=config.network.nat_instance_type,
+        key_arn=key.key_arn,
         existing_vpc_id=config.network.existing_vpc_id,
         existing_private_subnet_ids=config.network.existing_private_subnet_ids,
         # Karpenter finds the subnets it may use by this tag; on subnets the program creates it is theirs.
@@ -239,6 +242,10 @@ if config.tier in ("medium", "large"):
             partition=context.partition,
             head_instance_type=eks.head_instance_type,
             head_nodes=eks.head_nodes,
+            # Karpenter's head NodePool makes the large tier's head nodes; the autoscaler grows medium's group.
+            head_group=not eks.karpenter_enabled,
+            system_instance_type=eks.system_instance_type,
+            system_volume_gib=eks.system_volume_gib,
             volume_gib=eks.node_volume_gib,
             volume_key_arn=key.key_arn,
             gpu_instance_type=None if eks.karpenter_enabled else eks.gpu_instance_type,
@@ -248,7 +255,7 @@ if config.tier in ("medium", "large"):
         ),
         aws_opts,
     )
-    # Charts wait for their pods, which need the head nodes.
+    # Charts wait for their pods, which need the system node.
     k8s_opts = pulumi.ResourceOptions(provider=providers.aws, depends_on=[nodes])
     identity = JobIdentity(
         "job-identity",
@@ -279,6 +286,8 @@ if config.tier in ("medium", "large"):
                 volume_gib=eks.node_volume_gib,
                 volume_key_arn=key.key_arn,
                 node_pool=eks.node_pool,
+                head_instance_type=eks.head_instance_type,
+                head_nodes=eks.head_nodes,
                 tag_existing_subnets=not config.network.create_vpc,
                 tags=tags,
                 **oidc,

@@ -41,6 +41,11 @@ EKS_GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
 # infra/facts/eks_ami_releases.json, and `python -m infra.preflight large` resolves its SSM parameter.
 EKS_AMI_ALIAS = "al2023@v20260714"
 EKS_HEAD_AMI_TYPE = "AL2023_x86_64_STANDARD"
+# The NAT instances' image: Amazon Linux 2023 through AWS's public SSM parameter, per architecture.
+NAT_AMI_SSM_PARAMETERS = {
+    "arm64": "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-arm64",
+    "x86_64": "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64",
+}
 
 # The job image's base (workload/Dockerfile's BASE_IMAGE default must equal it; a test checks). An exact
 # Python patch and Debian release: the GPU libraries come as pip wheels with torch (see the Dockerfile).

@@ -17,7 +17,7 @@ from infra import versions
 from infra.aws_context import AwsContext
 from infra.components import irsa
 from infra.components.helm import pinned_chart
-from infra.k8s.common import HEAD_POOL, POOL_LABEL
+from infra.k8s.common import POOL_LABEL, SYSTEM_POOL
 from infra.k8s.head_group import CLUSTER_AUTOSCALER
 
 NAMESPACE = "kube-system"
@@ -116,7 +116,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                     "expander": "least-waste",
                     "balance-similar-node-groups": "true",
                 },
-                "nodeSelector": {POOL_LABEL: HEAD_POOL},
+                "nodeSelector": {POOL_LABEL: SYSTEM_POOL},
                 "resources": {
                     "requests": CLUSTER_AUTOSCALER.as_dict(),
                     "limits": {"cpu": "500m", "memory": CLUSTER_AUTOSCALER.memory},

@@ -22,12 +22,13 @@ from infra.components import irsa
 from infra.components.helm import namespace, pinned_chart
 from infra.components.iam import deny_insecure_transport, via_services
 from infra.components.node_groups import node_role
-from infra.k8s.common import HEAD_POOL, POOL_LABEL, Manifest
+from infra.k8s.common import POOL_LABEL, SYSTEM_POOL, Manifest
 from infra.k8s.head_group import KARPENTER_CONTROLLER
 from infra.k8s.karpenter import (
     DISCOVERY_TAG,
     NodeClassArgs,
     NodePoolArgs,
+    render_head_node_pool,
     render_node_class,
     render_node_pool,
 )
@@ -62,6 +63,9 @@ class KarpenterArgs:
     # The stack key, for the nodes' root volumes (the EC2NodeClass's kmsKeyID).
     volume_key_arn: pulumi.Input[str]
     node_pool: NodePoolArgs
+    # The Ray head's on-demand nodes: Karpenter's head NodePool, from 0 between runs.
+    head_instance_type: str
+    head_nodes: int
     # True for an existing VPC's subnets, which this program does not own: an `ec2.Tag` adds the discovery tag.
     # False when the program creates them: the tag is in the Subnet's own tags (`Network.private_subnet_tags`),
     # since an `ec2.Tag` on a subnet whose tags the Subnet resource owns is removed by the next `up`.
@@ -308,8 +312,11 @@ def _item(index: int) -> Callable[[list[str]], str]:
     return lambda items: items[index]
 
 
-def node_manifests(args: KarpenterArgs, node_role_name: str, volume_key_arn: str | None) -> tuple[Manifest, Manifest]:
-    """The EC2NodeClass and NodePool this component applies (also what the CRD tests validate)."""
+def node_manifests(
+    args: KarpenterArgs, node_role_name: str, volume_key_arn: str | None
+) -> tuple[Manifest, Manifest, Manifest]:
+    """The EC2NodeClass, the GPU NodePool and the head NodePool this component applies (also what the CRD tests
+    validate)."""
     node_class = render_node_class(
         NodeClassArgs(
             name=args.node_pool.node_class,
@@ -321,7 +328,8 @@ def node_manifests(args: KarpenterArgs, node_role_name: str, volume_key_arn: str
             tags=args.tags,
         )
     )
-    return node_class, render_node_pool(args.node_pool)
+    head_pool = render_head_node_pool(args.head_instance_type, args.head_nodes, args.node_pool.node_class)
+    return node_class, render_node_pool(args.node_pool), head_pool
 
 
 class Karpenter(pulumi.ComponentResource):
@@ -417,10 +425,10 @@ class Karpenter(pulumi.ComponentResource):
                     "name": SERVICE_ACCOUNT,
                     "annotations": {"eks.amazonaws.com/role-arn": controller.arn},
                 },
-                # One replica on the one on-demand head node: a restart delays new nodes by seconds, and a
+                # One replica on the one always-on system node: a restart delays new nodes by seconds, and a
                 # second replica would need a second always-on node.
                 "replicas": 1,
-                "nodeSelector": {POOL_LABEL: HEAD_POOL},
+                "nodeSelector": {POOL_LABEL: SYSTEM_POOL},
                 "controller": {
                     "resources": {
                         "requests": KARPENTER_CONTROLLER.as_dict(),
@@ -433,12 +441,13 @@ class Karpenter(pulumi.ComponentResource):
 
         # Rendered once without the key (names and metadata are known now), and the node class's spec again
         # with the key's ARN once it is known.
-        node_class, node_pool = node_manifests(args, node_role_name, None)
+        node_class, node_pool, head_pool = node_manifests(args, node_role_name, None)
         node_class_spec = pulumi.Output.from_input(args.volume_key_arn).apply(
             lambda key_arn: node_manifests(args, node_role_name, key_arn)[0]["spec"]
         )
         after_chart = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[chart])
-        for manifest, spec in ((node_class, node_class_spec), (node_pool, node_pool["spec"])):
+        manifests = ((node_class, node_class_spec), (node_pool, node_pool["spec"]), (head_pool, head_pool["spec"]))
+        for manifest, spec in manifests:
             k8s.apiextensions.CustomResource(
                 f"{name}-{manifest['kind'].lower()}-{manifest['metadata']['name']}",
                 api_version=manifest["apiVersion"],

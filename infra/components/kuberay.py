@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 
 from infra.components.helm import namespace, pinned_chart
-from infra.k8s.common import HEAD_POOL, POOL_LABEL
+from infra.k8s.common import POOL_LABEL, SYSTEM_POOL
 from infra.k8s.head_group import KUBERAY_OPERATOR
 
 OPERATOR_NAMESPACE = "kuberay-system"
@@ -24,7 +24,7 @@ class KubeRayOperator(pulumi.ComponentResource):
             "kuberay-operator",
             OPERATOR_NAMESPACE,
             {
-                "nodeSelector": {POOL_LABEL: HEAD_POOL},
+                "nodeSelector": {POOL_LABEL: SYSTEM_POOL},
                 "resources": {
                     "requests": KUBERAY_OPERATOR.as_dict(),
                     "limits": {"cpu": "500m", "memory": KUBERAY_OPERATOR.memory},

@@ -1,7 +1,10 @@
-"""The network: a VPC with private subnets in two or more zones behind NAT, or an existing VPC from config.
+"""The network: a VPC with subnets in two or more zones, or an existing VPC from config.
 
-Either way the private route tables get an S3 gateway endpoint, so model downloads and job data (the bulk of
-the traffic) never pay NAT's per-GB charge; interface endpoints (ECR, STS, logs, ...) come from config.
+How the nodes reach HTTPS outside the VPC is `network.egress`: private subnets behind NAT instances (the default,
+infra/components/nat_instance.py) or NAT gateways; or, for the small tier's one node, public subnets with no NAT
+(the node's security group has no inbound rule and it has a public address only while it runs). Either way the
+nodes' route tables get an S3 gateway endpoint, so model downloads, job data and ECR's image layers (the bulk of
+the traffic) never leave AWS's network or pay a per-GB charge; interface endpoints come from config.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import pulumi_aws as aws
 
 from infra import naming
 from infra.aws_context import AwsContext
+from infra.components.nat_instance import nat_instances, nat_security_group
 from infra.zones import choose_zones, offered_by_zone
 
 HTTPS = 443
@@ -29,6 +33,10 @@ class NetworkArgs:
     az_count: int
     single_nat_gateway: bool
     interface_endpoints: Sequence[str]
+    egress: str = "nat_instance"  # infra/config/sections.py Egress
+    nat_instance_type: str = "t4g.nano"
+    # The stack key, for the NAT instances' root volumes.
+    key_arn: pulumi.Input[str] | None = None
     existing_vpc_id: str | None = None
     existing_private_subnet_ids: Sequence[str] = ()
     # Extra tags on the private subnets, e.g. a Karpenter discovery tag from the EKS component.
@@ -74,7 +82,10 @@ def subnet_cidrs(vpc_cidr: str, az_count: int) -> tuple[list[str], list[str]]:
 
 
 class Network(pulumi.ComponentResource):
-    """`vpc_id`, `vpc_cidr`, `private_subnet_ids`, `private_route_table_ids`, `endpoint_security_group_id`."""
+    """`vpc_id`, `vpc_cidr`, `private_subnet_ids`, `private_route_table_ids`, `endpoint_security_group_id`.
+
+    `private_subnet_ids` are the subnets the nodes run in: with `egress: public_subnets` (small tier only) the
+    public ones, whose route table goes to the internet gateway and to the S3 gateway endpoint."""
 
     vpc_id: pulumi.Output[str]
     vpc_cidr: pulumi.Output[str]
@@ -158,7 +169,8 @@ class Network(pulumi.ComponentResource):
                 vpc_id=vpc.id,
                 cidr_block=cidr,
                 availability_zone=zone,
-                map_public_ip_on_launch=False,  # only the NAT gateways live here, with their own EIPs
+                # NATs have their own addresses; with public_subnets the node gets one while it runs.
+                map_public_ip_on_launch=args.egress == "public_subnets",
                 tags={"Name": f"{prefix}-public-{zone}", "kubernetes.io/role/elb": "1"},
                 opts=self._child(),
             )
@@ -169,24 +181,14 @@ class Network(pulumi.ComponentResource):
                 opts=self._child(),
             )
             public_subnets.append(subnet)
+        if args.egress == "public_subnets":
+            self.vpc_id = vpc.id
+            self.vpc_cidr = vpc.cidr_block
+            self.private_subnet_ids = pulumi.Output.all(*[subnet.id for subnet in public_subnets])
+            self.private_route_table_ids = pulumi.Output.all(public_table.id)
+            return
         nat_count = 1 if args.single_nat_gateway else len(zones)
-        nats = []
-        for index in range(nat_count):
-            address = aws.ec2.Eip(
-                f"{name}-nat-{index}",
-                domain="vpc",
-                tags={"Name": f"{prefix}-nat-{index}"},
-                opts=self._child(),
-            )
-            nats.append(
-                aws.ec2.NatGateway(
-                    f"{name}-nat-{index}",
-                    allocation_id=address.allocation_id,
-                    subnet_id=public_subnets[index].id,
-                    tags={"Name": f"{prefix}-nat-{index}"},
-                    opts=self._child(depends_on=[gateway]),
-                )
-            )
+        routes = self._nat_routes(vpc, gateway, public_subnets[:nat_count])
         private_subnets, private_tables = [], []
         for index, (zone, cidr) in enumerate(zip(zones, private_cidrs, strict=True)):
             subnet = aws.ec2.Subnet(
@@ -206,7 +208,7 @@ class Network(pulumi.ComponentResource):
                 f"{name}-private-{index}",
                 vpc_id=vpc.id,
                 # With one NAT every zone routes through it; with one per zone a zone outage stays local.
-                routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", nat_gateway_id=nats[index % nat_count].id)],
+                routes=[routes[index % nat_count]],
                 tags={"Name": f"{prefix}-private-{zone}"},
                 opts=self._child(),
             )
@@ -219,6 +221,40 @@ class Network(pulumi.ComponentResource):
         self.vpc_cidr = vpc.cidr_block
         self.private_subnet_ids = pulumi.Output.all(*[subnet.id for subnet in private_subnets])
         self.private_route_table_ids = pulumi.Output.all(*[table.id for table in private_tables])
+
+    def _nat_routes(
+        self, vpc: aws.ec2.Vpc, gateway: aws.ec2.InternetGateway, subnets: list[aws.ec2.Subnet]
+    ) -> list[aws.ec2.RouteTableRouteArgs]:
+        """The default route of each NAT's private route table: a NAT instance's interface or a NAT gateway."""
+        args, name = self._args, self._name
+        prefix = naming.prefix(args.stack)
+        if args.egress == "nat_instance":
+            group = nat_security_group(name, args.stack, vpc.id, vpc.cidr_block, self)
+            instances = nat_instances(name, args.stack, args.nat_instance_type, subnets, group, args.key_arn, self)
+            return [
+                aws.ec2.RouteTableRouteArgs(
+                    cidr_block="0.0.0.0/0", network_interface_id=instance.primary_network_interface_id
+                )
+                for instance in instances
+            ]
+        nats = []
+        for index, subnet in enumerate(subnets):
+            address = aws.ec2.Eip(
+                f"{name}-nat-{index}",
+                domain="vpc",
+                tags={"Name": f"{prefix}-nat-{index}"},
+                opts=self._child(),
+            )
+            nats.append(
+                aws.ec2.NatGateway(
+                    f"{name}-nat-{index}",
+                    allocation_id=address.allocation_id,
+                    subnet_id=subnet.id,
+                    tags={"Name": f"{prefix}-nat-{index}"},
+                    opts=self._child(depends_on=[gateway]),
+                )
+            )
+        return [aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", nat_gateway_id=nat.id) for nat in nats]
 
     def _use_existing(self, vpc_id: str, subnet_ids: list[str]) -> None:
         invoke = pulumi.InvokeOptions(parent=self)

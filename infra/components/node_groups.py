@@ -1,13 +1,16 @@
 """Managed node groups of the EKS tiers, built from launch templates this program declares.
 
 The launch templates are plain `aws.ec2.LaunchTemplate` resources (not hidden inside pulumi-eks), so the
-plan's checks see IMDSv2, the encrypted volumes and the instance tags. Head group: on-demand, always one node,
-for the Ray head and the operators. GPU group (medium): Spot, tainted for GPU pods, 0 nodes until the cluster
-autoscaler scales it up for a run and back to 0 after.
+plan's checks see IMDSv2, the encrypted volumes and the instance tags. System group: one small on-demand node
+all month for CoreDNS and the operators (infra/k8s/head_group.py). Head group (medium): on-demand, tainted for
+the Ray heads, 0 nodes until the cluster autoscaler grows it for a run's Pending head and back to 0 after (the
+large tier's head nodes come from Karpenter's head NodePool instead). GPU group (medium): Spot, tainted for GPU
+pods, scaled from 0 the same way.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -17,7 +20,8 @@ import pulumi_eks as eks
 
 from infra import versions
 from infra.components.iam import service_trust
-from infra.k8s.common import GPU_POOL, GPU_TAINT_KEY, GPU_TAINT_VALUE, HEAD_POOL, POOL_LABEL
+from infra.k8s.common import GPU_POOL, GPU_TAINT_KEY, GPU_TAINT_VALUE, HEAD_POOL, POOL_LABEL, SYSTEM_POOL
+from infra.k8s.head_group import SYSTEM_NODES
 
 # AWS-managed policies every EKS node needs (join the cluster, pull images, run the VPC CNI).
 NODE_POLICIES = (
@@ -36,11 +40,15 @@ class NodeGroupsArgs:
     head_instance_type: str
     head_nodes: int
     volume_gib: int
+    system_instance_type: str
+    system_volume_gib: int
     # The stack key: the key policy lets EC2 Auto Scaling's service-linked role use it (infra/components/kms.py).
     volume_key_arn: pulumi.Input[str]
     # None: no managed GPU group (Karpenter makes GPU nodes instead).
     gpu_instance_type: str | None
     gpu_max_nodes: int
+    # False: Karpenter's head NodePool makes the head nodes (large tier), no managed head group.
+    head_group: bool = True
     tags: dict[str, str] = field(default_factory=dict)
     # The control plane's version: set on each group, so an `up` that raises the cluster's version then rolls
     # the groups' nodes to it (the groups wait for the cluster); unset, a group would stay on its first version.
@@ -101,6 +109,25 @@ def launch_template(
     )
 
 
+def coredns_addon(name: str, cluster_name: str, system: pulumi.Resource, parent: pulumi.Resource) -> aws.eks.Addon:
+    """CoreDNS as the EKS add-on, pinned to the system node (its configuration schema takes `nodeSelector`).
+
+    pulumi-eks creates the add-on only with its default node group or Fargate (pulumi/pulumi-eks#1371), and this
+    cluster has neither, so EKS's self-managed CoreDNS would otherwise run wherever no taint keeps it off. Pinned,
+    it never lands on a head node (which it would keep from scaling to 0). OVERWRITE adopts the self-managed
+    Deployment EKS created with the cluster; the add-on waits for the system node, where its pods run.
+    """
+    return aws.eks.Addon(
+        f"{name}-coredns",
+        cluster_name=cluster_name,
+        addon_name="coredns",
+        configuration_values=json.dumps({"nodeSelector": {POOL_LABEL: SYSTEM_POOL}}),
+        resolve_conflicts_on_create="OVERWRITE",
+        resolve_conflicts_on_update="OVERWRITE",
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[system]),
+    )
+
+
 class NodeGroups(pulumi.ComponentResource):
     """The node role, the head group and (medium) the Spot GPU group."""
 
@@ -112,27 +139,56 @@ class NodeGroups(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         self.node_role = node_role(f"{name}-node", args.partition, self)
 
-        head_lt = launch_template(f"{name}-head", args.volume_gib, args.tags, self, key_arn=args.volume_key_arn)
-        eks.ManagedNodeGroup(
-            f"{name}-head",
+        system_lt = launch_template(
+            f"{name}-system", args.system_volume_gib, args.tags, self, key_arn=args.volume_key_arn
+        )
+        system = eks.ManagedNodeGroup(
+            f"{name}-system",
             cluster=args.cluster,
-            node_group_name=f"{args.cluster_name}-head",
+            node_group_name=f"{args.cluster_name}-system",
             node_role=self.node_role,
             subnet_ids=args.private_subnet_ids,
             ami_type=versions.EKS_HEAD_AMI_TYPE,
             version=args.kubernetes_version,
             capacity_type="ON_DEMAND",
-            instance_types=[args.head_instance_type],
+            instance_types=[args.system_instance_type],
+            # One node all month; the second place is for a rolling update's replacement.
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
-                min_size=args.head_nodes, desired_size=args.head_nodes, max_size=args.head_nodes + 1
+                min_size=SYSTEM_NODES, desired_size=SYSTEM_NODES, max_size=SYSTEM_NODES + 1
             ),
             launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
-                id=head_lt.id, version=head_lt.latest_version.apply(str)
+                id=system_lt.id, version=system_lt.latest_version.apply(str)
             ),
-            labels={POOL_LABEL: HEAD_POOL},
+            labels={POOL_LABEL: SYSTEM_POOL},
             tags=args.tags,
             opts=child,
         )
+
+        coredns_addon(name, args.cluster_name, system, self)
+
+        if args.head_group:
+            head_lt = launch_template(f"{name}-head", args.volume_gib, args.tags, self, key_arn=args.volume_key_arn)
+            eks.ManagedNodeGroup(
+                f"{name}-head",
+                cluster=args.cluster,
+                node_group_name=f"{args.cluster_name}-head",
+                node_role=self.node_role,
+                subnet_ids=args.private_subnet_ids,
+                ami_type=versions.EKS_HEAD_AMI_TYPE,
+                version=args.kubernetes_version,
+                capacity_type="ON_DEMAND",
+                instance_types=[args.head_instance_type],
+                # 0 between runs: the cluster autoscaler grows it for a Pending Ray head, shrinks it after.
+                scaling_config=aws.eks.NodeGroupScalingConfigArgs(min_size=0, desired_size=0, max_size=args.head_nodes),
+                ignore_scaling_changes=True,
+                launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
+                    id=head_lt.id, version=head_lt.latest_version.apply(str)
+                ),
+                labels={POOL_LABEL: HEAD_POOL},
+                taints=[aws.eks.NodeGroupTaintArgs(key=POOL_LABEL, value=HEAD_POOL, effect="NO_SCHEDULE")],
+                tags=args.tags,
+                opts=child,
+            )
 
         self.gpu_group_name = None
         if args.gpu_instance_type is not None:

@@ -16,7 +16,15 @@ from infra.config.sections import (
     _Section,
 )
 from infra.k8s.common import check_dns_label, quantity_value
-from infra.k8s.head_group import SERVE_REPORTER, RayHead, Requests, head_group_shortfall, pods_on_head_group
+from infra.k8s.head_group import (
+    SERVE_REPORTER,
+    SYSTEM_NODES,
+    RayHead,
+    Requests,
+    head_group_shortfall,
+    pods_on_head_group,
+    pods_on_system_group,
+)
 from infra.k8s.instance_types import NODE_MEMORY_SHARE, NODE_RESERVED_CPU, shape_of
 from infra.k8s.karpenter import NodePoolArgs
 from infra.k8s.rayjob import PodSize
@@ -39,10 +47,18 @@ class EksConfig(_Section):
         description="The cluster's upgrade policy at the end of standard support: STANDARD, AWS upgrades it to "
         "the next version; EXTENDED, it stays and is billed extended support (six times the price).",
     )
-    head_instance_type: str = Field("m5.xlarge", description="On-demand node for the Ray head.")
-    head_nodes: int = Field(
-        1, ge=1, le=5, description="On-demand nodes for the Ray head and the operators (KubeRay, Karpenter)."
+    head_instance_type: str = Field(
+        "m5.xlarge", description="On-demand node for the Ray head, started for a run and gone after it."
     )
+    head_nodes: int = Field(
+        1, ge=1, le=5, description="Most on-demand head nodes at once (0 between runs); the Ray heads must fit."
+    )
+    system_instance_type: str = Field(
+        "t3.medium",
+        description="The one always-on node for CoreDNS and the operators (KubeRay, Karpenter or the cluster "
+        "autoscaler): what must answer between runs.",
+    )
+    system_volume_gib: int = Field(20, ge=20, le=16384, description="Encrypted gp3 root volume of the system node.")
     gpu_instance_type: str = Field("g5.2xlarge", description="Spot GPU worker instance type (managed group).")
     gpu_max_nodes: int = Field(2, ge=1, description="Most GPU workers at once (one per GPU node).")
     gpu_min_workers: int = Field(
@@ -140,7 +156,14 @@ class EksConfig(_Section):
 
     @model_validator(mode="after")
     def _pods_fit_nodes(self) -> EksConfig:
-        pods = pods_on_head_group(self.ray_heads, karpenter=self.karpenter_enabled)
+        system = pods_on_system_group(karpenter=self.karpenter_enabled)
+        shortfall = head_group_shortfall(system, shape_of(self.system_instance_type), SYSTEM_NODES)
+        if shortfall is not None:
+            raise ValueError(
+                f"eks.system_instance_type {self.system_instance_type} cannot hold the operators and system pods: "
+                f"{shortfall}; choose a larger system_instance_type"
+            )
+        pods = pods_on_head_group(self.ray_heads)
         shortfall = head_group_shortfall(pods, shape_of(self.head_instance_type), self.head_nodes)
         if shortfall is not None:
             raise ValueError(

@@ -15,6 +15,11 @@ from monitoring.alarms import AlarmThresholds
 from workload.contract.config import DEFAULT_METRICS_NAMESPACE
 
 Tier = Literal["small", "medium", "large"]
+# How private nodes reach the internet's HTTPS (docs/cost.md weighs them): a NAT instance (a few dollars a month),
+# NAT gateways (about 37 USD a month each, for egress heavier than an instance carries), or, for the small tier's
+# one node, no NAT at all: the node sits in a public subnet with no inbound rule and a public address only while
+# it runs.
+Egress = Literal["nat_instance", "nat_gateway", "public_subnets"]
 InterfaceEndpoint = Literal["ecr.api", "ecr.dkr", "sts", "logs", "ssm", "ssmmessages", "ec2messages", "monitoring"]
 
 NAMESPACE = "llm-batch"
@@ -45,8 +50,19 @@ class NetworkConfig(_Section):
     existing_private_subnet_ids: list[str] = Field(
         default_factory=list, description="Private subnets of `existing_vpc_id` (at least two zones)."
     )
+    egress: Egress = Field(
+        "nat_instance",
+        description="How nodes reach HTTPS outside the VPC: nat_instance (one small instance per NAT, egress "
+        "443 only), nat_gateway, or public_subnets (small tier only: the node in a public subnet, no inbound "
+        "rule, a public IPv4 only while it runs). S3 always goes through the gateway endpoint.",
+    )
+    nat_instance_type: str = Field(
+        "t4g.nano",
+        description="Instance type of each NAT instance (egress: nat_instance); Graviton (…g.) types boot the "
+        "arm64 image. Models and data come through the S3 gateway endpoint, so the NAT carries API calls.",
+    )
     single_nat_gateway: bool = Field(
-        True, description="One NAT gateway for all zones (cheaper) instead of one per zone (zone-resilient)."
+        True, description="One NAT (gateway or instance) for all zones (cheaper) instead of one per zone."
     )
     interface_endpoints: list[InterfaceEndpoint] = Field(
         default_factory=list,
@@ -87,6 +103,20 @@ class NetworkConfig(_Section):
     @property
     def create_vpc(self) -> bool:
         return self.existing_vpc_id is None
+
+    @property
+    def nat_count(self) -> int:
+        """NATs the program creates (gateways or instances): none in an existing VPC or with public subnets."""
+        if not self.create_vpc or self.egress == "public_subnets":
+            return 0
+        return 1 if self.single_nat_gateway else self.az_count
+
+    @field_validator("nat_instance_type")
+    @classmethod
+    def _instance_type(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z][a-z0-9-]*\.[a-z0-9]+", value):
+            raise ValueError(f"{value!r} is not an EC2 instance type like t4g.nano")
+        return value
 
 
 class StorageConfig(_Section):
@@ -188,6 +218,12 @@ class CostConfig(_Section):
     monthly_budget_usd: float = Field(400, gt=0, description="AWS Budgets monthly limit for this stack's tags.")
     daily_report_threshold_usd: float = Field(20, ge=0, description="The daily cost report flags a day above this.")
     nightly_hours: float = Field(4, gt=0, le=24, description="Expected GPU hours a night, for estimates.")
+    boot_minutes: float = Field(
+        15,
+        ge=0,
+        le=120,
+        description="Minutes a night each node runs before it decodes (boot, image pull, model fetch), for estimates.",
+    )
     activate_cost_allocation_tags: bool = Field(
         False,
         description="Activate the Stack and CostCenter cost-allocation tags from this stack. Off by default: "

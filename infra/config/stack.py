@@ -108,8 +108,17 @@ class StackConfig(_Section):
             return [self.small.instance_type], []
         if self.eks.karpenter_enabled:
             first, *others = self.eks.node_pool.instance_types
-            return [first, self.eks.head_instance_type], [*others, *serve]
-        return [self.eks.gpu_instance_type, self.eks.head_instance_type], serve
+            return [first, self.eks.head_instance_type, self.eks.system_instance_type], [*others, *serve]
+        return [self.eks.gpu_instance_type, self.eks.head_instance_type, self.eks.system_instance_type], serve
+
+    @model_validator(mode="after")
+    def _public_subnets_small_only(self) -> StackConfig:
+        if self.network.egress == "public_subnets" and self.tier != "small":
+            raise ValueError(
+                "network.egress: public_subnets is for the small tier's one node; EKS nodes stay in private "
+                "subnets behind nat_instance or nat_gateway"
+            )
+        return self
 
     @model_validator(mode="after")
     def _serve_fits(self) -> StackConfig:
@@ -121,7 +130,7 @@ class StackConfig(_Section):
                 "one Spot node is the nightly run's"
             )
         eks = self.eks
-        pods = pods_on_head_group([*eks.ray_heads, *self.serve.ray_heads], karpenter=eks.karpenter_enabled)
+        pods = pods_on_head_group([*eks.ray_heads, *self.serve.ray_heads])
         shortfall = head_group_shortfall(pods, shape_of(eks.head_instance_type), eks.head_nodes)
         if shortfall is not None:
             raise ValueError(
@@ -214,23 +223,22 @@ class StackConfig(_Section):
 
 # Only what differs between tiers; other fields take the model's default. Never mutated: copied per load.
 TIER_DEFAULTS: dict[str, dict[str, Any]] = {
+    # No interface endpoints: at these volumes each costs more a month (7.30 USD per zone) than the NAT instance
+    # it would spare traffic from; S3 (models, data, ECR's layers) has its gateway endpoint (docs/cost.md).
     "small": {
         "tier": "small",
+        "network": {"egress": "public_subnets"},
         "cost": {"monthly_budget_usd": 400, "daily_report_threshold_usd": 20, "nightly_hours": 4},
     },
     "medium": {
         "tier": "medium",
-        "network": {"interface_endpoints": ["ecr.api", "ecr.dkr", "sts", "logs"]},
         "eks": {"gpu_max_nodes": 2},
         "cost": {"monthly_budget_usd": 2500, "daily_report_threshold_usd": 120, "nightly_hours": 6},
     },
     "large": {
         "tier": "large",
-        "network": {
-            "az_count": 3,
-            "single_nat_gateway": False,
-            "interface_endpoints": ["ecr.api", "ecr.dkr", "sts", "logs"],
-        },
+        # A NAT instance per zone: a zone's outage stays in the zone, for 7.36 USD a month each.
+        "network": {"az_count": 3, "single_nat_gateway": False},
         # Workers sized for the smallest type of the NodePool (g5.xlarge), so Karpenter can pick the cheapest.
         "eks": {
             "gpu_max_nodes": 8,

@@ -23,6 +23,11 @@ WORKER_COMPONENT = "ray-worker"
 POOL_LABEL = "llm-batch.io/pool"
 HEAD_POOL = "head"
 GPU_POOL = "gpu"
+# The always-on node of CoreDNS and the operators; the head pool scales from 0 between runs.
+SYSTEM_POOL = "system"
+# Head nodes carry this taint (key POOL_LABEL, value HEAD_POOL), so only Ray heads and the RayJob's submitter land
+# there: a CoreDNS or operator pod on a head node would keep it from scaling back to 0.
+HEAD_TAINT_EFFECT = "NoSchedule"
 
 # GPU nodes carry this taint so only pods that ask for a GPU (and tolerate it) land there; the NVIDIA device
 # plugin's chart tolerates it by default.
@@ -90,6 +95,11 @@ def base_labels(component: str) -> dict[str, str]:
 def gpu_toleration() -> dict[str, str]:
     """Lets a pod onto the tainted GPU nodes; only pods that request a GPU carry it."""
     return {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+
+
+def head_toleration() -> dict[str, str]:
+    """Lets a pod onto the tainted head nodes; only Ray heads and the RayJob's submitter carry it."""
+    return {"key": POOL_LABEL, "operator": "Equal", "value": HEAD_POOL, "effect": HEAD_TAINT_EFFECT}
 
 
 def pod_security_labels() -> dict[str, str]:

@@ -1,11 +1,14 @@
-"""Everything the scheduler puts on the on-demand head node group, and whether it fits there.
+"""Everything the scheduler puts on the always-on system node and on the on-demand head nodes, and whether it fits.
 
-The GPU nodes are tainted, so every pod without a GPU lands on the head group: the Ray head (and KubeRay's
-autoscaler sidecar in it), the RayJob's submitter pod, the operators (KubeRay, Karpenter or the cluster
-autoscaler) and EKS's own system pods. A pod that does not fit stays Pending, and a Pending submitter fails
-the night at its deadline. `EksConfig` (infra/config.py) sums what `pods_on_head_group` lists and refuses a
-head instance type that cannot hold it; the components take their requests from the constants here, so the
-sum is of what is really asked for.
+Two pools of CPU nodes, so the Ray head's on-demand node runs only while a run needs it:
+- the system group: one small node all month for what must answer between runs: EKS's own system pods
+  (CoreDNS), the operators (KubeRay, Karpenter or the cluster autoscaler). `pods_on_system_group` lists them.
+- the head pool: tainted `llm-batch.io/pool=head`, scaled from 0 (the cluster autoscaler grows the managed group,
+  Karpenter its head NodePool) when a Ray head is Pending, back to 0 once the RayJob's cluster is gone. Only Ray
+  heads and the RayJob's submitter tolerate the taint. `pods_on_head_group` lists them.
+The GPU nodes are tainted too. A pod that does not fit stays Pending, and a Pending submitter fails the night at
+its deadline. `EksConfig` (infra/config/eks.py) sums both lists and refuses a type that cannot hold them; the
+components take their requests from the constants here, so the sums are of what is really asked for.
 """
 
 from __future__ import annotations
@@ -58,26 +61,32 @@ RAYJOB_SUBMITTER = Requests(cpu="200m", memory="512Mi")
 # The online endpoint's metrics sidecar in the RayService's head (`python -m workload.telemetry.serve_reporter`).
 SERVE_REPORTER = Requests(cpu="100m", memory="256Mi")
 
-# EKS's default add-ons (created with the cluster), at the requests EKS gives them: CoreDNS (two replicas),
-# and on every node kube-proxy and the VPC CNI (aws-node); neither DaemonSet sets a memory request.
-SYSTEM_PODS = (
-    HeadPod("coredns", Requests(cpu="100m", memory="70Mi"), replicas=2),
+# EKS's default add-ons (created with the cluster), at the requests EKS gives them: on every node kube-proxy and
+# the VPC CNI (aws-node), neither of which sets a memory request; CoreDNS (two replicas) on the system node.
+DAEMON_PODS = (
     HeadPod("kube-proxy", Requests(cpu="100m", memory="0"), per_node=True),
     HeadPod("aws-node", Requests(cpu="25m", memory="0"), per_node=True),
 )
+COREDNS = HeadPod("coredns", Requests(cpu="100m", memory="70Mi"), replicas=2)
+SYSTEM_PODS = (COREDNS, *DAEMON_PODS)
+# The system group: one node all month, and room for a second while a managed-group update replaces it.
+SYSTEM_NODES = 1
 
 
-def pods_on_head_group(ray_heads: Sequence[RayHead], *, karpenter: bool) -> list[HeadPod]:
-    """Every pod the head group holds while a run goes: system pods, operators, each Ray head and its company.
-
-    Karpenter's controller (large) or the cluster autoscaler (medium) runs there, never both.
-    """
-    pods = list(SYSTEM_PODS)
-    pods.append(HeadPod("kuberay-operator", KUBERAY_OPERATOR))
+def pods_on_system_group(*, karpenter: bool) -> list[HeadPod]:
+    """What the always-on system node holds: EKS's system pods and the operators. Karpenter's controller (large)
+    or the cluster autoscaler (medium) runs there, never both."""
+    pods = [*SYSTEM_PODS, HeadPod("kuberay-operator", KUBERAY_OPERATOR)]
     if karpenter:
         pods.append(HeadPod("karpenter", KARPENTER_CONTROLLER))
     else:
         pods.append(HeadPod("cluster-autoscaler", CLUSTER_AUTOSCALER))
+    return pods
+
+
+def pods_on_head_group(ray_heads: Sequence[RayHead]) -> list[HeadPod]:
+    """What the head pool holds while a run goes: each node's DaemonSets, each Ray head and its company."""
+    pods = list(DAEMON_PODS)
     for head in ray_heads:
         cpu = quantity_value(head.requests.cpu) + (quantity_value(RAY_AUTOSCALER.cpu) if head.autoscaler else 0)
         memory = quantity_value(head.requests.memory) + (

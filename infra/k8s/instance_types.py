@@ -16,6 +16,7 @@ class InstanceShape:
 
 
 SHAPES: dict[str, InstanceShape] = {
+    "t3.medium": InstanceShape(vcpus=2, memory_gib=4, gpus=0),
     "m5.large": InstanceShape(vcpus=2, memory_gib=8, gpus=0),
     "m5.xlarge": InstanceShape(vcpus=4, memory_gib=16, gpus=0),
     "m5.2xlarge": InstanceShape(vcpus=8, memory_gib=32, gpus=0),

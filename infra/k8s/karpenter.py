@@ -16,6 +16,8 @@ from infra.k8s.common import (
     GPU_RESOURCE,
     GPU_TAINT_KEY,
     GPU_TAINT_VALUE,
+    HEAD_POOL,
+    HEAD_TAINT_EFFECT,
     POOL_LABEL,
     Manifest,
     base_labels,
@@ -227,5 +229,39 @@ def render_node_pool(args: NodePoolArgs) -> Manifest:
                 "budgets": budgets,
             },
             "limits": {"cpu": args.cpu_limit, "memory": args.memory_limit, GPU_RESOURCE: str(args.gpu_limit)},
+        },
+    }
+
+
+def render_head_node_pool(instance_type: str, max_nodes: int, node_class: str, name: str = "head") -> Manifest:
+    """The large tier's on-demand head nodes: none between runs; one when a Ray head is Pending, removed a minute
+    after it is empty. Tainted like the medium tier's managed head group, so only Ray heads and the submitter land
+    there; bounded by its limits to `max_nodes` nodes of `instance_type`."""
+    shape = shape_of(instance_type)
+    if shape.gpus:
+        raise ValueError(f"eks.head_instance_type {instance_type} has GPUs; the head pool is for CPU nodes")
+    return {
+        "apiVersion": NODE_POOL_API_VERSION,
+        "kind": "NodePool",
+        "metadata": {"name": name, "labels": base_labels("karpenter")},
+        "spec": {
+            "template": {
+                "metadata": {"labels": check_labels({POOL_LABEL: HEAD_POOL}, "node labels")},
+                "spec": {
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": node_class},
+                    "requirements": [
+                        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [instance_type]},
+                        # The Ray head's node must not vanish mid-run: on-demand only.
+                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                        {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+                    ],
+                    "taints": [{"key": POOL_LABEL, "value": HEAD_POOL, "effect": HEAD_TAINT_EFFECT}],
+                    "expireAfter": "168h",
+                    "terminationGracePeriod": "2h",
+                },
+            },
+            "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "60s"},
+            "limits": {"cpu": str(shape.vcpus * max_nodes), "memory": f"{shape.memory_gib * max_nodes}Gi"},
         },
     }

@@ -27,6 +27,7 @@ from infra.k8s.common import (
     check_labels,
     check_quantity,
     gpu_toleration,
+    head_toleration,
 )
 from infra.k8s.head_group import RAY_AUTOSCALER, RAYJOB_SUBMITTER
 from infra.k8s.network_policy import SUBMITTER_COMPONENT, cluster_labels
@@ -390,6 +391,7 @@ def _head_template(args: RayJobArgs) -> dict[str, Any]:
                 # separate projected volume.
                 "automountServiceAccountToken": args.autoscaling,
                 "nodeSelector": dict(args.head.node_selector),
+                "tolerations": [head_toleration()],
                 "terminationGracePeriodSeconds": args.termination_grace_s,
                 "securityContext": _pod_security(),
                 "containers": [container],
@@ -492,6 +494,7 @@ def _submitter_template(args: RayJobArgs) -> dict[str, Any]:
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,
             "nodeSelector": dict(args.head.node_selector),
+            "tolerations": [head_toleration()],
             "securityContext": _pod_security(),
             "containers": [
                 {

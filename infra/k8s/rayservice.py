@@ -38,6 +38,7 @@ from infra.k8s.common import (
     check_labels,
     check_quantity,
     gpu_toleration,
+    head_toleration,
     quantity_value,
 )
 from infra.k8s.head_group import RAY_AUTOSCALER, SERVE_REPORTER
@@ -258,6 +259,7 @@ def _head_template(args: RayServiceArgs) -> dict[str, Any]:
         "spec": {
             "serviceAccountName": args.service_account,
             "nodeSelector": {POOL_LABEL: HEAD_POOL},
+            "tolerations": [head_toleration()],
             "securityContext": _pod_security(),
             # KubeRay treats the first container as Ray's; the reporter comes after it.
             "containers": [container, _reporter(args)],

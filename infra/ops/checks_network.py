@@ -7,8 +7,11 @@
   service. The small tier's single node runs the job in a container that needs its instance role (hop 2).
 - `bucket-types`: every resource type that creates an S3 bucket is one the `buckets` check knows;
   a bucket declared another way would escape encryption, public-access and TLS checks.
-- `endpoint-policies`: every interface VPC endpoint has a policy whose every Allow is pinned to this account
-  (aws:PrincipalAccount or aws:ResourceAccount), so another account's credentials cannot use it to move data.
+- `endpoint-policies`: the S3 gateway endpoint every stack has serves every route table its nodes' subnets use
+  (models, data and ECR's layers stay off the NAT and the internet gateway), and every interface VPC endpoint
+  (none by default: docs/cost.md) has a policy whose every Allow is pinned to this account (aws:PrincipalAccount
+  or aws:ResourceAccount), so another account's credentials cannot use it to move data. The gateway endpoint
+  keeps S3's default policy: ECR's layers and the OS packages are in buckets of AWS's own accounts.
 """
 
 from __future__ import annotations
@@ -105,13 +108,39 @@ def check_endpoint_policies(plan: Plan) -> list[Violation]:
         for item in of_type(plan, "aws:ec2/vpcEndpoint:VpcEndpoint")
         if item["inputs"].get("vpcEndpointType") == "Interface"
     ]
-    require_matches(name, len(endpoints), "interface VPC endpoint")
+    gateways = [
+        item
+        for item in of_type(plan, "aws:ec2/vpcEndpoint:VpcEndpoint")
+        if item["inputs"].get("vpcEndpointType") == "Gateway" and str(item["inputs"].get("serviceName")).endswith(".s3")
+    ]
+    require_matches(name, len(gateways), "S3 gateway endpoint")
     account = own_account(plan)
-    return [
+    violations = [
         Violation(name, label(item), problem)
         for item in endpoints
         for problem in endpoint_policy_problems(item["inputs"].get("policy"), account)
     ]
+    served = {str(table) for item in gateways for table in as_list(item["inputs"].get("routeTableIds"))}
+    for table_id, node in sorted(node_route_tables(plan).items()):
+        if table_id not in served:
+            violations.append(
+                Violation(name, label(node), f"its subnets' route table {table_id} has no S3 gateway endpoint")
+            )
+    return violations
+
+
+def node_route_tables(plan: Plan) -> dict[str, Any]:
+    """Route table id -> one node group or Auto Scaling group whose subnets it routes."""
+    subnets: dict[str, Any] = {}
+    for item in (item for item in plan if item["type"] in NODE_GROUP_TYPES):  # remote components: not of_type
+        subnets.update({str(subnet): item for subnet in as_list(item["inputs"].get("subnetIds"))})
+    for item in of_type(plan, "aws:autoscaling/group:Group"):
+        subnets.update({str(subnet): item for subnet in as_list(item["inputs"].get("vpcZoneIdentifiers"))})
+    return {
+        str(association["inputs"].get("routeTableId")): subnets[str(association["inputs"].get("subnetId"))]
+        for association in of_type(plan, "aws:ec2/routeTableAssociation:RouteTableAssociation")
+        if str(association["inputs"].get("subnetId")) in subnets
+    }
 
 
 def check_eks_endpoint(plan: Plan) -> list[Violation]:
@@ -177,7 +206,7 @@ RULES: dict[str, Rule] = {
     "bucket-types": Rule(check_bucket_types, "declare buckets with aws.s3.Bucket (the DataBucket component)"),
     "endpoint-policies": Rule(
         check_endpoint_policies,
-        "give the endpoint a policy pinned to this account (infra/components/network.py endpoint_policy)",
-        CLUSTER_TIERS,
+        "attach the S3 gateway endpoint to the nodes' route tables; give each interface endpoint a policy pinned "
+        "to this account (infra/components/network.py endpoint_policy)",
     ),
 }

@@ -134,6 +134,10 @@ def _ec2(prefix: str, kind: str) -> Builder:
             outputs["mainRouteTableId"] = f"rtb-{_hex(args.name + 'main')}"
         if prefix == "lt":
             outputs.update(latestVersion=1, defaultVersion=1, name=_physical_name(args))
+        if prefix == "i":
+            # The NAT instance's default route names this interface (infra/components/nat_instance.py).
+            outputs["primaryNetworkInterfaceId"] = f"eni-{_hex(args.name + 'eni')}"
+            outputs["publicIp"] = "198.51.100.20"
         if prefix == "eipalloc":
             outputs["publicIp"] = "198.51.100.10"
             outputs["allocationId"] = resource_id
@@ -245,6 +249,7 @@ _RESOURCE_OUTPUTS: dict[str, Builder] = {
     "aws:ec2/internetGateway:InternetGateway": _ec2("igw", "internet-gateway"),
     "aws:ec2/natGateway:NatGateway": _ec2("nat", "natgateway"),
     "aws:ec2/eip:Eip": _ec2("eipalloc", "elastic-ip"),
+    "aws:ec2/instance:Instance": _ec2("i", "instance"),
     "aws:ec2/securityGroup:SecurityGroup": _ec2("sg", "security-group"),
     "aws:ec2/vpcEndpoint:VpcEndpoint": _ec2("vpce", "vpc-endpoint"),
     "aws:ec2/launchTemplate:LaunchTemplate": _ec2("lt", "launch-template"),

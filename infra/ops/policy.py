@@ -25,6 +25,7 @@ from infra.ops import (
     checks_costs,
     checks_credentials,
     checks_egress,
+    checks_egress_path,
     checks_iam,
     checks_k8s,
     checks_kms,
@@ -434,6 +435,7 @@ RULES: dict[str, Rule] = {
     **checks_stores.RULES,
     **checks_credentials.RULES,
     **checks_egress.RULES,
+    **checks_egress_path.RULES,
 }
 # Each check by name (every rule, whatever its tiers).
 CHECKS: dict[str, Callable[[Plan], list[Violation]]] = {name: rule.check for name, rule in RULES.items()}

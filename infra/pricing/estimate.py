@@ -3,6 +3,12 @@
 Every figure is a line item (what, how many, unit price, dollars a month): a reader can check the sum by hand.
 AWS bills by the hour; a month here is 730 hours (8,760 / 12), and a nightly pool runs `hours_per_night` on
 730 / 24 nights.
+
+Two figures answer "what does it cost when nothing runs?" and "what does a night add?": `idle_monthly_usd`, the
+`fixed` group (what the plan's resources bill in a month with no run at all), and `per_night_usd`, the `compute`
+group over the month's nights (every node a night starts, its boot, image pull and model fetch included).
+Storage and monitoring scale with the data kept and the alarms defined and are shown apart; optional components
+(the online endpoint, later the Batch API) add their own groups through `optional_items`.
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from infra.pricing.table import PriceTable
 
@@ -31,6 +37,10 @@ class NodePool(BaseModel):
     hours_per_month: float = Field(ge=0, le=HOURS_PER_MONTH, description="Hours a month the pool runs")
     capacity: Capacity
     root_volume_gb: int = Field(default=100, ge=0, description="gp3 root volume per instance while it exists")
+    boot_hours_per_month: float = Field(
+        default=0, ge=0, description="Hours a month each instance runs before it works: boot, image pull, model fetch"
+    )
+    public_ipv4: bool = Field(default=False, description="Each instance has a public IPv4 address while it runs")
 
 
 class FixedParts(BaseModel):
@@ -44,6 +54,9 @@ class FixedParts(BaseModel):
         default=0, ge=0, description="Cluster-hours of the month the clusters' version is in extended support"
     )
     nat_gateways: int = Field(default=0, ge=0)
+    nat_instances: tuple[NodePool, ...] = Field(
+        default=(), description="NAT instances: all month, each with its public IPv4 (no per-GB processing fee)"
+    )
     interface_endpoints: int = Field(default=0, ge=0, description="Interface VPC endpoints (ECR, STS, logs...)")
     endpoint_azs: int = Field(default=0, ge=0, description="AZs each interface endpoint has a network interface in")
     always_on_nodes: tuple[NodePool, ...] = ()
@@ -76,10 +89,21 @@ class EstimateInputs(BaseModel):
     usage: Usage = Usage()
 
 
+Group = Literal["compute", "serving", "fixed", "storage", "monitoring"]
+# What each group means on the terminal; `fixed` is the idle month, `compute` what the month's nights add.
+GROUP_TITLES: dict[str, str] = {
+    "compute": "per night x {nights:.1f} nights (compute)",
+    "serving": "online endpoint (serving)",
+    "fixed": "idle: all month with no run (fixed)",
+    "storage": "storage",
+    "monitoring": "monitoring",
+}
+
+
 class LineItem(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    group: Literal["compute", "serving", "fixed", "storage", "monitoring"]
+    group: Group
     item: str
     quantity: float
     unit: str
@@ -103,6 +127,18 @@ class Estimate(BaseModel):
 
     def subtotal(self, group: str) -> float:
         return sum(item.monthly_usd for item in self.items if item.group == group)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def idle_monthly_usd(self) -> float:
+        """What the stack's resources bill in a month with no run at all (the `fixed` group)."""
+        return round(self.subtotal("fixed"), 2)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def per_night_usd(self) -> float:
+        """What one night adds: its nodes' hours, boot included (the `compute` group over the month's nights)."""
+        return round(self.subtotal("compute") / NIGHTS_PER_MONTH, 2)
 
 
 def nightly_hours_per_month(hours_per_night: float) -> float:
@@ -136,10 +172,20 @@ def compute_items(pools: Iterable[NodePool], region: str, prices: PriceTable, gr
         hours = f"{pool.hours_per_month:.0f} h"
         label = f"{pool.name}: {pool.count:g} x {pool.instance_type} {pool.capacity}, {hours}"
         items.append(_item(group, label, instance_hours, "instance-hour", hourly))
+        if pool.boot_hours_per_month:
+            boot = pool.count * pool.boot_hours_per_month
+            label = f"{pool.name}: boot, image pull, model fetch, {pool.boot_hours_per_month:.0f} h"
+            items.append(_item(group, label, boot, "instance-hour", hourly))
+        running = pool.hours_per_month + pool.boot_hours_per_month
         if pool.root_volume_gb:
             # A volume lives as long as its instance: GB-months scale with the share of the month it runs.
-            gb_months = pool.count * pool.root_volume_gb * pool.hours_per_month / HOURS_PER_MONTH
+            gb_months = pool.count * pool.root_volume_gb * running / HOURS_PER_MONTH
             items.append(_item(group, f"{pool.name}: gp3 root volumes", gb_months, "GB-month", gp3))
+        if pool.public_ipv4:
+            ipv4 = prices.region(region).services.public_ipv4_hourly
+            items.append(
+                _item(group, f"{pool.name}: public IPv4 while it runs", pool.count * running, "address-hour", ipv4)
+            )
     return items
 
 
@@ -159,6 +205,8 @@ def fixed_items(fixed: FixedParts, usage: Usage, region: str, prices: PriceTable
         items.append(_item("fixed", "NAT gateway", hours, "gateway-hour", svc.nat_gateway_hourly))
         items.append(_item("fixed", "NAT gateway public IPv4", hours, "address-hour", svc.public_ipv4_hourly))
         items.append(_item("fixed", "NAT data processed", usage.nat_gb, "GB", svc.nat_gateway_per_gb))
+    # A NAT instance bills its hours, address and volume; traffic through it has no processing fee.
+    items.extend(compute_items(fixed.nat_instances, region, prices, group="fixed"))
     if fixed.interface_endpoints:
         az_hours = fixed.interface_endpoints * max(fixed.endpoint_azs, 1) * HOURS_PER_MONTH
         items.append(
@@ -171,7 +219,7 @@ def fixed_items(fixed: FixedParts, usage: Usage, region: str, prices: PriceTable
             )
         )
         items.append(_item("fixed", "endpoint data processed", usage.endpoint_gb, "GB", svc.interface_endpoint_per_gb))
-    # Always-on nodes (the EKS head group) bill all month whatever the job does: a fixed cost.
+    # Always-on nodes (the EKS system node) bill all month whatever the job does: a fixed cost.
     items.extend(compute_items(fixed.always_on_nodes, region, prices, group="fixed"))
     if fixed.kms_keys:
         items.append(_item("fixed", "KMS keys", fixed.kms_keys, "key-month", svc.kms_key_month))
@@ -211,6 +259,12 @@ def monitoring_items(fixed: FixedParts, usage: Usage, region: str, prices: Price
     return items
 
 
+def optional_items(inputs: EstimateInputs, prices: PriceTable) -> list[LineItem]:
+    """Lines of components a stack turns on, each in its own group, outside the idle and per-night figures:
+    the online endpoint (`serve.*`) today; another optional component adds its lines here."""
+    return compute_items(inputs.serve_pools, inputs.region, prices, group="serving")
+
+
 def estimate(inputs: EstimateInputs, prices: PriceTable) -> Estimate:
     """Every line item of the stack's month.
 
@@ -218,7 +272,7 @@ def estimate(inputs: EstimateInputs, prices: PriceTable) -> Estimate:
     """
     items = [
         *compute_items(inputs.nightly_pools, inputs.region, prices),
-        *compute_items(inputs.serve_pools, inputs.region, prices, group="serving"),
+        *optional_items(inputs, prices),
         *fixed_items(inputs.fixed, inputs.usage, inputs.region, prices),
         *storage_items(inputs.usage, inputs.region, prices),
         *monitoring_items(inputs.fixed, inputs.usage, inputs.region, prices),
@@ -238,15 +292,18 @@ def format_estimate(result: Estimate) -> str:
     """The human summary `python -m infra.plan` prints: one line per item, subtotals, the total."""
     width = 64
     lines = [f"Monthly cost estimate for stack {result.stack} ({result.region}), prices of {result.prices_as_of}:"]
-    for group in ("compute", "serving", "fixed", "storage", "monitoring"):
+    for group, title in GROUP_TITLES.items():
         group_items = [item for item in result.items if item.group == group]
         if not group_items:
             continue
-        lines.append(f"  {group}: {result.subtotal(group):,.2f} USD")
+        lines.append(f"  {title.format(nights=NIGHTS_PER_MONTH)}: {result.subtotal(group):,.2f} USD")
         for item in group_items:
             detail = f"{item.quantity:,.1f} {item.unit} x {item.unit_price:g}"
             lines.append(f"    {item.item[:width]:<{width}} {detail:>32} = {item.monthly_usd:>10,.2f}")
     lines.append(f"  total: {result.total:,.2f} USD a month")
+    lines.append(
+        f"  idle month (no run): {result.idle_monthly_usd:,.2f} USD; a night adds {result.per_night_usd:,.2f} USD"
+    )
     usage = ", ".join(f"{key}={value:g}" for key, value in result.usage.model_dump().items())
     lines.append(f"  assumed volumes: {usage}")
     lines.append("  prices: infra/pricing/prices.json (refresh: python -m infra.pricing.refresh)")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from infra import facts
 from infra.k8s.common import quantity_value
+from infra.k8s.head_group import SYSTEM_NODES, head_group_shortfall, pods_on_head_group
 from infra.k8s.instance_types import NODE_MEMORY_SHARE, NODE_RESERVED_CPU, shape_of
 from infra.k8s.rayservice import workers_for
 from infra.pricing.estimate import (
@@ -72,9 +73,14 @@ def karpenter_choice(config: StackConfig, prices: PriceTable) -> tuple[str, int]
     return instance_type, nodes
 
 
-def node_pools(config: StackConfig, prices: PriceTable) -> tuple[tuple[NodePool, ...], tuple[NodePool, ...]]:
-    """(nightly pools, always-on pools) at their largest: every GPU node for the whole nightly window."""
+# The NAT instance's root volume: the size of the Amazon Linux 2023 image's snapshot.
+NAT_INSTANCE_VOLUME_GB = 8
+
+
+def gpu_pools(config: StackConfig, prices: PriceTable) -> tuple[NodePool, ...]:
+    """The GPU nodes a night runs, at their largest: every GPU node for the whole nightly window."""
     nightly_hours = nightly_hours_per_month(config.cost.nightly_hours)
+    boot_hours = nightly_hours_per_month(config.cost.boot_minutes / 60)
     if config.tier == "small":
         gpu = NodePool(
             name="gpu node",
@@ -83,8 +89,11 @@ def node_pools(config: StackConfig, prices: PriceTable) -> tuple[tuple[NodePool,
             hours_per_month=nightly_hours,
             capacity="spot",
             root_volume_gb=config.small.root_volume_gib,
+            boot_hours_per_month=boot_hours,
+            # In a public subnet the node has its own address (billed while it runs) instead of a NAT.
+            public_ipv4=config.network.egress == "public_subnets" and config.network.create_vpc,
         )
-        return (gpu,), ()
+        return (gpu,)
     eks = config.eks
     if eks.karpenter_enabled:
         worker_type, worker_nodes = karpenter_choice(config, prices)
@@ -97,17 +106,70 @@ def node_pools(config: StackConfig, prices: PriceTable) -> tuple[tuple[NodePool,
         hours_per_month=nightly_hours,
         capacity="spot",
         root_volume_gb=eks.node_volume_gib,
+        boot_hours_per_month=boot_hours,
     )
-    # The on-demand head group also hosts the operators (KubeRay, Karpenter): it runs all month.
-    head = NodePool(
-        name="head nodes",
+    return (workers,)
+
+
+def head_pool(config: StackConfig, hours_per_month: float, boot_hours: float = 0) -> NodePool:
+    """The on-demand Ray head node(s), for `hours_per_month`: as many as the Ray heads that share them need."""
+    eks = config.eks
+    heads = [*eks.ray_heads, *(config.serve.ray_heads if config.serve.enabled else [])]
+    pods = pods_on_head_group(heads)
+    shape = shape_of(eks.head_instance_type)
+    count = next(
+        (n for n in range(1, eks.head_nodes + 1) if head_group_shortfall(pods, shape, n) is None), eks.head_nodes
+    )
+    return NodePool(
+        name="ray head node",
         instance_type=eks.head_instance_type,
-        count=eks.head_nodes,
-        hours_per_month=HOURS_PER_MONTH,
+        count=count,
+        hours_per_month=hours_per_month,
         capacity="on-demand",
         root_volume_gb=eks.node_volume_gib,
+        boot_hours_per_month=boot_hours,
     )
-    return (workers,), (head,)
+
+
+def node_pools(config: StackConfig, prices: PriceTable) -> tuple[tuple[NodePool, ...], tuple[NodePool, ...]]:
+    """(nightly pools, always-on pools): a night's GPU nodes and (EKS) its Ray head node, which scales from 0
+    for the run; all month, the EKS system node that holds the operators and CoreDNS. With the online endpoint
+    on, its RayService keeps a head node all month: that node is in `serve_pools`, and the night's head shares it."""
+    gpus = gpu_pools(config, prices)
+    if config.tier == "small":
+        return gpus, ()
+    eks = config.eks
+    system = NodePool(
+        name="system node",
+        instance_type=eks.system_instance_type,
+        count=SYSTEM_NODES,
+        hours_per_month=HOURS_PER_MONTH,
+        capacity="on-demand",
+        root_volume_gb=eks.system_volume_gib,
+    )
+    if config.serve.enabled:
+        return gpus, (system,)
+    nightly_hours = nightly_hours_per_month(config.cost.nightly_hours)
+    boot_hours = nightly_hours_per_month(config.cost.boot_minutes / 60)
+    return (*gpus, head_pool(config, nightly_hours, boot_hours)), (system,)
+
+
+def nat_instances(config: StackConfig) -> tuple[NodePool, ...]:
+    """The NAT instances (egress: nat_instance) at their on-demand price all month, each with its public IPv4."""
+    network = config.network
+    if network.egress != "nat_instance" or not network.nat_count:
+        return ()
+    return (
+        NodePool(
+            name="NAT instance",
+            instance_type=network.nat_instance_type,
+            count=network.nat_count,
+            hours_per_month=HOURS_PER_MONTH,
+            capacity="on-demand",
+            root_volume_gb=NAT_INSTANCE_VOLUME_GB,
+            public_ipv4=True,
+        ),
+    )
 
 
 def serve_pools(config: StackConfig) -> tuple[NodePool, ...]:
@@ -122,7 +184,9 @@ def serve_pools(config: StackConfig) -> tuple[NodePool, ...]:
     busy_nodes = math.ceil(workers_for(serve.max_replicas, serve.worker_size.gpus, tp) / per_node)
     idle_nodes = math.ceil(workers_for(serve.min_replicas, serve.worker_size.gpus, tp) / per_node)
     busy_hours = nightly_hours_per_month(serve.busy_hours_per_day)
+    # The RayService's head keeps a head node all month (the nightly head shares it).
     pools = [
+        head_pool(config, HOURS_PER_MONTH).model_copy(update={"name": "endpoint's ray head node"}),
         NodePool(
             name="endpoint replicas, busy hours",
             instance_type=serve.instance_type,
@@ -130,7 +194,7 @@ def serve_pools(config: StackConfig) -> tuple[NodePool, ...]:
             hours_per_month=busy_hours,
             capacity=serve.capacity_type,
             root_volume_gb=config.eks.node_volume_gib,
-        )
+        ),
     ]
     if idle_nodes and serve.busy_hours_per_day < 24:
         pools.append(
@@ -153,11 +217,14 @@ def run_hourly_usd(config: StackConfig, prices: PriceTable) -> float:
     Large: the cheapest NodePool type that fits the workers, times the nodes `eks.gpu_max_nodes` workers need:
     an upper bound as a rule, since Ray autoscales from `eks.gpu_min_workers` and a short run may never reach
     the maximum (though Karpenter may launch a dearer type when the cheapest is short of Spot capacity). The
-    on-demand head is left out: it runs all month whether a job runs or not.
+    on-demand head node is left out: the GPUs decode the tokens; the estimate shows the head a night apart.
     """
-    nightly, _ = node_pools(config, prices)
     return round(
-        sum(pool.count * prices.instance(config.region, pool.instance_type).spot_hourly for pool in nightly), 4
+        sum(
+            pool.count * prices.instance(config.region, pool.instance_type).spot_hourly
+            for pool in gpu_pools(config, prices)
+        ),
+        4,
     )
 
 
@@ -179,15 +246,13 @@ def estimate_inputs(
     clusters = 0 if config.tier == "small" else 1
     network = config.network
     nightly, always_on = node_pools(config, prices)
-    nat_gateways = 0
-    if network.create_vpc:
-        nat_gateways = 1 if network.single_nat_gateway else network.az_count
     fixed = FixedParts(
         eks_clusters=clusters,
         kubernetes_version=None if clusters == 0 else config.eks.version,
         eks_extended_support_hours=clusters
         and clusters * facts.extended_support_hours(config.eks.version, on, HOURS_PER_MONTH),
-        nat_gateways=nat_gateways,
+        nat_gateways=network.nat_count if network.egress == "nat_gateway" else 0,
+        nat_instances=nat_instances(config),
         interface_endpoints=len(network.interface_endpoints),
         endpoint_azs=network.subnet_count,
         always_on_nodes=always_on,
@@ -217,13 +282,14 @@ def capacity_pools(config: StackConfig, prices: PriceTable) -> tuple[tuple[NodeP
         # only once the new one runs: for that while the G and VT Spot quota holds two nodes.
         (node,) = nightly
         return (node.model_copy(update={"count": 2, "name": "gpu node and its rebalancing replacement"}),), ()
-    # The endpoint's busiest hour may fall in the nightly window: the quota must hold both at their largest.
-    required = nightly + always_on + serve_pools(config)[:1]
+    # The endpoint's busiest hour may fall in the nightly window: the quota must hold both at their largest (its
+    # head node and its busy-hours replicas, the first two of `serve_pools`).
+    required = nightly + always_on + serve_pools(config)[:2]
     if not config.eks.karpenter_enabled:
         return required, ()
     pool = config.eks.node_pool
     capacities: tuple[Capacity, ...] = ("spot", "on-demand") if pool.on_demand_fallback else ("spot",)
-    chosen = {(p.instance_type, p.capacity) for p in nightly}
+    chosen = {(p.instance_type, p.capacity) for p in gpu_pools(config, prices)}
     fallback = tuple(
         NodePool(name="karpenter fallback", instance_type=t, count=1, hours_per_month=0, capacity=c)
         for t in pool.instance_types

@@ -110,7 +110,7 @@ def test_a_node_volume_on_another_key_is_reported(plan_for: Callable[[str], Plan
     other = next(
         item for item in plan if item["type"] == "aws:kms/key:Key" and item["urn"] != plan_select.stack_key(plan)["urn"]
     )
-    (template,) = [item for item in plan if item["name"] == "nodes-head-lt"]
+    (template,) = [item for item in plan if item["name"] == "nodes-system-lt"]  # the always-on node
     template["inputs"]["blockDeviceMappings"][0]["ebs"]["kmsKeyId"] = other["outputs"]["arn"]
     assert f"volumes use aws:kms/key:Key {other['name']}, not the stack key" in _problems(plan)
 

@@ -50,7 +50,7 @@ def test_the_plan_lists_each_resource_s_dependencies(plan_for: Callable[[str], P
     # Explicit depends_on, an input fed by another resource's output, a resource reference to a remote component.
     assert cluster["urn"] in _one(plan, "aws:eks/accessEntry:AccessEntry", "nightly-submit-access")["dependencies"]
     assert _one(plan, "aws:kms/key:Key", "kms-key")["urn"] in cluster["dependencies"]
-    assert cluster["urn"] in _one(plan, "eks:index:ManagedNodeGroup", "nodes-head")["dependencies"]
+    assert cluster["urn"] in _one(plan, "eks:index:ManagedNodeGroup", "nodes-system")["dependencies"]
     namespace = _one(plan, "kubernetes:core/v1:Namespace", "job-identity-namespace")
     for kind, name in (("Role", "nightly-submit-rbac"), ("RoleBinding", "nightly-submit-rbac-binding")):
         item = _one(plan, f"kubernetes:rbac.authorization.k8s.io/v1:{kind}", name)
@@ -70,7 +70,8 @@ def test_waiting_is_transitive_through_the_parent(large: Plan) -> None:
     entry = _one(large, "aws:eks/accessEntry:AccessEntry", "karpenter-node-access")
     assert not any(urn.endswith("::eks-cluster") for urn in entry["dependencies"])
     assert _problems("eks-access-order", large) == ""
-    _cut(_one(large, "llmbatch:karpenter:Karpenter", "karpenter"), "nodes-head")
+    # (The CoreDNS add-on waits for the system node too: cut both edges.)
+    _cut(_one(large, "llmbatch:karpenter:Karpenter", "karpenter"), "nodes-system", "nodes-coredns")
     assert "karpenter-node-access: does not wait for eks:index:Cluster eks-cluster" in _problems(
         "eks-access-order", large
     )
@@ -84,13 +85,14 @@ def test_a_namespaced_object_that_does_not_wait_for_its_namespace_fails(large: P
     )
 
 
-def test_a_chart_that_does_not_wait_for_the_head_nodes_fails(large: Plan) -> None:
-    # The operator's chart waits for the nodes through its component's depends_on.
-    _cut(_one(large, "llmbatch:kuberay:KubeRayOperator", "kuberay"), "nodes-head")
+def test_a_chart_that_does_not_wait_for_the_system_node_fails(large: Plan) -> None:
+    # The operator's chart waits for the always-on system node (the head pool has none at deploy) through its
+    # component's depends_on.
+    # (Through the CoreDNS add-on, which waits for the system node, it would still wait: cut both edges.)
+    _cut(_one(large, "llmbatch:kuberay:KubeRayOperator", "kuberay"), "nodes-system", "nodes-coredns")
     problems = _problems("k8s-order", large)
-    assert "kubernetes:helm.sh/v4:Chart kuberay-operator: does not wait for eks:index:ManagedNodeGroup nodes-head" in (
-        problems
-    )
+    chart = "kubernetes:helm.sh/v4:Chart kuberay-operator"
+    assert f"{chart}: does not wait for eks:index:ManagedNodeGroup nodes-system" in problems
     # The namespace needs no node: only what runs pods is held to the rule.
     assert "kuberay-namespace" not in problems
 

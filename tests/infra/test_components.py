@@ -158,10 +158,30 @@ def test_network_creates_private_subnets_per_zone_with_nat_and_endpoints() -> No
     assert all(cidr.subnet_of(network) for cidr in cidrs)
     assert len(set(cidrs)) == 6 and not any(a.overlaps(b) for a in cidrs for b in cidrs if a != b)
     assert all(s["inputs"]["mapPublicIpOnLaunch"] is False for s in of_type(plan, "aws:ec2/subnet:Subnet"))
-    nats = of_type(plan, "aws:ec2/natGateway:NatGateway")
+    # The default egress: a NAT instance per zone (no NAT gateway), each private table routed to its interface.
+    assert of_type(plan, "aws:ec2/natGateway:NatGateway") == [] and of_type(plan, "aws:ec2/eip:Eip") == []
+    nats = of_type(plan, "aws:ec2/instance:Instance")
     assert len(nats) == 3
+    public_ids = {s["id"] for s in of_type(plan, "aws:ec2/subnet:Subnet") if "public" in s["name"]}
+    assert {n["inputs"]["subnetId"] for n in nats} == public_ids
+    for nat in nats:
+        inputs = nat["inputs"]
+        assert inputs["sourceDestCheck"] is False and inputs["associatePublicIpAddress"] is True
+        assert inputs["instanceType"] == "t4g.nano" and "keyName" not in inputs
+        assert inputs["metadataOptions"]["httpTokens"] == "required"
+        assert inputs["metadataOptions"]["httpPutResponseHopLimit"] == 1
+        assert inputs["rootBlockDevice"]["encrypted"] is True
+        assert "masquerade" in inputs["userData"] and "ip_forward = 1" in inputs["userData"]
     private_tables = [t for t in of_type(plan, "aws:ec2/routeTable:RouteTable") if "private" in t["name"]]
-    assert {t["inputs"]["routes"][0]["natGatewayId"] for t in private_tables} == {n["id"] for n in nats}
+    interfaces = {n["outputs"]["primaryNetworkInterfaceId"] for n in nats}
+    assert {t["inputs"]["routes"][0]["networkInterfaceId"] for t in private_tables} == interfaces
+    nat_group = next(g for g in of_type(plan, "aws:ec2/securityGroup:SecurityGroup") if g["name"] == "network-nat")[
+        "inputs"
+    ]
+    assert [(r["protocol"], r["fromPort"], r["toPort"], r["cidrBlocks"]) for r in nat_group["ingress"]] == [
+        ("tcp", 443, 443, [vpc["inputs"]["cidrBlock"]])
+    ]
+    assert [(r["protocol"], r["fromPort"], r["toPort"]) for r in nat_group["egress"]] == [("tcp", 443, 443)]
     endpoints = {e["inputs"]["serviceName"]: e["inputs"] for e in of_type(plan, "aws:ec2/vpcEndpoint:VpcEndpoint")}
     assert endpoints["com.amazonaws.us-east-1.s3"]["vpcEndpointType"] == "Gateway"
     assert sorted(endpoints["com.amazonaws.us-east-1.s3"]["routeTableIds"]) == sorted(t["id"] for t in private_tables)
@@ -176,12 +196,35 @@ def test_network_creates_private_subnets_per_zone_with_nat_and_endpoints() -> No
 
 
 def test_network_single_nat_serves_every_zone() -> None:
-    plan = plan_of(lambda: Network("network", _network(single_nat_gateway=True, interface_endpoints=[])))
+    args = _network(single_nat_gateway=True, interface_endpoints=[], egress="nat_gateway")
+    plan = plan_of(lambda: Network("network", args))
     nat = one(plan, "aws:ec2/natGateway:NatGateway")
     private_tables = [t for t in of_type(plan, "aws:ec2/routeTable:RouteTable") if "private" in t["name"]]
     assert len(private_tables) == 3
     assert {t["inputs"]["routes"][0]["natGatewayId"] for t in private_tables} == {nat["id"]}
     assert of_type(plan, "aws:ec2/securityGroup:SecurityGroup") == []  # no interface endpoints, no group
+    assert of_type(plan, "aws:ec2/instance:Instance") == []
+    # The same with NAT instances: one instance, every zone's table routed to its interface.
+    plan = plan_of(lambda: Network("network", _network(single_nat_gateway=True, interface_endpoints=[])))
+    instance = one(plan, "aws:ec2/instance:Instance")
+    private_tables = [t for t in of_type(plan, "aws:ec2/routeTable:RouteTable") if "private" in t["name"]]
+    interface = instance["outputs"]["primaryNetworkInterfaceId"]
+    assert {t["inputs"]["routes"][0]["networkInterfaceId"] for t in private_tables} == {interface}
+
+
+def test_network_in_public_subnets_has_no_nat_and_routes_s3_through_the_gateway_endpoint() -> None:
+    """The small tier's `network.egress: public_subnets`: the node's subnets are the public ones."""
+    plan = plan_of(lambda: Network("network", _network(az_count=2, interface_endpoints=[], egress="public_subnets")))
+    subnets = of_type(plan, "aws:ec2/subnet:Subnet")
+    assert [s["name"] for s in subnets] == ["network-public-0", "network-public-1"]
+    assert all(s["inputs"]["mapPublicIpOnLaunch"] is True for s in subnets)
+    assert not {item["type"] for item in plan} & {"aws:ec2/natGateway:NatGateway", "aws:ec2/instance:Instance"}
+    (table,) = of_type(plan, "aws:ec2/routeTable:RouteTable")
+    assert [route.get("gatewayId") for route in table["inputs"]["routes"]] == [
+        one(plan, "aws:ec2/internetGateway:InternetGateway")["id"]
+    ]
+    (s3,) = of_type(plan, "aws:ec2/vpcEndpoint:VpcEndpoint")
+    assert s3["inputs"]["vpcEndpointType"] == "Gateway" and s3["inputs"]["routeTableIds"] == [table["id"]]
 
 
 def test_network_uses_an_existing_vpc_and_its_route_tables() -> None:

@@ -44,7 +44,12 @@ def test_tier_defaults_apply_and_differ() -> None:
     assert [c.cost.monthly_budget_usd for c in (small, medium, large)] == [400, 2500, 15000]
     assert small.small.instance_type == "g5.xlarge" and small.small.root_volume_gib == 200
     assert small.network.interface_endpoints == [] and small.network.single_nat_gateway
-    assert medium.network.interface_endpoints == ["ecr.api", "ecr.dkr", "sts", "logs"]
+    # No interface endpoints by default (docs/cost.md); small's node sits in public subnets, the EKS tiers' behind
+    # NAT instances.
+    assert medium.network.interface_endpoints == [] and large.network.interface_endpoints == []
+    assert small.network.egress == "public_subnets" and small.network.nat_count == 0
+    assert medium.network.egress == large.network.egress == "nat_instance"
+    assert medium.network.nat_count == 1 and large.network.nat_count == 3
     assert not medium.eks.karpenter_enabled and large.eks.karpenter_enabled
     assert large.network.az_count == 3 and not large.network.single_nat_gateway
     assert small.storage.glacier_after_days == 30
@@ -59,7 +64,7 @@ def test_overrides_merge_into_sections_without_mutating_defaults() -> None:
     before = copy.deepcopy(TIER_DEFAULTS)
     config = load_stack_config("l", {**BASE, "tier": "large", "network": {"az_count": 4}, "eks": {"gpu_max_nodes": 3}})
     assert config.network.az_count == 4
-    assert config.network.interface_endpoints == ["ecr.api", "ecr.dkr", "sts", "logs"]  # kept from the tier
+    assert config.network.single_nat_gateway is False  # kept from the tier
     assert config.eks.gpu_max_nodes == 3 and config.eks.karpenter_enabled
     assert before == TIER_DEFAULTS
 

@@ -88,7 +88,7 @@ def test_kubernetes_provider_gets_the_kubeconfig_as_a_secret() -> None:
     assert provider["inputs"]["kubeconfig"] == "[secret]"
 
 
-def _node_groups(gpu_instance_type: str | None) -> Registrations:
+def _node_groups(gpu_instance_type: str | None, *, head_group: bool = True) -> Registrations:
     def build() -> None:
         cluster = EksCluster(
             "eks",
@@ -111,9 +111,12 @@ def _node_groups(gpu_instance_type: str | None) -> Registrations:
                 head_instance_type="m5.xlarge",
                 head_nodes=1,
                 volume_gib=200,
+                system_instance_type="t3.medium",
+                system_volume_gib=20,
                 volume_key_arn=KEY_ARN,
                 gpu_instance_type=gpu_instance_type,
                 gpu_max_nodes=2,
+                head_group=head_group,
                 tags=TAGS,
             ),
         )
@@ -123,7 +126,7 @@ def _node_groups(gpu_instance_type: str | None) -> Registrations:
 
 def test_launch_templates_enforce_imdsv2_encryption_and_tags() -> None:
     templates = of_type(_node_groups("g5.2xlarge"), "aws:ec2/launchTemplate:LaunchTemplate")
-    assert len(templates) == 2
+    assert sorted(template["name"] for template in templates) == ["nodes-gpu-lt", "nodes-head-lt", "nodes-system-lt"]
     for template in templates:
         inputs = template["inputs"]
         assert inputs["metadataOptions"]["httpTokens"] == "required"
@@ -137,13 +140,23 @@ def test_launch_templates_enforce_imdsv2_encryption_and_tags() -> None:
         assert kinds["instance"] == kinds["volume"] == TAGS
 
 
-def test_head_group_is_on_demand_and_gpu_group_spot_from_zero() -> None:
+def test_head_group_is_on_demand_from_zero_and_gpu_group_spot_from_zero() -> None:
     plan = _node_groups("g5.2xlarge")
     templates = {item["name"]: item["id"] for item in of_type(plan, "aws:ec2/launchTemplate:LaunchTemplate")}
+    system = one(plan, "eks:index:ManagedNodeGroup", "nodes-system")["inputs"]
     head = one(plan, "eks:index:ManagedNodeGroup", "nodes-head")["inputs"]
     gpu = one(plan, "eks:index:ManagedNodeGroup", "nodes-gpu")["inputs"]
+    # One small node all month for CoreDNS and the operators, untainted: what tolerates no pool taint lands here.
+    assert system["capacityType"] == "ON_DEMAND" and system["instanceTypes"] == ["t3.medium"]
+    assert system["scalingConfig"] == {"minSize": 1, "desiredSize": 1, "maxSize": 2}
+    assert system["labels"] == {POOL_LABEL: "system"} and "taints" not in system
+    assert system["launchTemplate"]["id"] == templates["nodes-system-lt"]
+    # The Ray head's node only while a run needs it: 0 between runs, tainted so only Ray heads keep it up.
     assert head["capacityType"] == "ON_DEMAND" and head["instanceTypes"] == ["m5.xlarge"]
-    assert head["labels"] == {POOL_LABEL: "head"} and "taints" not in head
+    assert head["scalingConfig"] == {"minSize": 0, "desiredSize": 0, "maxSize": 1}
+    assert head["ignoreScalingChanges"] is True
+    assert head["labels"] == {POOL_LABEL: "head"}
+    assert head["taints"] == [{"key": POOL_LABEL, "value": "head", "effect": "NO_SCHEDULE"}]
     assert head["launchTemplate"]["id"] == templates["nodes-head-lt"]
     assert gpu["capacityType"] == "SPOT" and gpu["instanceTypes"] == ["g5.2xlarge"]
     assert gpu["amiType"] == versions.EKS_GPU_AMI_TYPE
@@ -155,10 +168,11 @@ def test_head_group_is_on_demand_and_gpu_group_spot_from_zero() -> None:
     assert "diskSize" not in gpu and "remoteAccess" not in gpu
 
 
-def test_without_a_gpu_group_only_the_head_group_exists() -> None:
-    plan = _node_groups(None)
-    assert [item["name"] for item in of_type(plan, "eks:index:ManagedNodeGroup")] == ["nodes-head"]
-    assert len(of_type(plan, "aws:ec2/launchTemplate:LaunchTemplate")) == 1
+def test_without_a_gpu_group_or_head_group_only_the_system_group_exists() -> None:
+    """The large tier: Karpenter makes the GPU and head nodes; the managed groups are the system node's alone."""
+    plan = _node_groups(None, head_group=False)
+    assert [item["name"] for item in of_type(plan, "eks:index:ManagedNodeGroup")] == ["nodes-system"]
+    assert [item["name"] for item in of_type(plan, "aws:ec2/launchTemplate:LaunchTemplate")] == ["nodes-system-lt"]
 
 
 def _k8s_provider() -> pulumi.ProviderResource:
@@ -238,7 +252,9 @@ def test_operators_are_pinned_charts_on_the_right_nodes() -> None:
     kuberay = _chart(plan, "kuberay-operator")
     assert kuberay["version"] == versions.HELM_CHARTS["kuberay-operator"][1]
     assert kuberay["repositoryOpts"]["repo"] == versions.HELM_CHARTS["kuberay-operator"][0]
-    assert kuberay["values"]["nodeSelector"] == {POOL_LABEL: "head"}
+    # On the always-on system node: an operator on a head node would keep it from scaling back to 0.
+    assert kuberay["values"]["nodeSelector"] == {POOL_LABEL: "system"}
+    assert "tolerations" not in kuberay["values"]
     plugin = _chart(plan, "nvidia-device-plugin")
     assert plugin["version"] == versions.HELM_CHARTS["nvidia-device-plugin"][1]
     terms = plugin["values"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -290,6 +306,8 @@ def _karpenter() -> Registrations:
                 volume_gib=200,
                 volume_key_arn=KEY_ARN,
                 node_pool=NodePoolArgs(),
+                head_instance_type="m5.xlarge",
+                head_nodes=1,
                 tag_existing_subnets=True,
                 tags=TAGS,
             ),
@@ -371,9 +389,27 @@ def test_discovery_tags_mark_every_private_subnet_and_the_cluster_group(
 
 def test_node_class_and_pool_in_the_plan_match_the_crds(karpenter_plan: Registrations, crds_dir: Path) -> None:
     node_class = one(karpenter_plan, "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass")["inputs"]
-    node_pool = one(karpenter_plan, "kubernetes:karpenter.sh/v1:NodePool")["inputs"]
+    node_pool = one(karpenter_plan, "kubernetes:karpenter.sh/v1:NodePool", "karpenter-nodepool-gpu-spot")["inputs"]
+    head_pool = one(karpenter_plan, "kubernetes:karpenter.sh/v1:NodePool", "karpenter-nodepool-head")["inputs"]
     assert_valid(node_class, crds_dir)
     assert_valid(node_pool, crds_dir)
+    assert_valid(head_pool, crds_dir)
+    # The head pool: no node until a Ray head is Pending (a NodePool has no minimum), on-demand only, tainted so
+    # only Ray heads land there, removed a minute after it is empty, at most one m5.xlarge.
+    template = head_pool["spec"]["template"]
+    assert template["metadata"]["labels"] == {POOL_LABEL: "head"}
+    assert template["spec"]["taints"] == [{"key": POOL_LABEL, "value": "head", "effect": "NoSchedule"}]
+    requirements = {r["key"]: r["values"] for r in template["spec"]["requirements"]}
+    assert requirements["karpenter.sh/capacity-type"] == ["on-demand"]
+    assert requirements["node.kubernetes.io/instance-type"] == ["m5.xlarge"]
+    assert head_pool["spec"]["disruption"] == {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "60s"}
+    assert head_pool["spec"]["limits"] == {"cpu": "4", "memory": "16Gi"}
+    assert template["spec"]["nodeClassRef"]["name"] == node_class["metadata"]["name"]
+    # Karpenter's controller runs on the always-on system node, never on a node it may remove.
+    controller = next(
+        item for item in of_type(karpenter_plan, "kubernetes:helm.sh/v4:Chart") if "karpenter" in item["name"]
+    )
+    assert controller["inputs"]["values"]["nodeSelector"] == {POOL_LABEL: "system"}
     assert node_class["spec"]["role"] == "llm-batch-test-karpenter-node"
     assert node_class["spec"]["amiSelectorTerms"] == [{"alias": versions.EKS_AMI_ALIAS}]
     assert node_class["spec"]["tags"] == TAGS

@@ -23,13 +23,15 @@ from infra.config import StackConfigError, load_stack_config
 from infra.eks_job import base_rayjob_args, manifests_for_date
 from infra.k8s import head_group
 from infra.k8s.head_group import (
+    SYSTEM_NODES,
     HeadPod,
     RayHead,
     Requests,
     head_group_shortfall,
     pods_on_head_group,
+    pods_on_system_group,
 )
-from infra.k8s.instance_types import shape_of
+from infra.k8s.instance_types import InstanceShape, shape_of
 from infra.k8s.karpenter import DISCOVERY_TAG
 from infra.ops import iam_allowlist, policy
 from infra.ops.plan import run_under_mocks
@@ -203,50 +205,60 @@ def _names(pods: list[HeadPod]) -> set[str]:
     return {pod.name for pod in pods}
 
 
-def test_the_head_group_lists_system_pods_operators_and_each_ray_head_s_company() -> None:
+def test_the_system_node_holds_the_operators_and_the_head_pool_only_ray_heads() -> None:
+    """Between runs only the system node is up: CoreDNS and the operators live there, never on a head node (they
+    would keep it from scaling back to 0); the head pool holds each Ray head and its company."""
     large, medium = _eks("large").eks, _eks("medium").eks
     system = {"coredns", "kube-proxy", "aws-node", "kuberay-operator"}
-    assert _names(pods_on_head_group(large.ray_heads, karpenter=True)) == system | {
-        "karpenter",
-        "nightly RayJob ray head",
-        "nightly RayJob submitter",
-    }
-    assert _names(pods_on_head_group(medium.ray_heads, karpenter=False)) == system | {
-        "cluster-autoscaler",
-        "nightly RayJob ray head",
-        "nightly RayJob submitter",
-    }
+    assert _names(pods_on_system_group(karpenter=True)) == system | {"karpenter"}
+    assert _names(pods_on_system_group(karpenter=False)) == system | {"cluster-autoscaler"}
+    daemons = {"kube-proxy", "aws-node"}
+    ray = {"nightly RayJob ray head", "nightly RayJob submitter"}
+    assert _names(pods_on_head_group(large.ray_heads)) == _names(pods_on_head_group(medium.ray_heads)) == daemons | ray
     # Ray autoscales in the large tier only: its head pod carries KubeRay's autoscaler sidecar.
-    (head,) = [pod for pod in pods_on_head_group(large.ray_heads, karpenter=True) if pod.name.endswith("ray head")]
+    (head,) = [pod for pod in pods_on_head_group(large.ray_heads) if pod.name.endswith("ray head")]
     assert head.requests == Requests(cpu="2500m", memory="8704Mi")
 
 
-def test_kuberay_s_default_submitter_overcommits_the_large_head_and_the_small_template_fits() -> None:
+def test_the_system_node_fits_its_pods_and_a_smaller_one_is_refused() -> None:
+    t3_medium = shape_of("t3.medium")
+    assert head_group_shortfall(pods_on_system_group(karpenter=True), t3_medium, SYSTEM_NODES) is None
+    # A 2 vCPU / 1 GiB node (t3.micro's shape) cannot hold Karpenter's 1 GiB beside CoreDNS and KubeRay.
+    shortfall = head_group_shortfall(pods_on_system_group(karpenter=True), InstanceShape(2, 1, 0), SYSTEM_NODES)
+    assert shortfall is not None and "karpenter" in shortfall
+
+
+def test_the_head_node_holds_the_ray_head_and_even_kuberay_s_default_submitter() -> None:
+    """Before issue 40 the operators shared the head node and KubeRay's default submitter (500m, 200Mi) overcommitted
+    it; the project's small template is kept, and now either fits the m5.xlarge."""
     large = _eks("large").eks
-    pods = pods_on_head_group(large.ray_heads, karpenter=True)
+    pods = pods_on_head_group(large.ray_heads)
     m5_xlarge = shape_of("m5.xlarge")
     assert head_group_shortfall(pods, m5_xlarge, 1) is None
-    # KubeRay's GetDefaultSubmitterTemplate asks for 500m CPU and 200Mi.
     default = [
         HeadPod(pod.name, Requests(cpu="500m", memory="200Mi")) if pod.name.endswith("submitter") else pod
         for pod in pods
     ]
-    shortfall = head_group_shortfall(default, m5_xlarge, 1)
-    assert shortfall is not None and "ask for 3.800 CPU" in shortfall and "hold 3.795 CPU" in shortfall
+    assert head_group_shortfall(default, m5_xlarge, 1) is None
+    # Add the operators back, as before issue 40, and the default submitter overcommits it.
+    before = [*default, *(pod for pod in pods_on_system_group(karpenter=True) if not pod.per_node)]
+    shortfall = head_group_shortfall(before, m5_xlarge, 1)
+    assert shortfall is not None and "hold 3.795 CPU" in shortfall
 
 
 def test_a_head_type_the_pods_overflow_is_refused_naming_the_key() -> None:
+    # The head pod (3.2 CPU + the 500m autoscaler sidecar) and the submitter fit no m5.xlarge together.
     with pytest.raises(StackConfigError, match=r"llm-batch:eks: .*eks.head_instance_type m5.xlarge x eks.head_nodes 1"):
-        _eks("large", head_size={"cpu": "2500m", "memory": "8Gi"})
+        _eks("large", head_size={"cpu": "3200m", "memory": "8Gi"})
     # A second head node holds the overflow; a larger type does too.
-    assert _eks("large", head_size={"cpu": "2500m", "memory": "8Gi"}, head_nodes=2)
-    assert _eks("large", head_size={"cpu": "2500m", "memory": "8Gi"}, head_instance_type="m5.2xlarge")
+    assert _eks("large", head_size={"cpu": "3200m", "memory": "8Gi"}, head_nodes=2)
+    assert _eks("large", head_size={"cpu": "3200m", "memory": "8Gi"}, head_instance_type="m5.2xlarge")
 
 
 def test_another_ray_head_is_one_more_entry_and_counts() -> None:
     large = _eks("large").eks
-    serving = RayHead("serving", Requests(cpu="1", memory="4Gi"), autoscaler=False, submitter=False)
-    pods = pods_on_head_group([*large.ray_heads, serving], karpenter=True)
+    serving = RayHead("serving", Requests(cpu="1500m", memory="4Gi"), autoscaler=False, submitter=False)
+    pods = pods_on_head_group([*large.ray_heads, serving])
     assert "serving ray head" in _names(pods)
     assert head_group_shortfall(pods, shape_of("m5.xlarge"), 1) is not None
     assert head_group_shortfall(pods, shape_of("m5.2xlarge"), 1) is None

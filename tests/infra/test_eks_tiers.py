@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -42,19 +43,28 @@ def test_medium_has_a_managed_spot_gpu_group_and_the_cluster_autoscaler(plan_for
     assert groups["nodes-gpu"]["instanceTypes"] == ["g5.2xlarge"]
     assert groups["nodes-gpu"]["scalingConfig"] == {"minSize": 0, "desiredSize": 0, "maxSize": 2}
     assert groups["nodes-head"]["instanceTypes"] == ["m5.xlarge"]
-    # Both groups join the stack's cluster (the reference is recorded as the cluster's URN).
+    # The head group scales from 0 (the cluster autoscaler grows it for a Pending Ray head); only the system node
+    # runs all month.
+    assert groups["nodes-head"]["scalingConfig"] == {"minSize": 0, "desiredSize": 0, "maxSize": 1}
+    assert groups["nodes-system"]["scalingConfig"]["minSize"] == 1
+    assert groups["nodes-system"]["instanceTypes"] == ["t3.medium"]
+    # Every group joins the stack's cluster (the reference is recorded as the cluster's URN).
     (cluster,) = [item for item in plan if item["type"] == "eks:index:Cluster"]
-    assert groups["nodes-gpu"]["cluster"] == groups["nodes-head"]["cluster"] == cluster["urn"]
+    assert {group["cluster"] for group in groups.values()} == {cluster["urn"]}
 
 
 def test_large_has_karpenter_instead_of_a_gpu_group(plan_for, crds_dir: Path) -> None:
     plan = plan_for("large")
     assert _types(plan) >= EKS_COMPONENTS | {"llmbatch:karpenter:Karpenter"}
     assert "llmbatch:cluster_autoscaler:ClusterAutoscaler" not in _types(plan)
+    # The managed groups are the system node's alone: Karpenter makes the head nodes (its `head` NodePool, from 0)
+    # and the GPU nodes.
     groups = [item["name"] for item in plan if item["type"] == "eks:index:ManagedNodeGroup"]
-    assert groups == ["nodes-head"]
+    assert groups == ["nodes-system"]
     custom = [item for item in plan if item["type"].startswith("kubernetes:karpenter")]
-    assert sorted(item["inputs"]["kind"] for item in custom) == ["EC2NodeClass", "NodePool"]
+    assert sorted(item["inputs"]["kind"] for item in custom) == ["EC2NodeClass", "NodePool", "NodePool"]
+    pools = {item["inputs"]["metadata"]["name"] for item in custom if item["inputs"]["kind"] == "NodePool"}
+    assert "head" in pools
     for item in custom:
         assert_valid(item["inputs"], crds_dir)
     # Karpenter's discovery tag: in the own tags of the three private subnets the program creates, and as an
@@ -193,3 +203,125 @@ def test_large_worker_count_must_fit_the_pool_gpu_limit() -> None:
             "large",
             {"cost_center": "ml", "eks": {"worker_size": {"cpu": "100", "memory": "12Gi", "gpus": 1}}},
         )
+
+
+# --- the posture an idle stack keeps (issue 40: cheaper, nothing given up) ------------------------------------
+
+INGRESS_TYPES = (
+    "aws:ec2/securityGroupRule:SecurityGroupRule",
+    "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
+)
+
+
+def _items(plan: list[dict[str, Any]], type_token: str) -> list[dict[str, Any]]:
+    return [item for item in plan if item["type"] == type_token]
+
+
+@pytest.mark.parametrize("stack", ["small", "medium", "large"])
+def test_every_stack_takes_nothing_in_from_the_internet_and_sends_only_https(plan_for, stack: str) -> None:
+    plan = plan_for(stack)
+    (vpc,) = _items(plan, "aws:ec2/vpc:Vpc")
+    groups = _items(plan, "aws:ec2/securityGroup:SecurityGroup")
+    # No inbound from outside the VPC, in any group or standalone rule.
+    for group in groups:
+        for rule in group["inputs"].get("ingress") or []:
+            assert rule.get("cidrBlocks", []) in ([], [vpc["inputs"]["cidrBlock"]]), group["name"]
+            assert not rule.get("ipv6CidrBlocks"), group["name"]
+    for rule in (item["inputs"] for item in plan if item["type"] in INGRESS_TYPES):
+        if rule.get("type", "ingress") == "ingress":
+            # From another group (the submitter's to the API) or the VPC, never a CIDR beyond it.
+            cidrs = [*(rule.get("cidrBlocks") or []), *([rule["cidrIpv4"]] if rule.get("cidrIpv4") else [])]
+            assert cidrs in ([], [vpc["inputs"]["cidrBlock"]]) and not rule.get("cidrIpv6"), rule
+            assert cidrs or rule.get("referencedSecurityGroupId") or rule.get("sourceSecurityGroupId"), rule
+    # Beyond the VPC only TCP 443 goes out.
+    for group in groups:
+        for rule in group["inputs"].get("egress") or []:
+            assert (rule["protocol"], rule["fromPort"], rule["toPort"]) == ("tcp", 443, 443), group["name"]
+    # Every default route: the internet gateway only from the public table, the nodes' tables through a NAT instance.
+    for table in _items(plan, "aws:ec2/routeTable:RouteTable"):
+        (route,) = table["inputs"]["routes"]
+        assert route["cidrBlock"] == "0.0.0.0/0"
+        key = "gatewayId" if table["name"] == "network-public" else "networkInterfaceId"
+        assert set(route) == {"cidrBlock", key}, table["name"]
+    # The nodes' route tables carry the S3 gateway endpoint (models, data and ECR's layers never take the NAT).
+    (s3,) = _items(plan, "aws:ec2/vpcEndpoint:VpcEndpoint")
+    assert s3["inputs"]["vpcEndpointType"] == "Gateway" and s3["inputs"]["serviceName"].endswith(".s3")
+    node_tables = {t["id"] for t in _items(plan, "aws:ec2/routeTable:RouteTable") if t["name"] != "network-public"}
+    assert set(s3["inputs"]["routeTableIds"]) == (
+        node_tables or {t["id"] for t in _items(plan, "aws:ec2/routeTable:RouteTable")}
+    )
+    # IMDSv2, hop limit 1 (the small tier's node 2: its job's container uses the instance role), on everything that
+    # launches a machine: launch templates, the NAT instances, Karpenter's node class.
+    for template in _items(plan, "aws:ec2/launchTemplate:LaunchTemplate"):
+        assert template["inputs"]["metadataOptions"]["httpTokens"] == "required", template["name"]
+    for instance in _items(plan, "aws:ec2/instance:Instance"):
+        metadata = instance["inputs"]["metadataOptions"]
+        assert (metadata["httpTokens"], metadata["httpPutResponseHopLimit"]) == ("required", 1), instance["name"]
+        assert "keyName" not in instance["inputs"] and instance["inputs"]["rootBlockDevice"]["encrypted"] is True
+    for node_class in _items(plan, "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"):
+        assert node_class["inputs"]["spec"]["metadataOptions"]["httpTokens"] == "required"
+    assert len(_items(plan, "aws:ec2/instance:Instance")) == {"small": 0, "medium": 1, "large": 3}[stack]
+    # Private API endpoint on the EKS tiers.
+    for cluster in _items(plan, "eks:index:Cluster"):
+        assert cluster["inputs"]["endpointPublicAccess"] is False and cluster["inputs"]["endpointPrivateAccess"]
+
+
+@pytest.mark.parametrize("stack", ["medium", "large"])
+def test_between_runs_only_the_system_node_runs_and_it_holds_every_operator(plan_for, stack: str) -> None:
+    plan = plan_for(stack)
+    groups = {item["name"]: item["inputs"] for item in _items(plan, "eks:index:ManagedNodeGroup")}
+    always_on = {name for name, group in groups.items() if group["scalingConfig"]["minSize"] > 0}
+    assert always_on == {"nodes-system"} and "taints" not in groups["nodes-system"]
+    pools = {
+        item["inputs"]["metadata"]["name"]: item["inputs"]
+        for item in _items(plan, "kubernetes:karpenter.sh/v1:NodePool")
+    }
+    if stack == "medium":
+        assert groups["nodes-head"]["scalingConfig"]["minSize"] == 0 and not pools
+    else:
+        assert "nodes-head" not in groups and pools["head"]["spec"]["disruption"]["consolidationPolicy"] == "WhenEmpty"
+    # Every other source of nodes is tainted: what tolerates none of the pools' taints (CoreDNS, which EKS deploys
+    # tolerating only CriticalAddonsOnly and the control plane's taint) can run on the system node alone.
+    tainted = [group.get("taints") for name, group in groups.items() if name != "nodes-system"]
+    tainted += [pool["spec"]["template"]["spec"].get("taints") for pool in pools.values()]
+    assert tainted and all(tainted)
+    assert not {taint["key"] for taints in tainted for taint in taints} & {"CriticalAddonsOnly"}
+    # And pinned there besides: the CoreDNS add-on's nodeSelector (its configuration schema), after the system node.
+    (coredns,) = [item for item in _items(plan, "aws:eks/addon:Addon") if item["inputs"]["addonName"] == "coredns"]
+    assert json.loads(coredns["inputs"]["configurationValues"]) == {"nodeSelector": {"llm-batch.io/pool": "system"}}
+    assert coredns["inputs"]["clusterName"] == naming.prefix(stack)
+    assert any(urn.endswith("::nodes-system") for urn in coredns["dependencies"])
+    # The operators are pinned to the system node and tolerate no pool taint.
+    charts = {item["name"]: item["inputs"]["values"] for item in _items(plan, "kubernetes:helm.sh/v4:Chart")}
+    operators = ["kuberay-operator", "karpenter-chart" if stack == "large" else "cluster-autoscaler-chart"]
+    for name in operators:
+        assert charts[name]["nodeSelector"] == {"llm-batch.io/pool": "system"}, name
+        assert "tolerations" not in charts[name], name
+
+
+def test_the_cluster_autoscaler_can_grow_the_head_group_from_zero(plan_for) -> None:
+    """With no node of a group to copy, the cluster autoscaler (1.24 and later) reads a managed group's labels and
+    taints from EKS's DescribeNodegroup (its AWS README, "Auto-Discovery Setup" / scaling from 0); without that
+    permission it would need the `k8s.io/cluster-autoscaler/node-template/label|taint/...` tags on the ASG, which a
+    managed group's ASG does not get. The plan grants the call on this cluster's groups, runs a 1.35 image, and the
+    Ray head asks exactly for the head group's label and taint."""
+    plan = plan_for("medium")
+    (role_policy,) = [
+        item for item in _items(plan, "aws:iam/rolePolicy:RolePolicy") if "cluster-autoscaler" in item["name"]
+    ]
+    statements = json.loads(role_policy["inputs"]["policy"])["Statement"]
+    (describe,) = [s for s in statements if s["Action"] == "eks:DescribeNodegroup"]
+    assert describe["Resource"] == f"arn:aws:eks:us-east-1:{ACCOUNT_ID}:nodegroup/llm-batch-medium/*/*"
+    charts = {item["name"]: item["inputs"]["values"] for item in _items(plan, "kubernetes:helm.sh/v4:Chart")}
+    major, minor = (int(part) for part in charts["cluster-autoscaler-chart"]["image"]["tag"].lstrip("v").split(".")[:2])
+    assert (major, minor) >= (1, 24)
+    (head,) = [item["inputs"] for item in _items(plan, "eks:index:ManagedNodeGroup") if item["name"] == "nodes-head"]
+    ((key, value),) = head["labels"].items()
+    (taint,) = head["taints"]
+    config = load_stack_config("medium", {"cost_center": "cc"})
+    rayjob = render_rayjob(base_rayjob_args(config, "medium", "r.example/llm:1", "bucket"))
+    pod = rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {key: value}
+    assert pod["tolerations"] == [
+        {"key": taint["key"], "operator": "Equal", "value": taint["value"], "effect": "NoSchedule"}
+    ]

@@ -125,7 +125,10 @@ def test_head_runs_on_demand_with_the_job_config_mounted() -> None:
     config_map, rayjob = render_job(args)
     head = _head(rayjob)
     assert head["nodeSelector"] == {POOL_LABEL: "head"}
-    assert "tolerations" not in head
+    # The head pool is tainted so nothing else keeps its node up: the Ray head (and the submitter) tolerate it.
+    assert head["tolerations"] == [{"key": POOL_LABEL, "operator": "Equal", "value": "head", "effect": "NoSchedule"}]
+    submitter = rayjob["spec"]["submitterPodTemplate"]["spec"]
+    assert submitter["nodeSelector"] == {POOL_LABEL: "head"} and submitter["tolerations"] == head["tolerations"]
     (container,) = head["containers"]
     assert container["image"] == IMAGE
     mount = next(m for m in container["volumeMounts"] if m["name"] == "job-config")

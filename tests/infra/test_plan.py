@@ -238,6 +238,8 @@ def test_policy_cli_reports_each_check(capsys: pytest.CaptureFixture[str]) -> No
         "iam-users",
         "secret-values",
         "sg-egress",
+        "egress-path",
+        "endpoint-policies",  # the S3 gateway endpoint every tier has
     )
     cluster_only = (
         "eks-access-order",
@@ -248,7 +250,6 @@ def test_policy_cli_reports_each_check(capsys: pytest.CaptureFixture[str]) -> No
         "pod-security",
         "worker-identity",
         "ray-network-policy",
-        "endpoint-policies",
         "eks-support",
         "ray-isolation",
     )

@@ -118,7 +118,8 @@ def test_zones_are_those_offering_the_tiers_types() -> None:
     """us-west-2a lacks p4d and us-west-2d lacks g5 here: the large tier's three zones are b, c and a."""
     config = offline_config("large")
     required, preferred = config.zone_instance_types
-    assert required == ["g5.xlarge", "m5.xlarge"] and "p4d.24xlarge" in preferred
+    # The system node (t3.medium) runs all month in one of these zones, so it is required like the others.
+    assert required == ["g5.xlarge", "m5.xlarge", "t3.medium"] and "p4d.24xlarge" in preferred
     everything = [*required, *preferred]
     offered = {
         "a": [t for t in everything if not t.startswith("p4d")],
@@ -157,7 +158,7 @@ def _account(region: str, spot_role: bool) -> Iterator[Callable[[str], Any]]:
         name = facts.alias_ssm_parameter(versions.EKS_AMI_ALIAS, versions.KUBERNETES_VERSION)
         parameter = {"Parameter": {"Name": name, "Type": "String", "Value": "ami-0123456789abcdef0", "Version": 3}}
         stubs["ssm"].add_response("get_parameter", parameter, {"Name": name})
-        types = ["g5.2xlarge", "g5.xlarge", "m5.xlarge", "p4d.24xlarge"]
+        types = ["g5.2xlarge", "g5.xlarge", "m5.xlarge", "p4d.24xlarge", "t3.medium"]
         _expect_zones(stubs["ec2"], region, "abcd", {letter: types for letter in "abcd"}, types)
         yield made.__getitem__
         for stub in stubs.values():

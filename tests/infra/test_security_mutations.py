@@ -20,6 +20,7 @@ import pytest
 from infra.ops import (
     checks_credentials,
     checks_egress,
+    checks_egress_path,
     checks_iam,
     checks_k8s,
     checks_network,
@@ -131,7 +132,7 @@ def karpenter_node_volume_on_aws_ebs_key(plan: Plan) -> None:
 
 
 def key_policy_without_auto_scaling_role(plan: Plan) -> None:
-    # Node volumes moved to the stack key, but the key policy forgot the role that launches the head nodes.
+    # Node volumes moved to the stack key, but the key policy forgot the role that launches the managed groups' nodes.
     def edit(doc: dict[str, Any]) -> None:
         doc["Statement"] = [s for s in doc["Statement"] if not s.get("Sid", "").startswith("VolumeLaunchers")]
 
@@ -226,15 +227,67 @@ def ray_ports_opened_to_the_vpc(plan: Plan) -> None:
     )
 
 
+def _interface_endpoint(plan: Plan, name: str, policy: dict[str, Any] | None) -> None:
+    """An interface endpoint as `network.interface_endpoints` adds one (none by default since issue 40)."""
+    s3 = _one(plan, "aws:ec2/vpcEndpoint:VpcEndpoint", "network-s3")
+    inputs = {
+        "serviceName": "com.amazonaws.us-east-1.sts",
+        "vpcEndpointType": "Interface",
+        "vpcId": s3["inputs"]["vpcId"],
+    }
+    if policy is not None:
+        inputs["policy"] = json.dumps(policy)
+    _new(plan, s3, "aws:ec2/vpcEndpoint:VpcEndpoint", name, inputs)
+
+
 def endpoint_without_policy(plan: Plan) -> None:
-    _one(plan, "aws:ec2/vpcEndpoint:VpcEndpoint", "network-ecr-dkr")["inputs"].pop("policy")
+    _interface_endpoint(plan, "network-ecr-dkr", None)
 
 
 def endpoint_policy_for_any_account(plan: Plan) -> None:
-    def edit(doc: dict[str, Any]) -> None:
-        doc["Statement"][0]["Condition"] = {"StringLike": {"aws:PrincipalAccount": "*"}}
+    statement = {"Effect": "Allow", "Principal": "*", "Action": "*", "Resource": "*"}
+    statement["Condition"] = {"StringLike": {"aws:PrincipalAccount": "*"}}
+    _interface_endpoint(plan, "network-sts", {"Version": "2012-10-17", "Statement": [statement]})
 
-    _edit_document(_one(plan, "aws:ec2/vpcEndpoint:VpcEndpoint", "network-sts"), "policy", edit)
+
+def s3_endpoint_off_a_node_route_table(plan: Plan) -> None:
+    """The nodes' second zone would fetch models and data through the NAT instance (and pay for it)."""
+    endpoint = _one(plan, "aws:ec2/vpcEndpoint:VpcEndpoint", "network-s3")
+    endpoint["inputs"]["routeTableIds"] = endpoint["inputs"]["routeTableIds"][:1]
+
+
+def nat_instance_open_to_the_internet(plan: Plan) -> None:
+    group = _one(plan, "aws:ec2/securityGroup:SecurityGroup", "network-nat")
+    group["inputs"]["ingress"][0]["cidrBlocks"] = ["0.0.0.0/0"]
+
+
+def nat_instance_forwards_another_port(plan: Plan) -> None:
+    group = _one(plan, "aws:ec2/securityGroup:SecurityGroup", "network-nat")
+    group["inputs"]["egress"].append({"protocol": "tcp", "fromPort": 80, "toPort": 80, "cidrBlocks": ["0.0.0.0/0"]})
+
+
+def imds_v1_on_the_nat_instance(plan: Plan) -> None:
+    _one(plan, "aws:ec2/instance:Instance", "network-nat-0")["inputs"]["metadataOptions"]["httpTokens"] = "optional"
+
+
+def ssh_key_on_the_nat_instance(plan: Plan) -> None:
+    _one(plan, "aws:ec2/instance:Instance", "network-nat-1")["inputs"]["keyName"] = "ops-laptop"
+
+
+def public_node_takes_inbound(plan: Plan) -> None:
+    """From inside the VPC only, so `security-groups` lets it be; but the small tier's node has a public address."""
+    group = _one(plan, "aws:ec2/securityGroup:SecurityGroup", "gpu-node-sg")
+    group["inputs"]["ingress"] = [{"protocol": "tcp", "fromPort": 8265, "toPort": 8265, "cidrBlocks": ["10.40.0.0/16"]}]
+
+
+def default_route_through_a_peering(plan: Plan) -> None:
+    table = _one(plan, "aws:ec2/routeTable:RouteTable", "network-private-0")
+    table["inputs"]["routes"] = [{"cidrBlock": "0.0.0.0/0", "vpcPeeringConnectionId": "pcx-0123456789abcdef0"}]
+
+
+def eks_nodes_in_the_public_subnets(plan: Plan) -> None:
+    public = [item["id"] for item in plan if item["type"] == "aws:ec2/subnet:Subnet" and "public" in item["name"]]
+    _one(plan, "eks:index:ManagedNodeGroup", "nodes-system")["inputs"]["subnetIds"] = public
 
 
 def ray_dashboard_on_internet_ingress(plan: Plan) -> None:
@@ -438,6 +491,14 @@ MUTATIONS = [
     Mutation("large", ray_head_open_to_every_namespace, "ray-network-policy", "job-identity-ray-head-ingress"),
     Mutation("medium", endpoint_without_policy, "endpoint-policies", "network-ecr-dkr"),
     Mutation("large", endpoint_policy_for_any_account, "endpoint-policies", "network-sts"),
+    Mutation("medium", s3_endpoint_off_a_node_route_table, "endpoint-policies", "nodes-"),
+    Mutation("medium", nat_instance_open_to_the_internet, "egress-path", "network-nat-0"),
+    Mutation("large", nat_instance_forwards_another_port, "egress-path", "network-nat-2"),
+    Mutation("medium", imds_v1_on_the_nat_instance, "egress-path", "network-nat-0"),
+    Mutation("large", ssh_key_on_the_nat_instance, "egress-path", "network-nat-1"),
+    Mutation("small", public_node_takes_inbound, "egress-path", "gpu-node-group"),
+    Mutation("medium", default_route_through_a_peering, "egress-path", "network-private-0"),
+    Mutation("large", eks_nodes_in_the_public_subnets, "egress-path", "nodes-system"),
     Mutation("small", lambda_permission_for_everyone, "lambda-permissions", "invoke-anyone"),
     Mutation("small", layer_permission_for_everyone, "lambda-permissions", "layer-anyone"),
     Mutation("large", public_eks_endpoint_without_cidrs, "eks-endpoint", "eks-cluster"),
@@ -457,7 +518,7 @@ MUTATIONS = [
     Mutation("small", mutable_image_tags, "images", "image-repository"),
     Mutation("medium", eks_node_volume_on_aws_ebs_key, "volume-keys", "nodes-gpu-lt"),
     Mutation("large", karpenter_node_volume_on_aws_ebs_key, "volume-keys", "EC2NodeClass"),
-    Mutation("large", key_policy_without_auto_scaling_role, "volume-keys", "nodes-head-lt"),
+    Mutation("large", key_policy_without_auto_scaling_role, "volume-keys", "nodes-system-lt"),
 ]
 
 
@@ -487,7 +548,7 @@ def test_every_security_rule_is_tripped_by_a_mutation() -> None:
     from tests.infra.test_added_resource_mutations import ADDED, EDITS
 
     rules = {*checks_iam.RULES, *checks_network.RULES, *checks_k8s.RULES, *checks_ray.RULES}
-    rules |= {*checks_stores.RULES, *checks_credentials.RULES, *checks_egress.RULES}
+    rules |= {*checks_stores.RULES, *checks_credentials.RULES, *checks_egress.RULES, *checks_egress_path.RULES}
     classic = {"cost-tags", "buckets", "iam", "launch-templates", "security-groups", "images", "volume-keys"}
     tripped = {mutation.rule for mutation in [*MUTATIONS, *ADDED, *EDITS]}
     assert (rules | classic) - tripped == set()

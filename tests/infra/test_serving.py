@@ -59,7 +59,8 @@ def _serve_alarm_names(plan: Plan) -> set[str]:
 def test_serving_off_leaves_nothing_of_it_in_the_plan_or_the_estimate(tier: str, plan_for) -> None:
     plan = plan_for(tier)
     assert not _of(plan, RAYSERVICE) and not _of(plan, "llmbatch:serving:Serving")
-    assert not [item for item in _of(plan, NODE_POOL) if item["inputs"]["metadata"]["name"] != "gpu-spot"]
+    # Karpenter's own pools: the nightly GPU workers and the Ray head's on-demand nodes (from 0), none for serving.
+    assert not [item for item in _of(plan, NODE_POOL) if item["inputs"]["metadata"]["name"] not in ("gpu-spot", "head")]
     assert not [item for item in _of(plan, GROUP) if item["name"].startswith("serving")]
     assert not _serve_alarm_names(plan)
     assert not [item for item in _of(plan, "aws:secretsmanager/secret:Secret") if "serve-api-keys" in item["name"]]
@@ -160,9 +161,13 @@ def test_the_endpoint_and_the_nightly_job_never_share_gpu_nodes(tier: str, serve
     labels = [
         item["inputs"]["labels"][POOL_LABEL]
         for item in _of(plan, GROUP)
-        if item["inputs"]["labels"][POOL_LABEL] != "head"
+        if item["inputs"]["labels"][POOL_LABEL] not in ("head", "system")
     ]
-    labels += [item["inputs"]["spec"]["template"]["metadata"]["labels"][POOL_LABEL] for item in _of(plan, NODE_POOL)]
+    labels += [
+        item["inputs"]["spec"]["template"]["metadata"]["labels"][POOL_LABEL]
+        for item in _of(plan, NODE_POOL)
+        if item["inputs"]["spec"]["template"]["metadata"]["labels"][POOL_LABEL] != "head"
+    ]
     assert sorted(labels) == sorted([nightly_pool, serve_pool]) and nightly_pool != serve_pool
 
 
@@ -223,15 +228,22 @@ def test_estimate_prices_the_endpoint_gpu_hours(tier: str) -> None:
     result = estimate(estimate_inputs(tier, config, PRICES), PRICES)
     on_demand = PRICES.instance(config.region, "g5.xlarge").on_demand_hourly
     busy_hours = 8 * NIGHTS_PER_MONTH  # serve.busy_hours_per_day's default
-    (instances,) = [item for item in result.items if item.group == "serving" and item.unit == "instance-hour"]
+    serving = [item for item in result.items if item.group == "serving" and item.unit == "instance-hour"]
+    (instances,) = [item for item in serving if item.item.startswith("endpoint replicas")]
     assert instances.quantity == pytest.approx(2 * busy_hours) and instances.unit_price == on_demand
-    assert result.subtotal("serving") == pytest.approx(2 * busy_hours * on_demand + 2 * 200 * busy_hours / 730 * 0.08)
+    # The RayService keeps its own head all month (the head pool never empties while it serves): in this group.
+    (head,) = [item for item in serving if "ray head node" in item.item]
+    head_hourly = PRICES.instance(config.region, "m5.2xlarge").on_demand_hourly
+    assert head.quantity == pytest.approx(730) and head.unit_price == head_hourly
+    replicas = 2 * busy_hours * on_demand + 2 * 200 * busy_hours / 730 * 0.08
+    assert result.subtotal("serving") == pytest.approx(replicas + 730 * head_hourly + 200 * 0.08)
     # The job's own price per hour (its cost per token) is the nightly pool's, whatever the endpoint costs.
     assert run_hourly_usd(config, PRICES) == run_hourly_usd(_config(tier), PRICES)
     # The quota check counts the endpoint at its largest beside the night's nodes: both may run at once.
     required, _ = capacity_pools(config, PRICES)
     assert [(p.instance_type, p.count, p.capacity) for p in required if p.name.startswith("endpoint")] == [
-        ("g5.xlarge", 2, "on-demand")
+        ("m5.2xlarge", 1, "on-demand"),  # its Ray head's node
+        ("g5.xlarge", 2, "on-demand"),
     ]
     # One replica kept warm adds the rest of the day for one node; Spot capacity is priced at Spot.
     warm = _config(tier, **SERVE_ON, **{"serve.min_replicas": 1, "serve.capacity_type": "spot"})

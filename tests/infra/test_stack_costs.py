@@ -29,13 +29,14 @@ PRICES = load_prices()
 
 
 def test_small_tier_worked_by_hand() -> None:
-    """One Spot g5.xlarge for 4 h a night, its 200 GB root volume, one NAT gateway, one key, tier volumes."""
+    """One Spot g5.xlarge for 4 h a night plus 15 min of boot, its 200 GB root volume and its public address while
+    it runs (public subnets, no NAT), one key, tier volumes. Idle, it costs the key alone."""
     config = load_stack_config("small", {"cost_center": "cc"})
     result = estimate(estimate_inputs("small", config, PRICES), PRICES)
     g5 = PRICES.instance("us-east-1", "g5.xlarge")
-    hours = 4 * NIGHTS_PER_MONTH
-    compute = hours * g5.spot_hourly + 200 * 0.08 * hours / 730
-    fixed = 730 * 0.045 + 730 * 0.005 + 20 * 0.045 + 1.0
+    hours = (4 + 15 / 60) * NIGHTS_PER_MONTH
+    compute = hours * g5.spot_hourly + 200 * 0.08 * hours / 730 + hours * 0.005
+    fixed = 1.0
     storage = 50 * 0.023 + 200 * 0.0036 + 15 * 0.10
     monitoring = 2 * 0.50
     assert result.subtotal("compute") == pytest.approx(compute)
@@ -43,30 +44,33 @@ def test_small_tier_worked_by_hand() -> None:
     assert result.subtotal("storage") == pytest.approx(storage)
     assert result.subtotal("monitoring") == pytest.approx(monitoring)
     assert result.total == pytest.approx(compute + fixed + storage + monitoring)
-    assert not [item for item in result.items if "EKS" in item.item]
+    assert not [item for item in result.items if "EKS" in item.item or "NAT" in item.item]
 
 
-def test_eks_tiers_add_the_control_plane_and_the_always_on_head_group() -> None:
+def test_eks_tiers_add_the_control_plane_the_system_node_and_a_head_node_per_night() -> None:
     for tier in ("medium", "large"):
         config = load_stack_config(tier, {"cost_center": "cc"})
         inputs = estimate_inputs(tier, config, PRICES)
         assert inputs.fixed.eks_clusters == 1
-        (head,) = inputs.fixed.always_on_nodes
-        assert (head.instance_type, head.count, head.capacity) == (
-            "m5.xlarge",
-            config.eks.head_nodes,
-            "on-demand",
-        )
-        assert head.hours_per_month == 730 and head.root_volume_gb == config.eks.node_volume_gib
-        (workers,) = inputs.nightly_pools
+        # All month: the one system node (CoreDNS, the operators) and the NAT instances; no head node.
+        (system,) = inputs.fixed.always_on_nodes
+        assert (system.instance_type, system.count, system.capacity) == ("t3.medium", 1, "on-demand")
+        assert system.hours_per_month == 730 and system.root_volume_gb == config.eks.system_volume_gib
+        assert inputs.fixed.nat_gateways == 0 and inputs.fixed.interface_endpoints == 0
+        assert sum(nat.count for nat in inputs.fixed.nat_instances) == config.network.nat_count
+        # A night: the GPU workers and the Ray head's on-demand node, each with its boot.
+        workers, head = inputs.nightly_pools
         assert workers.capacity == "spot"
         assert workers.hours_per_month == pytest.approx(config.cost.nightly_hours * NIGHTS_PER_MONTH)
+        assert (head.instance_type, head.count, head.capacity) == ("m5.xlarge", config.eks.head_nodes, "on-demand")
+        assert head.hours_per_month == workers.hours_per_month
+        assert head.boot_hours_per_month == pytest.approx(config.cost.boot_minutes / 60 * NIGHTS_PER_MONTH)
         assert inputs.usage == TIER_USAGE[tier]
 
 
 def test_medium_prices_its_managed_gpu_group_at_its_largest() -> None:
     config = load_stack_config("medium", {"cost_center": "cc"})
-    (workers,) = estimate_inputs("medium", config, PRICES).nightly_pools
+    workers, _head = estimate_inputs("medium", config, PRICES).nightly_pools
     assert (workers.instance_type, workers.count) == (config.eks.gpu_instance_type, config.eks.gpu_max_nodes)
 
 
@@ -95,17 +99,44 @@ def test_nightly_hours_and_node_counts_come_from_config() -> None:
     more = load_stack_config(
         "medium", {"cost_center": "cc", "cost": {"nightly_hours": 12}, "eks": {"gpu_max_nodes": 4}}
     )
-    base_compute = estimate(estimate_inputs("m", base, PRICES), PRICES).subtotal("compute")
-    more_compute = estimate(estimate_inputs("m", more, PRICES), PRICES).subtotal("compute")
-    # 12/6 more hours x 4/2 more nodes.
-    assert more_compute == pytest.approx(base_compute * 4)
+    base_items = estimate(estimate_inputs("m", base, PRICES), PRICES).items
+    more_items = estimate(estimate_inputs("m", more, PRICES), PRICES).items
+
+    def dollars(items: Any, pool: str, boot: bool) -> float:
+        """The pool's instance-hours: its run line ("N x type ...") or its boot line (volumes left out)."""
+        kind = "boot" if boot else " x "
+        return sum(i.monthly_usd for i in items if i.item.startswith(pool) and kind in i.item)
+
+    # The workers' run hours: 12/6 more hours x 4/2 more nodes; their boot: 4/2 more nodes; the head: 12/6 hours.
+    assert dollars(more_items, "gpu workers", False) == pytest.approx(dollars(base_items, "gpu workers", False) * 4)
+    assert dollars(more_items, "gpu workers", True) == pytest.approx(dollars(base_items, "gpu workers", True) * 2)
+    head_run = [i.monthly_usd for i in base_items if i.item.startswith("ray head node") and "on-demand" in i.item]
+    more_head_run = [i.monthly_usd for i in more_items if i.item.startswith("ray head node") and "on-demand" in i.item]
+    assert more_head_run == pytest.approx([head_run[0] * 2])
 
 
 def test_zone_resilient_nat_and_endpoints_scale_with_zones() -> None:
     config = load_stack_config("large", {"cost_center": "cc"})
     inputs = estimate_inputs("large", config, PRICES)
-    assert inputs.fixed.nat_gateways == config.network.az_count == 3
-    assert inputs.fixed.interface_endpoints == len(config.network.interface_endpoints)
+    (nats,) = inputs.fixed.nat_instances
+    assert (
+        (nats.instance_type, nats.count, nats.public_ipv4)
+        == ("t4g.nano", config.network.az_count, True)
+        == (
+            "t4g.nano",
+            3,
+            True,
+        )
+    )
+    assert inputs.fixed.nat_gateways == 0 and inputs.fixed.interface_endpoints == 0
+    # NAT gateways and interface endpoints, where a stack asks for them, scale with the zones the same way.
+    gateways = load_stack_config(
+        "large",
+        {"cost_center": "cc", "network": {"egress": "nat_gateway", "interface_endpoints": ["ecr.api", "sts"]}},
+    )
+    fixed = estimate_inputs("large", gateways, PRICES).fixed
+    assert fixed.nat_gateways == 3 and fixed.nat_instances == () and fixed.interface_endpoints == 2
+    assert fixed.endpoint_azs == 3
     existing = load_stack_config(
         "small",
         {
@@ -170,7 +201,8 @@ def test_preflight_for_the_large_stack_checks_karpenter_pools_and_its_fallbacks(
     required, fallback = capacity_pools(config, PRICES)
     assert {(pool.instance_type, pool.capacity) for pool in required} == {
         ("g5.xlarge", "spot"),
-        ("m5.xlarge", "on-demand"),
+        ("m5.xlarge", "on-demand"),  # the Ray head's node while a night runs
+        ("t3.medium", "on-demand"),  # the system node, all month
     }
     assert ("p4d.24xlarge", "on-demand") in {(pool.instance_type, pool.capacity) for pool in fallback}
 

@@ -23,11 +23,11 @@ Plan = list[dict[str, Any]]
 CONTEXT = AwsContext(account_id="123456789012", partition="aws", region="us-east-1", dns_suffix="amazonaws.com")
 
 
-def _private_zones(plan: Plan) -> list[str]:
+def _private_zones(plan: Plan, kind: str = "private") -> list[str]:
     return sorted(
         item["inputs"]["availabilityZone"]
         for item in plan
-        if item["type"] == "aws:ec2/subnet:Subnet" and "-private-" in item["name"]
+        if item["type"] == "aws:ec2/subnet:Subnet" and f"-{kind}-" in item["name"]
     )
 
 
@@ -68,4 +68,6 @@ def test_the_network_puts_no_subnet_where_the_gpu_type_is_not_offered() -> None:
 def test_the_large_plan_prefers_the_zones_that_also_offer_p4d(plan_for: Callable[[str], Plan]) -> None:
     """Large needs g5.xlarge and m5.xlarge in each zone and prefers p4d: zone a (no p4d) and e (no g5) are out."""
     assert _private_zones(plan_for("large")) == ["us-west-2b", "us-west-2c", "us-west-2d"]
-    assert _private_zones(plan_for("small")) == ["us-east-1a", "us-east-1b"]
+    # The small tier's node runs in public subnets (network.egress: public_subnets): no private ones at all.
+    assert _private_zones(plan_for("small")) == []
+    assert _private_zones(plan_for("small"), "public") == ["us-east-1a", "us-east-1b"]
