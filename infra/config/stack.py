@@ -43,7 +43,7 @@ from infra.config.sections import (
     _Section,
 )
 from infra.k8s.head_group import head_group_shortfall, pods_on_head_group
-from infra.k8s.instance_types import shape_of
+from infra.k8s.instance_types import SHAPES, shape_of
 from infra.k8s.network_policy import SERVE_PORT
 from workload.contract import entrypoint
 from workload.contract.config import ConfigError, JobConfig, ResumeConfig, build_config
@@ -204,6 +204,8 @@ class StackConfig(_Section):
         # Weights are cached on the node's disk (the image's /models volume), never baked into the image.
         model.setdefault("cache_dir", entrypoint.MODEL_CACHE_DIR)
         data.setdefault("device", "gpu")
+        if self.tier == "small" and "replicas" not in data:
+            data["replicas"] = self.small_engines(data)
         metrics = data.setdefault("metrics", {})
         metrics.setdefault("sink", "cloudwatch")
         metrics.setdefault("namespace", self.monitoring.metrics_namespace)
@@ -214,6 +216,21 @@ class StackConfig(_Section):
             metrics.setdefault("stack", stack)
             metrics.setdefault("log_group", naming.job_log_group(stack))
         return build_config(data)
+
+    def small_engines(self, job: dict[str, Any]) -> int:
+        """Engines on the small tier's one node: its GPUs / the job's tensor_parallel_size (a g5.12xlarge's four
+        GPUs run four engines, or two at TP 2), so no GPU of the node idles. A type outside the shapes table gets
+        the one engine it always had."""
+        shape = SHAPES.get(self.small.instance_type)
+        tp = int(job.get("engine", {}).get("tensor_parallel_size", 1))
+        if shape is None:
+            return 1
+        if shape.gpus % tp or tp > shape.gpus:
+            raise ValueError(
+                f"job.engine.tensor_parallel_size ({tp}) does not divide the {shape.gpus} GPUs of "
+                f"small.instance_type {self.small.instance_type}: an engine must fit the node's GPUs, all of them used"
+            )
+        return shape.gpus // tp
 
     @property
     def job_grace_period_s(self) -> float:

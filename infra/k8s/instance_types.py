@@ -31,6 +31,21 @@ SHAPES: dict[str, InstanceShape] = {
 }
 
 
+# NVMe instance store per type, in GB (EC2's instance-type pages, "Instance storage"; fixed per type). With
+# Karpenter's `instanceStorePolicy: RAID0` (infra/k8s/karpenter.py) and the small tier's boot script it holds the
+# node's model cache; tests/infra/test_k8s_karpenter.py checks every GPU type the stacks launch has room for it.
+INSTANCE_STORE_GB: dict[str, int] = {
+    "g5.xlarge": 250,
+    "g5.2xlarge": 450,
+    "g5.4xlarge": 600,
+    "g5.12xlarge": 3800,
+    "g5.48xlarge": 7600,
+    "g6.xlarge": 250,
+    "g6.2xlarge": 450,
+    "p4d.24xlarge": 8000,
+}
+
+
 # Room a node keeps for the kubelet, the OS and its daemons (VPC CNI, kube-proxy, device plugin).
 NODE_RESERVED_CPU = 0.5
 NODE_MEMORY_SHARE = 0.85

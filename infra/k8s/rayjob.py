@@ -28,6 +28,7 @@ from infra.k8s.common import (
     check_quantity,
     gpu_toleration,
     head_toleration,
+    quantity_value,
 )
 from infra.k8s.head_group import RAY_AUTOSCALER, RAYJOB_SUBMITTER
 from infra.k8s.network_policy import SUBMITTER_COMPONENT, cluster_labels
@@ -221,6 +222,17 @@ class RayJobArgs(_Strict):
                 f"({workers.size.gpus}); an engine must fit on one worker"
             )
         engines = engines_for(workers, tp)
+        # Ray Data LLM reserves a placement group of tp bundles {GPU: 1, CPU: 1} for a tensor-parallel engine,
+        # beside its engine actor's own CPU (ray/llm/_internal/batch/stages/vllm_engine_stage.py, 2.60): a pod
+        # whose CPUs cannot hold them never schedules its engines, and the night waits for ever.
+        per_pod = workers.size.gpus // tp
+        cpus = (tp + 1) * per_pod if tp > 1 else per_pod
+        if quantity_value(workers.size.cpu) < cpus:
+            raise ValueError(
+                f"workers.size.cpu ({workers.size.cpu}) cannot hold {per_pod} engine(s) at tensor_parallel_size "
+                f"{tp}: each takes {tp} placement bundles of 1 CPU and 1 GPU plus its own CPU; give the workers at "
+                f"least {cpus} CPUs"
+            )
         if job.replicas != engines:
             raise ValueError(
                 f"job.replicas ({job.replicas}) must be {engines}: {workers.max_replicas} workers x "

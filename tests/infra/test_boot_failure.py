@@ -41,6 +41,9 @@ case "$(basename "$0") $*" in
   "curl -sf -o /dev/null -H"*"/spot/instance-action") exit 22 ;;
   "curl -sf -H"*"/autoscaling/target-lifecycle-state") echo "${TARGET_STATE:-InService}" ;;
   "curl -sf -H"*) echo "i-0123456789abcdef0" ;;
+  "lsblk"*) printf '%b' "${DISKS:-}" ;;
+  "mountpoint"*) exit "${DLAMI_MOUNTED:-1}" ;;
+  "mkfs.xfs"*) exit "${MKFS_EXIT:-0}" ;;
 esac
 """
 
@@ -80,10 +83,15 @@ def account(moto_reset: str) -> Iterator[dict[str, str]]:
     yield {"settings_arn": settings_arn, "endpoint": moto_reset}
 
 
-def _boot(tmp_path: Path, aws_cli: str, account: dict[str, str], **env: str) -> subprocess.CompletedProcess[str]:
+def _boot(
+    tmp_path: Path, aws_cli: str, account: dict[str, str], disks: bool = False, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """The boot script run for real; `disks`: the block-device commands are stand-ins too (this machine has no
+    instance store to format), answering lsblk with DISKS and mountpoint with DLAMI_MOUNTED."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for command in ("docker", "curl", "chown"):
+    disk_commands = ("lsblk", "mountpoint", "mdadm", "mkfs.xfs", "mount") if disks else ()
+    for command in ("docker", "curl", "chown", *disk_commands):
         (bin_dir / command).write_text(STANDINS)
         (bin_dir / command).chmod(0o755)
     settings = BootSettings(
@@ -96,6 +104,7 @@ def _boot(tmp_path: Path, aws_cli: str, account: dict[str, str], **env: str) -> 
         output_prefix_uri=f"s3://{BUCKET}/output/{{date}}/",
         run_request_uri=f"s3://{BUCKET}/control/run.json",
         config_dir=str(tmp_path / "etc"),
+        models_dir=str(tmp_path / "models"),
     )
     script = tmp_path / "user-data.sh"
     script.write_text(render_user_data(settings))
@@ -275,3 +284,64 @@ def test_the_interruption_marker_is_the_jobs_and_the_node_may_read_it(plan_for: 
         if s["Sid"] == "ReadInputsModelsAndOwnOutputs"
     ]
     assert reads[0]["Action"] == ["s3:GetObject"] and f"arn:aws:s3:::{name}/output/*" in reads[0]["Resource"]
+
+
+STORE = "Amazon EC2 NVMe Instance Storage"
+
+
+def _calls(tmp_path: Path) -> list[str]:
+    return (tmp_path / "calls.log").read_text().splitlines()
+
+
+def test_two_instance_store_disks_become_one_raid0_model_cache(
+    tmp_path: Path, aws_cli: str, account: dict[str, str]
+) -> None:
+    """A p4d-like node: its NVMe instance-store disks (not the EBS root) are striped, formatted and mounted over
+    the models folder before the job starts."""
+    disks = f"/dev/nvme0n1 Amazon Elastic Block Store\\n/dev/nvme1n1 {STORE}\\n/dev/nvme2n1 {STORE}\\n"
+    result = _boot(tmp_path, aws_cli, account, disks=True, DISKS=disks)
+    assert result.returncode == 0, result.stderr
+    calls = _calls(tmp_path)
+    models = str(tmp_path / "models")
+    raid = "/dev/md/llm-batch-models"
+    assert f"mdadm --create {raid} --run --level=0 --raid-devices=2 /dev/nvme1n1 /dev/nvme2n1" in calls
+    assert f"mkfs.xfs -f -q {raid}" in calls and f"mount -o noatime {raid} {models}" in calls
+    assert calls.index(f"mount -o noatime {raid} {models}") < next(
+        i for i, call in enumerate(calls) if call.startswith("docker run")
+    )
+
+
+def test_one_disk_is_formatted_without_raid_and_none_leaves_the_root_volume(
+    tmp_path: Path, aws_cli: str, account: dict[str, str]
+) -> None:
+    one = _boot(tmp_path, aws_cli, account, disks=True, DISKS=f"/dev/nvme1n1 {STORE}\\n")
+    assert one.returncode == 0, one.stderr
+    calls = _calls(tmp_path)
+    assert not any(call.startswith("mdadm") for call in calls)
+    assert "mkfs.xfs -f -q /dev/nvme1n1" in calls
+    (tmp_path / "calls.log").unlink()
+    shutil.rmtree(tmp_path / "bin")
+    none = _boot(tmp_path, aws_cli, account, disks=True, DISKS="/dev/nvme0n1 Amazon Elastic Block Store\\n")
+    assert none.returncode == 0, none.stderr
+    assert not any(call.startswith(("mkfs", "mount ", "mdadm")) for call in _calls(tmp_path))
+    assert "model cache stays on the root volume" in none.stdout
+
+
+def test_the_instance_store_the_ami_mounted_is_used_as_it_is(
+    tmp_path: Path, aws_cli: str, account: dict[str, str]
+) -> None:
+    result = _boot(tmp_path, aws_cli, account, disks=True, DLAMI_MOUNTED="0", DISKS=f"/dev/nvme1n1 {STORE}\\n")
+    assert result.returncode == 0, result.stderr
+    calls = _calls(tmp_path)
+    assert f"mount --bind /opt/dlami/nvme/llm-batch-models {tmp_path / 'models'}" in calls
+    assert not any(call.startswith(("mkfs", "mdadm")) for call in calls)
+
+
+def test_a_disk_that_will_not_format_fails_the_night_by_its_stage(
+    tmp_path: Path, aws_cli: str, account: dict[str, str]
+) -> None:
+    result = _boot(tmp_path, aws_cli, account, disks=True, DISKS=f"/dev/nvme1n1 {STORE}\\n", MKFS_EXIT="1")
+    assert result.returncode == 1
+    marker, _ = _marker()
+    assert marker["stage"] == "preparing the model disk"
+    assert _desired_capacity() == 0

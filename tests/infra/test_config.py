@@ -219,3 +219,26 @@ def test_region_from_aws_region_unless_they_disagree() -> None:
     assert decode_pulumi_values(same)["region"] == "eu-west-1"
     with pytest.raises(StackConfigError, match="llm-batch:region: 'us-east-1' differs from aws:region 'eu-west-1'"):
         decode_pulumi_values({"aws:region": "eu-west-1", "llm-batch:region": "us-east-1"})
+
+
+def test_the_small_tier_runs_an_engine_per_gpu_group_of_its_node() -> None:
+    """A multi-GPU small node uses every GPU: engines = GPUs / tensor_parallel_size; a TP that does not divide
+    the node's GPUs stops the config."""
+    from infra.config import load_stack_config
+
+    def engines(instance_type: str, tp: int) -> int:
+        config = load_stack_config(
+            "small",
+            {
+                "cost_center": "cc",
+                "small": {"instance_type": instance_type},
+                "job": {"job_overrides": {"engine": {"tensor_parallel_size": tp}}},
+            },
+        )
+        return config.job_config("s3://b/i/", "s3://b/o/").replicas
+
+    assert engines("g5.xlarge", 1) == 1
+    assert engines("g5.12xlarge", 1) == 4 and engines("g5.12xlarge", 2) == 2
+    assert engines("g5.48xlarge", 8) == 1
+    with pytest.raises(ValueError, match=r"does not divide the 4 GPUs of small\.instance_type g5\.12xlarge"):
+        engines("g5.12xlarge", 3)

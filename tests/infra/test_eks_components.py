@@ -415,3 +415,21 @@ def test_node_class_and_pool_in_the_plan_match_the_crds(karpenter_plan: Registra
     assert node_class["spec"]["tags"] == TAGS
     assert [device["ebs"]["kmsKeyID"] for device in node_class["spec"]["blockDeviceMappings"]] == [KEY_ARN]
     assert node_pool["spec"]["template"]["spec"]["nodeClassRef"]["name"] == node_class["metadata"]["name"]
+
+
+def test_the_gpu_nodes_put_kubelet_storage_on_their_instance_store() -> None:
+    """Only the GPU group's template carries a nodeadm NodeConfig, and it stripes the instance store (RAID0) as
+    the kubelet's storage: the pods' `models` emptyDir then sits on local NVMe (docs/model-and-nodes.md)."""
+    import base64
+
+    import yaml
+
+    templates = {
+        t["name"]: t["inputs"] for t in of_type(_node_groups("g5.2xlarge"), "aws:ec2/launchTemplate:LaunchTemplate")
+    }
+    assert "userData" not in templates["nodes-system-lt"] and "userData" not in templates["nodes-head-lt"]
+    mime = base64.b64decode(templates["nodes-gpu-lt"]["userData"]).decode()
+    part = mime.split("Content-Type: application/node.eks.aws", 1)[1].split("--LLMBATCH--", 1)[0]
+    node_config = yaml.safe_load(part)
+    assert node_config["kind"] == "NodeConfig" and node_config["apiVersion"] == "node.eks.aws/v1alpha1"
+    assert node_config["spec"]["instance"]["localStorage"]["strategy"] == "RAID0"

@@ -129,3 +129,21 @@ def test_bad_node_class_args_are_refused(changes: dict[str, Any], message: str) 
     data.update(changes)
     with pytest.raises(ValidationError, match=message):
         NodeClassArgs.model_validate(data)
+
+
+def test_gpu_nodes_keep_the_model_cache_on_their_instance_store() -> None:
+    """The node class stripes the instance store as the node's ephemeral storage, and every GPU type a committed
+    stack launches has an instance store that holds a worker's `models` volume (so it never falls back to gp3)."""
+    from infra.k8s.common import quantity_value
+    from infra.k8s.instance_types import INSTANCE_STORE_GB
+    from infra.k8s.rayjob import WorkerSpec
+    from infra.ops.stacks import offline_config
+
+    assert render_node_class(node_class_args())["spec"]["instanceStorePolicy"] == "RAID0"
+    volume_gb = quantity_value(WorkerSpec().models_volume) / 1e9
+    for stack in ("medium", "large"):
+        eks = offline_config(stack).eks
+        assert eks is not None
+        types = eks.node_pool.instance_types if eks.karpenter_enabled else [eks.gpu_instance_type]
+        for instance_type in types:
+            assert INSTANCE_STORE_GB.get(instance_type, 0) >= volume_gb, (stack, instance_type)

@@ -393,3 +393,40 @@ def test_a_bad_models_volume_is_refused() -> None:
         WorkerSpec(models_volume="lots")
     with pytest.raises(ValidationError, match="models_volume"):
         HeadSpec(models_volume="")
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "tp", "cpu", "engines"),
+    [("p4d.24xlarge", 4, "10", 2), ("p4d.24xlarge", 8, "9", 1), ("g5.12xlarge", 2, "6", 2), ("g5.12xlarge", 1, "4", 4)],
+)
+def test_tensor_parallel_workers_hold_their_bundles(instance_type: str, tp: int, cpu: str, engines: int) -> None:
+    """A whole multi-GPU node per worker pod: engines per pod = GPUs / TP, each with TP bundles of {GPU, CPU}
+    plus its actor's CPU; the rendered job runs exactly that many engines on the pod's one model copy."""
+    from infra.k8s.instance_types import shape_of
+    from infra.k8s.rayjob import PodSize, RayJobArgs, WorkerSpec, fit_job_to_workers
+    from tests.infra.k8s_fixtures import IMAGE, job_config
+
+    gpus = shape_of(instance_type).gpus
+    workers = WorkerSpec(size=PodSize(cpu=cpu, memory="64Gi", gpus=gpus), min_replicas=1, max_replicas=1)
+    job = build_config(job_config().model_dump(mode="json"), {"device": "gpu", "engine.tensor_parallel_size": tp})
+    args = RayJobArgs(
+        name="llm-batch",
+        namespace="llm-batch",
+        image=IMAGE,
+        service_account="llm-batch-job",
+        worker_service_account="llm-batch-worker",
+        ray_version="2.60.0",
+        job=fit_job_to_workers(job, workers),
+        workers=workers,
+    )
+    assert args.job.replicas == engines and args.job.engine.tensor_parallel_size == tp
+    too_few = str(int(cpu) - 1)
+    with pytest.raises(ValueError, match=f"workers.size.cpu \\({too_few}\\) cannot hold {engines} engine"):
+        RayJobArgs(
+            **{
+                **args.model_dump(),
+                "workers": WorkerSpec(
+                    size=PodSize(cpu=too_few, memory="64Gi", gpus=gpus), min_replicas=1, max_replicas=1
+                ),
+            }
+        )

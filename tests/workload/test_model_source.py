@@ -183,3 +183,53 @@ def test_an_unwritable_cache_leaves_the_compile_caches_to_the_run(
     blocker.write_text("a file where the cache folder should be")
     assert compile_cache_env(ModelConfig(cache_dir=str(blocker))) == {}
     assert "compile caches stay in the run's scratch folder" in capsys.readouterr().err
+
+
+def test_a_sharded_model_is_fetched_per_file_and_per_part(tmp_path, s3_model, monkeypatch) -> None:
+    """Two weight shards of many parts each: more ranged GETs are in flight at once than one file's 16, up to the
+    pool sized for both files (s3transfer's max_concurrency is one pool for the whole transfer). Each GET is held
+    for 50 ms by a boto3 hook so the overlap is measured, not left to the moto server's speed."""
+    import threading
+    import time
+
+    uri, original = s3_model
+    weights = next(p for p in original.iterdir() if p.suffix == ".safetensors")
+    bucket, prefix = uri.removeprefix("s3://").split("/", 1)
+    boto3.client("s3").put_object(Bucket=bucket, Key=f"{prefix}/shard-2.safetensors", Body=weights.read_bytes())
+    monkeypatch.setattr(model_source, "PART_BYTES", 32 * 2**10)  # 32 parts per shard
+    session = boto3.session.Session()
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", session)
+    lock, in_flight, peak = threading.Lock(), {"now": 0}, {"all": 0, "files": 0}
+    keys_in_flight: dict[str, int] = {}
+
+    def before(params: dict, **_: object) -> None:
+        with lock:
+            in_flight["now"] += 1
+            keys_in_flight[params["Key"]] = keys_in_flight.get(params["Key"], 0) + 1
+            peak["all"] = max(peak["all"], in_flight["now"])
+            shards = sum(1 for key, n in keys_in_flight.items() if n > 0 and key.endswith(".safetensors"))
+            peak["files"] = max(peak["files"], shards)
+        time.sleep(0.05)
+        with lock:
+            in_flight["now"] -= 1
+            keys_in_flight[params["Key"]] -= 1
+
+    session.events.register("provide-client-params.s3.GetObject", before)
+    local = Path(resolve_model(ModelConfig(source=uri, cache_dir=str(tmp_path / "node"))))
+    assert (local / "shard-2.safetensors").read_bytes() == weights.read_bytes()
+    listing = model_source._model_listing(boto3.client("s3"), uri)
+    assert model_source.request_pool_size(listing) == 2 * model_source.PARALLEL_REQUESTS
+    assert model_source.PARALLEL_REQUESTS < peak["all"] <= 2 * model_source.PARALLEL_REQUESTS
+    assert peak["files"] == 2
+
+
+def test_the_request_pool_grows_with_shards_up_to_its_cap() -> None:
+    big, small = model_source.PART_BYTES + 1, 1000
+
+    def files(sizes: list[int]) -> list:
+        return [model_source._Remote(f"k{i}", f"f{i}", size, "e") for i, size in enumerate(sizes)]
+
+    assert model_source.request_pool_size(files([small, small])) == model_source.PARALLEL_REQUESTS
+    assert model_source.request_pool_size(files([big, big, big, small])) == 3 * model_source.PARALLEL_REQUESTS
+    cap = model_source.FILES_AT_ONCE * model_source.PARALLEL_REQUESTS
+    assert model_source.request_pool_size(files([big] * 30)) == cap

@@ -8,7 +8,9 @@ staging folder that is renamed into place whole; the other actors on that node w
 the finished folder. A download killed halfway leaves only a staging folder, never a model that looks whole.
 
 s3:// files go through boto3's transfer manager: each large file is fetched as parallel ranged GETs written
-straight to disk (never whole in memory), several files at once.
+straight to disk (never whole in memory), several files at once: the manager's request pool is sized to
+`PARALLEL_REQUESTS` per file for up to `FILES_AT_ONCE` files (s3transfer's `max_concurrency` is one pool for the
+whole transfer, not a number per file).
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ COMPLETE_MARKER = ".llm-batch-complete.json"
 # at most (s3transfer bounds its queues), for files from a few MiB to tens of GiB.
 PART_BYTES = 32 * 2**20
 PARALLEL_REQUESTS = 16
+# Safetensors shards fetched side by side. AWS's S3 performance guidelines ("Horizontally scale storage
+# connections") suggest one request per 85-90 MB/s wanted: 8 x 16 = 128 ranged GETs in flight is about 11 GB/s,
+# more than any tier's model disk writes (a p4d's RAID0 of instance-store NVMe, docs/model-and-nodes.md);
+# a one-shard model gets 16.
+FILES_AT_ONCE = 8
 
 
 class ModelSourceError(RuntimeError):
@@ -48,6 +55,13 @@ class _Remote:
     relative: str
     size: int
     etag: str
+
+
+def request_pool_size(files: list[_Remote]) -> int:
+    """Ranged GETs in flight for a fetch of `files`: `PARALLEL_REQUESTS` for each multipart file, up to
+    `FILES_AT_ONCE` files, and never fewer than `PARALLEL_REQUESTS` (a folder of small files)."""
+    multipart = sum(1 for file in files if file.size > PART_BYTES)
+    return PARALLEL_REQUESTS * max(1, min(multipart, FILES_AT_ONCE))
 
 
 def _cache_root(config: ModelConfig) -> Path:
@@ -157,7 +171,7 @@ def _download_all(client: Any, bucket: str, files: list[_Remote], staging: Path)
     transfer = TransferConfig(
         multipart_threshold=PART_BYTES,
         multipart_chunksize=PART_BYTES,
-        max_concurrency=PARALLEL_REQUESTS,
+        max_concurrency=request_pool_size(files),
     )
     with create_transfer_manager(client, transfer) as manager:
         futures = []
@@ -193,8 +207,8 @@ def _from_s3(uri: str, cache: Path) -> Path:
     except StorageError as error:
         raise ModelSourceError(f"model.source {uri}: {error}") from error
     target = cache / "s3" / source.path
-    client = _s3_client(PARALLEL_REQUESTS)
-    files = _model_listing(client, uri)
+    files = _model_listing(_s3_client(PARALLEL_REQUESTS), uri)
+    client = _s3_client(request_pool_size(files))
     if _is_complete(target, files):
         return target
     with _node_lock(cache, uri):
