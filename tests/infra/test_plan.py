@@ -238,6 +238,8 @@ def test_policy_cli_reports_each_check(capsys: pytest.CaptureFixture[str]) -> No
         "iam-users",
         "secret-values",
         "sg-egress",
+        "api-routes",
+        "public-endpoints",
     )
     cluster_only = (
         "eks-access-order",
