@@ -15,7 +15,13 @@ import pulumi
 from infra import aws_context, deploy_route, facts, naming
 from infra.components import storage
 from infra.components.alerts import Alerts, AlertsArgs
-from infra.components.batch_api import BatchApi, BatchApiArgs, bundle_archive
+from infra.components.batch_api import (
+    BATCH_INPUT_PREFIX,
+    BATCH_OUTPUT_PREFIX,
+    BatchApi,
+    BatchApiArgs,
+    bundle_archive,
+)
 from infra.components.cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
 from infra.components.cost_controls import CostControls, CostControlsArgs
 from infra.components.device_plugin import NvidiaDevicePlugin
@@ -162,8 +168,13 @@ job_access = JobAccess(
             static_prefix(config.job.input_prefix),
             storage.MODEL_PREFIX,
             static_prefix(RUN_REQUEST_KEY),  # the small node reads the night's date there
+            *([BATCH_INPUT_PREFIX] if config.batch_api.enabled else []),  # a batch's file
         ],
-        write_prefixes=[static_prefix(config.job.output_prefix), storage.CHECKPOINT_PREFIX],
+        write_prefixes=[
+            static_prefix(config.job.output_prefix),
+            storage.CHECKPOINT_PREFIX,
+            *([BATCH_OUTPUT_PREFIX] if config.batch_api.enabled else []),  # a batch's output, only
+        ],
         image_repository_arn=image.repository_arn,
         metrics_namespace=config.monitoring.metrics_namespace,
         log_retention_days=config.monitoring.log_retention_days,

@@ -41,6 +41,10 @@ FRONT_PACKAGES = ("workload/__init__.py", "workload/auth", "workload/batch_api",
 HTTP_HANDLER = "workload.batch_api.lambda_front.handler"
 TICK_HANDLER = "workload.batch_api.lambda_front.tick"
 API_PREFIX = "batch-api/"
+# What a batch's run touches of the API's prefix (workload/batch_api/service.py's layout): the job and the nightly
+# machine read its file and write or watch its output, and nothing else there (not the records, not the markers).
+BATCH_INPUT_PREFIX = f"{API_PREFIX}files/"
+BATCH_OUTPUT_PREFIX = f"{API_PREFIX}batches/*/output/"
 HTTP_TIMEOUT_S = 29  # API Gateway's HTTP API waits at most 30 s for an integration
 TICK_TIMEOUT_S = 120
 # The stack's config said the internet may reach this API (infra/ops/checks_batch_api.py's `public-endpoints`).

@@ -179,3 +179,25 @@ def test_an_up_without_the_built_bundle_is_refused(monkeypatch: pytest.MonkeyPat
         batch_api.bundle_archive(plan_only=False)
     (batch_api.BUNDLE_DIR / ".lock-sha256").write_text(batch_api.bundle_stamp())
     assert batch_api.bundle_archive(plan_only=False).path == str(batch_api.BUNDLE_DIR)
+
+
+def _policy(plan: Plan, type_token: str, name: str) -> str:
+    return str(_named(plan, type_token, name)["inputs"]["policy"])
+
+
+def test_a_batchs_run_may_read_its_file_and_write_its_output_only_when_the_front_is_on(
+    plan_for: Callable[[str], Plan], front_plans: dict[str, Plan]
+) -> None:
+    """The job's and the nightly machine's roles gain the batch prefixes (not the records); the prefixes are the
+    store's layout (workload/batch_api/service.py: files/<id>.jsonl, batches/<id>/output/)."""
+    import fnmatch
+
+    run, job = ("aws:iam/rolePolicy:RolePolicy", "nightly-run-policy"), ("aws:iam/policy:Policy", "job-access-policy")
+    for token, name in (run, job):
+        assert "batch-api/" not in _policy(plan_for("small"), token, name)
+        on = _policy(front_plans["small"], token, name)
+        assert batch_api.BATCH_INPUT_PREFIX in on and batch_api.BATCH_OUTPUT_PREFIX in on
+        assert "batch-api/records" not in on and "batch-api/*" not in on
+    assert fnmatch.fnmatch("batch-api/files/file-1a2b.jsonl", f"{batch_api.BATCH_INPUT_PREFIX}*")
+    assert fnmatch.fnmatch("batch-api/batches/batch_1/output/summary.json", f"{batch_api.BATCH_OUTPUT_PREFIX}*")
+    assert not fnmatch.fnmatch("batch-api/batches/batch_1/execution.json", f"{batch_api.BATCH_OUTPUT_PREFIX}*")
