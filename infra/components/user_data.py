@@ -255,10 +255,10 @@ if [ -n {q["run_request_uri"]} ] && \\
   RUN_DATE=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["date"])' {config_dir}/run.json)
   # A batch of the Batch API brings its own file and output (the state machine's PlanBatch); the job tells an
   # OpenAI batch file by its first line, whose url is the batch's endpoint.
-  mapfile -t BATCH_ARGS < <(python3 -c 'import json, sys
-run = json.load(open(sys.argv[1]))
-if run.get("batch_id"):
-    print("--input", run["input_uri"], "--output", run["output_uri"], sep=chr(10))' {config_dir}/run.json)
+  BATCH_PY='import json, sys; run = json.load(open(sys.argv[1])); batch = run.get("batch_id")'
+  BATCH_PY+='; flags = ["--input", run["input_uri"], "--output", run["output_uri"]] if batch else []'
+  BATCH_PY+='; print(*flags, sep=chr(10))'
+  mapfile -t BATCH_ARGS < <(python3 -c "${{BATCH_PY}}" {config_dir}/run.json)
 fi
 if ! [[ "${{RUN_DATE}}" =~ ^[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}$ ]]; then
   echo "llm-batch: the run date '${{RUN_DATE}}' is not YYYY-MM-DD" >&2
