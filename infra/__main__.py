@@ -15,6 +15,13 @@ import pulumi
 from infra import aws_context, deploy_route, facts, naming
 from infra.components import storage
 from infra.components.alerts import Alerts, AlertsArgs
+from infra.components.batch_api import (
+    BATCH_INPUT_PREFIX,
+    BATCH_OUTPUT_PREFIX,
+    BatchApi,
+    BatchApiArgs,
+    bundle_archive,
+)
 from infra.components.cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
 from infra.components.cost_controls import CostControls, CostControlsArgs
 from infra.components.device_plugin import NvidiaDevicePlugin
@@ -140,7 +147,10 @@ secrets = JobSecrets(
         job_settings=job_settings,
         hub_token=pulumi.Config().get_secret("hub_token"),
         serve_api_keys_name=(
-            serve_api_keys_name(stack, config.serve.api_keys_secret_name) if config.serve.enabled else None
+            # The endpoint's keys are the Batch API's too (one secret, one set of keys per stack).
+            serve_api_keys_name(stack, config.serve.api_keys_secret_name)
+            if config.serve.enabled or config.batch_api.enabled
+            else None
         ),
     ),
     aws_opts,
@@ -161,8 +171,13 @@ job_access = JobAccess(
             static_prefix(config.job.input_prefix),
             storage.MODEL_PREFIX,
             static_prefix(RUN_REQUEST_KEY),  # the small node reads the night's date there
+            *([BATCH_INPUT_PREFIX] if config.batch_api.enabled else []),  # a batch's file
         ],
-        write_prefixes=[static_prefix(config.job.output_prefix), storage.CHECKPOINT_PREFIX],
+        write_prefixes=[
+            static_prefix(config.job.output_prefix),
+            storage.CHECKPOINT_PREFIX,
+            *([BATCH_OUTPUT_PREFIX] if config.batch_api.enabled else []),  # a batch's output, only
+        ],
         image_repository_arn=image.repository_arn,
         metrics_namespace=config.monitoring.metrics_namespace,
         log_retention_days=config.monitoring.log_retention_days,
@@ -380,6 +395,28 @@ nightly = Nightly(
     aws_opts,
 )
 pulumi.export("nightly_state_machine_arn", nightly.state_machine_arn)
+if config.batch_api.enabled and secrets.serve_api_keys_arn is not None:
+    batch_api = BatchApi(
+        "batch-api",
+        BatchApiArgs(
+            stack=stack,
+            context=context,
+            bucket_name=data.bucket_name,
+            key_arn=key.key_arn,
+            keys_secret_arn=secrets.serve_api_keys_arn,
+            state_machine_arn=nightly.state_machine_arn,
+            model_name=config.job_config("s3://b/in/{date}/", "s3://b/out/{date}/", stack=stack).model.name,
+            code=bundle_archive(dry_run or offline),  # an offline plan deploys nothing
+            log_retention_days=config.monitoring.log_retention_days,
+            tick_minutes=config.batch_api.tick_minutes,
+            memory_mb=config.batch_api.memory_mb,
+            group_name=naming.gpu_group_name(stack) if config.tier == "small" else None,
+            public_endpoint_acknowledged=config.batch_api.public_endpoint_acknowledged,
+        ),
+        aws_opts,
+    )
+    pulumi.export("batch_api_url", batch_api.url)
+    pulumi.export("batch_api_tick_function_name", batch_api.tick_function_name)
 pulumi.export("nightly_schedule", nightly.schedule_name)
 pulumi.export("tier", config.tier)
 pulumi.export("region", config.region)

@@ -21,6 +21,7 @@ import pulumi_kubernetes as k8s
 
 from infra import naming, statemachines
 from infra.aws_context import AwsContext
+from infra.components.batch_api import BATCH_INPUT_PREFIX, BATCH_OUTPUT_PREFIX
 from infra.components.iam import function_identity, policy_document, service_role, via_services
 from infra.config import StackConfig
 
@@ -75,6 +76,8 @@ class NightlyArgs:
     log_retention_days: int = 30
     group_name: str | None = None  # small tier: the GPU Auto Scaling group
     eks: EksTarget | None = None
+    # batch_api.enabled: (the batches' input prefix, their output prefix) the run also finds and watches
+    batch_prefixes: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if (self.group_name is None) == (self.eks is None):
@@ -107,6 +110,7 @@ def nightly_args(
         log_retention_days=config.monitoring.log_retention_days,
         group_name=naming.gpu_group_name(stack) if config.tier == "small" else None,
         eks=eks,
+        batch_prefixes=(BATCH_INPUT_PREFIX, BATCH_OUTPUT_PREFIX) if config.batch_api.enabled else None,
     )
 
 
@@ -130,9 +134,10 @@ def run_statements(
     output_prefix: str,
     group_arn: str | None,
     function_arn: str | None,
+    batch_prefixes: tuple[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """What the nightly state machine does: look for the night's input, watch the output's markers, alert,
-    and drive the capacity."""
+    and drive the capacity; with `batch_prefixes`, the same for a Batch API batch (its PlanBatch state)."""
     out = _static(output_prefix)
     statements: list[dict[str, Any]] = [
         {
@@ -167,6 +172,23 @@ def run_statements(
             "Condition": via_services(key_arn, "s3", "sns"),
         },
     ]
+    if batch_prefixes is not None:
+        batch_in, batch_out = batch_prefixes
+        statements += [
+            {
+                "Sid": "FindBatchInputAndMarkers",
+                "Effect": "Allow",
+                "Action": "s3:ListBucket",
+                "Resource": bucket_arn,
+                "Condition": {"StringLike": {"s3:prefix": [f"{batch_in}*", f"{batch_out}*"]}},
+            },
+            {
+                "Sid": "ReadAndClearBatchMarkers",
+                "Effect": "Allow",
+                "Action": ["s3:GetObject", "s3:DeleteObject"],
+                "Resource": [f"{bucket_arn}/{batch_out}_failed.json", f"{bucket_arn}/{batch_out}_interrupted.json"],
+            },
+        ]
     if group_arn is not None:
         statements += [
             {
@@ -337,6 +359,7 @@ class Nightly(pulumi.ComponentResource):
                         output_prefix=args.output_prefix,
                         group_arn=group_arn,
                         function_arn=v[3] or None,
+                        batch_prefixes=args.batch_prefixes,
                     )
                 )
             ),

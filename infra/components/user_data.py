@@ -161,6 +161,7 @@ set -euo pipefail
 umask 077
 export AWS_REGION={q["region"]} AWS_DEFAULT_REGION={q["region"]}
 RUN_DATE=$(date -u +%F)
+BATCH_ARGS=()
 STAGE="preparing the instance"
 WATCHER=""
 INSTANCE_ID=""
@@ -288,6 +289,12 @@ STAGE="reading the run request"
 if [ -n {q["run_request_uri"]} ] && \\
   aws s3 cp {q["run_request_uri"]} {config_dir}/run.json --only-show-errors; then
   RUN_DATE=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["date"])' {config_dir}/run.json)
+  # A batch of the Batch API brings its own file and output (the state machine's PlanBatch); the job tells an
+  # OpenAI batch file by its first line, whose url is the batch's endpoint.
+  BATCH_PY='import json, sys; run = json.load(open(sys.argv[1])); batch = run.get("batch_id")'
+  BATCH_PY+='; flags = ["--input", run["input_uri"], "--output", run["output_uri"]] if batch else []'
+  BATCH_PY+='; print(*flags, sep=chr(10))'
+  mapfile -t BATCH_ARGS < <(python3 -c "${{BATCH_PY}}" {config_dir}/run.json)
 fi
 if ! [[ "${{RUN_DATE}}" =~ ^[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}$ ]]; then
   echo "llm-batch: the run date '${{RUN_DATE}}' is not YYYY-MM-DD" >&2
@@ -352,7 +359,7 @@ docker run {run_spec} \\
   --name {CONTAINER} --gpus all --shm-size 16g -e AWS_REGION -e AWS_DEFAULT_REGION \\
   --log-driver awslogs --log-opt awslogs-region={q["region"]} \\
   --log-opt awslogs-group={q["log_group"]} --log-opt "awslogs-stream=${{RUN_DATE}}/${{INSTANCE_ID}}" \\
-  {q["image"]} {run_args} || status=$?
+  {q["image"]} {run_args} "${{BATCH_ARGS[@]}}" || status=$?
 echo "llm-batch job exited with status ${{status}}"
 # stand_down (the EXIT trap) records a failure, or releases the GPU, or leaves it to Spot's replacement.
 exit "${{status}}"

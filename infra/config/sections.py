@@ -259,3 +259,24 @@ class ImageConfig(_Section):
                 "joined by . _ - and /)"
             )
         return value
+
+
+class BatchApiSection(_Section):
+    """The OpenAI-compatible Batch API's AWS front (docs/batch-api.md, "On the AWS tiers")."""
+
+    enabled: bool = Field(
+        False,
+        description="Serve the Batch API: an API Gateway HTTP API and a Lambda function over the stack's bucket, "
+        "its queue run on the nightly state machine. Off: none of it exists.",
+    )
+    public_endpoint_acknowledged: bool = Field(
+        False,
+        description="An HTTP API is always reachable from the internet (behind the endpoint's API keys); the "
+        "policy gate refuses an enabled Batch API until this says the stack accepts that.",
+    )
+    tick_minutes: int = Field(
+        5, ge=1, le=60, description="Minutes between the queue's ticks (start, follow, expire, sweep batches)."
+    )
+    memory_mb: int = Field(
+        1024, ge=256, le=10240, description="The function's memory (Lambda gives CPU in proportion to it)."
+    )

@@ -30,6 +30,7 @@ from infra.config.sections import (
     NAMESPACE,
     NIGHTLY_LEASE_WAIT_S,
     SECRET_KEYS,
+    BatchApiSection,
     CostConfig,
     ImageConfig,
     JobSection,
@@ -68,6 +69,7 @@ class StackConfig(_Section):
     cost: CostConfig = CostConfig()
     image: ImageConfig = ImageConfig()
     serve: ServeSection = ServeSection()
+    batch_api: BatchApiSection = BatchApiSection()
 
     @field_validator("region")
     @classmethod

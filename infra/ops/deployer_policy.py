@@ -25,9 +25,15 @@ from infra.ops.stacks import ROOT
 
 DOCUMENT = ROOT / "docs" / "deployer-policy.json"
 STACKS = ("small", "medium", "large")
+# Opt-in features whose resources no default plan shows: each is planned once more with it on (same types on
+# every tier), so the deployer of a stack that turns one on has its services too.
+OPT_IN: Mapping[str, Mapping[str, Any]] = {
+    "small": {"batch_api.enabled": True, "batch_api.public_endpoint_acknowledged": True},
+}
 
 # Provider module of a type token (`aws:<module>/<resource>:<Name>`) -> the IAM prefixes that manage it.
 AWS_MODULE_SERVICES: Mapping[str, tuple[str, ...]] = {
+    "apigatewayv2": ("apigateway",),  # HTTP APIs, routes, integrations, stages: apigateway:* on /apis/...
     "autoscaling": ("autoscaling",),
     "budgets": ("budgets",),
     "cloudwatch": ("cloudwatch", "logs", "events"),  # alarms and dashboards, log groups, EventBridge rules
@@ -120,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from infra.ops.plan_capture import capture_plan
 
-    text = render(document_for([capture_plan(stack) for stack in STACKS]))
+    plans = [capture_plan(stack) for stack in STACKS]
+    plans += [capture_plan(stack, overrides) for stack, overrides in OPT_IN.items()]
+    text = render(document_for(plans))
     if args.check:
         current = DOCUMENT.read_text() if DOCUMENT.is_file() else ""
         if current != text:

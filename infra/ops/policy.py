@@ -22,6 +22,7 @@ from functools import cache
 from typing import Any
 
 from infra.ops import (
+    checks_batch_api,
     checks_costs,
     checks_credentials,
     checks_egress,
@@ -436,6 +437,7 @@ RULES: dict[str, Rule] = {
     **checks_credentials.RULES,
     **checks_egress.RULES,
     **checks_egress_path.RULES,
+    **checks_batch_api.RULES,
 }
 # Each check by name (every rule, whatever its tiers).
 CHECKS: dict[str, Callable[[Plan], list[Violation]]] = {name: rule.check for name, rule in RULES.items()}

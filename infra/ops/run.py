@@ -1,5 +1,7 @@
 """Start the nightly run now: `python -m infra.run STACK [--date YYYY-MM-DD] [--outputs FILE] [--wait]`.
 
+`--batch ID` starts one queued batch of the Batch API now instead (through the stack's Batch API function).
+
 It starts the stack's nightly state machine, which brings up the GPU capacity, runs the job on
 input/<date>/ into output/<date>/ and releases the capacity however the run ends. Running a date again
 resumes its output: only what is missing is computed. `--stop` stops a run that is going: its executions
@@ -22,6 +24,8 @@ from typing import Any
 from infra.ops.stack_outputs import OutputsError, boto_session, load_outputs, require
 
 STATE_MACHINE_OUTPUT = "nightly_state_machine_arn"
+# The Batch API's schedule function (infra/components/batch_api.py): its queue, its executor.
+BATCH_FUNCTION_OUTPUT = "batch_api_tick_function_name"
 
 
 class RunError(RuntimeError):
@@ -81,6 +85,23 @@ def start_run(
     return str(started["executionArn"])
 
 
+def start_batch(outputs: dict[str, Any], batch_id: str, lambda_client: Any = None) -> str:
+    """Start one queued batch of the Batch API now, through the stack's own tick function: the queue's start and
+    executor, so the batch's record and execution stay one story (no second path that could disagree)."""
+    if not batch_id.startswith("batch_"):
+        raise RunError(f"--batch takes a Batch API batch id (batch_...), got {batch_id!r}")
+    if not outputs.get(BATCH_FUNCTION_OUTPUT):
+        raise RunError(f"the stack has no Batch API (no {BATCH_FUNCTION_OUTPUT} output): set batch_api.enabled")
+    client = lambda_client or boto_session(outputs).client("lambda")
+    answer = client.invoke(
+        FunctionName=outputs[BATCH_FUNCTION_OUTPUT], Payload=json.dumps({"start_batch": batch_id}).encode()
+    )
+    body = json.loads(answer["Payload"].read() or b"{}")
+    if answer.get("FunctionError") or "error" in body:
+        raise RunError(f"batch {batch_id} did not start: {body.get('error') or body.get('errorMessage') or body}")
+    return str(body["status"])
+
+
 def current_step(sfn: Any, execution_arn: str) -> str | None:
     """The state the execution entered last (e.g. WaitForJob), from its history; None when not known yet."""
     events = sfn.get_execution_history(executionArn=execution_arn, reverseOrder=True, maxResults=20)["events"]
@@ -138,7 +159,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait", action="store_true", help="wait for the run to end; exit 1 if it failed")
     parser.add_argument("--poll", type=float, default=30.0, help="seconds between checks with --wait")
     parser.add_argument("--stop", action="store_true", help="stop the run that is going and release its GPUs")
+    parser.add_argument("--batch", help="start this queued Batch API batch (batch_...) now, ahead of its turn")
     args = parser.parse_args(argv)
+    if args.batch:
+        try:
+            state = start_batch(load_outputs(args.stack, args.outputs), args.batch)
+        except (OutputsError, RunError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        print(f"batch {args.batch}: {state}; follow it with: python -m infra.status {args.stack}")
+        return 0
     if args.stop:
         stopped = stop_runs(load_outputs(args.stack, args.outputs))
         print(f"stopped: {', '.join(stopped)}" if stopped else f"no run of {args.stack} is going")

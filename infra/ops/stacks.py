@@ -119,12 +119,13 @@ def stack_estimate(
     on: date | None = None,
 ) -> Estimate:
     """The stack's monthly estimate at the repo's prices, for the month from `on` (default: today)."""
+    from infra.pricing.batch_api_cost import with_front
     from infra.pricing.estimate import estimate
     from infra.pricing.stack_costs import estimate_inputs
     from infra.pricing.table import load_prices
 
-    prices = load_prices()
-    return estimate(estimate_inputs(stack, offline_config(stack, overrides), prices, plan, on), prices)
+    prices, config = load_prices(), offline_config(stack, overrides)
+    return with_front(estimate(estimate_inputs(stack, config, prices, plan, on), prices), config)
 
 
 def stack_per_token(

@@ -42,6 +42,14 @@ def plan_for() -> Callable[[str], Plan]:
 
 
 @pytest.fixture(scope="session")
+def front_plans() -> dict[str, Plan]:
+    """The small and large plans with the Batch API's front on (infra/components/batch_api.py)."""
+    from infra.ops.deployer_policy import OPT_IN
+
+    return {tier: capture_plan(tier, OPT_IN["small"]) for tier in ("small", "large")}
+
+
+@pytest.fixture(scope="session")
 def serve_plan() -> Callable[[str], Plan]:
     """A callable tier -> plan with serving on, caching each tier's plan for the whole session."""
     cache: dict[str, Plan] = {}

@@ -178,7 +178,7 @@ class FakeInstance(threading.Thread):
                 wait_for(lambda: self.stack.desired_capacity() == 1, what="the group to scale to 1")
                 request = json.loads(s3.get_object(Bucket=self.stack.bucket, Key="control/run.json")["Body"].read())
                 self.requests.append(request)
-                key = urlparse(request["output_uri"]).path.lstrip("/") + file_name
+                key = urlparse(request["output_uri"]).path.strip("/") + "/" + file_name  # a batch's has no "/"
                 s3.put_object(Bucket=self.stack.bucket, Key=key, Body=json.dumps(document).encode())
                 if file_name == "_interrupted.json":
                     # The state machine consumes the marker before it retries.

@@ -14,8 +14,11 @@ from infra.ops.deployer_policy import UnknownResourceType, document_for, service
 Plan = list[dict[str, Any]]
 
 
-def test_the_committed_document_is_the_one_the_plans_need(plan_for: Callable[[str], Plan]) -> None:
-    plans = [plan_for(stack) for stack in deployer_policy.STACKS]
+def test_the_committed_document_is_the_one_the_plans_need(
+    plan_for: Callable[[str], Plan], front_plans: dict[str, Plan]
+) -> None:
+    assert set(deployer_policy.OPT_IN) == {"small"}  # the opt-in plan below is front_plans' small one
+    plans = [plan_for(stack) for stack in deployer_policy.STACKS] + [front_plans["small"]]
     committed = json.loads(deployer_policy.DOCUMENT.read_text())
     assert committed == document_for(plans), "stale: run python -m infra.ops.deployer_policy"
 

@@ -36,6 +36,8 @@ from tests.infra.nightly_aws import (
     wait_for_end,
 )
 from tests.infra.test_submit_rayjob import CLUSTER, NAMESPACE, NODEGROUP, RAYJOBS, template_for
+from workload.batch_api.executor import BatchRun
+from workload.batch_api.sfn_executor import run_input
 
 
 def _set_lambda_docker(endpoint: str, enabled: bool) -> None:
@@ -106,7 +108,13 @@ def eks_stack(
             kube.stop()
 
 
-def _start(stack: SmallStack, function_arn: str, night: str = "2026-11-28", **overrides: int) -> str:
+def _start(
+    stack: SmallStack,
+    function_arn: str,
+    night: str = "2026-11-28",
+    execution_input: dict[str, Any] | None = None,
+    **overrides: int,
+) -> str:
     subs = {
         key: value
         for key, value in stack.substitutions(**overrides).items()
@@ -116,7 +124,7 @@ def _start(stack: SmallStack, function_arn: str, night: str = "2026-11-28", **ov
     stack.state_machine_arn = create_state_machine("llm-batch-medium-nightly", definition)
     return str(
         boto3.client("stepfunctions").start_execution(
-            stateMachineArn=stack.state_machine_arn, input=json.dumps({"date": night})
+            stateMachineArn=stack.state_machine_arn, input=json.dumps(execution_input or {"date": night})
         )["executionArn"]
     )
 
@@ -130,10 +138,13 @@ class Cluster(threading.Thread):
     """Plays KubeRay and the job for each RayJob the function creates, in turn: `outcomes` says what each does
     (a marker file the job writes, or a RayJob status KubeRay reports)."""
 
-    def __init__(self, stack: SmallStack, kube: FakeKube, outcomes: list[tuple[str, Any]]) -> None:
+    def __init__(
+        self, stack: SmallStack, kube: FakeKube, outcomes: list[tuple[str, Any]], output: str = "output/2026-11-28/"
+    ) -> None:
         super().__init__(daemon=True)
-        self.stack, self.kube, self.outcomes = stack, kube, outcomes
+        self.stack, self.kube, self.outcomes, self.output = stack, kube, outcomes, output
         self.seen: list[str] = []
+        self.entrypoints: list[str] = []
         self.desired_while_running: list[int] = []
         self.error: BaseException | None = None
 
@@ -143,13 +154,14 @@ class Cluster(threading.Thread):
                 wait_for(lambda: len(self.kube.names(RAYJOBS)) == 1 and self.kube.names(RAYJOBS)[0] not in self.seen)
                 (name,) = self.kube.names(RAYJOBS)
                 self.seen.append(name)
+                self.entrypoints.append(self.kube.objects[f"{RAYJOBS}/{name}"]["spec"]["entrypoint"])
                 self.desired_while_running.append(_desired())
                 if kind == "status":
                     self.kube.objects[f"{RAYJOBS}/{name}"]["status"] = outcome
                 else:
                     boto3.client("s3").put_object(
                         Bucket=self.stack.bucket,
-                        Key=f"output/2026-11-28/{kind}",
+                        Key=f"{self.output}{kind}",
                         Body=json.dumps(outcome).encode(),
                     )
         except BaseException as error:  # surfaced by the test through .error
@@ -168,6 +180,25 @@ def test_a_night_on_eks_submits_follows_and_releases(eks_stack: tuple[SmallStack
     assert cluster.desired_while_running == [2], "capacity_up set the GPU group to its run size"
     assert kube.names(RAYJOBS) == [] and _desired() == 0, "released: RayJob deleted, GPU group at 0"
     assert json.loads(result["output"])["attempts"] == 1
+
+
+def test_a_batch_on_eks_runs_its_own_rayjob_on_its_file_and_output(eks_stack: tuple[SmallStack, FakeKube, str]) -> None:
+    """The executor's `$.batch` through PlanBatch to the submit function: the RayJob is the batch's, on its file."""
+    stack, kube, function_arn = eks_stack
+    batch_id = "batch_0123456789abcdef01234567"
+    file_key, output_key = "batch-api/files/file-1.jsonl", f"batch-api/batches/{batch_id}/output"
+    boto3.client("s3").put_object(Bucket=stack.bucket, Key=file_key, Body=b'{"custom_id": "a"}\n')
+    s3_uri = f"s3://{stack.bucket}/"
+    run = BatchRun(batch_id, s3_uri + file_key, s3_uri + output_key, "/v1/chat/completions")
+    cluster = Cluster(stack, kube, [("summary.json", summary())], output=f"{output_key}/")
+    cluster.start()
+    result = wait_for_end(_start(stack, function_arn, execution_input=run_input(run)))
+    cluster.join(timeout=5)
+    assert cluster.error is None
+    assert result["status"] == "SUCCEEDED", result
+    assert cluster.seen == ["llm-batch-batch-0123456789abcdef01234567-a1"]
+    assert cluster.entrypoints[0].endswith(f"--input {s3_uri}{file_key} --output {s3_uri}{output_key}")
+    assert kube.names(RAYJOBS) == [] and _desired() == 0
 
 
 def test_a_rayjob_lost_to_the_platform_is_resubmitted_on_the_same_output(

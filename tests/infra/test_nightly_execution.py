@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import boto3
 import pytest
@@ -28,6 +29,9 @@ from tests.infra.nightly_aws import (
     wait_for,
     wait_for_end,
 )
+from workload.batch_api.executor import BatchRun
+from workload.batch_api.s3_store import S3Store
+from workload.batch_api.sfn_executor import StepFunctionsExecutor, run_input
 
 
 @pytest.fixture
@@ -36,12 +40,12 @@ def small_stack(moto_reset: str) -> Iterator[SmallStack]:
         yield create_small_stack()
 
 
-def _start(stack: SmallStack, run_input: dict[str, str] | None = None, **overrides: int) -> str:
+def _start(stack: SmallStack, execution_input: dict[str, Any] | None = None, **overrides: int) -> str:
     definition = statemachines.render("small.asl.json", stack.substitutions(**overrides))
     stack.state_machine_arn = create_state_machine("llm-batch-small-nightly", definition)
     return str(
         boto3.client("stepfunctions").start_execution(
-            stateMachineArn=stack.state_machine_arn, input=json.dumps(run_input or {})
+            stateMachineArn=stack.state_machine_arn, input=json.dumps(execution_input or {})
         )["executionArn"]
     )
 
@@ -76,6 +80,46 @@ def test_a_scheduled_run_takes_the_date_of_its_scheduled_time(small_stack: Small
     assert result["status"] == "SUCCEEDED", result
     assert json.loads(result["output"])["date"] == "2026-11-29"
     assert instance.requests[0]["output_uri"] == "s3://llm-batch-small-data/output/2026-11-29/"
+
+
+def test_a_batch_runs_on_its_own_input_and_output_through_the_executor(small_stack: SmallStack) -> None:
+    """The Batch API's executor starts the machine with `$.batch`: the run request carries the batch's file,
+    output and endpoint (the boot script's job reads it as an OpenAI batch), not a night's prefixes."""
+    s3 = boto3.client("s3")
+    store = S3Store(s3, small_stack.bucket)
+    store.write_blob("files/file-1/body", [b'{"custom_id": "a", "method": "POST", "url": "/v1/embeddings"}\n'])
+    definition = statemachines.render("small.asl.json", small_stack.substitutions())
+    arn = create_state_machine("llm-batch-small-nightly", definition)
+    instance = FakeInstance(small_stack, [("summary.json", summary(rows=1))])
+    instance.start()
+    executor = StepFunctionsExecutor(boto3.client("stepfunctions"), store, arn)
+    executor.start(
+        BatchRun("batch_1", store.uri("files/file-1/body"), store.uri("batches/batch_1/output"), "/v1/embeddings")
+    )
+    marker = json.loads(b"".join(store.read_blob("batches/batch_1/execution.json") or []))
+    result = wait_for_end(marker["execution_arn"])
+    instance.join(timeout=5)
+    assert instance.error is None
+    assert result["status"] == "SUCCEEDED", result
+    (request,) = instance.requests
+    assert request["batch_id"] == "batch_1"
+    assert request["input_uri"] == "s3://llm-batch-small-data/batch-api/files/file-1/body"
+    assert request["output_uri"] == "s3://llm-batch-small-data/batch-api/batches/batch_1/output"
+    assert (request["input_format"], request["openai_url"]) == ("openai", "/v1/embeddings")
+    output = json.loads(result["output"])
+    assert output["summary_uri"] == "s3://llm-batch-small-data/batch-api/batches/batch_1/output/summary.json"
+    assert executor.state("batch_1").name == "succeeded"
+    assert small_stack.desired_capacity() == 0
+
+
+def test_a_batch_whose_file_is_gone_starts_no_gpu(small_stack: SmallStack) -> None:
+    store = S3Store(boto3.client("s3"), small_stack.bucket)
+    run = BatchRun("batch_2", store.uri("files/gone/body"), store.uri("batches/batch_2/output"), "/v1/embeddings")
+    result = wait_for_end(_start(small_stack, run_input(run)))
+    assert result["status"] == "SUCCEEDED", result
+    assert small_stack.desired_capacity() == 0
+    (alert,) = small_stack.alerts()
+    assert "files/gone/body" in alert
 
 
 def test_an_interruption_is_retried_on_the_same_output_and_resumes(small_stack: SmallStack) -> None:

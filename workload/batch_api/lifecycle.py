@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from workload.batch_api import uploads
 from workload.batch_api.executor import BatchRun
-from workload.batch_api.objects import ACTIVE, TERMINAL, batch_errors, file_record
+from workload.batch_api.objects import ACTIVE, TERMINAL, ApiError, batch_errors, file_record, not_found
 from workload.batch_api.store import StoreConflict
 
 if TYPE_CHECKING:
@@ -71,6 +71,28 @@ def _start_next(service: BatchService) -> None:
     except StoreConflict:  # cancelled (or taken) since it was listed
         return
     _start(service, record)
+
+
+def start_now(service: BatchService, batch_id: str) -> str:
+    """Start one queued batch at once, ahead of its turn (`python -m infra.run STACK --batch ID`, through the
+    front's function): the tick's own start, so the same executor path. Returns how the run stands (`running`, or
+    `busy` while another run holds the GPUs, which the next tick retries); refuses, in one line, a batch that is
+    not queued or a start while another batch of the API runs (one job on the GPUs at a time)."""
+    records = list(service.store.records("batch"))
+    if all(r["id"] != batch_id for r in records):
+        raise not_found("Batch", batch_id)
+    others = [r["id"] for r in records if r["status"] in ACTIVE and r["id"] != batch_id]
+    if others:
+        raise ApiError(409, f"batch {others[0]} is running; {batch_id} starts after it (one job on the GPUs)")
+
+    def begin(record: dict[str, Any]) -> None:
+        if record["status"] != "validating":
+            raise ApiError(409, f"batch {batch_id} is {record['status']}, not queued: only a queued batch starts")
+        record.update(status="in_progress", in_progress_at=service.now())
+
+    _start(service, service._update(batch_id, begin))
+    state = service.executor.state(batch_id)
+    return state.name if state.reason is None else f"{state.name}: {state.reason}"
 
 
 def _follow(service: BatchService, record: dict[str, Any], now: int) -> bool:

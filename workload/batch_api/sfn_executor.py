@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from workload.batch_api.executor import BatchRun, RunState
@@ -28,9 +29,25 @@ def _marker(batch_id: str) -> str:
     return f"batches/{batch_id}/execution.json"
 
 
-def run_input(run: BatchRun) -> dict[str, Any]:
-    """The execution's input for one batch (the state machine's `$.batch`)."""
-    batch = {"id": run.batch_id, "input_uri": run.input_uri, "output_uri": run.output_uri, "endpoint": run.endpoint}
+def _key(uri: str) -> str:
+    """The object key of an s3:// URI in the stack's bucket (the state machine lists and reads by key)."""
+    if not uri.startswith("s3://") or "/" not in uri[5:]:
+        raise ValueError(f"not an s3://bucket/key URI: {uri!r}")
+    return uri[5:].split("/", 1)[1]
+
+
+def run_input(run: BatchRun, today: str | None = None) -> dict[str, Any]:
+    """The execution's input for one batch (the state machine's `$.batch`, its PlanBatch state): the keys
+    beside the URIs because ASL has no URI parsing, and the start's UTC date for the run's logs and markers."""
+    batch = {
+        "id": run.batch_id,
+        "date": today or datetime.now(UTC).date().isoformat(),
+        "input_uri": run.input_uri,
+        "input_key": _key(run.input_uri),
+        "output_uri": run.output_uri,
+        "output_key": _key(run.output_uri),
+        "endpoint": run.endpoint,
+    }
     return {"batch": batch}
 
 

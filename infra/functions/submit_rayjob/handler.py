@@ -21,6 +21,7 @@ import base64
 import json
 import os
 import re
+import shlex
 import ssl
 import urllib.error
 import urllib.parse
@@ -46,6 +47,7 @@ RUN_ID_MARKER = "nightlyrunid"
 # Any other failure (submission, lost head or worker pods, deadlines of the deployment) is the platform's.
 NOT_RETRYABLE_REASONS = {"AppFailed", "ValidationFailed"}
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_BATCH_ID = re.compile(r"^batch_[0-9a-f]{24}$")  # workload/batch_api/objects.py new_id
 
 
 class ConfigError(ValueError):
@@ -162,11 +164,16 @@ class Kube:
         return items
 
 
-def night_objects(template: list[dict[str, Any]], date: str, attempt: int, output_uri: str) -> list[dict[str, Any]]:
+def night_objects(
+    template: list[dict[str, Any]], date: str, attempt: int, output_uri: str, batch: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """One night's objects (the job-config ConfigMap, then the RayJob) from the deploy-time template.
 
     The template was rendered by infra.nightly_template with RUN_ID_MARKER as its run id and `{date}` in its
     input and output; a run id per date and attempt makes each retry a new RayJob on the same output.
+    `batch`: the state machine's run of a Batch API batch (its PlanBatch: batch_id, input_uri, output_uri); the
+    run id is the batch's, and the job runs on the batch's file and output (`--input`/`--output`, which the job
+    puts over its config's; it tells an OpenAI batch file by its first line, whose url is the batch's endpoint).
     """
     if not _DATE.match(date):
         raise ValueError(f"date must be YYYY-MM-DD, got {date!r}")
@@ -179,7 +186,17 @@ def night_objects(template: list[dict[str, Any]], date: str, attempt: int, outpu
     if RUN_ID_MARKER not in text or "{date}" not in text:
         raise ValueError(f"the night template lacks the run id marker {RUN_ID_MARKER!r} or a {{date}} prefix")
     run_id = f"{date.replace('-', '')}-a{attempt}"
+    if batch is not None:
+        batch_id, batch_in = str(batch.get("batch_id", "")), str(batch.get("input_uri", ""))
+        if not _BATCH_ID.match(batch_id):
+            raise ValueError(f"batch_id must be batch_<24 hex>, got {batch_id!r}")
+        if not batch_in.startswith("s3://") or str(batch.get("output_uri")) != output_uri:
+            raise ValueError(f"a batch's run needs its s3:// input and the watched output, got {batch!r}")
+        run_id = f"{batch_id.replace('_', '-')}-a{attempt}"  # RayJob names are DNS labels: no '_'
     objects: list[dict[str, Any]] = json.loads(text.replace(RUN_ID_MARKER, run_id).replace("{date}", date))
+    if batch is not None:
+        flags = f" --input {shlex.quote(str(batch['input_uri']))} --output {shlex.quote(output_uri)}"
+        objects[-1]["spec"]["entrypoint"] = f"{objects[-1]['spec']['entrypoint']}{flags}"
     if output_uri not in json.dumps(objects):
         # The state machine and the job config build the output from the same stack config; if they ever
         # disagree, a resume would look in one place and write to another.
@@ -227,7 +244,9 @@ class Nightly:
 
     def submit(self, event: dict[str, Any]) -> dict[str, Any]:
         template = json.loads(self.settings.template_path.read_text())
-        objects = night_objects(template, str(event["date"]), int(event["attempt"]), str(event["output_uri"]))
+        run = event.get("run") or {}
+        batch = run if run.get("batch_id") else None  # the state machine passes its run; a night's has no batch_id
+        objects = night_objects(template, str(event["date"]), int(event["attempt"]), str(event["output_uri"]), batch)
         for obj in objects:
             namespace = obj["metadata"].get("namespace")
             if namespace != self.settings.namespace:

@@ -1,0 +1,203 @@
+"""The Batch API's front in the plan (infra/components/batch_api.py), its policy rules and its build.
+
+The plans are the Pulumi program under the plan's mocks (`capture_plan`, as `make plan` runs it): the small tier
+with `batch_api.enabled` (its front drives the GPU group) and the large one (EKS: no group), `front_plans` in
+conftest.py, beside the session's
+default plans, where the flag is off. The bundle's wheels are downloaded by `python tools/lambda_bundle.py`
+(network); here the lock and the command are checked without it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra.components import batch_api
+from infra.ops import checks_batch_api, policy
+from tests.infra.plan_select import stack_key
+from tests.infra.test_added_resource_mutations import add
+
+Plan = list[dict[str, Any]]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _named(plan: Plan, type_token: str, name: str) -> dict[str, Any]:
+    (found,) = [item for item in plan if item["type"] == type_token and item["name"] == name]
+    return found
+
+
+def _statements(plan: Plan) -> list[dict[str, Any]]:
+    return list(
+        json.loads(_named(plan, "aws:iam/rolePolicy:RolePolicy", "batch-api-policy")["inputs"]["policy"])["Statement"]
+    )
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def test_without_the_flag_there_is_no_front(plan_for: Callable[[str], Plan]) -> None:
+    for tier in ("small", "medium", "large"):
+        plan = plan_for(tier)
+        assert not [item["name"] for item in plan if item["name"].startswith("batch-api")], tier
+        stack = next(item for item in plan if item["type"] == "pulumi:pulumi:Stack")
+        assert not {"batch_api_url", "batch_api_tick_function_name"} & set(stack["outputs"]), tier
+
+
+@pytest.mark.parametrize("tier", ["small", "large"])
+def test_the_front_routes_every_request_to_its_function_and_passes_the_gate(
+    front_plans: dict[str, Plan], tier: str
+) -> None:
+    plan = front_plans[tier]
+    api = _named(plan, "aws:apigatewayv2/api:Api", "batch-api-http")["inputs"]
+    assert api["protocolType"] == "HTTP" and api["tags"] == {batch_api.PUBLIC_ENDPOINT_TAG: "acknowledged"}
+    (route,) = [item for item in plan if item["type"] == "aws:apigatewayv2/route:Route"]
+    integration = _named(plan, "aws:apigatewayv2/integration:Integration", "batch-api-function")
+    assert route["inputs"] == {**route["inputs"], "routeKey": "$default", "target": f"integrations/{integration['id']}"}
+    http = _named(plan, "aws:lambda/function:Function", "batch-api-http")
+    assert integration["inputs"]["integrationType"] == "AWS_PROXY"
+    assert integration["inputs"]["payloadFormatVersion"] == "2.0"
+    assert integration["inputs"]["integrationUri"] == http["outputs"]["arn"]
+    for function, handler in (("batch-api-http", batch_api.HTTP_HANDLER), ("batch-api-tick", batch_api.TICK_HANDLER)):
+        inputs = _named(plan, "aws:lambda/function:Function", function)["inputs"]
+        assert (inputs["runtime"], inputs["architectures"], inputs["handler"]) == ("python3.12", ["arm64"], handler)
+        assert inputs["kmsKeyArn"] == stack_key(plan)["outputs"]["arn"]
+    schedule = _named(plan, "aws:scheduler/schedule:Schedule", "batch-api-tick-schedule")["inputs"]
+    assert schedule["scheduleExpression"] == "rate(5 minutes)"
+    assert schedule["target"]["arn"] == _named(plan, "aws:lambda/function:Function", "batch-api-tick")["outputs"]["arn"]
+    for name in ("batch-api-logs", "batch-api-access-logs"):
+        group = _named(plan, "aws:cloudwatch/logGroup:LogGroup", name)["inputs"]
+        assert group["kmsKeyId"] == stack_key(plan)["outputs"]["arn"] and group["retentionInDays"] > 0
+    policy.gate(plan)  # every rule of the tier: IAM allowlist, store keys, the two API rules
+
+
+@pytest.mark.parametrize("tier", ["small", "large"])
+def test_the_functions_role_reaches_only_its_prefix_secret_key_and_machine(
+    front_plans: dict[str, Plan], tier: str
+) -> None:
+    plan = front_plans[tier]
+    stack = next(item for item in plan if item["type"] == "pulumi:pulumi:Stack")["outputs"]
+    bucket = f"arn:aws:s3:::{stack['data_bucket']}"
+    keys = _named(plan, "aws:secretsmanager/secret:Secret", "secrets-serve-api-keys")["outputs"]["arn"]
+    machine = stack["nightly_state_machine_arn"]
+    by_sid = {statement["Sid"]: statement for statement in _statements(plan)}
+    assert all(statement["Resource"] != "*" for statement in by_sid.values())
+    assert by_sid["ApiObjects"]["Resource"] == f"{bucket}/batch-api/*"
+    assert by_sid["ListApiPrefix"]["Condition"] == {"StringLike": {"s3:prefix": ["batch-api/*"]}}
+    assert by_sid["ReadApiKeys"] == {**by_sid["ReadApiKeys"], "Resource": keys}
+    assert by_sid["UseStackKey"]["Resource"] == stack["kms_key_arn"]
+    assert by_sid["RunBatches"]["Resource"] == machine
+    assert by_sid["FollowBatches"]["Resource"] == machine.replace(":stateMachine:", ":execution:") + ":*"
+    assert ("ReleaseGpuGroup" in by_sid) == (tier == "small")
+    actions = [action for statement in by_sid.values() for action in _as_list(statement["Action"])]
+    assert not [action for action in actions if action.endswith("*")]
+
+
+def open_route(plan: Plan) -> None:
+    """A newcomer's second route: `ANY /admin` straight to an HTTP backend, past the function's key check."""
+    api = _named(plan, "aws:apigatewayv2/api:Api", "batch-api-http")
+    proxy = add(plan, "aws:apigatewayv2/integration:Integration", "admin-proxy",
+                {"apiId": api["id"], "integrationType": "HTTP_PROXY", "integrationUri": "https://10.0.0.5/admin",
+                 "integrationMethod": "ANY"})  # fmt: skip
+    add(plan, "aws:apigatewayv2/route:Route", "admin-route",
+        {"apiId": api["id"], "routeKey": "ANY /admin", "target": f"integrations/{proxy['id']}"})  # fmt: skip
+
+
+def route_to_another_function(plan: Plan) -> None:
+    """The `$default` route pointed at another function (the tick), which checks no key."""
+    tick = _named(plan, "aws:lambda/function:Function", "batch-api-tick")
+    integration = _named(plan, "aws:apigatewayv2/integration:Integration", "batch-api-function")
+    integration["inputs"]["integrationUri"] = tick["outputs"]["arn"]
+
+
+def unacknowledged_endpoint(plan: Plan) -> None:
+    """A stack that enables the front without saying it may be on the internet (the program then sets no tag)."""
+    _named(plan, "aws:apigatewayv2/api:Api", "batch-api-http")["inputs"]["tags"] = {}
+
+
+def added_function_url(plan: Plan) -> None:
+    add(plan, "aws:lambda/functionUrl:FunctionUrl", "quick-url", {"functionName": "x", "authorizationType": "NONE"})
+
+
+MUTATIONS = [
+    (open_route, "api-routes", "admin-route"),
+    (route_to_another_function, "api-routes", "batch-api-default-route"),
+    (added_function_url, "api-routes", "quick-url"),
+    (unacknowledged_endpoint, "public-endpoints", "batch-api-http"),
+    (added_function_url, "public-endpoints", "quick-url"),
+]
+
+
+@pytest.mark.parametrize(("mistake", "rule", "resource"), MUTATIONS, ids=lambda v: getattr(v, "__name__", str(v)))
+def test_an_open_route_or_an_unacknowledged_endpoint_is_refused(
+    front_plans: dict[str, Plan], mistake: Callable[[Plan], None], rule: str, resource: str
+) -> None:
+    plan = copy.deepcopy(front_plans["small"])
+    assert policy.RULES[rule].check(plan) == []
+    mistake(plan)
+    violations = policy.RULES[rule].check(plan)
+    assert any(resource in violation.resource for violation in violations), violations
+    with pytest.raises(policy.PolicyError, match=f"(?s){rule}.*fix: "):
+        policy.gate(plan)
+
+
+def test_an_exported_url_without_an_api_is_refused(front_plans: dict[str, Plan]) -> None:
+    plan = [item for item in copy.deepcopy(front_plans["small"]) if item["type"] != "aws:apigatewayv2/api:Api"]
+    for check in (checks_batch_api.check_api_routes, checks_batch_api.check_public_endpoints):
+        assert any("exports batch_api_url" in violation.problem for violation in check(plan))
+
+
+def test_the_lock_pins_the_functions_set_with_hashes_for_its_platform() -> None:
+    from tools import lambda_bundle
+
+    wanted = {line.split("==")[0].lower(): line.split("==")[1].strip()
+              for line in (ROOT / "requirements" / "lambda.txt").read_text().splitlines() if "==" in line}  # fmt: skip
+    entries = [block for block in (ROOT / "requirements" / "lambda.lock").read_text().split("\n") if "==" in block]
+    locked = {line.split("==")[0]: line.split("==")[1].split()[0] for line in entries}
+    assert {name: locked.get(name) for name in wanted} == wanted  # the lock is the pins' closure, same versions
+    text = (ROOT / "requirements" / "lambda.lock").read_text()
+    assert text.count("--hash=sha256:") == len(entries)
+    command = lambda_bundle.download_command(Path("requirements/lambda.lock"), Path("/tmp/x"), locked=True)
+    assert command[command.index("--platform") + 1] == "manylinux2014_aarch64"
+    assert command[command.index("--python-version") + 1] == "3.12"
+    assert {"--no-deps", "--require-hashes", ":all:"} <= set(command)
+
+
+def test_an_up_without_the_built_bundle_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(batch_api, "BUNDLE_DIR", tmp_path / "build" / "batch-api-lambda")
+    monkeypatch.setattr(batch_api, "ROOT", tmp_path)
+    with pytest.raises(ValueError, match=r"build/batch-api-lambda is not built: run `python tools/lambda_bundle.py`"):
+        batch_api.bundle_archive(plan_only=False)
+    batch_api.BUNDLE_DIR.mkdir(parents=True)
+    (batch_api.BUNDLE_DIR / ".lock-sha256").write_text("another lock")
+    with pytest.raises(ValueError, match=r"was built from another requirements/lambda\.lock"):
+        batch_api.bundle_archive(plan_only=False)
+    (batch_api.BUNDLE_DIR / ".lock-sha256").write_text(batch_api.bundle_stamp())
+    assert batch_api.bundle_archive(plan_only=False).path == str(batch_api.BUNDLE_DIR)
+
+
+def _policy(plan: Plan, type_token: str, name: str) -> str:
+    return str(_named(plan, type_token, name)["inputs"]["policy"])
+
+
+def test_a_batchs_run_may_read_its_file_and_write_its_output_only_when_the_front_is_on(
+    plan_for: Callable[[str], Plan], front_plans: dict[str, Plan]
+) -> None:
+    """The job's and the nightly machine's roles gain the batch prefixes (not the records); the prefixes are the
+    store's layout (workload/batch_api/service.py: files/<id>.jsonl, batches/<id>/output/)."""
+    import fnmatch
+
+    run, job = ("aws:iam/rolePolicy:RolePolicy", "nightly-run-policy"), ("aws:iam/policy:Policy", "job-access-policy")
+    for token, name in (run, job):
+        assert "batch-api/" not in _policy(plan_for("small"), token, name)
+        on = _policy(front_plans["small"], token, name)
+        assert batch_api.BATCH_INPUT_PREFIX in on and batch_api.BATCH_OUTPUT_PREFIX in on
+        assert "batch-api/records" not in on and "batch-api/*" not in on
+    assert fnmatch.fnmatch("batch-api/files/file-1a2b.jsonl", f"{batch_api.BATCH_INPUT_PREFIX}*")
+    assert fnmatch.fnmatch("batch-api/batches/batch_1/output/summary.json", f"{batch_api.BATCH_OUTPUT_PREFIX}*")
+    assert not fnmatch.fnmatch("batch-api/batches/batch_1/execution.json", f"{batch_api.BATCH_OUTPUT_PREFIX}*")
