@@ -22,6 +22,14 @@ class AwsContext:
             f"{self.account_id if account else ''}:{resource}"
         )
 
+    def bucket_arn(self, bucket_name: pulumi.Input[str]) -> pulumi.Output[str]:
+        """The ARN of a bucket (S3 bucket ARNs name no region or account)."""
+        return pulumi.Output.from_input(bucket_name).apply(lambda name: f"arn:{self.partition}:s3:::{name}")
+
+    def group_arn(self, group_name: str) -> str:
+        """The ARN pattern of an Auto Scaling group by its name (its id part is unknown until it exists)."""
+        return self.arn("autoscaling", f"autoScalingGroup:*:autoScalingGroupName/{group_name}")
+
     @property
     def ecr_registry(self) -> str:
         """This account's private ECR registry host in the region."""

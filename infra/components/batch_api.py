@@ -183,12 +183,8 @@ class BatchApi(pulumi.ComponentResource):
         super().__init__("llmbatch:batchapi:BatchApi", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         context, stack = args.context, args.stack
-        bucket_arn = pulumi.Output.from_input(args.bucket_name).apply(lambda b: f"arn:{context.partition}:s3:::{b}")
-        group_arn = (
-            context.arn("autoscaling", f"autoScalingGroup:*:autoScalingGroupName/{args.group_name}")
-            if args.group_name
-            else None
-        )
+        bucket_arn = context.bucket_arn(args.bucket_name)
+        group_arn = context.group_arn(args.group_name) if args.group_name else None
         identity = function_identity(
             name,
             stack=stack,

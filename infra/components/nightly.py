@@ -308,12 +308,8 @@ class Nightly(pulumi.ComponentResource):
         super().__init__("llmbatch:nightly:Nightly", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         context, stack = args.context, args.stack
-        bucket_arn = pulumi.Output.from_input(args.bucket_name).apply(lambda b: f"arn:{context.partition}:s3:::{b}")
-        group_arn = (
-            context.arn("autoscaling", f"autoScalingGroup:*:autoScalingGroupName/{args.group_name}")
-            if args.group_name
-            else None
-        )
+        bucket_arn = context.bucket_arn(args.bucket_name)
+        group_arn = context.group_arn(args.group_name) if args.group_name else None
         function_arn: pulumi.Output[str] | None = None
         if args.eks is not None:
             function_arn = self._submit_function(name, args, args.eks)

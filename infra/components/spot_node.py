@@ -133,7 +133,7 @@ class SpotNode(pulumi.ComponentResource):
             policy=policy_document(session_manager_statements(context)),
             opts=child,
         )
-        group_arn_pattern = context.arn("autoscaling", f"autoScalingGroup:*:autoScalingGroupName/{group_name}")
+        group_arn_pattern = context.group_arn(group_name)
         aws.iam.RolePolicy(
             f"{name}-stand-down",
             role=role.name,
