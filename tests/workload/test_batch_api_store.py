@@ -14,7 +14,7 @@ import pytest
 
 from workload.batch_api import s3_store
 from workload.batch_api.s3_store import S3Store
-from workload.batch_api.store import LocalStore, Store, StoreConflict
+from workload.batch_api.store import CAS_TRIES, LocalStore, Store, StoreConflict, update_record
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -49,18 +49,11 @@ def test_put_creates_once_and_changes_only_the_version_read(store: Store) -> Non
 
 
 def test_racing_writers_lose_no_write(store: Store) -> None:
-    """Eight threads each add one to a counter by compare-and-swap: the count is eight."""
+    """Eight threads each add one to a counter through update_record's compare-and-swap: the count is eight."""
     store.put("batch", _record("batch_n", count=0), None)
 
     def add_one() -> None:
-        while True:
-            found = store.get("batch", "batch_n")
-            assert found is not None
-            try:
-                store.put("batch", {**found.record, "count": found.record["count"] + 1}, found.version)
-                return
-            except StoreConflict:
-                continue
+        update_record(store, "batch", "batch_n", lambda record: record.update(count=record["count"] + 1), KeyError())
 
     threads = [threading.Thread(target=add_one) for _ in range(8)]
     for thread in threads:
@@ -69,6 +62,24 @@ def test_racing_writers_lose_no_write(store: Store) -> None:
         thread.join()
     found = store.get("batch", "batch_n")
     assert found is not None and found.record["count"] == 8
+
+
+def test_a_change_that_always_loses_its_race_ends_named(store: Store) -> None:
+    """A record some other writer changes before every write: the change gives up after CAS_TRIES reads, naming
+    the record, instead of spinning."""
+    store.put("batch", _record("batch_busy", count=0), None)
+    reads = 0
+
+    def rival_writes_first(record: dict[str, Any]) -> None:
+        nonlocal reads
+        reads += 1
+        found = store.get("batch", "batch_busy")
+        assert found is not None
+        store.put("batch", {**found.record, "count": found.record["count"] + 1}, found.version)
+
+    with pytest.raises(StoreConflict, match=f"batch batch_busy: changed by another writer on each of {CAS_TRIES}"):
+        update_record(store, "batch", "batch_busy", rival_writes_first, KeyError())
+    assert reads == CAS_TRIES
 
 
 def test_records_lists_one_kind_and_delete_removes(store: Store) -> None:

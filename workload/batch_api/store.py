@@ -27,6 +27,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 CHUNK = 1 << 20
+# Compare-and-swap rounds before a change gives up: far above what a handful of writers racing on one record
+# need (tests/workload/test_batch_api_store.py races 8), so only a store that never settles ends it.
+CAS_TRIES = 64
 
 
 class StoreConflict(Exception):
@@ -80,8 +83,9 @@ def update_record(
     store: Store, kind: str, object_id: str, change: Callable[[dict[str, Any]], None], missing: Exception
 ) -> dict[str, Any]:
     """Apply `change` to a copy of the stored record and write it back if nobody wrote in between (compare-and-swap
-    on its version), reading it again on a conflict; the record as written. `missing` is raised if it is gone."""
-    while True:
+    on its version), reading it again on a conflict, at most CAS_TRIES times; the record as written. `missing` is
+    raised if it is gone."""
+    for _ in range(CAS_TRIES):
         found = store.get(kind, object_id)
         if found is None:
             raise missing
@@ -92,6 +96,7 @@ def update_record(
             return record
         except StoreConflict:
             continue
+    raise StoreConflict(f"{kind} {object_id}: changed by another writer on each of {CAS_TRIES} tries; try again")
 
 
 def _version(data: bytes) -> str:
