@@ -21,9 +21,10 @@ import pulumi_kubernetes as k8s
 
 from infra import naming, statemachines
 from infra.aws_context import AwsContext
-from infra.components.batch_api import BATCH_INPUT_PREFIX, BATCH_OUTPUT_PREFIX
+from infra.components.batch_api import BATCH_INPUT_PREFIX, BATCH_OUTPUT_PREFIX, tick_function_name
 from infra.components.iam import function_identity, policy_document, service_role, via_services
 from infra.config import StackConfig
+from infra.statemachines.queue import with_queue
 
 FUNCTION_DIR = Path(__file__).resolve().parent.parent / "functions" / "submit_rayjob"
 #: Where the small tier's state machine writes the night's date, input and output for the instance.
@@ -34,6 +35,16 @@ MIN_POLL_SECONDS = 60
 # A standard execution's history holds at most 25,000 events and one poll of the markers writes about 40:
 # a long deadline polls less often rather than run out of history.
 MAX_POLLS = 300
+HISTORY_EVENTS = 25_000  # Step Functions quotas: a standard execution's history holds at most 25,000 events
+EVENTS_PER_POLL = 40
+# With the Batch API's queue one execution runs several runs: their polls together stay within four fifths of
+# the history (the rest for the runs' starts and ends), and one whole run always fits.
+QUEUE_POLL_BUDGET = HISTORY_EVENTS * 4 // 5 // EVENTS_PER_POLL
+assert QUEUE_POLL_BUDGET >= MAX_POLLS
+# What the small tier's node waits for the next run request after a job ends well, past two of the machine's
+# polls (the one that sees the summary, and a late one): the margin covers the NextBatch call and the tasks up
+# to WriteRunRequest, a few seconds each.
+NEXT_RUN_MARGIN_S = 60
 MAX_ATTEMPTS = 3  # a run interrupted more often than this is reported, not retried forever
 SWEEP_EVERY = "rate(30 minutes)"
 LAMBDA_RUNTIME = "python3.12"
@@ -78,6 +89,9 @@ class NightlyArgs:
     eks: EksTarget | None = None
     # batch_api.enabled: (the batches' input prefix, their output prefix) the run also finds and watches
     batch_prefixes: tuple[str, str] | None = None
+    # batch_api.enabled: the Batch API's tick function, which runs the queue (infra/statemachines/queue.py) and
+    # takes the schedule's nights into it (workload/batch_api/nights.py)
+    queue_function: str | None = None
 
     def __post_init__(self) -> None:
         if (self.group_name is None) == (self.eks is None):
@@ -111,7 +125,18 @@ def nightly_args(
         group_name=naming.gpu_group_name(stack) if config.tier == "small" else None,
         eks=eks,
         batch_prefixes=(BATCH_INPUT_PREFIX, BATCH_OUTPUT_PREFIX) if config.batch_api.enabled else None,
+        queue_function=tick_function_name(stack) if config.batch_api.enabled else None,
     )
+
+
+def poll_seconds(run_deadline_minutes: int) -> int:
+    """How often the machine looks at the run's markers: at least a minute, and at most MAX_POLLS a run."""
+    return max(MIN_POLL_SECONDS, -(-run_deadline_minutes * 60 // MAX_POLLS))
+
+
+def next_run_hold_s(run_deadline_minutes: int) -> int:
+    """How long the small tier's node waits for the queue's next run request (infra/components/user_data.py)."""
+    return 2 * poll_seconds(run_deadline_minutes) + NEXT_RUN_MARGIN_S
 
 
 def ca_of(kubeconfig_json: str) -> str:
@@ -135,6 +160,7 @@ def run_statements(
     group_arn: str | None,
     function_arn: str | None,
     batch_prefixes: tuple[str, str] | None = None,
+    queue_arn: str | None = None,
 ) -> list[dict[str, Any]]:
     """What the nightly state machine does: look for the night's input, watch the output's markers, alert,
     and drive the capacity; with `batch_prefixes`, the same for a Batch API batch (its PlanBatch state)."""
@@ -204,6 +230,11 @@ def run_statements(
                 "Resource": group_arn,
             },
         ]
+    if queue_arn is not None:
+        # NextBatch: the tick function claims the next queued run for this execution.
+        statements.append(
+            {"Sid": "TakeNextRun", "Effect": "Allow", "Action": "lambda:InvokeFunction", "Resource": queue_arn}
+        )
     if function_arn is not None:
         statements.append(
             {
@@ -252,6 +283,18 @@ def sweep_statements(
                 "Action": "lambda:InvokeFunction",
                 "Resource": function_arn,
             }
+        )
+    return statements
+
+
+def scheduler_statements(machine_arns: list[str], queue_arn: str | None) -> list[dict[str, Any]]:
+    """The schedules start the machines; with the Batch API the night's goes to the tick function instead."""
+    statements: list[dict[str, Any]] = [
+        {"Sid": "StartRuns", "Effect": "Allow", "Action": "states:StartExecution", "Resource": machine_arns}
+    ]
+    if queue_arn is not None:
+        statements.append(
+            {"Sid": "QueueTheNight", "Effect": "Allow", "Action": "lambda:InvokeFunction", "Resource": queue_arn}
         )
     return statements
 
@@ -317,18 +360,19 @@ class Nightly(pulumi.ComponentResource):
         # The run's deadline is enforced inside the definition (so the release runs); the machine's own
         # timeout is only a backstop after it, and the sweep releases what such a timeout leaves.
         deadline_s = args.run_deadline_minutes * 60
-        poll_seconds = max(MIN_POLL_SECONDS, -(-deadline_s // MAX_POLLS))
+        poll_s = poll_seconds(args.run_deadline_minutes)
         base: dict[str, statemachines.Substitution] = {
             "Stack": stack,
             "InputPrefix": statemachines.format_template(args.input_prefix, "job.input_prefix"),
             "OutputPrefix": statemachines.format_template(args.output_prefix, "job.output_prefix"),
-            "PollSeconds": poll_seconds,
-            "MaxPolls": -(-deadline_s // poll_seconds),
+            "PollSeconds": poll_s,
+            "MaxPolls": -(-deadline_s // poll_s),
             "MaxAttempts": MAX_ATTEMPTS,
             "RunDeadlineMinutes": args.run_deadline_minutes,
             "StateMachineTimeoutSeconds": deadline_s + 1800,
         }
         kind = "asg" if args.group_name else "eks"
+        queue_arn = context.arn("lambda", f"function:{args.queue_function}") if args.queue_function else None
         target = pulumi.Output.all(args.bucket_name, args.alerts_topic_arn, function_arn or "")
 
         def nightly_definition(values: list[str]) -> str:
@@ -338,7 +382,11 @@ class Nightly(pulumi.ComponentResource):
                 subs.update(AutoScalingGroup=str(args.group_name), RunRequestKey=RUN_REQUEST_KEY)
             else:
                 subs["SubmitFunction"] = function
-            return statemachines.render_json(statemachines.NIGHTLY[kind], subs)
+            definition = statemachines.render(statemachines.NIGHTLY[kind], subs)
+            if queue_arn is not None:
+                queue = {"TickFunction": queue_arn, "MaxPolls": base["MaxPolls"], "QueuePollBudget": QUEUE_POLL_BUDGET}
+                definition = with_queue(definition, queue, QUEUE_POLL_BUDGET * poll_s + 1800)
+            return json.dumps(definition, indent=2)
 
         run_role = service_role(
             f"{name}-run",
@@ -356,6 +404,7 @@ class Nightly(pulumi.ComponentResource):
                         group_arn=group_arn,
                         function_arn=v[3] or None,
                         batch_prefixes=args.batch_prefixes,
+                        queue_arn=queue_arn,
                     )
                 )
             ),
@@ -417,18 +466,18 @@ class Nightly(pulumi.ComponentResource):
             service=f"scheduler.{context.dns_suffix}",
             account_id=context.account_id,
             policy=pulumi.Output.all(machine.arn, sweep.arn).apply(
-                lambda arns: policy_document(
-                    [
-                        {
-                            "Sid": "StartRuns",
-                            "Effect": "Allow",
-                            "Action": "states:StartExecution",
-                            "Resource": arns,
-                        }
-                    ]
-                )
+                lambda arns: policy_document(scheduler_statements(arns, queue_arn))
             ),
             opts=child,
+        )
+        # With the Batch API the night is one more entry of its queue (workload/batch_api/nights.py), so it never
+        # races a batch's run: the schedule hands its time to the tick function, which starts the night at once
+        # when nothing runs, or leaves it to the running execution's NextBatch.
+        night_target = (
+            {"arn": queue_arn, "input": json.dumps({"enqueue_night": "<aws.scheduler.scheduled-time>"})}
+            if queue_arn is not None
+            # The state machine takes the night's date from this (UTC) time.
+            else {"arn": machine.arn, "input": json.dumps({"scheduled_time": "<aws.scheduler.scheduled-time>"})}
         )
         schedule = aws.scheduler.Schedule(
             f"{name}-schedule",
@@ -439,10 +488,9 @@ class Nightly(pulumi.ComponentResource):
             state="ENABLED" if args.enabled else "DISABLED",
             flexible_time_window=aws.scheduler.ScheduleFlexibleTimeWindowArgs(mode="OFF"),
             target=aws.scheduler.ScheduleTargetArgs(
-                arn=machine.arn,
+                arn=night_target["arn"],
                 role_arn=scheduler_role.arn,
-                # The state machine takes the night's date from this (UTC) time.
-                input=json.dumps({"scheduled_time": "<aws.scheduler.scheduled-time>"}),
+                input=night_target["input"],
                 retry_policy=aws.scheduler.ScheduleTargetRetryPolicyArgs(
                     maximum_retry_attempts=3, maximum_event_age_in_seconds=3600
                 ),

@@ -10,11 +10,8 @@ created and writes the job's markers, or a RayJob status.
 from __future__ import annotations
 
 import base64
-import io
 import json
 import threading
-import urllib.request
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,9 +25,11 @@ from tests.infra.fake_kube import FakeKube
 from tests.infra.nightly_aws import (
     NIGHT_WITHOUT_INPUT,
     SmallStack,
+    create_function,
     create_small_stack,
     create_state_machine,
     executing_state_machines,
+    set_lambda_docker,
     summary,
     wait_for,
     wait_for_end,
@@ -38,11 +37,6 @@ from tests.infra.nightly_aws import (
 from tests.infra.test_submit_rayjob import CLUSTER, NAMESPACE, NODEGROUP, RAYJOBS, template_for
 from workload.batch_api.executor import BatchRun
 from workload.batch_api.sfn_executor import run_input
-
-
-def _set_lambda_docker(endpoint: str, enabled: bool) -> None:
-    body = json.dumps({"lambda": {"use_docker": enabled}}).encode()
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/config", data=body, method="POST"))
 
 
 @pytest.fixture
@@ -54,7 +48,7 @@ def eks_stack(
 
     kube = FakeKube(tmp_path)
     with executing_state_machines(moto_reset):
-        _set_lambda_docker(moto_reset, False)
+        set_lambda_docker(moto_reset, False)
         try:
             stack = create_small_stack()
             template = tmp_path / "night_template.json"
@@ -88,23 +82,10 @@ def eks_stack(
                 subnets=["subnet-1"],
                 scalingConfig={"minSize": 0, "maxSize": 2, "desiredSize": 0},
             )
-            role = boto3.client("iam").create_role(
-                RoleName="submit-rayjob",
-                AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []}),
-            )["Role"]["Arn"]
-            archive = io.BytesIO()
-            with zipfile.ZipFile(archive, "w") as zipped:
-                zipped.write(submit.__file__, "handler.py")
-            function_arn = boto3.client("lambda").create_function(
-                FunctionName="llm-batch-medium-submit-rayjob",
-                Runtime="python3.12",
-                Role=role,
-                Handler="handler.handler",
-                Code={"ZipFile": archive.getvalue()},
-            )["FunctionArn"]
+            function_arn = create_function("llm-batch-medium-submit-rayjob", submit.__file__)
             yield stack, kube, function_arn
         finally:
-            _set_lambda_docker(moto_reset, True)
+            set_lambda_docker(moto_reset, True)
             kube.stop()
 
 

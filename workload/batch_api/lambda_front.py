@@ -92,18 +92,35 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     return _built["http"](event, context)
 
 
-def tick(event: dict[str, Any], context: Any) -> dict[str, str]:
+def tick(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """The schedule's target: one tick of the queue (start the next batch, follow the running one, expire, sweep).
-    `{"start_batch": ID}` (what `python -m infra.run STACK --batch ID` sends) starts that queued batch now."""
-    from workload.batch_api import lifecycle
+    `{"start_batch": ID}` (what `python -m infra.run STACK --batch ID` sends) starts that queued batch now;
+    `{"next_batch": {"execution_arn", "polls", "max_polls", "poll_budget"}}` (the nightly machine's NextBatch
+    step) claims the next queued run for that execution; `{"enqueue_night": TIME}` (the nightly schedule, with
+    the Batch API on) queues the night, then ticks, so a night with nothing running starts at once."""
+    from workload.batch_api import lifecycle, nights
     from workload.batch_api.objects import ApiError
 
     if "service" not in _built:
         _built["service"] = build_service(os.environ)
-    if "start_batch" in event:
-        try:
-            return {"status": lifecycle.start_now(_built["service"], str(event["start_batch"]))}
-        except ApiError as error:  # an operator's mistake, answered in one line (not a failed invocation)
-            return {"error": error.message}
-    _built["service"].tick()
+    service = _built["service"]
+    try:
+        if "start_batch" in event:
+            return {"status": lifecycle.start_now(service, str(event["start_batch"]))}
+        if "next_batch" in event:
+            asked = event["next_batch"]
+            return lifecycle.next_run(
+                service,
+                str(asked["execution_arn"]),
+                int(asked.get("polls") or 0),
+                int(asked["max_polls"]),
+                int(asked["poll_budget"]),
+            )
+        if "enqueue_night" in event:
+            entry = nights.enqueue(service, str(event["enqueue_night"]))
+            service.tick()
+            return {"status": "queued", "night": entry["id"]}
+    except ApiError as error:  # an operator's mistake, answered in one line (not a failed invocation)
+        return {"error": error.message}
+    service.tick()
     return {"status": "ticked"}

@@ -138,16 +138,19 @@ def next_run(service: BatchService, execution_arn: str, polls: int, max_polls: i
 def start_now(service: BatchService, batch_id: str) -> str:
     """Start one queued batch at once, ahead of its turn (`python -m infra.run STACK --batch ID`, through the
     front's function): the tick's own start, so the same executor path. Returns how the run stands (`running`, or
-    `busy` while another run holds the GPUs, which the next tick retries); refuses, in one line, a batch that is
-    not queued or a start while another batch of the API runs (one job on the GPUs at a time)."""
+    `busy` when a run took the GPUs in between, which the next tick retries); refuses, in one line, a batch that
+    is not queued, or a start while another run holds the GPUs (one job on them at a time; the execution that
+    holds them runs the queue next, oldest first)."""
     records = list(service.store.records("batch"))
     if all(r["id"] != batch_id for r in records):
         raise not_found("Batch", batch_id)
     others = [r["id"] for r in records if r["status"] in ACTIVE and r["id"] != batch_id]
     if others:
         raise ApiError(409, f"batch {others[0]} is running; {batch_id} starts after it (one job on the GPUs)")
-    if service.executor.occupied():
-        raise ApiError(409, f"a run holds the GPUs; {batch_id} stays queued and runs on them after it, oldest first")
+    mine = next(r for r in records if r["id"] == batch_id)
+    if mine["status"] == "validating" and service.executor.occupied():
+        # The execution on the GPUs takes the queue, oldest first, when its run ends: the same boot.
+        raise ApiError(409, f"a run holds the GPUs; {batch_id} stays queued and runs after it on the same boot")
 
     def begin(record: dict[str, Any]) -> None:
         if record["status"] != "validating":

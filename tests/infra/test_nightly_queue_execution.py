@@ -1,0 +1,188 @@
+"""A night's queue on one GPU boot: the small tier's machine, rendered with the Batch API's queue drain, executed
+by a real moto server, its NextBatch step invoking the real tick function (lambda_front.tick) in-process behind
+moto's Lambda API (moto would run a function in Docker, absent here), over the stack's bucket and machine.
+
+What stands in is the instance (no instance boots in moto): `QueueNode` plays one boot of the small tier's node
+holding on for the next run request (infra/components/user_data.py), writing each run's summary as the job would.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlparse
+
+import boto3
+import pytest
+
+from infra import statemachines
+from infra.statemachines.queue import with_queue
+from tests.infra.nightly_aws import (
+    NIGHT_WITHOUT_INPUT,
+    SmallStack,
+    create_function,
+    create_small_stack,
+    create_state_machine,
+    executing_state_machines,
+    set_lambda_docker,
+    summary,
+    wait_for,
+    wait_for_end,
+)
+from tests.workload.test_batch_api import _line
+from workload.batch_api import lambda_front, lifecycle
+from workload.batch_api.service import BatchService
+
+TICK = "llm-batch-small-batch-api-tick"
+
+
+@pytest.fixture
+def queued_stack(moto_reset: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[SmallStack, BatchService]]:
+    """The small stack's bucket, GPU group and alerts; its nightly machine with the queue drain; the tick
+    function behind moto's Lambda API; the Batch API's service over the same bucket and machine."""
+    from moto.awslambda_simple.models import LambdaSimpleBackend
+
+    with executing_state_machines(moto_reset):
+        set_lambda_docker(moto_reset, False)
+        try:
+            stack = create_small_stack()
+            tick_arn = create_function(TICK, lambda_front.__file__)
+            queue = {"TickFunction": tick_arn, "MaxPolls": 30, "QueuePollBudget": 100}
+            definition = with_queue(statemachines.render("small.asl.json", stack.substitutions()), queue, 600)
+            stack.state_machine_arn = create_state_machine("llm-batch-small-nightly", definition)
+            env = {
+                "LLM_BATCH_BUCKET": stack.bucket,
+                "LLM_BATCH_STATE_MACHINE_ARN": stack.state_machine_arn,
+                "LLM_BATCH_MODEL": "Qwen/Qwen3-0.6B",
+                "LLM_BATCH_GPU_GROUP": stack.asg,
+            }
+            service = lambda_front.build_service(env)
+            monkeypatch.setattr(lambda_front, "_built", {"service": service})
+
+            def invoke(self: Any, function_name: str, qualifier: Any, body: Any, *args: Any) -> bytes:
+                assert function_name in (TICK, tick_arn), function_name
+                return json.dumps(lambda_front.tick(json.loads(body), None)).encode()
+
+            monkeypatch.setattr(LambdaSimpleBackend, "invoke", invoke)
+            yield stack, service
+        finally:
+            set_lambda_docker(moto_reset, True)
+
+
+class QueueNode(threading.Thread):
+    """One boot of the GPU node: up once the group is 1, it runs each new run request (another batch id or date
+    than the last) and writes that run's summary, until `runs` are done; meanwhile it samples the group's
+    desired capacity, so a release and a second boot between runs would show."""
+
+    def __init__(self, stack: SmallStack, runs: int) -> None:
+        super().__init__(daemon=True)
+        self.stack, self.runs = stack, runs
+        self.requests: list[dict[str, Any]] = []
+        self.capacity: list[int] = [0]
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+    def _sample(self) -> bool:
+        value = self.stack.desired_capacity()
+        if value != self.capacity[-1]:
+            self.capacity.append(value)
+        return self.done.is_set()
+
+    def run(self) -> None:
+        try:
+            s3 = boto3.client("s3")
+            seen: set[str] = set()
+            for _ in range(self.runs):
+
+                def new_request() -> bool:
+                    self._sample()
+                    listed = s3.list_objects_v2(Bucket=self.stack.bucket, Prefix="control/run.json")
+                    if self.stack.desired_capacity() != 1 or not listed["KeyCount"]:
+                        return False
+                    body = s3.get_object(Bucket=self.stack.bucket, Key="control/run.json")["Body"].read()
+                    request = json.loads(body)
+                    if request["output_uri"] in seen:
+                        return False
+                    self.requests.append(request)
+                    return True
+
+                wait_for(new_request, what="the next run request")
+                request = self.requests[-1]
+                seen.add(request["output_uri"])
+                key = urlparse(request["output_uri"]).path.strip("/") + "/summary.json"
+                s3.put_object(Bucket=self.stack.bucket, Key=key, Body=json.dumps(summary(rows=1)).encode())
+            wait_for(lambda: self._sample() or self.capacity[-1] == 0, what="the group released")
+        except BaseException as error:  # surfaced by the test through .error
+            self.error = error
+
+
+def _batches(service: BatchService, count: int) -> list[str]:
+    file_id = service.upload_file("project", "in.jsonl", "batch", [_line("a").encode()])["id"]
+    return [service.create_batch("project", file_id, "/v1/chat/completions", "24h")["id"] for _ in range(count)]
+
+
+def _executions(stack: SmallStack) -> list[dict[str, Any]]:
+    return list(boto3.client("stepfunctions").list_executions(stateMachineArn=stack.state_machine_arn)["executions"])
+
+
+def test_two_queued_batches_run_in_one_execution_on_one_boot(queued_stack: tuple[SmallStack, BatchService]) -> None:
+    stack, service = queued_stack
+    first, second = _batches(service, 2)
+    node = QueueNode(stack, runs=2)
+    node.start()
+    lifecycle.tick(service)  # nothing runs: the oldest starts an execution, booting the GPU
+    assert service.get_batch("project", second)["status"] == "validating"
+    (execution,) = _executions(stack)
+    lifecycle.tick(service)  # the execution holds the GPU: the tick starts nothing beside it
+    assert len(_executions(stack)) == 1
+    result = wait_for_end(execution["executionArn"])
+    node.join(timeout=30)
+    assert node.error is None
+    assert result["status"] == "SUCCEEDED", result
+    assert [r["batch_id"] for r in node.requests] == [first, second]
+    assert node.requests[1]["output_uri"].endswith(f"batch-api/batches/{second}/output")
+    assert node.capacity == [0, 1, 0], "one boot, released once, never in between"
+    assert len(_executions(stack)) == 1
+    lifecycle.tick(service)
+    assert [service.get_batch("project", b)["status"] for b in (first, second)] == ["completed", "completed"]
+    assert stack.alerts() == []
+
+
+def test_the_night_is_queued_behind_a_running_batch_and_runs_on_its_boot(
+    queued_stack: tuple[SmallStack, BatchService],
+) -> None:
+    """The schedule's `{"enqueue_night": ...}` while a batch runs: no second execution, the night is the running
+    execution's next run (its date path: input/<date>/, output/<date>/), then a night without input is skipped
+    and the GPU released."""
+    stack, service = queued_stack
+    (batch,) = _batches(service, 1)
+    node = QueueNode(stack, runs=2)
+    node.start()
+    lifecycle.tick(service)
+    (execution,) = _executions(stack)
+    assert lambda_front.tick({"enqueue_night": "2026-11-28T01:00:00Z"}, None) == {
+        "status": "queued",
+        "night": "night-2026-11-28",
+    }
+    assert lambda_front.tick({"enqueue_night": "2026-11-28T01:00:00Z"}, None)["night"] == "night-2026-11-28"
+    lambda_front.tick({"enqueue_night": f"{NIGHT_WITHOUT_INPUT}T01:00:00Z"}, None)
+    assert len(_executions(stack)) == 1, "the nights wait for the running execution"
+    result = wait_for_end(execution["executionArn"])
+    node.join(timeout=30)
+    assert node.error is None
+    assert result["status"] == "SUCCEEDED", result
+    assert json.loads(result["output"])["status"] == "skipped"  # the last run: the night without input
+    assert node.requests[1]["output_uri"] == f"s3://{stack.bucket}/output/2026-11-28/"
+    assert node.capacity == [0, 1, 0]
+    assert len(_executions(stack)) == 1
+    lifecycle.tick(service)
+    assert service.get_batch("project", batch)["status"] == "completed"
+    assert {r["id"]: r["status"] for r in service.store.records("night")} == {
+        "night-2026-11-28": "started",
+        f"night-{NIGHT_WITHOUT_INPUT}": "started",
+    }
+    assert service.list_batches("project", None, 100)["data"][0]["id"] == batch  # nights are no key's batches
+    (alert,) = stack.alerts()
+    assert "skipped" in alert and NIGHT_WITHOUT_INPUT in alert
