@@ -13,7 +13,6 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -22,29 +21,21 @@ import pulumi_kubernetes as k8s
 from infra import naming, statemachines
 from infra.aws_context import AwsContext
 from infra.components.batch_api import BATCH_INPUT_PREFIX, BATCH_OUTPUT_PREFIX, tick_function_name
-from infra.components.iam import function_identity, policy_document, service_role, via_services
+from infra.components.iam import function_identity, policy_document, service_role
+from infra.components.nightly_roles import (
+    RUN_REQUEST_KEY,
+    run_statements,
+    scheduler_statements,
+    submitter_statements,
+    sweep_statements,
+)
 from infra.config import StackConfig
+from infra.statemachines import timing
 from infra.statemachines.queue import with_queue
 
 FUNCTION_DIR = Path(__file__).resolve().parent.parent / "functions" / "submit_rayjob"
-#: Where the small tier's state machine writes the night's date, input and output for the instance.
-RUN_REQUEST_KEY = "control/run.json"
 #: Kubernetes group the submit function's access entry maps to (bound below to what it needs).
 SUBMITTER_GROUP = "llm-batch-nightly"
-MIN_POLL_SECONDS = 60
-# A standard execution's history holds at most 25,000 events and one poll of the markers writes about 40:
-# a long deadline polls less often rather than run out of history.
-MAX_POLLS = 300
-HISTORY_EVENTS = 25_000  # Step Functions quotas: a standard execution's history holds at most 25,000 events
-EVENTS_PER_POLL = 40
-# With the Batch API's queue one execution runs several runs: their polls together stay within four fifths of
-# the history (the rest for the runs' starts and ends), and one whole run always fits.
-QUEUE_POLL_BUDGET = HISTORY_EVENTS * 4 // 5 // EVENTS_PER_POLL
-assert QUEUE_POLL_BUDGET >= MAX_POLLS
-# What the small tier's node waits for the next run request after a job ends well, past two of the machine's
-# polls (the one that sees the summary, and a late one): the margin covers the NextBatch call and the tasks up
-# to WriteRunRequest, a few seconds each.
-NEXT_RUN_MARGIN_S = 60
 MAX_ATTEMPTS = 3  # a run interrupted more often than this is reported, not retried forever
 SWEEP_EVERY = "rate(30 minutes)"
 LAMBDA_RUNTIME = "python3.12"
@@ -129,216 +120,10 @@ def nightly_args(
     )
 
 
-def poll_seconds(run_deadline_minutes: int) -> int:
-    """How often the machine looks at the run's markers: at least a minute, and at most MAX_POLLS a run."""
-    return max(MIN_POLL_SECONDS, -(-run_deadline_minutes * 60 // MAX_POLLS))
-
-
-def next_run_hold_s(run_deadline_minutes: int) -> int:
-    """How long the small tier's node waits for the queue's next run request (infra/components/user_data.py)."""
-    return 2 * poll_seconds(run_deadline_minutes) + NEXT_RUN_MARGIN_S
-
-
 def ca_of(kubeconfig_json: str) -> str:
     """The cluster CA (base64 PEM) written in a kubeconfig (pulumi-eks's, one cluster)."""
     document = json.loads(kubeconfig_json)
     return str(document["clusters"][0]["cluster"]["certificate-authority-data"])
-
-
-def _static(prefix: str) -> str:
-    """`output/{date}/` -> `output/`: the part IAM can pin."""
-    return prefix.split("{", 1)[0]
-
-
-def run_statements(
-    *,
-    bucket_arn: str,
-    key_arn: str,
-    topic_arn: str,
-    input_prefix: str,
-    output_prefix: str,
-    group_arn: str | None,
-    function_arn: str | None,
-    batch_prefixes: tuple[str, str] | None = None,
-    queue_arn: str | None = None,
-) -> list[dict[str, Any]]:
-    """What the nightly state machine does: look for the night's input, watch the output's markers, alert,
-    and drive the capacity; with `batch_prefixes`, the same for a Batch API batch (its PlanBatch state)."""
-    out = _static(output_prefix)
-    statements: list[dict[str, Any]] = [
-        {
-            # A night with nothing under input/<date>/ is skipped before any GPU starts.
-            "Sid": "FindNightInput",
-            "Effect": "Allow",
-            "Action": "s3:ListBucket",
-            "Resource": bucket_arn,
-            "Condition": {"StringLike": {"s3:prefix": [f"{_static(input_prefix)}*"]}},
-        },
-        {
-            "Sid": "FindOutputMarkers",
-            "Effect": "Allow",
-            "Action": "s3:ListBucket",
-            "Resource": bucket_arn,
-            "Condition": {"StringLike": {"s3:prefix": [f"{out}*"]}},
-        },
-        {
-            # Read the failure reason, clear a previous run's markers, consume an interruption's.
-            "Sid": "ReadAndClearMarkers",
-            "Effect": "Allow",
-            "Action": ["s3:GetObject", "s3:DeleteObject"],
-            "Resource": [f"{bucket_arn}/{out}*/_failed.json", f"{bucket_arn}/{out}*/_interrupted.json"],
-        },
-        {"Sid": "Alert", "Effect": "Allow", "Action": "sns:Publish", "Resource": topic_arn},
-        {
-            # The topic and the bucket are encrypted with the stack's key.
-            "Sid": "UseStackKey",
-            "Effect": "Allow",
-            "Action": ["kms:GenerateDataKey", "kms:Decrypt"],
-            "Resource": key_arn,
-            "Condition": via_services(key_arn, "s3", "sns"),
-        },
-    ]
-    if batch_prefixes is not None:
-        batch_in, batch_out = batch_prefixes
-        statements += [
-            {
-                "Sid": "FindBatchInputAndMarkers",
-                "Effect": "Allow",
-                "Action": "s3:ListBucket",
-                "Resource": bucket_arn,
-                "Condition": {"StringLike": {"s3:prefix": [f"{batch_in}*", f"{batch_out}*"]}},
-            },
-            {
-                "Sid": "ReadAndClearBatchMarkers",
-                "Effect": "Allow",
-                "Action": ["s3:GetObject", "s3:DeleteObject"],
-                "Resource": [f"{bucket_arn}/{batch_out}_failed.json", f"{bucket_arn}/{batch_out}_interrupted.json"],
-            },
-        ]
-    if group_arn is not None:
-        statements += [
-            {
-                "Sid": "WriteRunRequest",
-                "Effect": "Allow",
-                "Action": "s3:PutObject",
-                "Resource": f"{bucket_arn}/{RUN_REQUEST_KEY}",
-            },
-            {
-                "Sid": "ScaleGpuGroup",
-                "Effect": "Allow",
-                "Action": "autoscaling:SetDesiredCapacity",
-                "Resource": group_arn,
-            },
-        ]
-    if queue_arn is not None:
-        # NextBatch: the tick function claims the next queued run for this execution.
-        statements.append(
-            {"Sid": "TakeNextRun", "Effect": "Allow", "Action": "lambda:InvokeFunction", "Resource": queue_arn}
-        )
-    if function_arn is not None:
-        statements.append(
-            {
-                "Sid": "DriveRayJob",
-                "Effect": "Allow",
-                "Action": "lambda:InvokeFunction",
-                "Resource": function_arn,
-            }
-        )
-    return statements
-
-
-def sweep_statements(
-    *, nightly_arn: str, key_arn: str, topic_arn: str, group_arn: str | None, function_arn: str | None
-) -> list[dict[str, Any]]:
-    statements: list[dict[str, Any]] = [
-        {
-            "Sid": "SeeRunningRuns",
-            "Effect": "Allow",
-            "Action": "states:ListExecutions",
-            "Resource": nightly_arn,
-        },
-        {"Sid": "Alert", "Effect": "Allow", "Action": "sns:Publish", "Resource": topic_arn},
-        {
-            "Sid": "UseStackKey",
-            "Effect": "Allow",
-            "Action": ["kms:GenerateDataKey", "kms:Decrypt"],
-            "Resource": key_arn,
-            "Condition": via_services(key_arn, "sns"),
-        },
-    ]
-    if group_arn is not None:
-        statements.append(
-            {
-                "Sid": "ScaleGpuGroupToZero",
-                "Effect": "Allow",
-                "Action": "autoscaling:SetDesiredCapacity",
-                "Resource": group_arn,
-            }
-        )
-    if function_arn is not None:
-        statements.append(
-            {
-                "Sid": "ReleaseRayJob",
-                "Effect": "Allow",
-                "Action": "lambda:InvokeFunction",
-                "Resource": function_arn,
-            }
-        )
-    return statements
-
-
-def scheduler_statements(machine_arns: list[str], queue_arn: str | None) -> list[dict[str, Any]]:
-    """The schedules start the machines; with the Batch API the night's goes to the tick function instead."""
-    statements: list[dict[str, Any]] = [
-        {"Sid": "StartRuns", "Effect": "Allow", "Action": "states:StartExecution", "Resource": machine_arns}
-    ]
-    if queue_arn is not None:
-        statements.append(
-            {"Sid": "QueueTheNight", "Effect": "Allow", "Action": "lambda:InvokeFunction", "Resource": queue_arn}
-        )
-    return statements
-
-
-def submitter_statements(
-    *, context: AwsContext, log_group_arn: str, cluster_name: str, nodegroup_name: str | None
-) -> list[dict[str, Any]]:
-    """The VPC function: its logs, its network interfaces, and (medium) the GPU node group's size."""
-    eni = context.arn("ec2", "network-interface/*")
-    statements: list[dict[str, Any]] = [
-        {
-            "Sid": "Logs",
-            "Effect": "Allow",
-            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
-            "Resource": f"{log_group_arn}:*",
-        },
-        {
-            "Sid": "VpcNetworkInterfaces",
-            "Effect": "Allow",
-            "Action": [
-                "ec2:CreateNetworkInterface",
-                "ec2:DeleteNetworkInterface",
-                "ec2:AssignPrivateIpAddresses",
-                "ec2:UnassignPrivateIpAddresses",
-            ],
-            "Resource": [eni, context.arn("ec2", "subnet/*"), context.arn("ec2", "security-group/*")],
-        },
-        {
-            "Sid": "DescribeNetworkInterfaces",
-            "Effect": "Allow",
-            "Action": "ec2:DescribeNetworkInterfaces",
-            "Resource": "*",
-        },
-    ]
-    if nodegroup_name is not None:
-        statements.append(
-            {
-                "Sid": "ScaleGpuNodeGroup",
-                "Effect": "Allow",
-                "Action": "eks:UpdateNodegroupConfig",
-                "Resource": context.arn("eks", f"nodegroup/{cluster_name}/{nodegroup_name}/*"),
-            }
-        )
-    return statements
 
 
 class Nightly(pulumi.ComponentResource):
@@ -360,13 +145,13 @@ class Nightly(pulumi.ComponentResource):
         # The run's deadline is enforced inside the definition (so the release runs); the machine's own
         # timeout is only a backstop after it, and the sweep releases what such a timeout leaves.
         deadline_s = args.run_deadline_minutes * 60
-        poll_s = poll_seconds(args.run_deadline_minutes)
+        poll_s = timing.poll_seconds(args.run_deadline_minutes)
         base: dict[str, statemachines.Substitution] = {
             "Stack": stack,
             "InputPrefix": statemachines.format_template(args.input_prefix, "job.input_prefix"),
             "OutputPrefix": statemachines.format_template(args.output_prefix, "job.output_prefix"),
             "PollSeconds": poll_s,
-            "MaxPolls": -(-deadline_s // poll_s),
+            "MaxPolls": timing.max_polls(args.run_deadline_minutes),
             "MaxAttempts": MAX_ATTEMPTS,
             "RunDeadlineMinutes": args.run_deadline_minutes,
             "StateMachineTimeoutSeconds": deadline_s + 1800,
@@ -384,8 +169,9 @@ class Nightly(pulumi.ComponentResource):
                 subs["SubmitFunction"] = function
             definition = statemachines.render(statemachines.NIGHTLY[kind], subs)
             if queue_arn is not None:
-                queue = {"TickFunction": queue_arn, "MaxPolls": base["MaxPolls"], "QueuePollBudget": QUEUE_POLL_BUDGET}
-                definition = with_queue(definition, queue, QUEUE_POLL_BUDGET * poll_s + 1800)
+                budget = timing.QUEUE_POLL_BUDGET
+                queue = {"TickFunction": queue_arn, "MaxPolls": base["MaxPolls"], "QueuePollBudget": budget}
+                definition = with_queue(definition, queue, timing.queue_timeout_s(args.run_deadline_minutes))
             return json.dumps(definition, indent=2)
 
         run_role = service_role(
