@@ -36,6 +36,7 @@ from infra.statemachines.queue import with_queue
 FUNCTION_DIR = Path(__file__).resolve().parent.parent / "functions" / "submit_rayjob"
 #: Kubernetes group the submit function's access entry maps to (bound below to what it needs).
 SUBMITTER_GROUP = "llm-batch-nightly"
+SUBMIT_TIMEOUT_S = 60  # the submit function's own bound on each call (submit, capacity_up, status, release)
 MAX_ATTEMPTS = 3  # a run interrupted more often than this is reported, not retried forever
 SWEEP_EVERY = "rate(30 minutes)"
 LAMBDA_RUNTIME = "python3.12"
@@ -406,7 +407,7 @@ class Nightly(pulumi.ComponentResource):
             runtime=LAMBDA_RUNTIME,
             handler="handler.handler",
             code=code,
-            timeout=60,
+            timeout=SUBMIT_TIMEOUT_S,
             memory_size=256,
             kms_key_arn=args.key_arn,
             environment=aws.lambda_.FunctionEnvironmentArgs(variables=environment),

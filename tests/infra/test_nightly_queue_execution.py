@@ -186,3 +186,31 @@ def test_the_night_is_queued_behind_a_running_batch_and_runs_on_its_boot(
     assert service.list_batches("project", None, 100)["data"][0]["id"] == batch  # nights are no key's batches
     (alert,) = stack.alerts()
     assert "skipped" in alert and NIGHT_WITHOUT_INPUT in alert
+
+
+def _seconds(duration: str) -> int:
+    """A Kubernetes-style duration ('300s', '5m', '1h30m') in seconds."""
+    import re
+
+    units = {"s": 1, "m": 60, "h": 3600}
+    return sum(int(n) * units[u] for n, u in re.findall(r"(\d+)([smh])", duration))
+
+
+@pytest.mark.parametrize("tier", ["medium", "large"])
+def test_on_eks_the_next_rayjob_comes_before_the_gpu_nodes_are_taken_away(tier: str) -> None:
+    """Between two runs of a queue the GPU nodes sit without the last run's pods until the next RayJob: at most
+    one poll of the machine (it sees the summary), the NextBatch and S3 steps (the margin) and the submit
+    function's own bound. That must be shorter than the idle time after which the nodes go: Karpenter's
+    consolidateAfter (large) and the Cluster Autoscaler's scale-down-unneeded-time (medium's managed group)."""
+    from infra.components.cluster_autoscaler import ClusterAutoscalerArgs
+    from infra.components.nightly import SUBMIT_TIMEOUT_S
+    from infra.config import load_stack_config
+    from infra.statemachines import timing
+
+    config = load_stack_config(tier, {"cost_center": "cc"})
+    gap = timing.poll_seconds(config.schedule.run_deadline_minutes) + timing.NEXT_RUN_MARGIN_S + SUBMIT_TIMEOUT_S
+    if config.eks.karpenter_enabled:
+        idle = _seconds(config.eks.node_pool.consolidate_after)
+    else:
+        idle = _seconds(ClusterAutoscalerArgs.__dataclass_fields__["scale_down_after"].default)
+    assert gap < idle, f"{tier}: the next RayJob may come {gap} s after the last, the nodes go after {idle} s idle"
