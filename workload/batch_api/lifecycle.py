@@ -1,6 +1,8 @@
 """How a batch moves on (service.py's diagram): one `tick` expires, follows the running batch, starts the next,
-and deletes what is past its retention. Everything it knows of a run comes from the executor's `state` and the
-job's output folder in the store, so it resumes correctly after any restart of the server.
+and deletes what is past its retention; `next_run` hands the next queued entry (a batch, or a night of
+nights.py) to the tiers' execution that holds the GPUs, so a night's queue runs on one boot. Everything it
+knows of a run comes from the executor's `state` and the job's output folder in the store, so it resumes
+correctly after any restart of the server.
 
 What it reads of the job's output (workload/job/output.py's layout): `_commits/*.json` (the shard markers, for
 request counts while the job runs), `summary.json` (written last: totals and tokens), and the OpenAI files the job

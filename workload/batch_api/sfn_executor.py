@@ -1,15 +1,20 @@
-"""The tiers' executor: a batch runs as one execution of the stack's nightly state machine.
+"""The tiers' executor: a batch runs in an execution of the stack's nightly state machine.
 
 The state machine is the one `python -m infra.run STACK` starts: it brings up the GPU capacity, runs the job on an
-input into an output, and releases the capacity however the run ends. A batch's execution gets the batch's own
-input and output (`{"batch": {"id", "input_uri", "output_uri", "endpoint"}}`) in place of a night's date, so the
-job, its exactly-once resume on the output and its stop (commit what finished, partial files) are the night's.
+input into an output, and releases the capacity however the run ends. A batch's run gets the batch's own input
+and output (`{"batch": {"id", "input_uri", "output_uri", "endpoint"}}`) in place of a night's date, so the job,
+its exactly-once resume on the output and its stop (commit what finished, partial files) are the night's.
 
-The front is stateless (a Lambda function), so what this executor knows lives in the store beside the batch:
-`batches/<id>/execution.json` holds the execution's ARN, or `busy` while another execution holds the GPUs.
-One execution at a time: a night's queue runs back to back, and never two jobs on one GPU group; a batch whose
-turn comes while another execution runs (the night's date, or a run an operator started) is `busy`, and the
-lifecycle asks again on its next tick.
+One execution may run several batches back to back on one GPU boot (the Batch API's queue drain,
+infra/statemachines/queue.py): `start` begins an execution when none runs, and a running execution takes the
+next queued batch itself (`adopt`, from lifecycle.next_run). So a batch's state is its own output's markers first
+(summary.json, _failed.json), the execution's status only while its run is open, and `stop` stops the execution
+only while it is on that batch.
+
+The front is stateless (a Lambda function), so what this executor knows lives in the store:
+`batches/<id>/execution.json` holds the execution's ARN and the batch's output (or `busy`: its start found the
+GPUs taken, and the lifecycle asks again on its next tick), `executions/<name>.json` the run the execution is on,
+its runs and the polls they spent. Never two jobs on one GPU group: a start while an execution runs is `busy`.
 """
 
 from __future__ import annotations
