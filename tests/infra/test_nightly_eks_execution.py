@@ -142,7 +142,7 @@ class Cluster(threading.Thread):
                 else:
                     boto3.client("s3").put_object(
                         Bucket=self.stack.bucket,
-                        Key=f"{self.output}{kind}",
+                        Key=kind if "/" in kind else f"{self.output}{kind}",  # a whole key: that run's output
                         Body=json.dumps(outcome).encode(),
                     )
         except BaseException as error:  # surfaced by the test through .error
@@ -225,3 +225,58 @@ def test_a_night_without_input_on_eks_submits_nothing(eks_stack: tuple[SmallStac
     assert kube.names(RAYJOBS) == [] and _desired() == 0, "no RayJob, GPU group never raised"
     (alert,) = stack.alerts()
     assert "skipped" in alert and NIGHT_WITHOUT_INPUT in alert
+
+
+def test_two_queued_batches_on_eks_run_in_one_execution_on_the_same_nodes(
+    eks_stack: tuple[SmallStack, FakeKube, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queue drain on EKS: the machine's NextBatch invokes the real tick function (in-process, as the submit
+    function is); the second batch's RayJob is submitted by the same execution, with no release between the two
+    (the GPU nodes stay), and the nodes are released once, after the last."""
+    from moto.awslambda_simple.models import LambdaSimpleBackend
+
+    from infra.statemachines.queue import with_queue
+    from tests.infra.test_nightly_queue_execution import _batches
+    from workload.batch_api import lambda_front, lifecycle
+
+    stack, kube, function_arn = eks_stack
+    tick_arn = create_function("llm-batch-medium-batch-api-tick", lambda_front.__file__)
+    subs = {k: v for k, v in stack.substitutions().items() if k not in ("AutoScalingGroup", "RunRequestKey")}
+    definition = statemachines.render("eks.asl.json", {**subs, "Stack": "medium", "SubmitFunction": function_arn})
+    queue = {"TickFunction": tick_arn, "MaxPolls": 30, "QueuePollBudget": 100}
+    stack.state_machine_arn = create_state_machine("llm-batch-medium-nightly", with_queue(definition, queue, 600))
+    env = {
+        "LLM_BATCH_BUCKET": stack.bucket,
+        "LLM_BATCH_STATE_MACHINE_ARN": stack.state_machine_arn,
+        "LLM_BATCH_MODEL": "Qwen/Qwen3-0.6B",
+    }
+    service = lambda_front.build_service(env)
+    monkeypatch.setattr(lambda_front, "_built", {"service": service})
+    actions: list[str] = []
+
+    def invoke(self: Any, function_name: str, qualifier: Any, body: Any, *args: Any) -> bytes:
+        event = json.loads(body)
+        if "batch-api-tick" in function_name:
+            return json.dumps(lambda_front.tick(event, None)).encode()
+        actions.append(event["action"])
+        return json.dumps(submit.handler(event)).encode()
+
+    monkeypatch.setattr(LambdaSimpleBackend, "invoke", invoke)
+    first, second = _batches(service, 2)
+    done = [(f"batch-api/batches/{batch}/output/summary.json", summary(rows=1)) for batch in (first, second)]
+    cluster = Cluster(stack, kube, done)
+    cluster.start()
+    lifecycle.tick(service)
+    sfn = boto3.client("stepfunctions")
+    (execution,) = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
+    result = wait_for_end(execution["executionArn"])
+    cluster.join(timeout=5)
+    assert cluster.error is None
+    assert result["status"] == "SUCCEEDED", result
+    assert cluster.seen == [f"llm-batch-{b.replace('_', '-')}-a1" for b in (first, second)]
+    assert actions.count("release") == 1 and actions[-1] == "release", actions
+    assert cluster.desired_while_running == [2, 2]
+    assert len(sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]) == 1
+    assert kube.names(RAYJOBS) == [] and _desired() == 0
+    lifecycle.tick(service)
+    assert [service.get_batch("project", b)["status"] for b in (first, second)] == ["completed", "completed"]
