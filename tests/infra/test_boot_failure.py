@@ -374,7 +374,7 @@ def test_one_boot_runs_the_queues_next_batch_with_the_image_and_disk_it_has(
         aws_cli,
         account,
         disks=True,
-        settings={"next_run_hold_s": 3, "next_run_poll_s": 1},
+        settings={"next_run_hold_s": 2, "next_run_poll_s": 1},
         NEXT_RUN=str(tmp_path / "next-run.json"),
         DISKS=f"/dev/nvme1n1 {STORE}\\n",
     )
@@ -388,7 +388,7 @@ def test_one_boot_runs_the_queues_next_batch_with_the_image_and_disk_it_has(
     assert sum(call.startswith("docker pull") for call in calls) == 1
     assert sum(call.startswith("mkfs.xfs") for call in calls) == 1
     assert "docker rm llm-batch-job" in calls
-    assert "no new run request within 3 s" in result.stdout
+    assert "no new run request within 2 s" in result.stdout
     assert _desired_capacity() == 0
     assert _no_failure_marker()
 

@@ -127,63 +127,40 @@ def _executions(stack: SmallStack) -> list[dict[str, Any]]:
     return list(boto3.client("stepfunctions").list_executions(stateMachineArn=stack.state_machine_arn)["executions"])
 
 
-def test_two_queued_batches_run_in_one_execution_on_one_boot(queued_stack: tuple[SmallStack, BatchService]) -> None:
+def test_a_nights_queue_runs_in_one_execution_on_one_boot(queued_stack: tuple[SmallStack, BatchService]) -> None:
+    """Two queued batches, then the schedule's night (`{"enqueue_night": ...}`, twice: its retry) and a night
+    without input, all while the first batch runs: ONE execution, ONE boot, the GPU released once after the
+    last run. The night runs by its date path (input/<date>/ -> output/<date>/), the empty night is skipped."""
     stack, service = queued_stack
     first, second = _batches(service, 2)
-    node = QueueNode(stack, runs=2)
+    node = QueueNode(stack, runs=3)
     node.start()
     lifecycle.tick(service)  # nothing runs: the oldest starts an execution, booting the GPU
     assert service.get_batch("project", second)["status"] == "validating"
     (execution,) = _executions(stack)
     lifecycle.tick(service)  # the execution holds the GPU: the tick starts nothing beside it
-    assert len(_executions(stack)) == 1
-    result = wait_for_end(execution["executionArn"])
-    node.join(timeout=30)
-    assert node.error is None
-    assert result["status"] == "SUCCEEDED", result
-    assert [r["batch_id"] for r in node.requests] == [first, second]
-    assert node.requests[1]["output_uri"].endswith(f"batch-api/batches/{second}/output")
-    assert node.capacity == [0, 1, 0], "one boot, released once, never in between"
-    assert len(_executions(stack)) == 1
-    lifecycle.tick(service)
-    assert [service.get_batch("project", b)["status"] for b in (first, second)] == ["completed", "completed"]
-    assert stack.alerts() == []
-
-
-def test_the_night_is_queued_behind_a_running_batch_and_runs_on_its_boot(
-    queued_stack: tuple[SmallStack, BatchService],
-) -> None:
-    """The schedule's `{"enqueue_night": ...}` while a batch runs: no second execution, the night is the running
-    execution's next run (its date path: input/<date>/, output/<date>/), then a night without input is skipped
-    and the GPU released."""
-    stack, service = queued_stack
-    (batch,) = _batches(service, 1)
-    node = QueueNode(stack, runs=2)
-    node.start()
-    lifecycle.tick(service)
-    (execution,) = _executions(stack)
-    assert lambda_front.tick({"enqueue_night": "2026-11-28T01:00:00Z"}, None) == {
-        "status": "queued",
-        "night": "night-2026-11-28",
-    }
-    assert lambda_front.tick({"enqueue_night": "2026-11-28T01:00:00Z"}, None)["night"] == "night-2026-11-28"
+    queued = {"status": "queued", "night": "night-2026-11-28"}
+    assert lambda_front.tick({"enqueue_night": "2026-11-28T01:00:00Z"}, None) == queued
+    assert lambda_front.tick({"enqueue_night": "2026-11-28T01:00:00Z"}, None) == queued  # one entry a night
     lambda_front.tick({"enqueue_night": f"{NIGHT_WITHOUT_INPUT}T01:00:00Z"}, None)
     assert len(_executions(stack)) == 1, "the nights wait for the running execution"
     result = wait_for_end(execution["executionArn"])
     node.join(timeout=30)
     assert node.error is None
     assert result["status"] == "SUCCEEDED", result
+    assert [r.get("batch_id") for r in node.requests] == [first, second, None]
+    assert node.requests[1]["output_uri"].endswith(f"batch-api/batches/{second}/output")
+    assert node.requests[2]["output_uri"] == f"s3://{stack.bucket}/output/2026-11-28/"
     assert json.loads(result["output"])["status"] == "skipped"  # the last run: the night without input
-    assert node.requests[1]["output_uri"] == f"s3://{stack.bucket}/output/2026-11-28/"
-    assert node.capacity == [0, 1, 0]
+    assert node.capacity == [0, 1, 0], "one boot, released once, never in between"
     assert len(_executions(stack)) == 1
     lifecycle.tick(service)
-    assert service.get_batch("project", batch)["status"] == "completed"
+    assert [service.get_batch("project", b)["status"] for b in (first, second)] == ["completed", "completed"]
     assert {r["id"]: r["status"] for r in service.store.records("night")} == {
         "night-2026-11-28": "started",
         f"night-{NIGHT_WITHOUT_INPUT}": "started",
     }
-    assert service.list_batches("project", None, 100)["data"][0]["id"] == batch  # nights are no key's batches
+    assert {b["id"] for b in service.list_batches("project", None, 100)["data"]} == {first, second}  # no nights
     (alert,) = stack.alerts()
     assert "skipped" in alert and NIGHT_WITHOUT_INPUT in alert
 
