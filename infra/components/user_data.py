@@ -15,6 +15,11 @@ And before it stands the group down at all, the node reads its Auto Scaling targ
 instance metadata (AWS's capacity-rebalancing guide): `Terminated` means Auto Scaling is taking this instance
 away (a rebalancing replacement, a scale-in) and the group's capacity is not this node's to change.
 
+With the Batch API's queue (`next_run_hold_s` > 0) a job that ended well does not end the boot at once: the
+node watches the run request for a new one (another batch id, or another output) for up to the hold, which is
+two of the nightly machine's polls and a margin (infra/statemachines/timing.py), and runs it with the image it
+pulled and the model on its disk; a failed or interrupted job never holds.
+
 Kept apart from the component so it can be rendered, and run against stand-in commands, without Pulumi.
 """
 
@@ -382,20 +387,22 @@ next_run_request() {{
   [ "${{hold}}" -gt 0 ] || return 1
   STAGE="waiting for the next run request"
   deadline=$(( $(date +%s) + hold ))
-  while [ "$(date +%s)" -lt "${{deadline}}" ]; do
-    sleep {settings.next_run_poll_s}
-    aws s3 cp {q["run_request_uri"]} "${{next}}" --only-show-errors 2>/dev/null || continue
-    local previous="${{RUN_ID}}"
-    take_run_request "${{next}}"
-    if [ "${{RUN_ID}}" != "${{previous}}" ]; then
-      mv "${{next}}" {config_dir}/run.json
-      check_run_date
-      STAGE="reading the job settings"
-      write_job_settings || exit  # `set -e` does not reach into a function called in a condition
-      docker rm {CONTAINER} > /dev/null || true  # the last run's container still holds the name
-      echo "llm-batch: the next run request (${{RUN_ID}}); running it on this boot"
-      return 0
+  while :; do
+    if aws s3 cp {q["run_request_uri"]} "${{next}}" --only-show-errors 2>/dev/null; then
+      local previous="${{RUN_ID}}"
+      take_run_request "${{next}}"
+      if [ "${{RUN_ID}}" != "${{previous}}" ]; then
+        mv "${{next}}" {config_dir}/run.json
+        check_run_date
+        STAGE="reading the job settings"
+        write_job_settings || exit  # `set -e` does not reach into a function called in a condition
+        docker rm {CONTAINER} > /dev/null || true  # the last run's container still holds the name
+        echo "llm-batch: the next run request (${{RUN_ID}}); running it on this boot"
+        return 0
+      fi
     fi
+    [ "$(date +%s)" -lt "${{deadline}}" ] || break
+    sleep {settings.next_run_poll_s}
   done
   echo "llm-batch: no new run request within ${{hold}} s"
   return 1

@@ -305,22 +305,37 @@ def _calls(tmp_path: Path) -> list[str]:
     return (tmp_path / "calls.log").read_text().splitlines()
 
 
-def test_two_instance_store_disks_become_one_raid0_model_cache(
+def test_two_instance_store_disks_become_one_model_cache_for_every_run_of_the_boot(
     tmp_path: Path, aws_cli: str, account: dict[str, str]
 ) -> None:
     """A p4d-like node: its NVMe instance-store disks (not the EBS root) are striped, formatted and mounted over
-    the models folder before the job starts."""
+    the models folder before the job starts. With the Batch API's queue the boot then holds on: the machine
+    writes the next batch's run request while the night's job ends well, and the node runs it on the same boot
+    (no second pull, no second disk) with the batch's --input/--output and date; with no third request within
+    the hold it stands down."""
+    batch_in = f"s3://{BUCKET}/batch-api/files/file-1.jsonl"
+    batch_out = f"s3://{BUCKET}/batch-api/batches/batch_2/output"
+    request = {"date": "2026-11-29", "batch_id": "batch_2", "input_uri": batch_in, "output_uri": batch_out}
+    (tmp_path / "next-run.json").write_text(json.dumps(request))
     disks = f"/dev/nvme0n1 Amazon Elastic Block Store\\n/dev/nvme1n1 {STORE}\\n/dev/nvme2n1 {STORE}\\n"
-    result = _boot(tmp_path, aws_cli, account, disks=True, DISKS=disks)
+    hold = {"next_run_hold_s": 1, "next_run_poll_s": 1}
+    result = _boot(tmp_path, aws_cli, account, True, hold, NEXT_RUN=str(tmp_path / "next-run.json"), DISKS=disks)
     assert result.returncode == 0, result.stderr
     calls = _calls(tmp_path)
     models = str(tmp_path / "models")
     raid = "/dev/md/llm-batch-models"
     assert f"mdadm --create {raid} --run --level=0 --raid-devices=2 /dev/nvme1n1 /dev/nvme2n1" in calls
     assert f"mkfs.xfs -f -q {raid}" in calls and f"mount -o noatime {raid} {models}" in calls
-    assert calls.index(f"mount -o noatime {raid} {models}") < next(
-        i for i, call in enumerate(calls) if call.startswith("docker run")
-    )
+    runs = [i for i, call in enumerate(calls) if call.startswith("docker run")]
+    assert len(runs) == 2 and calls.index(f"mount -o noatime {raid} {models}") < runs[0]
+    first, second = (calls[i] for i in runs)
+    assert "--input" not in first and "awslogs-stream=2026-11-28/" in first  # the night first
+    assert second.endswith(f"--input {batch_in} --output {batch_out}")
+    assert "awslogs-stream=2026-11-29/" in second  # the next run's date: its job settings and log stream
+    assert sum(call.startswith(("docker pull", "mkfs.xfs", "mdadm")) for call in calls) == 3  # once each
+    assert "docker rm llm-batch-job" in calls
+    assert "no new run request within 1 s" in result.stdout
+    assert _desired_capacity() == 0 and _no_failure_marker()
 
 
 def test_one_disk_is_formatted_without_raid_and_none_leaves_the_root_volume(
@@ -357,40 +372,6 @@ def test_a_disk_that_will_not_format_fails_the_night_by_its_stage(
     marker, _ = _marker()
     assert marker["stage"] == "preparing the model disk"
     assert _desired_capacity() == 0
-
-
-def test_one_boot_runs_the_queues_next_batch_with_the_image_and_disk_it_has(
-    tmp_path: Path, aws_cli: str, account: dict[str, str]
-) -> None:
-    """The Batch API's queue: the night's job ends well, the machine writes the next batch's run request while
-    the node holds on; the node runs it on the same boot (no second pull, no second disk), with the batch's
-    --input/--output, then, with no third request within the hold, stands down."""
-    batch_in = f"s3://{BUCKET}/batch-api/files/file-1.jsonl"
-    batch_out = f"s3://{BUCKET}/batch-api/batches/batch_2/output"
-    request = {"date": "2026-11-29", "batch_id": "batch_2", "input_uri": batch_in, "output_uri": batch_out}
-    (tmp_path / "next-run.json").write_text(json.dumps(request))
-    result = _boot(
-        tmp_path,
-        aws_cli,
-        account,
-        disks=True,
-        settings={"next_run_hold_s": 2, "next_run_poll_s": 1},
-        NEXT_RUN=str(tmp_path / "next-run.json"),
-        DISKS=f"/dev/nvme1n1 {STORE}\\n",
-    )
-    assert result.returncode == 0, result.stderr
-    calls = _calls(tmp_path)
-    runs = [call for call in calls if call.startswith("docker run")]
-    assert len(runs) == 2, runs
-    assert "--input" not in runs[0] and "awslogs-stream=2026-11-28/" in runs[0]  # the night first
-    assert runs[1].endswith(f"--input {batch_in} --output {batch_out}")
-    assert "awslogs-stream=2026-11-29/" in runs[1]  # the second run's date: its job settings and log stream
-    assert sum(call.startswith("docker pull") for call in calls) == 1
-    assert sum(call.startswith("mkfs.xfs") for call in calls) == 1
-    assert "docker rm llm-batch-job" in calls
-    assert "no new run request within 2 s" in result.stdout
-    assert _desired_capacity() == 0
-    assert _no_failure_marker()
 
 
 def test_the_nodes_hold_is_two_polls_of_the_machine_and_a_margin() -> None:
