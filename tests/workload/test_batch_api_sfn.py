@@ -153,7 +153,11 @@ def test_batches_sharing_one_execution_each_have_their_own_state_and_cancel(stor
     arn = execution["executionArn"]
 
     _summary(store, a)  # A's job ended well; the execution's NextBatch asks for the next
-    taken = lifecycle.next_run(service, arn, polls=12, max_polls=30, poll_budget=100)
+    asked = "2026-12-02T01:00:00.000Z"  # $$.State.EnteredTime: the same on a retry of the step
+    taken = lifecycle.next_run(service, arn, polls=12, max_polls=30, poll_budget=100, asked=asked)
+    # A retry (the answer lost on its way) gets the same run: nothing more claimed, no polls counted twice.
+    assert lifecycle.next_run(service, arn, polls=12, max_polls=30, poll_budget=100, asked=asked) == taken
+    assert service.get_batch("project", c)["status"] == "validating"
     assert taken["run"]["batch"]["id"] == b and taken["run"]["batch"]["output_key"] == f"batch-api/batches/{b}/output"
     assert executor.state(a).name == "succeeded" and executor.state(b).name == "running"
     lifecycle.tick(service)  # A completes from its markers; no second execution starts beside the running one

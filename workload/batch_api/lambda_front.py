@@ -95,7 +95,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
 def tick(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """The schedule's target: one tick of the queue (start the next batch, follow the running one, expire, sweep).
     `{"start_batch": ID}` (what `python -m infra.run STACK --batch ID` sends) starts that queued batch now;
-    `{"next_batch": {"execution_arn", "polls", "max_polls", "poll_budget"}}` (the nightly machine's NextBatch
+    `{"next_batch": {"execution_arn", "asked_at", "polls", "max_polls", "poll_budget"}}` (the machine's NextBatch
     step) claims the next queued run for that execution; `{"enqueue_night": TIME}` (the nightly schedule, with
     the Batch API on) queues the night, then ticks, so a night with nothing running starts at once."""
     from workload.batch_api import lifecycle, nights
@@ -115,6 +115,7 @@ def tick(event: dict[str, Any], context: Any) -> dict[str, Any]:
                 int(asked.get("polls") or 0),
                 int(asked["max_polls"]),
                 int(asked["poll_budget"]),
+                str(asked["asked_at"]) if asked.get("asked_at") else None,
             )
         if "enqueue_night" in event:
             entry = nights.enqueue(service, str(event["enqueue_night"]))

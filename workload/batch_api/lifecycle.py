@@ -111,15 +111,36 @@ def _executor(service: BatchService) -> StepFunctionsExecutor:
     return service.executor
 
 
-def next_run(service: BatchService, execution_arn: str, polls: int, max_polls: int, poll_budget: int) -> dict[str, Any]:
+def next_run(
+    service: BatchService, execution_arn: str, polls: int, max_polls: int, poll_budget: int, asked: str | None = None
+) -> dict[str, Any]:
     """The running execution's NextBatch step: its run ended well (or was skipped) and it still holds the GPUs.
 
     Claims the oldest queued entry for it and answers `{"run": <the execution input of that run>}` (a batch's
     `{"batch": ...}`, a night's `{"date": ...}`), so the same boot runs it; or `{"none": why}`, and the execution
     releases the GPUs. `polls`: what the run that ended spent; the execution takes another run only while its
     polls so far plus a whole run's (`max_polls`) stay within `poll_budget`, which keeps it inside Step Functions'
-    history limit (the machine's own timeout is set from the same budget, infra/components/nightly.py)."""
+    history limit (the machine's own timeout is set from the same budget, infra/components/nightly.py).
+    `asked`: when the execution entered its NextBatch step; a retry of that step (the answer lost on its way)
+    gets the answer already given, so no entry is claimed twice and none is left claimed by a run that never
+    comes."""
     executor = _executor(service)
+    again = executor.answered(execution_arn, asked)
+    if again is not None:
+        return again
+    answer = _next_run(service, executor, execution_arn, polls, max_polls, poll_budget)
+    executor.remember(execution_arn, asked, answer)
+    return answer
+
+
+def _next_run(
+    service: BatchService,
+    executor: StepFunctionsExecutor,
+    execution_arn: str,
+    polls: int,
+    max_polls: int,
+    poll_budget: int,
+) -> dict[str, Any]:
     spent = executor.spend(execution_arn, polls)
     if spent + max_polls > poll_budget:
         return {"none": f"this execution has spent {spent} of its {poll_budget} polls; the next tick starts another"}

@@ -108,6 +108,17 @@ class StepFunctionsExecutor:
         self._write(_execution_marker(execution_arn), spent)
         return int(spent["polls"])
 
+    def answered(self, execution_arn: str, asked: str | None) -> dict[str, Any] | None:
+        """What this execution's NextBatch `asked` (the time it entered the step) was answered, if it was: a
+        retry of the step after its answer was lost gets the same run, not a second claim."""
+        turn = self._read(_execution_marker(execution_arn)) or {}
+        answer = turn.get("answer")
+        return answer if asked is not None and turn.get("asked") == asked and isinstance(answer, dict) else None
+
+    def remember(self, execution_arn: str, asked: str | None, answer: dict[str, Any]) -> None:
+        turn = self._read(_execution_marker(execution_arn)) or {"polls": 0, "runs": 0, "current": None}
+        self._write(_execution_marker(execution_arn), {**turn, "asked": asked, "answer": answer})
+
     def _execution_name(self, run_id: str) -> str:
         return f"{run_id}-{int(time.time())}"  # names are unique per machine for 90 days: one per start
 
