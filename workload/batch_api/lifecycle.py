@@ -16,7 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from workload.batch_api import uploads
 from workload.batch_api.executor import BatchRun
-from workload.batch_api.objects import ACTIVE, TERMINAL, ApiError, batch_errors, file_record, not_found
+from workload.batch_api.objects import (
+    ACTIVE,
+    SIDE_FIELD,
+    TERMINAL,
+    ApiError,
+    batch_errors,
+    file_record,
+    gpu_share,
+    not_found,
+)
 from workload.batch_api.store import StoreConflict
 
 if TYPE_CHECKING:
@@ -206,6 +215,7 @@ def _finish(service: BatchService, batch_id: str, status: str, reason: str | Non
         total = int(summary["rows_in"]) if summary else current["request_counts"]["total"]
         if ids["output_file_id"] or ids["error_file_id"] or summary:
             current["request_counts"] = {"total": total, "completed": counts["output"], "failed": counts["error"]}
+        current[SIDE_FIELD] = gpu_share(summary)
         if summary:
             current["usage"] = {
                 "input_tokens": int(summary["input_tokens"]),

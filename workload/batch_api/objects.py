@@ -132,6 +132,26 @@ def batch_record(
     }
 
 
+# The one field a Batch carries beyond OpenAI's (docs/batch-api.md, "Per-batch cost"): the official client's
+# `openai.types.Batch` keeps unknown fields (its model allows extras: `batch.llm_batch`, `batch.model_extra`).
+SIDE_FIELD = "llm_batch"
+GPU_SHARE_BASIS = "job: its attempts' wall time on the run's GPU nodes x their price per hour (summary.json)"
+
+
+def gpu_share(summary: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A finished batch's share of the GPUs, from its job's summary.json (workload/job/summary.py): the job's own
+    time on the nodes and what it cost at the stack's price per hour (0 where none is configured, as locally).
+    Not in it: the boot (nodes, image, model) of the execution it ran in, which `python -m infra.status` shows
+    per execution. None when the job wrote no summary (it never ran, or failed before its end)."""
+    if summary is None:
+        return None
+    return {
+        "job_wall_s": round(float(summary.get("wall_s") or 0.0), 3),
+        "cost_usd": round(float(summary.get("cost_usd") or 0.0), 4),
+        "basis": GPU_SHARE_BASIS,
+    }
+
+
 def batch_errors(errors: list[dict[str, Any]]) -> dict[str, Any]:
     """The `errors` of a batch that failed validation: a list object of BatchError (code, line, message, param)."""
     return {"object": "list", "data": [{"line": None, "param": None, **error} for error in errors]}
