@@ -79,6 +79,7 @@ def test_a_nights_queue_counts_each_close_once_and_prices_each_batch(service: Ba
     assert _values(METRICS.after_tick(service)) == {
         "BatchApiQueued": 1, "BatchApiRunning": 1, "BatchApiFailed": 0, "BatchApiExpired": 0,
     }  # fmt: skip
+    assert service.get_batch("p", first)[SIDE_FIELD] is None  # open: no share yet
 
     _job_finishes(service, first, wall_s=812.5, cost_usd=0.2274)
     executor.states[first] = RunState("succeeded")

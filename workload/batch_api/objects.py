@@ -27,6 +27,12 @@ DEFAULT_RETENTION_S = 30 * 24 * 3600
 EXPIRES_AFTER_RANGE_S = (3600, 30 * 24 * 3600)
 
 
+# The one field a Batch carries beyond OpenAI's (docs/batch-api.md, "Per-batch status, cost and alarms"): the
+# official client's `openai.types.Batch` keeps unknown fields (its model allows extras: `batch.llm_batch`).
+SIDE_FIELD = "llm_batch"
+GPU_SHARE_BASIS = "job: its attempts' wall time on the run's GPU nodes x their price per hour (summary.json)"
+
+
 @dataclass(frozen=True)
 class Limits:
     max_file_bytes: int = OPENAI_MAX_FILE_BYTES
@@ -128,14 +134,9 @@ def batch_record(
         "request_counts": {"total": 0, "completed": 0, "failed": 0},
         "usage": None,
         "metadata": metadata,
+        SIDE_FIELD: None,  # the job's GPU time and cost, once it closes with the job's summary (gpu_share)
         **{f"_{key}": value for key, value in private.items()},
     }
-
-
-# The one field a Batch carries beyond OpenAI's (docs/batch-api.md, "Per-batch cost"): the official client's
-# `openai.types.Batch` keeps unknown fields (its model allows extras: `batch.llm_batch`, `batch.model_extra`).
-SIDE_FIELD = "llm_batch"
-GPU_SHARE_BASIS = "job: its attempts' wall time on the run's GPU nodes x their price per hour (summary.json)"
 
 
 def gpu_share(summary: dict[str, Any] | None) -> dict[str, Any] | None:
