@@ -14,18 +14,9 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from workload.batch_api import uploads
+from workload.batch_api import objects, uploads
 from workload.batch_api.executor import BatchRun
-from workload.batch_api.objects import (
-    ACTIVE,
-    SIDE_FIELD,
-    TERMINAL,
-    ApiError,
-    batch_errors,
-    file_record,
-    gpu_share,
-    not_found,
-)
+from workload.batch_api.objects import ACTIVE, TERMINAL, ApiError, batch_errors, file_record, not_found
 from workload.batch_api.store import StoreConflict
 
 if TYPE_CHECKING:
@@ -215,7 +206,7 @@ def _finish(service: BatchService, batch_id: str, status: str, reason: str | Non
         total = int(summary["rows_in"]) if summary else current["request_counts"]["total"]
         if ids["output_file_id"] or ids["error_file_id"] or summary:
             current["request_counts"] = {"total": total, "completed": counts["output"], "failed": counts["error"]}
-        current[SIDE_FIELD] = gpu_share(summary)
+        current[objects.SIDE_FIELD] = objects.gpu_share(summary)  # the job's GPU time and cost: docs/batch-api.md
         if summary:
             current["usage"] = {
                 "input_tokens": int(summary["input_tokens"]),

@@ -17,7 +17,8 @@ none runs. Statuses are OpenAI's:
 
 A queued batch is `validating` until its turn (OpenAI's batches also sit in `validating` until they start).
 Every change is a compare-and-swap on the record's version (`_update`), so two fronts (or a front and the
-scheduler) changing one batch never lose each other's write.
+scheduler) changing one batch never lose each other's write; the change that closes a batch is counted where its
+write wins (`closed`), once, for the queue's metrics (queue_metrics.py).
 """
 
 from __future__ import annotations
