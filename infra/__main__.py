@@ -198,6 +198,7 @@ observability = Observability(
         billing_provider=providers.billing,
         account_billing_alarm=config.monitoring.account_billing_alarm,
         serve=config.serve.watch if config.serve.enabled else None,
+        batch_api=config.batch_api.enabled,
     ),
     aws_opts,
 )
@@ -412,6 +413,7 @@ if config.batch_api.enabled and secrets.serve_api_keys_arn is not None:
             state_machine_arn=nightly.state_machine_arn,
             model_name=config.job_config("s3://b/in/{date}/", "s3://b/out/{date}/", stack=stack).model.name,
             code=bundle_archive(dry_run or offline),  # an offline plan deploys nothing
+            metrics_namespace=config.monitoring.metrics_namespace,
             log_retention_days=config.monitoring.log_retention_days,
             tick_minutes=config.batch_api.tick_minutes,
             memory_mb=config.batch_api.memory_mb,

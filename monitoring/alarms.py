@@ -295,6 +295,46 @@ def serve_alarms(stack: str, namespace: str, watch: ServeWatch) -> list[AlarmSpe
     ]
 
 
+def batch_api_alarms(stack: str, namespace: str) -> list[AlarmSpec]:
+    """A batch that failed, and one that expired, each alarms once (batch_api.enabled).
+
+    The counts come from the Batch API's functions (workload/batch_api/queue_metrics.py): every tick publishes
+    them, 0 included, so the alarm returns to OK the period after; no data (the function is new, or does not
+    run) is no batch closed, not a breach."""
+    return [
+        AlarmSpec(
+            key="batch-api-failed",
+            meaning="A Batch API batch failed in the last 5 minutes: its job failed, its file was deleted while "
+            "it waited, or its file held no request (or too many).",
+            action=(
+                "Run `python -m infra.status STACK --batches` for the batch and its reason; a job that failed "
+                "has its execution in `python -m infra.status STACK` (and its partial files); the owner may "
+                "create the batch again: a new batch reruns every request."
+            ),
+            comparison="GreaterThanThreshold",
+            threshold=0,
+            evaluation_periods=1,
+            treat_missing_data="notBreaching",
+            metric=_job_metric(namespace, stack, mn.BATCH_API_FAILED, "Sum"),
+        ),
+        AlarmSpec(
+            key="batch-api-expired",
+            meaning="A Batch API batch expired in the last 5 minutes: its 24-hour window ended before its job did "
+            "(a stopped job keeps what it finished, in the batch's files).",
+            action=(
+                "Run `python -m infra.status STACK --batches`: a queue longer than a night (batches waiting "
+                "behind one another), a run that held the GPUs (`python -m infra.status STACK`), or GPU capacity "
+                "that never came are the usual causes."
+            ),
+            comparison="GreaterThanThreshold",
+            threshold=0,
+            evaluation_periods=1,
+            treat_missing_data="notBreaching",
+            metric=_job_metric(namespace, stack, mn.BATCH_API_EXPIRED, "Sum"),
+        ),
+    ]
+
+
 def billing_alarm(limit_usd: float) -> AlarmSpec:
     """Month-to-date estimated charges of the whole account over `limit_usd` (AWS/Billing: us-east-1 only)."""
     if limit_usd <= 0:

@@ -48,9 +48,11 @@ def dashboard_body(
     slow_batches: SavedQuery,
     alarm_arns: list[str],
     serve: ServeWatch | None = None,
+    batch_api: bool = False,
 ) -> dict[str, Any]:
     """The dashboard as CloudWatch's PutDashboard takes it (serialise with `json.dumps`); with `serve`, the
-    online endpoint's latency, requests and error ratio, and replicas too."""
+    online endpoint's latency, requests and error ratio, and replicas too; with `batch_api`, the Batch API's
+    queue."""
     period = mn.ALARM_PERIOD_S
     widgets = [
         _graph(
@@ -132,6 +134,8 @@ def dashboard_body(
     ]
     if serve is not None:
         widgets[-1:-1] = serve_widgets(stack, namespace, region, serve)
+    if batch_api:
+        widgets[-1:-1] = batch_api_widgets(stack, namespace, region)
     # Two widgets a row, in the order above.
     for index, widget in enumerate(widgets):
         widget["x"] = (index % 2) * _WIDTH
@@ -174,5 +178,31 @@ def serve_widgets(stack: str, namespace: str, region: str, serve: ServeWatch) ->
             [_metric(namespace, stack, mn.SERVE_REPLICAS, "Maximum", period, label="healthy engine replicas")],
             yAxis={"left": {"min": 0}},
             annotations={"horizontal": [{"label": "serve.max_replicas", "value": serve.max_replicas}]},
+        ),
+    ]
+
+
+def batch_api_widgets(stack: str, namespace: str, region: str) -> list[dict[str, Any]]:
+    """The Batch API's queue: batches waiting and running (each tick's count), and those that failed or expired
+    (each period's sum, what the batch-api-failed / batch-api-expired alarms read)."""
+    period = mn.ALARM_PERIOD_S  # a tick every 1 to 60 minutes (batch_api.tick_minutes): one period holds one
+    return [
+        _graph(
+            "Batch API: queued and running batches",
+            region,
+            [
+                _metric(namespace, stack, mn.BATCH_API_QUEUED, "Maximum", period, label="queued (validating)"),
+                _metric(namespace, stack, mn.BATCH_API_RUNNING, "Maximum", period, label="running"),
+            ],
+            yAxis={"left": {"min": 0}},
+        ),
+        _graph(
+            "Batch API: failed and expired batches",
+            region,
+            [
+                _metric(namespace, stack, mn.BATCH_API_FAILED, "Sum", period, label="failed"),
+                _metric(namespace, stack, mn.BATCH_API_EXPIRED, "Sum", period, label="expired"),
+            ],
+            yAxis={"left": {"min": 0}},
         ),
     ]

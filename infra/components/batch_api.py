@@ -2,7 +2,9 @@
 `$default`, goes to a Lambda function running workload/batch_api/lambda_front.py (Mangum over the app), and a
 second function on a schedule, the queue's `tick`. Both run as one role that may touch only the bucket's
 `batch-api/` prefix, the stack key (through S3 and Secrets Manager), the endpoint's key secret and the one nightly
-state machine; both log to one group on the stack key, and the API's access log to another.
+state machine; both log to one group on the stack key, and the API's access log to another. The queue's metrics
+(queued, running, failed, expired batches) are Embedded Metric Format lines in that group
+(workload/batch_api/queue_metrics.py says why EMF): no CloudWatch permission beyond writing the logs.
 
 Why `$default` and no authoriser: the key check is the app's own (`workload/auth`), so every request but
 `/health` is refused with OpenAI's 401 in the function, the same answer locally and on AWS; the policy gate's
@@ -171,6 +173,7 @@ class BatchApiArgs:
     state_machine_arn: pulumi.Input[str]
     model_name: str
     code: pulumi.Archive
+    metrics_namespace: str  # monitoring.metrics_namespace: the queue's metrics go where the stack's alarms read
     log_retention_days: int
     tick_minutes: int = 5
     memory_mb: int = 1024
@@ -223,6 +226,9 @@ class BatchApi(pulumi.ComponentResource):
             "LLM_BATCH_API_KEY_SECRET": args.keys_secret_arn,
             "LLM_BATCH_MODEL": args.model_name,
             "LLM_BATCH_GPU_GROUP": args.group_name or "",
+            # The queue's metrics (workload/batch_api/queue_metrics.py), printed as EMF lines to the log group.
+            "LLM_BATCH_STACK": stack,
+            "LLM_BATCH_METRICS_NAMESPACE": args.metrics_namespace,
         }
 
         def function(suffix: str, handler: str, timeout: int) -> aws.lambda_.Function:
@@ -238,6 +244,7 @@ class BatchApi(pulumi.ComponentResource):
                 memory_size=args.memory_mb,
                 kms_key_arn=args.key_arn,
                 environment=aws.lambda_.FunctionEnvironmentArgs(variables=environment),
+                # Text: a printed line is the log event as printed, so an EMF line reaches CloudWatch Logs whole.
                 logging_config=aws.lambda_.FunctionLoggingConfigArgs(
                     log_format="Text", log_group=identity.log_group.name
                 ),

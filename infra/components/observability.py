@@ -1,4 +1,5 @@
-"""What operators watch: the job's alarms, dashboard, saved queries and the Spot warning rule.
+"""What operators watch: the job's alarms, dashboard, saved queries and the Spot warning rule; with the endpoint
+or the Batch API on, theirs too (the Batch API's queue: monitoring.alarms.batch_api_alarms, its two graphs).
 
 The definitions live in `monitoring/` (alarms, dashboard, queries, event pattern) and name the metrics the job
 publishes (`workload.contract.metric_names`); this component only turns them into resources. Every alarm notifies the
@@ -23,7 +24,7 @@ from infra.components.kms import EncryptionKey, EncryptionKeyArgs
 from infra.components.providers import BILLING_REGION
 from infra.config import MonitoringConfig
 from monitoring import events
-from monitoring.alarms import AlarmSpec, ServeWatch, billing_alarm, job_alarms, serve_alarms
+from monitoring.alarms import AlarmSpec, ServeWatch, batch_api_alarms, billing_alarm, job_alarms, serve_alarms
 from monitoring.dashboard import dashboard_body
 from monitoring.queries import load_queries
 
@@ -42,6 +43,8 @@ class ObservabilityArgs:
     account_billing_alarm: bool = True
     # The online endpoint's alarms and graphs (serve.enabled); None: no endpoint.
     serve: ServeWatch | None = None
+    # The Batch API queue's alarms and graphs (batch_api.enabled).
+    batch_api: bool = False
 
 
 def _alarm_args(spec: AlarmSpec, name: str, topic_arn: pulumi.Input[str]) -> dict[str, Any]:
@@ -118,6 +121,7 @@ class Observability(pulumi.ComponentResource):
             for spec in [
                 *job_alarms(stack, monitoring.metrics_namespace, monitoring),
                 *(serve_alarms(stack, monitoring.metrics_namespace, args.serve) if args.serve else []),
+                *(batch_api_alarms(stack, monitoring.metrics_namespace) if args.batch_api else []),
             ]
         ]
         if args.account_billing_alarm:
@@ -138,6 +142,7 @@ class Observability(pulumi.ComponentResource):
                         slow_batches,
                         list(arns),
                         args.serve,
+                        args.batch_api,
                     ),
                     sort_keys=True,
                 )

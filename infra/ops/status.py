@@ -1,8 +1,11 @@
-"""The last nightly runs: `python -m infra.status STACK [--limit N] [--outputs FILE] [--json]`.
+"""The last nightly runs: `python -m infra.status STACK [--limit N] [--outputs FILE] [--json] [--batches]`.
 
 For each execution of the stack's nightly state machine: state, start, duration, rows (from the run's
 summary.json in S3) and cost. Cost is the job's own figure when its summary has one (`cost_usd`), else
 GPU-hours held (the execution's duration) times `--price-per-hour` when given.
+
+`--batches` lists the Batch API's batches instead (batch_api.enabled), newest first: status, created, request
+counts, the job's GPU time and cost (infra/ops/status_batches.py). A batch's execution is also one of the runs.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from botocore.exceptions import ClientError
 
 from infra.ops.run import STATE_MACHINE_OUTPUT
 from infra.ops.stack_outputs import OutputsError, boto_session, load_outputs, require
+from infra.ops.status_batches import batch_api_deployed, list_batches, render_batches
 
 
 @dataclass
@@ -124,22 +128,36 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m infra.status",
         description=__doc__.splitlines()[0],
-        epilog=f"examples: python -m infra.status small; python -m infra.status large --limit 3 --json. {HELP_EPILOG}",
+        epilog=(
+            "examples: python -m infra.status small; python -m infra.status large --limit 3 --json; "
+            f"python -m infra.status small --batches. {HELP_EPILOG}"
+        ),
     )
     parser.add_argument("stack", help="the Pulumi stack (small, medium, large)")
     parser.add_argument("--limit", type=int, default=10, help="how many runs, newest first")
     parser.add_argument("--outputs", help="saved `pulumi stack output --json` instead of calling pulumi")
     parser.add_argument("--price-per-hour", type=float, help="USD per hour of the run's GPU capacity")
-    parser.add_argument("--json", action="store_true", help="the runs as JSON (one object per run)")
+    parser.add_argument("--json", action="store_true", help="the runs (or batches) as JSON, one object each")
+    parser.add_argument("--batches", action="store_true", help="the Batch API's batches instead of the runs")
     args = parser.parse_args(argv)
     if args.limit < 1:
         parser.error("--limit must be at least 1")
     try:
-        rows = last_runs(load_outputs(args.stack, args.outputs), args.limit, args.price_per_hour)
+        outputs = load_outputs(args.stack, args.outputs)
+        if args.batches:
+            batches = list_batches(outputs, args.limit)
+            print(json.dumps([asdict(row) for row in batches], indent=2) if args.json else render_batches(batches))
+            return 0
+        rows = last_runs(outputs, args.limit, args.price_per_hour)
     except OutputsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(json.dumps([asdict(row) for row in rows], indent=2) if args.json else render(rows))
+    if args.json:
+        print(json.dumps([asdict(row) for row in rows], indent=2))
+    else:
+        print(render(rows))
+        if batch_api_deployed(outputs):
+            print(f"the Batch API's batches: python -m infra.status {args.stack} --batches")
     return 0
 
 

@@ -1,5 +1,7 @@
 """The Batch API front's own lines in the estimate (batch_api.enabled): API Gateway HTTP API requests, Lambda
-requests and GB-seconds, including the tick schedule's invocations, which run whether or not anyone calls.
+requests and GB-seconds, including the tick schedule's invocations, which run whether or not anyone calls, and
+the queue's custom metrics, which every tick publishes (workload/batch_api/queue_metrics.py). Its two alarms
+are counted with the plan's others (infra/pricing/stack_costs.py).
 
 Prices: infra/facts/batch_api_prices.json (dated, with its source; tests/infra/test_batch_api_cost.py fails when
 it is older than infra.facts.MAX_AGE_DAYS). The Price List file the refresh tool reads (prices.json) has no
@@ -27,6 +29,7 @@ MINUTES_PER_MONTH = 730.0 * 60
 API_REQUESTS_PER_MONTH = 20_000
 REQUEST_SECONDS = 0.3  # a warm request: one or two S3 calls
 TICK_SECONDS = 1.0  # a tick: list the records, describe the running execution
+QUEUE_METRICS = 4  # workload.contract.metric_names.BATCH_API_METRICS: each billed every hour a tick publishes it
 
 
 class FrontPrices(BaseModel):
@@ -35,6 +38,7 @@ class FrontPrices(BaseModel):
     http_api_per_million: float = Field(gt=0)
     lambda_requests_per_million: float = Field(gt=0)
     lambda_arm64_gb_second: float = Field(gt=0)
+    cloudwatch_metric_month: float = Field(gt=0)
 
 
 class FrontPriceTable(BaseModel):
@@ -82,6 +86,12 @@ def front_items(config: StackConfig) -> list[LineItem]:
             prices.lambda_requests_per_million,
         ),
         _line(f"Batch API: Lambda arm64 compute{where}", gb_seconds, "GB-second", prices.lambda_arm64_gb_second),
+        _line(
+            f"Batch API: the queue's CloudWatch metrics (queued, running, failed, expired){where}",
+            QUEUE_METRICS,
+            "metric-month",
+            prices.cloudwatch_metric_month,
+        ),
     ]
 
 

@@ -17,10 +17,12 @@ from typing import Any
 
 import pytest
 
+from infra import naming
 from infra.components import batch_api
 from infra.ops import checks_batch_api, policy
-from tests.infra.plan_select import stack_key
+from tests.infra.plan_select import children, component, stack_key
 from tests.infra.test_added_resource_mutations import add
+from workload.contract import metric_names as mn
 
 Plan = list[dict[str, Any]]
 ROOT = Path(__file__).resolve().parents[2]
@@ -246,3 +248,50 @@ def test_with_the_front_the_machine_drains_the_queue_and_the_night_is_queued(
         hold = timing.next_run_hold_s(load_stack_config("small", {"cost_center": "cc"}).schedule.run_deadline_minutes)
         assert f"local hold={hold} " in script(plan)
         assert "local hold=0 " in script(plan_for(tier))
+
+
+ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
+
+
+def _watch(plan: Plan) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The Observability component's alarms by name, and its dashboard's widgets by title."""
+    observability = component(plan, "llmbatch:observability:Observability", "observability")
+    alarms = {item["inputs"]["name"]: item for item in children(plan, observability, ALARM)}
+    (dashboard,) = children(plan, observability, "aws:cloudwatch/dashboard:Dashboard")
+    body = json.loads(dashboard["inputs"]["dashboardBody"])
+    return alarms, {widget["properties"]["title"]: widget["properties"] for widget in body["widgets"]}
+
+
+def test_the_queues_alarms_and_graphs_come_with_the_front_and_read_what_its_functions_publish(
+    plan_for: Callable[[str], Plan], front_plans: dict[str, Plan]
+) -> None:
+    for tier, plan in front_plans.items():
+        alarms, widgets = _watch(plan)
+        # The namespace the job's alarms read is the one the functions are told to publish to.
+        namespace = alarms[naming.child(tier, "gpu-underused")]["inputs"]["namespace"]
+        for function in ("batch-api-http", "batch-api-tick"):
+            env = _named(plan, "aws:lambda/function:Function", function)["inputs"]["environment"]["variables"]
+            assert (env["LLM_BATCH_METRICS_NAMESPACE"], env["LLM_BATCH_STACK"]) == (namespace, tier)
+        topic = next(item for item in plan if item["type"] == "aws:sns/topic:Topic" and item["name"] == "alerts-topic")
+        for key, metric in (("batch-api-failed", mn.BATCH_API_FAILED), ("batch-api-expired", mn.BATCH_API_EXPIRED)):
+            alarm = alarms[naming.child(tier, key)]["inputs"]
+            assert (alarm["namespace"], alarm["metricName"], alarm["dimensions"]) == (
+                namespace, metric.name, {mn.DIM_STACK: tier},
+            )  # fmt: skip
+            assert (alarm["statistic"], alarm["period"], alarm["comparisonOperator"], alarm["threshold"]) == (
+                "Sum", 300, "GreaterThanThreshold", 0,
+            )  # fmt: skip
+            assert (alarm["evaluationPeriods"], alarm["treatMissingData"]) == (1, "notBreaching")
+            assert alarm["alarmActions"] == [topic["outputs"]["arn"]] == alarm["okActions"]
+            assert alarms[naming.child(tier, key)]["outputs"]["arn"] in widgets["Alarms"]["alarms"]
+        queue = widgets["Batch API: queued and running batches"]["metrics"]
+        closed = widgets["Batch API: failed and expired batches"]["metrics"]
+        assert [line[:4] for line in queue] == [
+            [namespace, m.name, mn.DIM_STACK, tier] for m in (mn.BATCH_API_QUEUED, mn.BATCH_API_RUNNING)
+        ]
+        summed = [(mn.BATCH_API_FAILED.name, "Sum"), (mn.BATCH_API_EXPIRED.name, "Sum")]
+        assert [(line[1], line[4]["stat"]) for line in closed] == summed
+    for tier in ("small", "medium", "large"):  # off: none of it
+        alarms, widgets = _watch(plan_for(tier))
+        assert not [name for name in alarms if "batch-api" in name], tier
+        assert not [title for title in widgets if title.startswith("Batch API")], tier

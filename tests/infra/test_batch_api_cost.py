@@ -21,14 +21,15 @@ def test_no_front_no_lines() -> None:
 
 
 def test_the_front_costs_its_ticks_and_its_assumed_requests() -> None:
-    http, requests, compute = front_items(_config(enabled=True))
+    http, requests, compute, metrics = front_items(_config(enabled=True))
     ticks = 730 * 60 / 5  # every 5 minutes: 8,760 a month, called or not
     assert http.quantity == pytest.approx(0.02) and http.monthly_usd == pytest.approx(0.02)  # $1.00 a million
     assert requests.quantity == pytest.approx((ticks + 20_000) / 1e6)
     assert requests.monthly_usd == pytest.approx(requests.quantity * 0.2)
     assert compute.quantity == pytest.approx(ticks * 1.0 + 20_000 * 0.3)  # GB-seconds at 1 GB
     assert compute.monthly_usd == pytest.approx(compute.quantity * 0.0000133334)
-    assert {line.group for line in (http, requests, compute)} == {"fixed"}
+    assert (metrics.quantity, metrics.monthly_usd) == (4, pytest.approx(1.2))  # $0.30 a metric, every hour published
+    assert {line.group for line in (http, requests, compute, metrics)} == {"fixed"}
     (every_minute,) = [line for line in front_items(_config(enabled=True, tick_minutes=1)) if "ticks" in line.item]
     assert every_minute.quantity == pytest.approx((730 * 60 + 20_000) / 1e6)
 

@@ -249,9 +249,11 @@ def test_two_queued_batches_on_eks_run_in_one_execution_on_the_same_nodes(
         "LLM_BATCH_BUCKET": stack.bucket,
         "LLM_BATCH_STATE_MACHINE_ARN": stack.state_machine_arn,
         "LLM_BATCH_MODEL": "Qwen/Qwen3-0.6B",
+        "LLM_BATCH_STACK": "medium",
+        "LLM_BATCH_METRICS_NAMESPACE": "LLMBatch",
     }
     service = lambda_front.build_service(env)
-    monkeypatch.setattr(lambda_front, "_built", {"service": service})
+    monkeypatch.setattr(lambda_front, "_built", {"service": service, "metrics": lambda_front.build_metrics(env)})
     actions: list[str] = []
 
     def invoke(self: Any, function_name: str, qualifier: Any, body: Any, *args: Any) -> bytes:

@@ -56,10 +56,14 @@ def queued_stack(moto_reset: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[t
                 "LLM_BATCH_BUCKET": stack.bucket,
                 "LLM_BATCH_STATE_MACHINE_ARN": stack.state_machine_arn,
                 "LLM_BATCH_MODEL": "Qwen/Qwen3-0.6B",
+                "LLM_BATCH_STACK": "small",
+                "LLM_BATCH_METRICS_NAMESPACE": "LLMBatch",
                 "LLM_BATCH_GPU_GROUP": stack.asg,
             }
             service = lambda_front.build_service(env)
-            monkeypatch.setattr(lambda_front, "_built", {"service": service})
+            monkeypatch.setattr(
+                lambda_front, "_built", {"service": service, "metrics": lambda_front.build_metrics(env)}
+            )
 
             def invoke(self: Any, function_name: str, qualifier: Any, body: Any, *args: Any) -> bytes:
                 assert function_name in (TICK, tick_arn), function_name

@@ -192,3 +192,49 @@ def test_run_batch_invokes_the_stacks_tick_function_and_names_its_refusal(
     assert "no Batch API (no batch_api_tick_function_name output): set batch_api.enabled" in capsys.readouterr().err
     assert run.main(["small", "--outputs", str(path), "--batch", "file-1"]) == 2
     assert "--batch takes a Batch API batch id" in capsys.readouterr().err
+
+
+def test_status_lists_the_batch_apis_batches_newest_first_with_their_cost(
+    moto_reset: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The batches written by the API's own service and S3Store (as the deployed functions write them), read
+    back by the operator tool from the bucket alone."""
+    from tests.workload.test_batch_api import Clock, _line
+    from tests.workload.test_batch_api_metrics import Scripted, _job_finishes
+    from workload.batch_api.executor import RunState
+    from workload.batch_api.s3_store import S3Store
+    from workload.batch_api.service import BatchService
+
+    boto3.client("s3").create_bucket(Bucket="llm-batch-small-data")
+    clock, executor = Clock(), Scripted()
+    service = BatchService(S3Store(boto3.client("s3"), "llm-batch-small-data"), executor, "llm-batch", clock=clock)
+    two = service.upload_file("p", "in.jsonl", "batch", [(_line("a") + _line("b")).encode()])["id"]
+    done = service.create_batch("p", two, "/v1/chat/completions", "24h")["id"]
+    service.tick()
+    _job_finishes(service, done, wall_s=812.5, cost_usd=0.2274)
+    executor.states[done] = RunState("succeeded")
+    service.tick()
+    clock.now += 60
+    empty = service.upload_file("p", "empty.jsonl", "batch", [b"\n"])["id"]
+    failed = service.create_batch("p", empty, "/v1/chat/completions", "24h")["id"]
+    clock.now += 60
+    queued = service.create_batch("p", two, "/v1/chat/completions", "24h")["id"]
+    outputs = tmp_path / "outputs.json"
+    deployed = {"data_bucket": "llm-batch-small-data", "region": "us-east-1", "batch_api_url": "https://api.example"}
+    outputs.write_text(json.dumps(deployed))
+
+    assert status.main(["small", "--outputs", str(outputs), "--batches", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    newest_first = [(queued, "validating"), (failed, "failed"), (done, "completed")]
+    assert [(row["id"], row["status"]) for row in rows] == newest_first
+    assert {k: rows[2][k] for k in ("total", "completed", "failed", "job_wall_s", "cost_usd")} == {
+        "total": 2, "completed": 2, "failed": 0, "job_wall_s": 812.5, "cost_usd": 0.2274,
+    }  # fmt: skip
+    assert rows[1]["reason"] == "empty_file: the input file holds no request" and rows[1]["cost_usd"] is None
+    assert status.main(["small", "--outputs", str(outputs), "--batches", "--limit", "1"]) == 0
+    table = capsys.readouterr().out
+    assert queued in table and done not in table and "done/failed/total" in table
+
+    outputs.write_text(json.dumps({k: v for k, v in deployed.items() if k != "batch_api_url"}))
+    assert status.main(["small", "--outputs", str(outputs), "--batches"]) == 2
+    assert "no Batch API (no batch_api_url output): set batch_api.enabled" in capsys.readouterr().err

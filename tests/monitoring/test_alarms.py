@@ -11,7 +11,14 @@ import boto3
 import pytest
 from pydantic import ValidationError
 
-from monitoring.alarms import AlarmSpec, AlarmThresholds, billing_alarm, evaluation_minutes, job_alarms
+from monitoring.alarms import (
+    AlarmSpec,
+    AlarmThresholds,
+    batch_api_alarms,
+    billing_alarm,
+    evaluation_minutes,
+    job_alarms,
+)
 from tests.monitoring.conftest import STACK, PublishedRun
 from workload.contract import metric_names as mn
 from workload.contract.config import DEFAULT_METRICS_NAMESPACE, MetricsConfig
@@ -79,7 +86,7 @@ def test_thresholds_reject_bad_values_naming_the_key() -> None:
 def test_cloudwatch_accepts_every_alarm(moto_reset: str) -> None:
     client = boto3.client("cloudwatch", region_name="us-east-1")
     topic = "arn:aws:sns:us-east-1:123456789012:llm-batch-alerts"
-    specs = [*_alarms().values(), billing_alarm(1234)]
+    specs = [*_alarms().values(), billing_alarm(1234), *batch_api_alarms(STACK, DEFAULT_METRICS_NAMESPACE)]
     for spec in specs:
         client.put_metric_alarm(**spec.put_metric_alarm_kwargs(f"{STACK}-{spec.key}", [topic]))
     stored = {alarm["AlarmName"]: alarm for alarm in client.describe_alarms()["MetricAlarms"]}
@@ -90,6 +97,8 @@ def test_cloudwatch_accepts_every_alarm(moto_reset: str) -> None:
     gpu = stored[f"{STACK}-gpu-underused"]
     assert (gpu["MetricName"], gpu["Statistic"], gpu["EvaluationPeriods"]) == ("GPUUtilization", "Average", 4)
     assert gpu["AlarmActions"] == [topic] and "What to do:" in gpu["AlarmDescription"]
+    failed = stored[f"{STACK}-batch-api-failed"]
+    assert (failed["MetricName"], failed["Statistic"], failed["Threshold"]) == ("BatchApiFailed", "Sum", 0)
 
 
 def _latest(spec: AlarmSpec) -> list[float]:

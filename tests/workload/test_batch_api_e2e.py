@@ -137,6 +137,8 @@ def test_submit_restart_resume_complete_then_cancel(tmp_path: Path) -> None:
     assert done.in_progress_at and done.finalizing_at and done.completed_at and done.metadata == {"night": "1"}
     assert done.request_counts.model_dump() == {"total": 16, "completed": 15, "failed": 1}  # type: ignore[union-attr]
     assert done.usage is not None and done.usage.output_tokens >= 15
+    share = (done.model_extra or {})["llm_batch"]  # the job's summary, through the official client's Batch
+    assert share["job_wall_s"] > 0 and share["cost_usd"] == 0.0, share  # no price is set locally
     answers, errors = _lines(client, done.output_file_id), _lines(client, done.error_file_id)
     assert [a["custom_id"] for a in answers] == ids_a  # each once, in input order, across the restart
     assert all(ChatCompletion.model_validate(a["response"]["body"]).choices for a in answers)

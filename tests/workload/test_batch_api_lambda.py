@@ -94,6 +94,8 @@ def stack(moto_endpoint: str) -> dict[str, str]:
         "LLM_BATCH_STATE_MACHINE_ARN": machine["stateMachineArn"],
         "LLM_BATCH_API_KEY_SECRET": secret["ARN"],
         "LLM_BATCH_MODEL": "llm-batch",
+        "LLM_BATCH_STACK": "small",
+        "LLM_BATCH_METRICS_NAMESPACE": "LLMBatch",
         "AWS_REGION": "us-east-1",
     }
 
@@ -171,6 +173,8 @@ def test_a_front_without_its_settings_does_not_start(stack: dict[str, str]) -> N
         lambda_front.build_handler({k: v for k, v in stack.items() if k != "LLM_BATCH_BUCKET"})
     with pytest.raises(lambda_front.FrontConfigError, match="LLM_BATCH_API_SCOPE"):
         lambda_front.build_handler({**stack, "LLM_BATCH_API_SCOPE": "everyone"})
+    with pytest.raises(lambda_front.FrontConfigError, match="LLM_BATCH_METRICS_NAMESPACE"):
+        lambda_front.build_handler({k: v for k, v in stack.items() if k != "LLM_BATCH_METRICS_NAMESPACE"})
 
 
 def test_the_tick_entry_starts_a_named_batch_ahead_of_the_queue(
@@ -193,3 +197,26 @@ def test_the_tick_entry_starts_a_named_batch_ahead_of_the_queue(
         "error": f"batch {second} is in_progress, not queued: only a queued batch starts"
     }
     assert "No such Batch object" in lambda_front.tick({"start_batch": "batch_nope"}, {})["error"]
+
+
+def test_both_functions_print_the_queues_metrics_as_emf_lines(
+    stack: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The HTTP function's line after a request that made a batch failed; the tick's after each tick."""
+    for name, value in stack.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(lambda_front, "_built", {})
+    front = Front(lambda_front.build_handler(stack))
+    status, _, raw = front.call("POST", "/v1/files", files={"file": ("empty.jsonl", b"\n")}, data={"purpose": "batch"})
+    assert status == 200 and capsys.readouterr().out == ""  # an upload closes no batch: no line
+    request = {"input_file_id": json.loads(raw)["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+    status, _, raw = front.call("POST", "/v1/batches", json=request)
+    assert json.loads(raw)["status"] == "failed"
+    (line,) = capsys.readouterr().out.splitlines()
+    assert json.loads(line)["BatchApiFailed"] == 1
+    assert lambda_front.tick({}, {}) == {"status": "ticked"}
+    (line,) = capsys.readouterr().out.splitlines()
+    document = json.loads(line)
+    assert document["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "LLMBatch" and document["Stack"] == "small"
+    counts = {name: document[name] for name in ("BatchApiQueued", "BatchApiRunning", "BatchApiFailed")}
+    assert counts == {"BatchApiQueued": 0, "BatchApiRunning": 0, "BatchApiFailed": 0}  # the request counted it

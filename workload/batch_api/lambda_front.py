@@ -10,7 +10,11 @@ line, before any request is served):
     LLM_BATCH_BUCKET, LLM_BATCH_API_PREFIX (default batch-api/), LLM_BATCH_KMS_KEY_ID (the stack key),
     LLM_BATCH_STATE_MACHINE_ARN, LLM_BATCH_GPU_GROUP (the small tier's GPU group; unset on the EKS tiers),
     LLM_BATCH_MODEL (the name batches report), LLM_BATCH_API_SCOPE (project or key),
-    LLM_BATCH_API_KEY_SECRET (the endpoint's key secret, workload/auth/keys.py): no key source, no start.
+    LLM_BATCH_API_KEY_SECRET (the endpoint's key secret, workload/auth/keys.py): no key source, no start;
+    LLM_BATCH_STACK and LLM_BATCH_METRICS_NAMESPACE (where the queue's metrics go, queue_metrics.py).
+
+Both functions print the queue's metrics as Embedded Metric Format lines to their log (queue_metrics.py): the
+tick after each tick, the HTTP function after a request that closed a batch failed.
 
 Size limits (API Gateway HTTP API: 10 MB a request; Lambda: 6 MB a synchronous request or response, and a binary
 body travels base64, 4/3 of its size): a body of at most `FRONT_BODY_BYTES` goes through in one request, so a
@@ -28,6 +32,7 @@ from typing import Any, cast
 from workload.auth.keys import ApiKeys, KeySource
 from workload.batch_api.app import build_app
 from workload.batch_api.objects import Limits
+from workload.batch_api.queue_metrics import QueueMetrics
 from workload.batch_api.s3_store import S3Store
 from workload.batch_api.service import BatchService
 from workload.batch_api.sfn_executor import StepFunctionsExecutor
@@ -50,6 +55,10 @@ def _required(env: Mapping[str, str], name: str) -> str:
     return value
 
 
+def build_metrics(env: Mapping[str, str]) -> QueueMetrics:
+    return QueueMetrics(_required(env, "LLM_BATCH_METRICS_NAMESPACE"), _required(env, "LLM_BATCH_STACK"))
+
+
 def build_service(env: Mapping[str, str], session: Any = None) -> BatchService:
     import boto3
 
@@ -70,7 +79,8 @@ def build_service(env: Mapping[str, str], session: Any = None) -> BatchService:
 
 
 def build_handler(env: Mapping[str, str], session: Any = None) -> Any:
-    """The Mangum handler over the app; keys from the environment's source (the Secrets Manager secret)."""
+    """The Mangum handler over the app; keys from the environment's source (the Secrets Manager secret); after
+    each request, the batches it closed failed as a metrics line."""
     from mangum import Mangum
 
     scope = env.get("LLM_BATCH_API_SCOPE", "project")
@@ -79,11 +89,22 @@ def build_handler(env: Mapping[str, str], session: Any = None) -> Any:
     source = KeySource.from_env(env)
     if not source.configured:  # the front is on the internet: never without a key
         raise FrontConfigError("the Batch API function needs LLM_BATCH_API_KEY_SECRET (the endpoint's key secret)")
+    metrics = build_metrics(env)
     secrets = session.client("secretsmanager") if session is not None else None
     keys = ApiKeys(source, secrets_client=secrets)
-    app = build_app(build_service(env, session), keys, scope)  # type: ignore[arg-type]
+    service = build_service(env, session)
+    app = build_app(service, keys, scope)  # type: ignore[arg-type]
     # lifespan off: the app has no startup work, and a Lambda has no shutdown to run it at.
-    return Mangum(cast(Any, app), lifespan="off")  # Starlette's ASGIApp and Mangum's ASGI type: the same shape
+    serve = Mangum(cast(Any, app), lifespan="off")  # Starlette's ASGIApp and Mangum's ASGI type: the same shape
+
+    def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        try:
+            return cast(dict[str, Any], serve(event, context))
+        finally:
+            if (line := metrics.after_request(service)) is not None:
+                print(line, flush=True)
+
+    return handle
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
@@ -102,14 +123,14 @@ def tick(event: dict[str, Any], context: Any) -> dict[str, Any]:
     from workload.batch_api.objects import ApiError
 
     if "service" not in _built:
-        _built["service"] = build_service(os.environ)
-    service = _built["service"]
+        _built["metrics"], _built["service"] = build_metrics(os.environ), build_service(os.environ)
+    service, metrics = _built["service"], _built["metrics"]
     try:
         if "start_batch" in event:
             return {"status": lifecycle.start_now(service, str(event["start_batch"]))}
         if "next_batch" in event:
             asked = event["next_batch"]
-            return lifecycle.next_run(
+            answer = lifecycle.next_run(
                 service,
                 str(asked["execution_arn"]),
                 int(asked.get("polls") or 0),
@@ -117,11 +138,26 @@ def tick(event: dict[str, Any], context: Any) -> dict[str, Any]:
                 int(asked["poll_budget"]),
                 str(asked["asked_at"]) if asked.get("asked_at") else None,
             )
+            # A claim may close a batch (its file deleted, its window passed while it waited): counted as a request's.
+            if (line := metrics.after_request(service)) is not None:
+                print(line, flush=True)
+            return answer
         if "enqueue_night" in event:
             entry = nights.enqueue(service, str(event["enqueue_night"]))
-            service.tick()
+            _tick(service, metrics)
             return {"status": "queued", "night": entry["id"]}
     except ApiError as error:  # an operator's mistake, answered in one line (not a failed invocation)
         return {"error": error.message}
-    service.tick()
+    _tick(service, metrics)
     return {"status": "ticked"}
+
+
+def _tick(service: BatchService, metrics: QueueMetrics) -> None:
+    try:
+        service.tick()
+    except BaseException:
+        # What it closed before it stopped is printed now: a failed invocation may be its instance's last.
+        if (line := metrics.after_request(service)) is not None:
+            print(line, flush=True)
+        raise
+    print(metrics.after_tick(service), flush=True)

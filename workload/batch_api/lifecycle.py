@@ -16,7 +16,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from workload.batch_api import nights, uploads
+from workload.batch_api import nights, objects, uploads
 from workload.batch_api.executor import BatchRun
 from workload.batch_api.objects import ACTIVE, TERMINAL, ApiError, batch_errors, file_record, not_found
 from workload.batch_api.sfn_executor import StepFunctionsExecutor, run_input
@@ -296,6 +296,7 @@ def _finish(service: BatchService, batch_id: str, status: str, reason: str | Non
         total = int(summary["rows_in"]) if summary else current["request_counts"]["total"]
         if ids["output_file_id"] or ids["error_file_id"] or summary:
             current["request_counts"] = {"total": total, "completed": counts["output"], "failed": counts["error"]}
+        current[objects.SIDE_FIELD] = objects.gpu_share(summary)  # the job's GPU time and cost: docs/batch-api.md
         if summary:
             current["usage"] = {
                 "input_tokens": int(summary["input_tokens"]),

@@ -27,6 +27,12 @@ DEFAULT_RETENTION_S = 30 * 24 * 3600
 EXPIRES_AFTER_RANGE_S = (3600, 30 * 24 * 3600)
 
 
+# The one field a Batch carries beyond OpenAI's (docs/batch-api.md, "Per-batch status, cost and alarms"): the
+# official client's `openai.types.Batch` keeps unknown fields (its model allows extras: `batch.llm_batch`).
+SIDE_FIELD = "llm_batch"
+GPU_SHARE_BASIS = "job: its attempts' wall time on the run's GPU nodes x their price per hour (summary.json)"
+
+
 @dataclass(frozen=True)
 class Limits:
     max_file_bytes: int = OPENAI_MAX_FILE_BYTES
@@ -128,7 +134,22 @@ def batch_record(
         "request_counts": {"total": 0, "completed": 0, "failed": 0},
         "usage": None,
         "metadata": metadata,
+        SIDE_FIELD: None,  # the job's GPU time and cost, once it closes with the job's summary (gpu_share)
         **{f"_{key}": value for key, value in private.items()},
+    }
+
+
+def gpu_share(summary: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A finished batch's share of the GPUs, from its job's summary.json (workload/job/summary.py): the job's own
+    time on the nodes and what it cost at the stack's price per hour (0 where none is configured, as locally).
+    Not in it: the boot (nodes, image, model) of the execution it ran in, which `python -m infra.status` shows
+    per execution. None when the job wrote no summary (it never ran, or failed before its end)."""
+    if summary is None:
+        return None
+    return {
+        "job_wall_s": round(float(summary.get("wall_s") or 0.0), 3),
+        "cost_usd": round(float(summary.get("cost_usd") or 0.0), 4),
+        "basis": GPU_SHARE_BASIS,
     }
 
 

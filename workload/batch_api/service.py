@@ -18,13 +18,15 @@ lifecycle.next_run). Statuses are OpenAI's:
 
 A queued batch is `validating` until its turn (OpenAI's batches also sit in `validating` until they start).
 Every change is a compare-and-swap on the record's version (`_update`), so two fronts (or a front and the
-scheduler) changing one batch never lose each other's write.
+scheduler) changing one batch never lose each other's write; the change that closes a batch is counted where its
+write wins (`closed`), once, for the queue's metrics (queue_metrics.py).
 """
 
 from __future__ import annotations
 
 import itertools
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -69,6 +71,10 @@ class BatchService:
         self.store, self.executor, self.model = store, executor, model
         self.limits = limits or Limits()
         self.clock = clock
+        # Batches this service closed, by the status it wrote, since the front last took them (`take_closed`): the
+        # queue's failed/expired counts (queue_metrics.py). Counted where the write that closed one won, so a batch
+        # is counted once however many fronts race to close it.
+        self.closed: Counter[str] = Counter()
 
     def now(self) -> int:
         return int(self.clock())
@@ -194,6 +200,8 @@ class BatchService:
             failed_at = record["created_at"]
             record.update(status="failed", failed_at=failed_at, errors=batch_errors(problems), _done_at=failed_at)
         self.store.put("batch", record, None)
+        if problems:
+            self.closed["failed"] += 1
         return public(record)
 
     def _validate_input(self, key: str) -> tuple[list[dict[str, Any]], int]:
@@ -245,8 +253,25 @@ class BatchService:
         return public(record)
 
     def _update(self, batch_id: str, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-        """Apply `change` to the stored batch by compare-and-swap; the record as written."""
-        return update_record(self.store, "batch", batch_id, change, not_found("Batch", batch_id))
+        """Apply `change` to the stored batch by compare-and-swap; the record as written. A change that closes
+        the batch is counted in `closed` once it is the one written (a try that lost its race is redone on the
+        record read again, and counts only if it still closes it there)."""
+        closing: list[str] = []
+
+        def tracked(record: dict[str, Any]) -> None:
+            before = record["status"]
+            change(record)
+            closing[:] = [record["status"]] if record["status"] != before and record["status"] in TERMINAL else []
+
+        written = update_record(self.store, "batch", batch_id, tracked, not_found("Batch", batch_id))
+        for status in closing:
+            self.closed[status] += 1
+        return written
+
+    def take_closed(self) -> Counter[str]:
+        """The batches closed since the last call, by status; the count starts again from zero."""
+        taken, self.closed = self.closed, Counter()
+        return taken
 
     # ---- the scheduler -----------------------------------------------------------------------------------------
 

@@ -105,6 +105,19 @@ SERVE_LATENCY_P95 = MetricName(
 SERVE_REPLICAS = MetricName("ServeReplicas", "Count", Scope.STACK, "healthy engine replicas at the interval's end")
 SERVE_METRICS = (SERVE_REQUESTS, SERVE_ERRORS, SERVE_LATENCY_P95, SERVE_REPLICAS)
 
+# The Batch API's queue (batch_api.enabled), published by its tick function as Embedded Metric Format lines in
+# the function's log (workload/batch_api/queue_metrics.py): the two gauges every tick, the two counts every tick
+# and after any request that closed a batch (a batch failed at creation: its file holds no request, or too many).
+BATCH_API_QUEUED = MetricName("BatchApiQueued", "Count", Scope.STACK, "batches waiting for their turn (validating)")
+BATCH_API_RUNNING = MetricName(
+    "BatchApiRunning", "Count", Scope.STACK, "batches a job runs or is stopping for (in_progress/finalizing/cancelling)"
+)
+BATCH_API_FAILED = MetricName("BatchApiFailed", "Count", Scope.STACK, "batches that became failed since the last line")
+BATCH_API_EXPIRED = MetricName(
+    "BatchApiExpired", "Count", Scope.STACK, "batches that became expired (24 h window over) since the last line"
+)
+BATCH_API_METRICS = (BATCH_API_QUEUED, BATCH_API_RUNNING, BATCH_API_FAILED, BATCH_API_EXPIRED)
+
 # The account-wide billing metric (AWS publishes it, in us-east-1 only).
 BILLING_NAMESPACE = "AWS/Billing"
 BILLING_METRIC = "EstimatedCharges"
