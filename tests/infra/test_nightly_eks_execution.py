@@ -35,8 +35,6 @@ from tests.infra.nightly_aws import (
     wait_for_end,
 )
 from tests.infra.test_submit_rayjob import CLUSTER, NAMESPACE, NODEGROUP, RAYJOBS, template_for
-from workload.batch_api.executor import BatchRun
-from workload.batch_api.sfn_executor import run_input
 
 
 @pytest.fixture
@@ -163,25 +161,6 @@ def test_a_night_on_eks_submits_follows_and_releases(eks_stack: tuple[SmallStack
     assert json.loads(result["output"])["attempts"] == 1
 
 
-def test_a_batch_on_eks_runs_its_own_rayjob_on_its_file_and_output(eks_stack: tuple[SmallStack, FakeKube, str]) -> None:
-    """The executor's `$.batch` through PlanBatch to the submit function: the RayJob is the batch's, on its file."""
-    stack, kube, function_arn = eks_stack
-    batch_id = "batch_0123456789abcdef01234567"
-    file_key, output_key = "batch-api/files/file-1.jsonl", f"batch-api/batches/{batch_id}/output"
-    boto3.client("s3").put_object(Bucket=stack.bucket, Key=file_key, Body=b'{"custom_id": "a"}\n')
-    s3_uri = f"s3://{stack.bucket}/"
-    run = BatchRun(batch_id, s3_uri + file_key, s3_uri + output_key, "/v1/chat/completions")
-    cluster = Cluster(stack, kube, [("summary.json", summary())], output=f"{output_key}/")
-    cluster.start()
-    result = wait_for_end(_start(stack, function_arn, execution_input=run_input(run)))
-    cluster.join(timeout=5)
-    assert cluster.error is None
-    assert result["status"] == "SUCCEEDED", result
-    assert cluster.seen == ["llm-batch-batch-0123456789abcdef01234567-a1"]
-    assert cluster.entrypoints[0].endswith(f"--input {s3_uri}{file_key} --output {s3_uri}{output_key}")
-    assert kube.names(RAYJOBS) == [] and _desired() == 0
-
-
 def test_a_rayjob_lost_to_the_platform_is_resubmitted_on_the_same_output(
     eks_stack: tuple[SmallStack, FakeKube, str],
 ) -> None:
@@ -230,9 +209,10 @@ def test_a_night_without_input_on_eks_submits_nothing(eks_stack: tuple[SmallStac
 def test_two_queued_batches_on_eks_run_in_one_execution_on_the_same_nodes(
     eks_stack: tuple[SmallStack, FakeKube, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The queue drain on EKS: the machine's NextBatch invokes the real tick function (in-process, as the submit
-    function is); the second batch's RayJob is submitted by the same execution, with no release between the two
-    (the GPU nodes stay), and the nodes are released once, after the last."""
+    """Batches on EKS through the executor and the queue drain: each RayJob is the batch's (named for it, its
+    entrypoint on the batch's file and output, from PlanBatch's `$.batch`); the machine's NextBatch invokes the
+    real tick function (in-process, as the submit function is), so the second batch's RayJob is submitted by the
+    same execution with no release between the two (the GPU nodes stay), and the nodes are released once."""
     from moto.awslambda_simple.models import LambdaSimpleBackend
 
     from infra.statemachines.queue import with_queue
@@ -276,6 +256,11 @@ def test_two_queued_batches_on_eks_run_in_one_execution_on_the_same_nodes(
     assert cluster.error is None
     assert result["status"] == "SUCCEEDED", result
     assert cluster.seen == [f"llm-batch-{b.replace('_', '-')}-a1" for b in (first, second)]
+    s3_uri = f"s3://{stack.bucket}/batch-api/"
+    file_key = service.get_batch("project", second)["input_file_id"]
+    assert cluster.entrypoints[1].endswith(
+        f"--input {s3_uri}files/{file_key}.jsonl --output {s3_uri}batches/{second}/output"
+    )
     assert actions.count("release") == 1 and actions[-1] == "release", actions
     assert cluster.desired_while_running == [2, 2]
     assert len(sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]) == 1
