@@ -48,6 +48,7 @@ from infra.k8s.network_policy import SERVE_PORT
 from infra.k8s.rayservice import pod_labels
 from infra.nightly_template import night_template_json
 from infra.pricing import stack_costs
+from infra.statemachines import timing
 from workload.contract.config import render_config
 
 stack = pulumi.get_stack()
@@ -225,6 +226,10 @@ if config.tier == "small":
             output_prefix_uri=data.bucket_name.apply(lambda bucket: f"s3://{bucket}/{config.job.output_prefix}"),
             run_request_uri=data.bucket_name.apply(lambda bucket: f"s3://{bucket}/{RUN_REQUEST_KEY}"),
             job_grace_period_s=config.job_grace_period_s,
+            # With the Batch API the machine drains its queue on this boot: wait for its next run request.
+            next_run_hold_s=(
+                timing.next_run_hold_s(config.schedule.run_deadline_minutes) if config.batch_api.enabled else 0
+            ),
         ),
         aws_opts,
     )

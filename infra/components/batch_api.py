@@ -76,6 +76,12 @@ def bundle_archive(plan_only: bool) -> pulumi.Archive:
     return pulumi.AssetArchive(assets)
 
 
+def tick_function_name(stack: str) -> str:
+    """The tick function's name, known before it exists: the nightly machine invokes it (its NextBatch step)
+    and the nightly schedule queues the night through it, while the function's own settings name the machine."""
+    return naming.child(stack, "batch-api-tick")
+
+
 def schedule_expression(minutes: int) -> str:
     return "rate(1 minute)" if minutes == 1 else f"rate({minutes} minutes)"
 
@@ -228,7 +234,7 @@ class BatchApi(pulumi.ComponentResource):
         def function(suffix: str, handler: str, timeout: int) -> aws.lambda_.Function:
             return aws.lambda_.Function(
                 f"{name}-{suffix}",
-                name=naming.child(stack, f"batch-api-{suffix}"),
+                name=tick_function_name(stack) if suffix == "tick" else naming.child(stack, f"batch-api-{suffix}"),
                 role=identity.role.arn,
                 runtime=LAMBDA_RUNTIME,
                 architectures=[ARCHITECTURE],

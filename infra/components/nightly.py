@@ -13,7 +13,6 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -21,19 +20,23 @@ import pulumi_kubernetes as k8s
 
 from infra import naming, statemachines
 from infra.aws_context import AwsContext
-from infra.components.batch_api import BATCH_INPUT_PREFIX, BATCH_OUTPUT_PREFIX
-from infra.components.iam import function_identity, policy_document, service_role, via_services
+from infra.components.batch_api import BATCH_INPUT_PREFIX, BATCH_OUTPUT_PREFIX, tick_function_name
+from infra.components.iam import function_identity, policy_document, service_role
+from infra.components.nightly_roles import (
+    RUN_REQUEST_KEY,
+    run_statements,
+    scheduler_statements,
+    submitter_statements,
+    sweep_statements,
+)
 from infra.config import StackConfig
+from infra.statemachines import timing
+from infra.statemachines.queue import with_queue
 
 FUNCTION_DIR = Path(__file__).resolve().parent.parent / "functions" / "submit_rayjob"
-#: Where the small tier's state machine writes the night's date, input and output for the instance.
-RUN_REQUEST_KEY = "control/run.json"
 #: Kubernetes group the submit function's access entry maps to (bound below to what it needs).
 SUBMITTER_GROUP = "llm-batch-nightly"
-MIN_POLL_SECONDS = 60
-# A standard execution's history holds at most 25,000 events and one poll of the markers writes about 40:
-# a long deadline polls less often rather than run out of history.
-MAX_POLLS = 300
+SUBMIT_TIMEOUT_S = 60  # the submit function's own bound on each call (submit, capacity_up, status, release)
 MAX_ATTEMPTS = 3  # a run interrupted more often than this is reported, not retried forever
 SWEEP_EVERY = "rate(30 minutes)"
 LAMBDA_RUNTIME = "python3.12"
@@ -78,6 +81,9 @@ class NightlyArgs:
     eks: EksTarget | None = None
     # batch_api.enabled: (the batches' input prefix, their output prefix) the run also finds and watches
     batch_prefixes: tuple[str, str] | None = None
+    # batch_api.enabled: the Batch API's tick function, which runs the queue (infra/statemachines/queue.py) and
+    # takes the schedule's nights into it (workload/batch_api/nights.py)
+    queue_function: str | None = None
 
     def __post_init__(self) -> None:
         if (self.group_name is None) == (self.eks is None):
@@ -111,6 +117,7 @@ def nightly_args(
         group_name=naming.gpu_group_name(stack) if config.tier == "small" else None,
         eks=eks,
         batch_prefixes=(BATCH_INPUT_PREFIX, BATCH_OUTPUT_PREFIX) if config.batch_api.enabled else None,
+        queue_function=tick_function_name(stack) if config.batch_api.enabled else None,
     )
 
 
@@ -118,184 +125,6 @@ def ca_of(kubeconfig_json: str) -> str:
     """The cluster CA (base64 PEM) written in a kubeconfig (pulumi-eks's, one cluster)."""
     document = json.loads(kubeconfig_json)
     return str(document["clusters"][0]["cluster"]["certificate-authority-data"])
-
-
-def _static(prefix: str) -> str:
-    """`output/{date}/` -> `output/`: the part IAM can pin."""
-    return prefix.split("{", 1)[0]
-
-
-def run_statements(
-    *,
-    bucket_arn: str,
-    key_arn: str,
-    topic_arn: str,
-    input_prefix: str,
-    output_prefix: str,
-    group_arn: str | None,
-    function_arn: str | None,
-    batch_prefixes: tuple[str, str] | None = None,
-) -> list[dict[str, Any]]:
-    """What the nightly state machine does: look for the night's input, watch the output's markers, alert,
-    and drive the capacity; with `batch_prefixes`, the same for a Batch API batch (its PlanBatch state)."""
-    out = _static(output_prefix)
-    statements: list[dict[str, Any]] = [
-        {
-            # A night with nothing under input/<date>/ is skipped before any GPU starts.
-            "Sid": "FindNightInput",
-            "Effect": "Allow",
-            "Action": "s3:ListBucket",
-            "Resource": bucket_arn,
-            "Condition": {"StringLike": {"s3:prefix": [f"{_static(input_prefix)}*"]}},
-        },
-        {
-            "Sid": "FindOutputMarkers",
-            "Effect": "Allow",
-            "Action": "s3:ListBucket",
-            "Resource": bucket_arn,
-            "Condition": {"StringLike": {"s3:prefix": [f"{out}*"]}},
-        },
-        {
-            # Read the failure reason, clear a previous run's markers, consume an interruption's.
-            "Sid": "ReadAndClearMarkers",
-            "Effect": "Allow",
-            "Action": ["s3:GetObject", "s3:DeleteObject"],
-            "Resource": [f"{bucket_arn}/{out}*/_failed.json", f"{bucket_arn}/{out}*/_interrupted.json"],
-        },
-        {"Sid": "Alert", "Effect": "Allow", "Action": "sns:Publish", "Resource": topic_arn},
-        {
-            # The topic and the bucket are encrypted with the stack's key.
-            "Sid": "UseStackKey",
-            "Effect": "Allow",
-            "Action": ["kms:GenerateDataKey", "kms:Decrypt"],
-            "Resource": key_arn,
-            "Condition": via_services(key_arn, "s3", "sns"),
-        },
-    ]
-    if batch_prefixes is not None:
-        batch_in, batch_out = batch_prefixes
-        statements += [
-            {
-                "Sid": "FindBatchInputAndMarkers",
-                "Effect": "Allow",
-                "Action": "s3:ListBucket",
-                "Resource": bucket_arn,
-                "Condition": {"StringLike": {"s3:prefix": [f"{batch_in}*", f"{batch_out}*"]}},
-            },
-            {
-                "Sid": "ReadAndClearBatchMarkers",
-                "Effect": "Allow",
-                "Action": ["s3:GetObject", "s3:DeleteObject"],
-                "Resource": [f"{bucket_arn}/{batch_out}_failed.json", f"{bucket_arn}/{batch_out}_interrupted.json"],
-            },
-        ]
-    if group_arn is not None:
-        statements += [
-            {
-                "Sid": "WriteRunRequest",
-                "Effect": "Allow",
-                "Action": "s3:PutObject",
-                "Resource": f"{bucket_arn}/{RUN_REQUEST_KEY}",
-            },
-            {
-                "Sid": "ScaleGpuGroup",
-                "Effect": "Allow",
-                "Action": "autoscaling:SetDesiredCapacity",
-                "Resource": group_arn,
-            },
-        ]
-    if function_arn is not None:
-        statements.append(
-            {
-                "Sid": "DriveRayJob",
-                "Effect": "Allow",
-                "Action": "lambda:InvokeFunction",
-                "Resource": function_arn,
-            }
-        )
-    return statements
-
-
-def sweep_statements(
-    *, nightly_arn: str, key_arn: str, topic_arn: str, group_arn: str | None, function_arn: str | None
-) -> list[dict[str, Any]]:
-    statements: list[dict[str, Any]] = [
-        {
-            "Sid": "SeeRunningRuns",
-            "Effect": "Allow",
-            "Action": "states:ListExecutions",
-            "Resource": nightly_arn,
-        },
-        {"Sid": "Alert", "Effect": "Allow", "Action": "sns:Publish", "Resource": topic_arn},
-        {
-            "Sid": "UseStackKey",
-            "Effect": "Allow",
-            "Action": ["kms:GenerateDataKey", "kms:Decrypt"],
-            "Resource": key_arn,
-            "Condition": via_services(key_arn, "sns"),
-        },
-    ]
-    if group_arn is not None:
-        statements.append(
-            {
-                "Sid": "ScaleGpuGroupToZero",
-                "Effect": "Allow",
-                "Action": "autoscaling:SetDesiredCapacity",
-                "Resource": group_arn,
-            }
-        )
-    if function_arn is not None:
-        statements.append(
-            {
-                "Sid": "ReleaseRayJob",
-                "Effect": "Allow",
-                "Action": "lambda:InvokeFunction",
-                "Resource": function_arn,
-            }
-        )
-    return statements
-
-
-def submitter_statements(
-    *, context: AwsContext, log_group_arn: str, cluster_name: str, nodegroup_name: str | None
-) -> list[dict[str, Any]]:
-    """The VPC function: its logs, its network interfaces, and (medium) the GPU node group's size."""
-    eni = context.arn("ec2", "network-interface/*")
-    statements: list[dict[str, Any]] = [
-        {
-            "Sid": "Logs",
-            "Effect": "Allow",
-            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
-            "Resource": f"{log_group_arn}:*",
-        },
-        {
-            "Sid": "VpcNetworkInterfaces",
-            "Effect": "Allow",
-            "Action": [
-                "ec2:CreateNetworkInterface",
-                "ec2:DeleteNetworkInterface",
-                "ec2:AssignPrivateIpAddresses",
-                "ec2:UnassignPrivateIpAddresses",
-            ],
-            "Resource": [eni, context.arn("ec2", "subnet/*"), context.arn("ec2", "security-group/*")],
-        },
-        {
-            "Sid": "DescribeNetworkInterfaces",
-            "Effect": "Allow",
-            "Action": "ec2:DescribeNetworkInterfaces",
-            "Resource": "*",
-        },
-    ]
-    if nodegroup_name is not None:
-        statements.append(
-            {
-                "Sid": "ScaleGpuNodeGroup",
-                "Effect": "Allow",
-                "Action": "eks:UpdateNodegroupConfig",
-                "Resource": context.arn("eks", f"nodegroup/{cluster_name}/{nodegroup_name}/*"),
-            }
-        )
-    return statements
 
 
 class Nightly(pulumi.ComponentResource):
@@ -317,18 +146,19 @@ class Nightly(pulumi.ComponentResource):
         # The run's deadline is enforced inside the definition (so the release runs); the machine's own
         # timeout is only a backstop after it, and the sweep releases what such a timeout leaves.
         deadline_s = args.run_deadline_minutes * 60
-        poll_seconds = max(MIN_POLL_SECONDS, -(-deadline_s // MAX_POLLS))
+        poll_s = timing.poll_seconds(args.run_deadline_minutes)
         base: dict[str, statemachines.Substitution] = {
             "Stack": stack,
             "InputPrefix": statemachines.format_template(args.input_prefix, "job.input_prefix"),
             "OutputPrefix": statemachines.format_template(args.output_prefix, "job.output_prefix"),
-            "PollSeconds": poll_seconds,
-            "MaxPolls": -(-deadline_s // poll_seconds),
+            "PollSeconds": poll_s,
+            "MaxPolls": timing.max_polls(args.run_deadline_minutes),
             "MaxAttempts": MAX_ATTEMPTS,
             "RunDeadlineMinutes": args.run_deadline_minutes,
             "StateMachineTimeoutSeconds": deadline_s + 1800,
         }
         kind = "asg" if args.group_name else "eks"
+        queue_arn = context.arn("lambda", f"function:{args.queue_function}") if args.queue_function else None
         target = pulumi.Output.all(args.bucket_name, args.alerts_topic_arn, function_arn or "")
 
         def nightly_definition(values: list[str]) -> str:
@@ -338,7 +168,12 @@ class Nightly(pulumi.ComponentResource):
                 subs.update(AutoScalingGroup=str(args.group_name), RunRequestKey=RUN_REQUEST_KEY)
             else:
                 subs["SubmitFunction"] = function
-            return statemachines.render_json(statemachines.NIGHTLY[kind], subs)
+            definition = statemachines.render(statemachines.NIGHTLY[kind], subs)
+            if queue_arn is not None:
+                budget = timing.QUEUE_POLL_BUDGET
+                queue = {"TickFunction": queue_arn, "MaxPolls": base["MaxPolls"], "QueuePollBudget": budget}
+                definition = with_queue(definition, queue, timing.queue_timeout_s(args.run_deadline_minutes))
+            return json.dumps(definition, indent=2)
 
         run_role = service_role(
             f"{name}-run",
@@ -356,6 +191,7 @@ class Nightly(pulumi.ComponentResource):
                         group_arn=group_arn,
                         function_arn=v[3] or None,
                         batch_prefixes=args.batch_prefixes,
+                        queue_arn=queue_arn,
                     )
                 )
             ),
@@ -417,18 +253,18 @@ class Nightly(pulumi.ComponentResource):
             service=f"scheduler.{context.dns_suffix}",
             account_id=context.account_id,
             policy=pulumi.Output.all(machine.arn, sweep.arn).apply(
-                lambda arns: policy_document(
-                    [
-                        {
-                            "Sid": "StartRuns",
-                            "Effect": "Allow",
-                            "Action": "states:StartExecution",
-                            "Resource": arns,
-                        }
-                    ]
-                )
+                lambda arns: policy_document(scheduler_statements(arns, queue_arn))
             ),
             opts=child,
+        )
+        # With the Batch API the night is one more entry of its queue (workload/batch_api/nights.py), so it never
+        # races a batch's run: the schedule hands its time to the tick function, which starts the night at once
+        # when nothing runs, or leaves it to the running execution's NextBatch.
+        night_target = (
+            {"arn": queue_arn, "input": json.dumps({"enqueue_night": "<aws.scheduler.scheduled-time>"})}
+            if queue_arn is not None
+            # The state machine takes the night's date from this (UTC) time.
+            else {"arn": machine.arn, "input": json.dumps({"scheduled_time": "<aws.scheduler.scheduled-time>"})}
         )
         schedule = aws.scheduler.Schedule(
             f"{name}-schedule",
@@ -439,10 +275,9 @@ class Nightly(pulumi.ComponentResource):
             state="ENABLED" if args.enabled else "DISABLED",
             flexible_time_window=aws.scheduler.ScheduleFlexibleTimeWindowArgs(mode="OFF"),
             target=aws.scheduler.ScheduleTargetArgs(
-                arn=machine.arn,
+                arn=night_target["arn"],
                 role_arn=scheduler_role.arn,
-                # The state machine takes the night's date from this (UTC) time.
-                input=json.dumps({"scheduled_time": "<aws.scheduler.scheduled-time>"}),
+                input=night_target["input"],
                 retry_policy=aws.scheduler.ScheduleTargetRetryPolicyArgs(
                     maximum_retry_attempts=3, maximum_event_age_in_seconds=3600
                 ),
@@ -572,7 +407,7 @@ class Nightly(pulumi.ComponentResource):
             runtime=LAMBDA_RUNTIME,
             handler="handler.handler",
             code=code,
-            timeout=60,
+            timeout=SUBMIT_TIMEOUT_S,
             memory_size=256,
             kms_key_arn=args.key_arn,
             environment=aws.lambda_.FunctionEnvironmentArgs(variables=environment),

@@ -53,6 +53,8 @@ class SpotNodeArgs:
     run_request_uri: pulumi.Input[str] = ""
     # The job's `resume.grace_period_s`: Docker waits longer than this between SIGTERM and SIGKILL.
     job_grace_period_s: float = DEFAULT_GRACE_PERIOD_S
+    # With the Batch API: how long the node waits for the queue's next run request (user_data.BootSettings).
+    next_run_hold_s: int = 0
 
 
 def session_manager_statements(context: AwsContext) -> list[dict[str, Any]]:
@@ -183,6 +185,7 @@ class SpotNode(pulumi.ComponentResource):
                         run_request_uri=values[4],
                         output_prefix_uri=values[5],
                         grace_period_s=args.job_grace_period_s,
+                        next_run_hold_s=args.next_run_hold_s,
                     )
                 ).encode()
             ).decode()

@@ -15,6 +15,11 @@ And before it stands the group down at all, the node reads its Auto Scaling targ
 instance metadata (AWS's capacity-rebalancing guide): `Terminated` means Auto Scaling is taking this instance
 away (a rebalancing replacement, a scale-in) and the group's capacity is not this node's to change.
 
+With the Batch API's queue (`next_run_hold_s` > 0) a job that ended well does not end the boot at once: the
+node watches the run request for a new one (another batch id, or another output) for up to the hold, which is
+two of the nightly machine's polls and a margin (infra/statemachines/timing.py), and runs it with the image it
+pulled and the model on its disk; a failed or interrupted job never holds.
+
 Kept apart from the component so it can be rendered, and run against stand-in commands, without Pulumi.
 """
 
@@ -41,6 +46,8 @@ CONTAINER = "llm-batch-job"
 # its own grace period (`resume.grace_period_s`) plus the run spec's margin for Ray and vLLM to exit.
 SPOT_NOTICE_S = 120
 SPOT_POLL_S = 5
+# Between looks for the queue's next run request while the node holds on (one small S3 GET each).
+NEXT_RUN_POLL_S = 10
 DEFAULT_GRACE_PERIOD_S = ResumeConfig().grace_period_s
 # The job's own failure marker (workload.job.output.FAILURE); the state machine looks for it under the output.
 FAILURE_MARKER = "_failed.json"
@@ -76,10 +83,19 @@ class BootSettings:
     grace_period_s: float = DEFAULT_GRACE_PERIOD_S
     # Seconds between looks at the instance metadata for a Spot interruption notice.
     spot_poll_s: int = SPOT_POLL_S
+    # With the Batch API's queue: how long the node waits, after a job ended well, for a new run request (the
+    # queue's next batch or night, written by the same execution) before it stands down; 0: it stands down at
+    # once, as without a queue. infra/statemachines/timing.py derives it from the machine's poll interval.
+    next_run_hold_s: int = 0
+    next_run_poll_s: int = NEXT_RUN_POLL_S
 
     def __post_init__(self) -> None:
         stop_timeout_s(self.grace_period_s, self.spot_poll_s)
         failure_marker(self.output_prefix_uri)
+        if self.next_run_hold_s < 0 or self.next_run_poll_s < 1:
+            raise ValueError("next_run_hold_s must be >= 0 and next_run_poll_s >= 1 (seconds)")
+        if self.next_run_hold_s and not self.run_request_uri:
+            raise ValueError("next_run_hold_s needs run_request_uri: the node waits for a new run request there")
 
     @property
     def stop_timeout_s(self) -> int:
@@ -156,7 +172,8 @@ def render_user_data(settings: BootSettings) -> str:
     refused = OUTPUT_MISMATCH_EXIT
     dlami_nvme, store_model = shlex.quote(DLAMI_NVME_MOUNT), shlex.quote(INSTANCE_STORE_MODEL)
     return f"""#!/bin/bash
-# llm-batch small tier: run tonight's batch job once, then set the group's desired capacity back to 0.
+# llm-batch small tier: run tonight's batch job (and, with the Batch API's queue, the runs queued after it),
+# then set the group's desired capacity back to 0.
 set -euo pipefail
 umask 077
 export AWS_REGION={q["region"]} AWS_DEFAULT_REGION={q["region"]}
@@ -285,24 +302,35 @@ rm -f {notice}
 # The job's settings live in Secrets Manager (KMS); {{date}} in its prefixes becomes the night's date: the
 # one the nightly run wrote to its run request (so a retry after midnight resumes the same output), else
 # today's UTC date (a manual scale-up).
+# A batch of the Batch API brings its own file and output (the state machine's PlanBatch); the job tells an
+# OpenAI batch file by its first line, whose url is the batch's endpoint. RUN_ID tells one run from the next.
+take_run_request() {{
+  local run_py='import json, sys; run = json.load(open(sys.argv[1])); batch = run.get("batch_id")'
+  RUN_DATE=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["date"])' "$1")
+  RUN_ID=$(python3 -c "${{run_py}}; print(batch or run.get('output_uri') or run['date'])" "$1")
+  run_py+='; flags = ["--input", run["input_uri"], "--output", run["output_uri"]] if batch else []'
+  mapfile -t BATCH_ARGS < <(python3 -c "${{run_py}}; print(*flags, sep=chr(10))" "$1")
+}}
+check_run_date() {{
+  if ! [[ "${{RUN_DATE}}" =~ ^[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}$ ]]; then
+    echo "llm-batch: the run date '${{RUN_DATE}}' is not YYYY-MM-DD" >&2
+    exit 1
+  fi
+}}
+write_job_settings() {{
+  aws secretsmanager get-secret-value --secret-id {q["job_settings_secret_arn"]} \\
+    --query SecretString --output text | sed "s/{{date}}/${{RUN_DATE}}/g" > {job_config} || return
+  chown {JOB_UID}:{JOB_GID} {job_config}
+}}
 STAGE="reading the run request"
+RUN_ID=""
 if [ -n {q["run_request_uri"]} ] && \\
   aws s3 cp {q["run_request_uri"]} {config_dir}/run.json --only-show-errors; then
-  RUN_DATE=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["date"])' {config_dir}/run.json)
-  # A batch of the Batch API brings its own file and output (the state machine's PlanBatch); the job tells an
-  # OpenAI batch file by its first line, whose url is the batch's endpoint.
-  BATCH_PY='import json, sys; run = json.load(open(sys.argv[1])); batch = run.get("batch_id")'
-  BATCH_PY+='; flags = ["--input", run["input_uri"], "--output", run["output_uri"]] if batch else []'
-  BATCH_PY+='; print(*flags, sep=chr(10))'
-  mapfile -t BATCH_ARGS < <(python3 -c "${{BATCH_PY}}" {config_dir}/run.json)
+  take_run_request {config_dir}/run.json
 fi
-if ! [[ "${{RUN_DATE}}" =~ ^[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}$ ]]; then
-  echo "llm-batch: the run date '${{RUN_DATE}}' is not YYYY-MM-DD" >&2
-  exit 1
-fi
+check_run_date
 STAGE="reading the job settings"
-aws secretsmanager get-secret-value --secret-id {q["job_settings_secret_arn"]} \\
-  --query SecretString --output text | sed "s/{{date}}/${{RUN_DATE}}/g" > {job_config}
+write_job_settings
 # The hub token is optional (public models need none); it reaches the job as a file, never as an argument.
 STAGE="reading the hub token"
 if aws secretsmanager get-secret-value --secret-id {q["hub_token_secret_arn"]} \\
@@ -351,16 +379,49 @@ spot_watch() {{
 spot_watch &
 WATCHER=$!
 
+# With the Batch API's queue the execution that ran this job writes the next run's request (another batch, or
+# the night) within a poll or two of the summary, and keeps the GPU: run it on this boot, with the image pulled
+# and the model on its disk. No new request within the hold (the queue was empty): stand down as before.
+next_run_request() {{
+  local hold={settings.next_run_hold_s} next={config_dir}/next-run.json deadline
+  [ "${{hold}}" -gt 0 ] || return 1
+  STAGE="waiting for the next run request"
+  deadline=$(( $(date +%s) + hold ))
+  while :; do
+    if aws s3 cp {q["run_request_uri"]} "${{next}}" --only-show-errors 2>/dev/null; then
+      local previous="${{RUN_ID}}"
+      take_run_request "${{next}}"
+      if [ "${{RUN_ID}}" != "${{previous}}" ]; then
+        mv "${{next}}" {config_dir}/run.json
+        check_run_date
+        STAGE="reading the job settings"
+        write_job_settings || exit  # `set -e` does not reach into a function called in a condition
+        docker rm {CONTAINER} > /dev/null || true  # the last run's container still holds the name
+        echo "llm-batch: the next run request (${{RUN_ID}}); running it on this boot"
+        return 0
+      fi
+    fi
+    [ "$(date +%s)" -lt "${{deadline}}" ] || break
+    sleep {settings.next_run_poll_s}
+  done
+  echo "llm-batch: no new run request within ${{hold}} s"
+  return 1
+}}
+
 STAGE="running the job"
 status=0
 # The run spec first (--init reaps what Ray and vLLM leave behind and passes SIGTERM on; --stop-timeout is the
 # same wait for any other `docker stop`, e.g. the OS shutting Docker down), then what only this GPU host has.
-docker run {run_spec} \\
-  --name {CONTAINER} --gpus all --shm-size 16g -e AWS_REGION -e AWS_DEFAULT_REGION \\
-  --log-driver awslogs --log-opt awslogs-region={q["region"]} \\
-  --log-opt awslogs-group={q["log_group"]} --log-opt "awslogs-stream=${{RUN_DATE}}/${{INSTANCE_ID}}" \\
-  {q["image"]} {run_args} "${{BATCH_ARGS[@]}}" || status=$?
-echo "llm-batch job exited with status ${{status}}"
+while :; do
+  docker run {run_spec} \\
+    --name {CONTAINER} --gpus all --shm-size 16g -e AWS_REGION -e AWS_DEFAULT_REGION \\
+    --log-driver awslogs --log-opt awslogs-region={q["region"]} \\
+    --log-opt awslogs-group={q["log_group"]} --log-opt "awslogs-stream=${{RUN_DATE}}/${{INSTANCE_ID}}" \\
+    {q["image"]} {run_args} "${{BATCH_ARGS[@]}}" || status=$?
+  echo "llm-batch job exited with status ${{status}}"
+  [ "${{status}}" -eq 0 ] && next_run_request || break
+  STAGE="running the job"
+done
 # stand_down (the EXIT trap) records a failure, or releases the GPU, or leaves it to Spot's replacement.
 exit "${{status}}"
 """

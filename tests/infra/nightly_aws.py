@@ -36,6 +36,34 @@ def set_execution(endpoint: str, enabled: bool) -> None:
     urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/config", data=body, method="POST"))
 
 
+def set_lambda_docker(endpoint: str, enabled: bool) -> None:
+    """Switch moto's Lambda between running functions in Docker (absent here) and its Docker-free backend, whose
+    invoke the tests point at the real handler, run in-process against the same moto server."""
+    body = json.dumps({"lambda": {"use_docker": enabled}}).encode()
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/config", data=body, method="POST"))
+
+
+def create_function(name: str, source: str) -> str:
+    """A Lambda function in moto named `name` (its code the file `source`; moto never runs it); its ARN."""
+    import io
+    import zipfile
+
+    role = boto3.client("iam").create_role(
+        RoleName=f"{name}-role", AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []})
+    )["Role"]["Arn"]
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as zipped:
+        zipped.write(source, "handler.py")
+    created = boto3.client("lambda").create_function(
+        FunctionName=name,
+        Runtime="python3.12",
+        Role=role,
+        Handler="handler.handler",
+        Code={"ZipFile": archive.getvalue()},
+    )
+    return str(created["FunctionArn"])
+
+
 @contextmanager
 def executing_state_machines(endpoint: str) -> Iterator[None]:
     import os

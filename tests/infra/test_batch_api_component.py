@@ -205,6 +205,51 @@ def test_a_batchs_run_may_read_its_file_and_write_its_output_only_when_the_front
     assert not fnmatch.fnmatch("batch-api/batches/batch_1/execution.json", f"{batch_api.BATCH_OUTPUT_PREFIX}*")
 
 
+@pytest.mark.parametrize("tier", ["small", "large"])
+def test_with_the_front_the_machine_drains_the_queue_and_the_night_is_queued(
+    front_plans: dict[str, Plan], plan_for: Callable[[str], Plan], tier: str
+) -> None:
+    """The planned machine has NextBatch on the tick function (named before it exists, so no cycle between the
+    two), the run role may invoke it, the night's schedule queues the night through it; without the front the
+    machine and the schedule are as they were."""
+    from infra.statemachines import timing
+
+    plan = front_plans[tier]
+    tick = _named(plan, "aws:lambda/function:Function", "batch-api-tick")["outputs"]
+    machine = _named(plan, "aws:sfn/stateMachine:StateMachine", "nightly-run")["inputs"]
+    states = json.loads(machine["definition"])["States"]
+    assert states["NextBatch"]["Parameters"]["FunctionName"].endswith(f":function:{tick['name']}")
+    tick_arn = states["NextBatch"]["Parameters"]["FunctionName"]
+    asked = states["NextBatch"]["Parameters"]["Payload"]["next_batch"]
+    assert asked["poll_budget"] == timing.QUEUE_POLL_BUDGET
+    run_role = json.loads(_policy(plan, "aws:iam/rolePolicy:RolePolicy", "nightly-run-policy"))["Statement"]
+    assert {
+        "Sid": "TakeNextRun",
+        "Effect": "Allow",
+        "Action": "lambda:InvokeFunction",
+        "Resource": tick_arn,
+    } in run_role
+    night = _named(plan, "aws:scheduler/schedule:Schedule", "nightly-schedule")["inputs"]["target"]
+    assert night["arn"] == tick_arn
+    assert json.loads(night["input"]) == {"enqueue_night": "<aws.scheduler.scheduled-time>"}
+    scheduler = json.loads(_policy(plan, "aws:iam/rolePolicy:RolePolicy", "nightly-scheduler-policy"))["Statement"]
+    assert {s["Sid"]: s["Resource"] for s in scheduler}["QueueTheNight"] == tick_arn
+    off = json.loads(_named(plan_for(tier), "aws:sfn/stateMachine:StateMachine", "nightly-run")["inputs"]["definition"])
+    assert "NextBatch" not in off["States"]
+    if tier == "small":  # the node holds on for the queue's next run request; without the front it does not
+        import base64
+
+        def script(of: Plan) -> str:
+            (template,) = [item for item in of if item["type"] == "aws:ec2/launchTemplate:LaunchTemplate"]
+            return base64.b64decode(template["inputs"]["userData"]).decode()
+
+        from infra.config import load_stack_config
+
+        hold = timing.next_run_hold_s(load_stack_config("small", {"cost_center": "cc"}).schedule.run_deadline_minutes)
+        assert f"local hold={hold} " in script(plan)
+        assert "local hold=0 " in script(plan_for(tier))
+
+
 ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
 
 

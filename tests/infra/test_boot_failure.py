@@ -36,7 +36,12 @@ printf '%s\\n' "$(basename "$0") $*" >> "$CALLS"
 case "$(basename "$0") $*" in
   "docker login"*) cat > /dev/null ;;
   "docker pull"*) echo "Error response from daemon: manifest unknown" >&2; exit "${PULL_EXIT:-0}" ;;
-  "docker run"*) exit "${JOB_EXIT:-0}" ;;
+  "docker run"*)
+    # The nightly machine's part while a job ends well: the queue's next run request (once).
+    if [ -n "${NEXT_RUN:-}" ] && [ ! -e "${NEXT_RUN}.sent" ]; then
+      aws s3 cp "${NEXT_RUN}" "s3://${BUCKET}/control/run.json" --only-show-errors && touch "${NEXT_RUN}.sent"
+    fi
+    exit "${JOB_EXIT:-0}" ;;
   "curl -sf -X PUT"*) echo "imds-token" ;;
   "curl -sf -o /dev/null -H"*"/spot/instance-action") exit 22 ;;
   "curl -sf -H"*"/autoscaling/target-lifecycle-state") echo "${TARGET_STATE:-InService}" ;;
@@ -84,7 +89,12 @@ def account(moto_reset: str) -> Iterator[dict[str, str]]:
 
 
 def _boot(
-    tmp_path: Path, aws_cli: str, account: dict[str, str], disks: bool = False, **env: str
+    tmp_path: Path,
+    aws_cli: str,
+    account: dict[str, str],
+    disks: bool = False,
+    settings: dict[str, Any] | None = None,
+    **env: str,
 ) -> subprocess.CompletedProcess[str]:
     """The boot script run for real; `disks`: the block-device commands are stand-ins too (this machine has no
     instance store to format), answering lsblk with DISKS and mountpoint with DLAMI_MOUNTED."""
@@ -94,7 +104,7 @@ def _boot(
     for command in ("docker", "curl", "chown", *disk_commands):
         (bin_dir / command).write_text(STANDINS)
         (bin_dir / command).chmod(0o755)
-    settings = BootSettings(
+    boot = BootSettings(
         region="us-east-1",
         image="123456789012.dkr.ecr.us-east-1.amazonaws.com/llm-batch-small/workload:0123abcd",
         job_settings_secret_arn=account["settings_arn"],
@@ -105,14 +115,16 @@ def _boot(
         run_request_uri=f"s3://{BUCKET}/control/run.json",
         config_dir=str(tmp_path / "etc"),
         models_dir=str(tmp_path / "models"),
+        **(settings or {}),
     )
     script = tmp_path / "user-data.sh"
-    script.write_text(render_user_data(settings))
+    script.write_text(render_user_data(boot))
     environment = {
         **os.environ,
         "PATH": f"{bin_dir}:{Path(aws_cli).parent}:{os.environ['PATH']}",
         "CALLS": str(tmp_path / "calls.log"),
         "AWS_ENDPOINT_URL": account["endpoint"],
+        "BUCKET": BUCKET,
         **env,
     }
     return subprocess.run(["bash", str(script)], env=environment, capture_output=True, text=True, timeout=120)
@@ -293,22 +305,37 @@ def _calls(tmp_path: Path) -> list[str]:
     return (tmp_path / "calls.log").read_text().splitlines()
 
 
-def test_two_instance_store_disks_become_one_raid0_model_cache(
+def test_two_instance_store_disks_become_one_model_cache_for_every_run_of_the_boot(
     tmp_path: Path, aws_cli: str, account: dict[str, str]
 ) -> None:
     """A p4d-like node: its NVMe instance-store disks (not the EBS root) are striped, formatted and mounted over
-    the models folder before the job starts."""
+    the models folder before the job starts. With the Batch API's queue the boot then holds on: the machine
+    writes the next batch's run request while the night's job ends well, and the node runs it on the same boot
+    (no second pull, no second disk) with the batch's --input/--output and date; with no third request within
+    the hold it stands down."""
+    batch_in = f"s3://{BUCKET}/batch-api/files/file-1.jsonl"
+    batch_out = f"s3://{BUCKET}/batch-api/batches/batch_2/output"
+    request = {"date": "2026-11-29", "batch_id": "batch_2", "input_uri": batch_in, "output_uri": batch_out}
+    (tmp_path / "next-run.json").write_text(json.dumps(request))
     disks = f"/dev/nvme0n1 Amazon Elastic Block Store\\n/dev/nvme1n1 {STORE}\\n/dev/nvme2n1 {STORE}\\n"
-    result = _boot(tmp_path, aws_cli, account, disks=True, DISKS=disks)
+    hold = {"next_run_hold_s": 1, "next_run_poll_s": 1}
+    result = _boot(tmp_path, aws_cli, account, True, hold, NEXT_RUN=str(tmp_path / "next-run.json"), DISKS=disks)
     assert result.returncode == 0, result.stderr
     calls = _calls(tmp_path)
     models = str(tmp_path / "models")
     raid = "/dev/md/llm-batch-models"
     assert f"mdadm --create {raid} --run --level=0 --raid-devices=2 /dev/nvme1n1 /dev/nvme2n1" in calls
     assert f"mkfs.xfs -f -q {raid}" in calls and f"mount -o noatime {raid} {models}" in calls
-    assert calls.index(f"mount -o noatime {raid} {models}") < next(
-        i for i, call in enumerate(calls) if call.startswith("docker run")
-    )
+    runs = [i for i, call in enumerate(calls) if call.startswith("docker run")]
+    assert len(runs) == 2 and calls.index(f"mount -o noatime {raid} {models}") < runs[0]
+    first, second = (calls[i] for i in runs)
+    assert "--input" not in first and "awslogs-stream=2026-11-28/" in first  # the night first
+    assert second.endswith(f"--input {batch_in} --output {batch_out}")
+    assert "awslogs-stream=2026-11-29/" in second  # the next run's date: its job settings and log stream
+    assert sum(call.startswith(("docker pull", "mkfs.xfs", "mdadm")) for call in calls) == 3  # once each
+    assert "docker rm llm-batch-job" in calls
+    assert "no new run request within 1 s" in result.stdout
+    assert _desired_capacity() == 0 and _no_failure_marker()
 
 
 def test_one_disk_is_formatted_without_raid_and_none_leaves_the_root_volume(
@@ -345,3 +372,24 @@ def test_a_disk_that_will_not_format_fails_the_night_by_its_stage(
     marker, _ = _marker()
     assert marker["stage"] == "preparing the model disk"
     assert _desired_capacity() == 0
+
+
+def test_the_nodes_hold_is_two_polls_of_the_machine_and_a_margin() -> None:
+    """Derived from the machine's own poll interval (the deadline's), never a literal: the next run request
+    comes one poll after the summary is seen, at worst two."""
+    from infra.statemachines import timing
+
+    for minutes in (1, 240, 24 * 60):
+        hold = timing.next_run_hold_s(minutes)
+        assert hold >= 2 * timing.poll_seconds(minutes) + timing.NEXT_RUN_MARGIN_S
+    with pytest.raises(ValueError, match="next_run_hold_s needs run_request_uri"):
+        BootSettings(
+            region="us-east-1",
+            image="r/i:t",
+            job_settings_secret_arn="a",
+            hub_token_secret_arn="b",
+            log_group="g",
+            group_name=GROUP,
+            output_prefix_uri=f"s3://{BUCKET}/output/{{date}}/",
+            next_run_hold_s=60,
+        )

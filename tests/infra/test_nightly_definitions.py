@@ -12,6 +12,7 @@ import pytest
 
 from infra import statemachines
 from infra.statemachines import graph
+from infra.statemachines.queue import with_queue
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ASL_VALIDATOR = REPO_ROOT / "node_modules" / ".bin" / "asl-validator"
@@ -56,6 +57,16 @@ RENDERED: dict[str, dict[str, Any]] = {
 }
 NIGHTLY_FILES = sorted(statemachines.NIGHTLY.values())
 ALL_FILES = sorted([*statemachines.NIGHTLY.values(), *statemachines.SWEEP.values()])
+# With the Batch API on: the same machines with the queue drain merged in (infra/statemachines/queue.py).
+QUEUE_SUBS: dict[str, statemachines.Substitution] = {
+    "TickFunction": "arn:aws:lambda:us-east-1:123456789012:function:llm-batch-small-batch-api-tick",
+    "MaxPolls": SMALL_SUBS["MaxPolls"],
+    "QueuePollBudget": 500,
+}
+QUEUE_TIMEOUT_S = 500 * int(SMALL_SUBS["PollSeconds"]) + 1800
+QUEUED = {f"{name}+queue": name for name in NIGHTLY_FILES}
+RENDERED.update({key: with_queue(RENDERED[name], QUEUE_SUBS, QUEUE_TIMEOUT_S) for key, name in QUEUED.items()})
+NIGHTLY_VARIANTS = sorted([*NIGHTLY_FILES, *QUEUED])
 
 
 def _validate(definition: dict[str, Any], tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -79,7 +90,7 @@ def test_every_definition_file_is_listed() -> None:
     assert on_disk == ALL_FILES
 
 
-@pytest.mark.parametrize("file_name", ALL_FILES)
+@pytest.mark.parametrize("file_name", [*ALL_FILES, *QUEUED])
 def test_rendered_definition_is_valid_asl(file_name: str, tmp_path: Path) -> None:
     result = _validate(RENDERED[file_name], tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -94,7 +105,7 @@ def test_validator_rejects_a_broken_definition(tmp_path: Path) -> None:
     assert "NoSuchState" in result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("file_name", ALL_FILES)
+@pytest.mark.parametrize("file_name", [*ALL_FILES, *QUEUED])
 def test_every_task_catches_every_error(file_name: str) -> None:
     definition = RENDERED[file_name]
     tasks = graph.matching(definition, lambda state: state["Type"] == "Task")
@@ -103,7 +114,7 @@ def test_every_task_catches_every_error(file_name: str) -> None:
     assert not uncaught, f"tasks without a States.ALL catch: {uncaught}"
 
 
-@pytest.mark.parametrize("file_name", ALL_FILES)
+@pytest.mark.parametrize("file_name", [*ALL_FILES, *QUEUED])
 def test_every_state_is_reachable_and_every_target_exists(file_name: str) -> None:
     definition = RENDERED[file_name]
     names = set(graph.states(definition))
@@ -113,7 +124,7 @@ def test_every_state_is_reachable_and_every_target_exists(file_name: str) -> Non
     assert graph.reachable(definition, definition["StartAt"]) == names
 
 
-@pytest.mark.parametrize("file_name", NIGHTLY_FILES)
+@pytest.mark.parametrize("file_name", NIGHTLY_VARIANTS)
 def test_every_path_to_an_end_passes_through_a_release(file_name: str) -> None:
     definition = RENDERED[file_name]
     releases = graph.matching(definition, graph.is_release)
@@ -124,14 +135,16 @@ def test_every_path_to_an_end_passes_through_a_release(file_name: str) -> None:
         after = graph.reachable(definition, start, blocked=releases)
         endings = {name for name in after if graph.is_terminal(graph.states(definition)[name])}
         assert not endings, f"{file_name}: {endings} can be reached from {start} without releasing the GPU"
-    # Before any capacity start, the only ending is the night skipped for want of input (nothing to release).
+    # Before any capacity start, the only ending is the night skipped for want of input (nothing to release);
+    # with the queue even a skip passes a release (a no-op unless an earlier run of the execution holds the GPUs).
     before = graph.reachable(definition, definition["StartAt"], blocked=releases | starts)
-    assert {name for name in before if graph.is_terminal(graph.states(definition)[name])} == {"RunSkipped"}
+    skipped = set() if file_name in QUEUED else {"RunSkipped"}
+    assert {name for name in before if graph.is_terminal(graph.states(definition)[name])} == skipped
     # ...and every state that can bring capacity up is among those that must still pass a release.
     assert starts <= graph.reachable(definition, definition["StartAt"], blocked=releases)
 
 
-@pytest.mark.parametrize("file_name", NIGHTLY_FILES)
+@pytest.mark.parametrize("file_name", NIGHTLY_VARIANTS)
 def test_a_failed_release_still_notifies_and_fails(file_name: str) -> None:
     definition = RENDERED[file_name]
     for name in graph.matching(definition, graph.is_release):
@@ -186,7 +199,7 @@ def test_every_loop_waits_and_is_bounded(file_name: str) -> None:
     assert deadline["NumericGreaterThanEquals"] == SMALL_SUBS["MaxPolls"]
 
 
-@pytest.mark.parametrize("file_name", NIGHTLY_FILES)
+@pytest.mark.parametrize("file_name", NIGHTLY_VARIANTS)
 def test_the_state_machine_timeout_outlasts_the_run_deadline(file_name: str) -> None:
     """The whole-machine timeout is a backstop only: reaching it skips the release (the sweep then acts)."""
     definition = RENDERED[file_name]
@@ -202,6 +215,58 @@ def test_sweep_releases_only_when_no_run_is_going(file_name: str) -> None:
     releases = graph.matching(definition, graph.is_release)
     assert not releases & graph.reachable(definition, choice["Choices"][0]["Next"])
     assert releases & graph.reachable(definition, choice["Default"])
+
+
+@pytest.mark.parametrize("queued", sorted(QUEUED))
+def test_the_queue_moves_three_edges_and_adds_its_states(queued: str) -> None:
+    """Without the Batch API the machine is its file; with it, only the summary's and the skip's way on change."""
+    plain, drained = graph.states(RENDERED[QUEUED[queued]]), graph.states(RENDERED[queued])
+    added = {"NextBatch", "NextRunQueued", "TakeNextRun", "NextBatchAfterSkip", "NextRunQueuedAfterSkip"}
+    assert set(drained) - set(plain) == added | {"ReleaseAfterSkip"}
+    changed = {name for name in plain if plain[name] != drained[name]}
+    assert changed == {"SummaryWritten", "NotifySkipped"}
+    assert drained["SummaryWritten"]["Choices"][0]["Next"] == "NextBatch"
+    assert {c["Next"] for c in drained["NotifySkipped"]["Catch"]} == {drained["NotifySkipped"]["Next"]}
+    assert drained["NotifySkipped"]["Next"] == "NextBatchAfterSkip"
+    assert RENDERED[queued]["TimeoutSeconds"] == QUEUE_TIMEOUT_S
+    for name in ("NextBatch", "NextBatchAfterSkip"):
+        asked = drained[name]["Parameters"]["Payload"]["next_batch"]
+        assert (asked["max_polls"], asked["poll_budget"]) == (SMALL_SUBS["MaxPolls"], 500)
+        assert drained[name]["Parameters"]["FunctionName"] == QUEUE_SUBS["TickFunction"]
+
+
+@pytest.mark.parametrize("queued", sorted(QUEUED))
+def test_the_next_run_keeps_the_gpus_and_a_failure_still_ends_the_execution(queued: str) -> None:
+    definition = RENDERED[queued]
+    states = graph.states(definition)
+    releases = graph.matching(definition, graph.is_release)
+    starts = graph.matching(definition, graph.is_capacity_start)
+    # A run's summary leads to the next run's start without a release in between: one boot for the queue.
+    assert starts & graph.reachable(definition, "NextBatch", blocked=releases)
+    assert states["NextRunQueued"]["Default"] == "ReleaseAfterSuccess"
+    assert states["NextRunQueuedAfterSkip"]["Default"] == "ReleaseAfterSkip"
+    assert {c["Next"] for c in states["NextBatch"]["Catch"]} == {"ReleaseAfterSuccess"}
+    # A failed run releases, alerts and fails: no later batch is taken on its GPUs.
+    for failing in ("RecordFailure", "ReleaseAfterFailure", "JobFailed"):
+        assert not {"NextBatch", "NextBatchAfterSkip"} & graph.reachable(definition, failing)
+    # A loop that never waits is only the skip's (no GPU time), and the function's budget ends every loop.
+    waits = graph.matching(definition, lambda state: state["Type"] == "Wait")
+    assert not graph.has_cycle(definition, removed=waits | {"NextRunQueuedAfterSkip"})
+    bounds = {"DeadlinePassed", "AttemptsLeft", "NextRunQueued", "NextRunQueuedAfterSkip"}
+    assert not graph.has_cycle(definition, removed=bounds)
+    # An interruption's retry resumes the same run: only a new NextBatch plans another.
+    rule = next(
+        r for r in states["InterruptionMarkerWritten"]["Choices"] if r["Variable"] == "$.interruption_check.count"
+    )
+    after = graph.reachable(definition, rule["Next"], blocked=releases | {"NextBatch"})
+    assert "ResolveDate" not in after and starts & after
+
+
+def test_the_queue_refuses_a_state_it_would_overwrite() -> None:
+    clashing = json.loads(json.dumps(RENDERED["small.asl.json"]))
+    clashing["States"]["NextBatch"] = {"Type": "Pass", "End": True}
+    with pytest.raises(ValueError, match="NextBatch already in the definition"):
+        with_queue(clashing, QUEUE_SUBS, QUEUE_TIMEOUT_S)
 
 
 def test_render_refuses_missing_and_unused_substitutions() -> None:

@@ -10,11 +10,8 @@ created and writes the job's markers, or a RayJob status.
 from __future__ import annotations
 
 import base64
-import io
 import json
 import threading
-import urllib.request
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,21 +25,16 @@ from tests.infra.fake_kube import FakeKube
 from tests.infra.nightly_aws import (
     NIGHT_WITHOUT_INPUT,
     SmallStack,
+    create_function,
     create_small_stack,
     create_state_machine,
     executing_state_machines,
+    set_lambda_docker,
     summary,
     wait_for,
     wait_for_end,
 )
 from tests.infra.test_submit_rayjob import CLUSTER, NAMESPACE, NODEGROUP, RAYJOBS, template_for
-from workload.batch_api.executor import BatchRun
-from workload.batch_api.sfn_executor import run_input
-
-
-def _set_lambda_docker(endpoint: str, enabled: bool) -> None:
-    body = json.dumps({"lambda": {"use_docker": enabled}}).encode()
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/config", data=body, method="POST"))
 
 
 @pytest.fixture
@@ -54,7 +46,7 @@ def eks_stack(
 
     kube = FakeKube(tmp_path)
     with executing_state_machines(moto_reset):
-        _set_lambda_docker(moto_reset, False)
+        set_lambda_docker(moto_reset, False)
         try:
             stack = create_small_stack()
             template = tmp_path / "night_template.json"
@@ -88,23 +80,10 @@ def eks_stack(
                 subnets=["subnet-1"],
                 scalingConfig={"minSize": 0, "maxSize": 2, "desiredSize": 0},
             )
-            role = boto3.client("iam").create_role(
-                RoleName="submit-rayjob",
-                AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []}),
-            )["Role"]["Arn"]
-            archive = io.BytesIO()
-            with zipfile.ZipFile(archive, "w") as zipped:
-                zipped.write(submit.__file__, "handler.py")
-            function_arn = boto3.client("lambda").create_function(
-                FunctionName="llm-batch-medium-submit-rayjob",
-                Runtime="python3.12",
-                Role=role,
-                Handler="handler.handler",
-                Code={"ZipFile": archive.getvalue()},
-            )["FunctionArn"]
+            function_arn = create_function("llm-batch-medium-submit-rayjob", submit.__file__)
             yield stack, kube, function_arn
         finally:
-            _set_lambda_docker(moto_reset, True)
+            set_lambda_docker(moto_reset, True)
             kube.stop()
 
 
@@ -161,7 +140,7 @@ class Cluster(threading.Thread):
                 else:
                     boto3.client("s3").put_object(
                         Bucket=self.stack.bucket,
-                        Key=f"{self.output}{kind}",
+                        Key=kind if "/" in kind else f"{self.output}{kind}",  # a whole key: that run's output
                         Body=json.dumps(outcome).encode(),
                     )
         except BaseException as error:  # surfaced by the test through .error
@@ -180,25 +159,6 @@ def test_a_night_on_eks_submits_follows_and_releases(eks_stack: tuple[SmallStack
     assert cluster.desired_while_running == [2], "capacity_up set the GPU group to its run size"
     assert kube.names(RAYJOBS) == [] and _desired() == 0, "released: RayJob deleted, GPU group at 0"
     assert json.loads(result["output"])["attempts"] == 1
-
-
-def test_a_batch_on_eks_runs_its_own_rayjob_on_its_file_and_output(eks_stack: tuple[SmallStack, FakeKube, str]) -> None:
-    """The executor's `$.batch` through PlanBatch to the submit function: the RayJob is the batch's, on its file."""
-    stack, kube, function_arn = eks_stack
-    batch_id = "batch_0123456789abcdef01234567"
-    file_key, output_key = "batch-api/files/file-1.jsonl", f"batch-api/batches/{batch_id}/output"
-    boto3.client("s3").put_object(Bucket=stack.bucket, Key=file_key, Body=b'{"custom_id": "a"}\n')
-    s3_uri = f"s3://{stack.bucket}/"
-    run = BatchRun(batch_id, s3_uri + file_key, s3_uri + output_key, "/v1/chat/completions")
-    cluster = Cluster(stack, kube, [("summary.json", summary())], output=f"{output_key}/")
-    cluster.start()
-    result = wait_for_end(_start(stack, function_arn, execution_input=run_input(run)))
-    cluster.join(timeout=5)
-    assert cluster.error is None
-    assert result["status"] == "SUCCEEDED", result
-    assert cluster.seen == ["llm-batch-batch-0123456789abcdef01234567-a1"]
-    assert cluster.entrypoints[0].endswith(f"--input {s3_uri}{file_key} --output {s3_uri}{output_key}")
-    assert kube.names(RAYJOBS) == [] and _desired() == 0
 
 
 def test_a_rayjob_lost_to_the_platform_is_resubmitted_on_the_same_output(
@@ -244,3 +204,66 @@ def test_a_night_without_input_on_eks_submits_nothing(eks_stack: tuple[SmallStac
     assert kube.names(RAYJOBS) == [] and _desired() == 0, "no RayJob, GPU group never raised"
     (alert,) = stack.alerts()
     assert "skipped" in alert and NIGHT_WITHOUT_INPUT in alert
+
+
+def test_two_queued_batches_on_eks_run_in_one_execution_on_the_same_nodes(
+    eks_stack: tuple[SmallStack, FakeKube, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches on EKS through the executor and the queue drain: each RayJob is the batch's (named for it, its
+    entrypoint on the batch's file and output, from PlanBatch's `$.batch`); the machine's NextBatch invokes the
+    real tick function (in-process, as the submit function is), so the second batch's RayJob is submitted by the
+    same execution with no release between the two (the GPU nodes stay), and the nodes are released once."""
+    from moto.awslambda_simple.models import LambdaSimpleBackend
+
+    from infra.statemachines.queue import with_queue
+    from tests.infra.test_nightly_queue_execution import _batches
+    from workload.batch_api import lambda_front, lifecycle
+
+    stack, kube, function_arn = eks_stack
+    tick_arn = create_function("llm-batch-medium-batch-api-tick", lambda_front.__file__)
+    subs = {k: v for k, v in stack.substitutions().items() if k not in ("AutoScalingGroup", "RunRequestKey")}
+    definition = statemachines.render("eks.asl.json", {**subs, "Stack": "medium", "SubmitFunction": function_arn})
+    queue = {"TickFunction": tick_arn, "MaxPolls": 30, "QueuePollBudget": 100}
+    stack.state_machine_arn = create_state_machine("llm-batch-medium-nightly", with_queue(definition, queue, 600))
+    env = {
+        "LLM_BATCH_BUCKET": stack.bucket,
+        "LLM_BATCH_STATE_MACHINE_ARN": stack.state_machine_arn,
+        "LLM_BATCH_MODEL": "Qwen/Qwen3-0.6B",
+        "LLM_BATCH_STACK": "medium",
+        "LLM_BATCH_METRICS_NAMESPACE": "LLMBatch",
+    }
+    service = lambda_front.build_service(env)
+    monkeypatch.setattr(lambda_front, "_built", {"service": service, "metrics": lambda_front.build_metrics(env)})
+    actions: list[str] = []
+
+    def invoke(self: Any, function_name: str, qualifier: Any, body: Any, *args: Any) -> bytes:
+        event = json.loads(body)
+        if "batch-api-tick" in function_name:
+            return json.dumps(lambda_front.tick(event, None)).encode()
+        actions.append(event["action"])
+        return json.dumps(submit.handler(event)).encode()
+
+    monkeypatch.setattr(LambdaSimpleBackend, "invoke", invoke)
+    first, second = _batches(service, 2)
+    done = [(f"batch-api/batches/{batch}/output/summary.json", summary(rows=1)) for batch in (first, second)]
+    cluster = Cluster(stack, kube, done)
+    cluster.start()
+    lifecycle.tick(service)
+    sfn = boto3.client("stepfunctions")
+    (execution,) = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
+    result = wait_for_end(execution["executionArn"])
+    cluster.join(timeout=5)
+    assert cluster.error is None
+    assert result["status"] == "SUCCEEDED", result
+    assert cluster.seen == [f"llm-batch-{b.replace('_', '-')}-a1" for b in (first, second)]
+    s3_uri = f"s3://{stack.bucket}/batch-api/"
+    file_key = service.get_batch("project", second)["input_file_id"]
+    assert cluster.entrypoints[1].endswith(
+        f"--input {s3_uri}files/{file_key}.jsonl --output {s3_uri}batches/{second}/output"
+    )
+    assert actions.count("release") == 1 and actions[-1] == "release", actions
+    assert cluster.desired_while_running == [2, 2]
+    assert len(sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]) == 1
+    assert kube.names(RAYJOBS) == [] and _desired() == 0
+    lifecycle.tick(service)
+    assert [service.get_batch("project", b)["status"] for b in (first, second)] == ["completed", "completed"]

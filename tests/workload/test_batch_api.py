@@ -248,6 +248,9 @@ class Recorder:
     def state(self, batch_id: str) -> RunState:
         return RunState("stopped" if batch_id in self.stopped else "running")
 
+    def occupied(self) -> bool:
+        return False
+
     def stop(self, batch_id: str) -> None:
         self.stopped.add(batch_id)
 

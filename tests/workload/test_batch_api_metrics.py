@@ -35,6 +35,9 @@ class Scripted:
     def state(self, batch_id: str) -> RunState:
         return self.states.get(batch_id, RunState("absent"))
 
+    def occupied(self) -> bool:
+        return False  # every run here is one the lifecycle started and follows
+
     def stop(self, batch_id: str) -> None:
         self.states[batch_id] = RunState("stopped")
 

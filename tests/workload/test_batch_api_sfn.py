@@ -130,3 +130,78 @@ def test_an_executions_end_is_the_runs(store: S3Store, moto_endpoint: str) -> No
         wait_for(lambda: done.state("batch_p").name == "succeeded", 30, "the passing execution to succeed")
     with pytest.raises(ValueError, match="not a state machine ARN"):
         StepFunctionsExecutor(sfn, store, "nightly")
+
+
+def _summary(store: S3Store, batch_id: str) -> None:
+    store.write_blob(f"batches/{batch_id}/output/summary.json", [json.dumps({"rows_in": 2, "input_tokens": 1,
+                     "output_tokens": 1}).encode()])  # fmt: skip
+
+
+def test_batches_sharing_one_execution_each_have_their_own_state_and_cancel(store: S3Store) -> None:
+    """The queue drain's units: the execution's NextBatch (`next_run`) claims the oldest queued batch for it; a
+    batch that ended is told by its markers while the execution runs on; a cancel of a batch the execution left
+    stops nothing, a cancel of the batch it is on stops it and releases the GPUs; the poll budget ends the drain."""
+    sfn, group = boto3.client("stepfunctions"), _gpu_group()
+    machine = _machine(WAITS)
+    executor = StepFunctionsExecutor(sfn, store, machine, capacity=(boto3.client("autoscaling"), group))
+    clock = Clock()
+    service = BatchService(store, executor, "llm-batch", clock=clock)
+    file_id = service.upload_file("project", "a.jsonl", "batch", [_line("a").encode()])["id"]
+    a, b, c, d = (service.create_batch("project", file_id, "/v1/chat/completions", "24h")["id"] for _ in "abcd")
+    lifecycle.tick(service)
+    (execution,) = sfn.list_executions(stateMachineArn=machine, statusFilter="RUNNING")["executions"]
+    arn = execution["executionArn"]
+
+    _summary(store, a)  # A's job ended well; the execution's NextBatch asks for the next
+    asked = "2026-12-02T01:00:00.000Z"  # $$.State.EnteredTime: the same on a retry of the step
+    taken = lifecycle.next_run(service, arn, polls=12, max_polls=30, poll_budget=100, asked=asked)
+    # A retry (the answer lost on its way) gets the same run: nothing more claimed, no polls counted twice.
+    assert lifecycle.next_run(service, arn, polls=12, max_polls=30, poll_budget=100, asked=asked) == taken
+    assert service.get_batch("project", c)["status"] == "validating"
+    assert taken["run"]["batch"]["id"] == b and taken["run"]["batch"]["output_key"] == f"batch-api/batches/{b}/output"
+    assert executor.state(a).name == "succeeded" and executor.state(b).name == "running"
+    lifecycle.tick(service)  # A completes from its markers; no second execution starts beside the running one
+    assert service.get_batch("project", a)["status"] == "completed"
+    assert service.get_batch("project", b)["status"] == "in_progress"
+    assert len(sfn.list_executions(stateMachineArn=machine)["executions"]) == 1
+
+    store.delete_blobs(f"files/{file_id}.jsonl")  # C's file goes while it waits: the claim fails it, takes none
+    _summary(store, b)
+    assert lifecycle.next_run(service, arn, polls=12, max_polls=30, poll_budget=100) == {"none": "no batch is queued"}
+    assert service.get_batch("project", c)["status"] == "failed"
+    assert service.get_batch("project", d)["status"] == "failed"
+
+    later = service.upload_file("project", "b.jsonl", "batch", [_line("b").encode()])["id"]
+    e, f = (service.create_batch("project", later, "/v1/chat/completions", "24h")["id"] for _ in "ef")
+    assert lifecycle.next_run(service, arn, polls=12, max_polls=30, poll_budget=100)["run"]["batch"]["id"] == e
+    # A cancel of B, which the execution has left (its summary is written), must not stop E's run.
+    assert service.cancel_batch("project", b)["status"] == "cancelling"
+    assert sfn.describe_execution(executionArn=arn)["status"] == "RUNNING"
+    # 36 polls spent, 48 with E's run: one more run of 30 would pass a budget of 60, so the execution releases.
+    ended = lifecycle.next_run(service, arn, polls=12, max_polls=30, poll_budget=60)
+    assert "spent 48 of its 60 polls" in ended["none"]
+    assert service.get_batch("project", f)["status"] == "validating"  # left for the next execution
+    assert service.cancel_batch("project", e)["status"] == "cancelling"  # the batch the execution is on
+    assert sfn.describe_execution(executionArn=arn)["status"] == "ABORTED"
+    assert _desired(group) == 0
+    lifecycle.tick(service)
+    assert service.get_batch("project", e)["status"] == "cancelled"
+    assert service.get_batch("project", f)["status"] == "in_progress"  # a new execution for the rest
+
+
+def test_a_batch_the_execution_passed_over_is_failed_not_followed_forever(store: S3Store) -> None:
+    sfn = boto3.client("stepfunctions")
+    machine = _machine(WAITS)
+    executor = StepFunctionsExecutor(sfn, store, machine)
+    uri = store.uri("batches/{}/output")
+    run_a = BatchRun("batch_a", store.uri("files/x.jsonl"), uri.format("batch_a"), "/v1/chat/completions")
+    run_b = BatchRun("batch_b", store.uri("files/x.jsonl"), uri.format("batch_b"), "/v1/chat/completions")
+    executor.start(run_a)
+    arn = json.loads(b"".join(store.read_blob("batches/batch_a/execution.json") or []))["execution_arn"]
+    executor.adopt(run_b, arn)  # the machine skipped A (no input) and went on to B
+    skipped = executor.state("batch_a")
+    assert skipped.name == "failed" and "skipped" in (skipped.reason or "")
+    assert executor.state("batch_b").name == "running"
+    store.write_blob("batches/batch_b/output/_failed.json", [b'{"reason": "CUDA out of memory"}'])
+    failed = executor.state("batch_b")
+    assert failed.name == "failed" and "CUDA out of memory" in (failed.reason or "")

@@ -68,7 +68,7 @@ def test_the_small_nodes_docker_run_is_the_spec_plus_the_gpu_hosts_own_flags() -
         output_prefix_uri="s3://b/o/{date}/",
     )
     script = render_user_data(settings)
-    line = script.split("\ndocker run ", 1)[1].split(" \\\n", 1)[0]
+    line = script.split("\n  docker run ", 1)[1].split(" \\\n", 1)[0]  # inside the loop over the queue's runs
     host = entrypoint.HostPaths(
         models=settings.models_dir, config=f"{settings.config_dir}/job.yaml", secrets=f"{settings.config_dir}/secrets"
     )

@@ -54,6 +54,11 @@ class Executor(Protocol):
 
     def state(self, batch_id: str) -> RunState: ...
 
+    def occupied(self) -> bool:
+        """Whether a run this service did not start holds the GPUs and takes the queue itself when it ends
+        (the tiers' state machine); the lifecycle then starts nothing beside it."""
+        ...
+
     def stop(self, batch_id: str) -> None:
         """Ask the run to stop and commit what finished; returns at once (`state` says when it has)."""
         ...
@@ -131,6 +136,10 @@ class LocalJobExecutor:
         lines = log.read_text(errors="replace").splitlines()[-200:] if log.is_file() else []
         said = [line for line in lines if line.startswith(("llm-batch:", "python -m workload:"))]
         return said[-1] if said else f"the job exited with code {code} (log: {log})"
+
+    def occupied(self) -> bool:
+        """Never: every job here is one this executor started for a batch, which the lifecycle follows."""
+        return False
 
     def stop(self, batch_id: str) -> None:
         with self._lock:

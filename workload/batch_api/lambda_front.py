@@ -113,20 +113,46 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     return _built["http"](event, context)
 
 
-def tick(event: dict[str, Any], context: Any) -> dict[str, str]:
+def tick(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """The schedule's target: one tick of the queue (start the next batch, follow the running one, expire, sweep).
-    `{"start_batch": ID}` (what `python -m infra.run STACK --batch ID` sends) starts that queued batch now."""
-    from workload.batch_api import lifecycle
+    `{"start_batch": ID}` (what `python -m infra.run STACK --batch ID` sends) starts that queued batch now;
+    `{"next_batch": {"execution_arn", "asked_at", "polls", "max_polls", "poll_budget"}}` (the machine's NextBatch
+    step) claims the next queued run for that execution; `{"enqueue_night": TIME}` (the nightly schedule, with
+    the Batch API on) queues the night, then ticks, so a night with nothing running starts at once."""
+    from workload.batch_api import lifecycle, nights
     from workload.batch_api.objects import ApiError
 
     if "service" not in _built:
         _built["metrics"], _built["service"] = build_metrics(os.environ), build_service(os.environ)
     service, metrics = _built["service"], _built["metrics"]
-    if "start_batch" in event:
-        try:
+    try:
+        if "start_batch" in event:
             return {"status": lifecycle.start_now(service, str(event["start_batch"]))}
-        except ApiError as error:  # an operator's mistake, answered in one line (not a failed invocation)
-            return {"error": error.message}
+        if "next_batch" in event:
+            asked = event["next_batch"]
+            answer = lifecycle.next_run(
+                service,
+                str(asked["execution_arn"]),
+                int(asked.get("polls") or 0),
+                int(asked["max_polls"]),
+                int(asked["poll_budget"]),
+                str(asked["asked_at"]) if asked.get("asked_at") else None,
+            )
+            # A claim may close a batch (its file deleted, its window passed while it waited): counted as a request's.
+            if (line := metrics.after_request(service)) is not None:
+                print(line, flush=True)
+            return answer
+        if "enqueue_night" in event:
+            entry = nights.enqueue(service, str(event["enqueue_night"]))
+            _tick(service, metrics)
+            return {"status": "queued", "night": entry["id"]}
+    except ApiError as error:  # an operator's mistake, answered in one line (not a failed invocation)
+        return {"error": error.message}
+    _tick(service, metrics)
+    return {"status": "ticked"}
+
+
+def _tick(service: BatchService, metrics: QueueMetrics) -> None:
     try:
         service.tick()
     except BaseException:
@@ -135,4 +161,3 @@ def tick(event: dict[str, Any], context: Any) -> dict[str, str]:
             print(line, flush=True)
         raise
     print(metrics.after_tick(service), flush=True)
-    return {"status": "ticked"}

@@ -1,6 +1,8 @@
 """How a batch moves on (service.py's diagram): one `tick` expires, follows the running batch, starts the next,
-and deletes what is past its retention. Everything it knows of a run comes from the executor's `state` and the
-job's output folder in the store, so it resumes correctly after any restart of the server.
+and deletes what is past its retention; `next_run` hands the next queued entry (a batch, or a night of
+nights.py) to the tiers' execution that holds the GPUs, so a night's queue runs on one boot. Everything it
+knows of a run comes from the executor's `state` and the job's output folder in the store, so it resumes
+correctly after any restart of the server.
 
 What it reads of the job's output (workload/job/output.py's layout): `_commits/*.json` (the shard markers, for
 request counts while the job runs), `summary.json` (written last: totals and tokens), and the OpenAI files the job
@@ -14,9 +16,10 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from workload.batch_api import objects, uploads
+from workload.batch_api import nights, objects, uploads
 from workload.batch_api.executor import BatchRun
 from workload.batch_api.objects import ACTIVE, TERMINAL, ApiError, batch_errors, file_record, not_found
+from workload.batch_api.sfn_executor import StepFunctionsExecutor, run_input
 from workload.batch_api.store import StoreConflict
 
 if TYPE_CHECKING:
@@ -33,7 +36,9 @@ def tick(service: BatchService) -> None:
             _expire_queued(service, record["id"])
         elif record["status"] in ACTIVE:
             running = _follow(service, record, now) or running
-    if not running:
+    # An execution that holds the GPUs (a night's, or one on a batch that just ended) takes the next entry
+    # itself when its run ends (`next_run`): starting one beside it would be a second boot.
+    if not running and not service.executor.occupied():
         _start_next(service)
     _sweep(service, now)
 
@@ -46,44 +51,129 @@ def _expire_queued(service: BatchService, batch_id: str) -> None:
     service._update(batch_id, expire)
 
 
-def _start(service: BatchService, record: dict[str, Any]) -> None:
+def _batch_run(service: BatchService, record: dict[str, Any]) -> BatchRun:
     store = service.store
-    run = BatchRun(record["id"], store.uri(record["_input_key"]), store.uri(record["_output_key"]), record["endpoint"])
-    service.executor.start(run)
+    return BatchRun(record["id"], store.uri(record["_input_key"]), store.uri(record["_output_key"]), record["endpoint"])
+
+
+def _start(service: BatchService, record: dict[str, Any]) -> None:
+    service.executor.start(_batch_run(service, record))
+
+
+def _queue(service: BatchService) -> list[tuple[str, dict[str, Any]]]:
+    """What waits for the GPUs, oldest first: queued batches and the schedule's queued nights (nights.py)."""
+    entries = [("batch", r) for r in service.store.records("batch") if r["status"] == "validating"]
+    entries += [("night", r) for r in nights.queued(service)]
+    return sorted(entries, key=lambda entry: (entry[1]["created_at"], entry[1]["_seq"]))
+
+
+def _claim(service: BatchService, record: dict[str, Any]) -> dict[str, Any] | None:
+    """Take a queued batch for a run (validating -> in_progress, by compare-and-swap); None: it is gone (its
+    file deleted: failed), expired, or taken or cancelled since it was listed."""
+    if service.now() >= record["expires_at"]:
+        _expire_queued(service, record["id"])
+        return None
+    if service.store.blob_size(record["_input_key"]) is None:  # its file was deleted while it waited
+        _finish(service, record["id"], "failed", "input_file_deleted: the batch's input file was deleted")
+        return None
+
+    def begin(current: dict[str, Any]) -> None:
+        if current["status"] != "validating":
+            raise StoreConflict("changed")
+        current.update(status="in_progress", in_progress_at=service.now())
+
+    try:
+        return service._update(record["id"], begin)
+    except StoreConflict:  # cancelled (or taken) since it was listed
+        return None
 
 
 def _start_next(service: BatchService) -> None:
-    queued = [r for r in service.store.records("batch") if r["status"] == "validating"]
-    if not queued:
-        return
-    oldest = min(queued, key=lambda r: (r["created_at"], r["_seq"]))
-    if service.store.blob_size(oldest["_input_key"]) is None:  # its file was deleted while it waited
-        _finish(service, oldest["id"], "failed", "input_file_deleted: the batch's input file was deleted")
-        return
+    for kind, record in _queue(service):
+        if kind == "night":
+            if nights.claim(service, record["id"], None):
+                arn = _executor(service).start_night(record["id"], record["date"])
+                if arn is None:
+                    nights.unclaim(service, record["id"])
+                else:
+                    nights.started_by(service, record["id"], arn)
+            return
+        claimed = _claim(service, record)
+        if claimed is not None:
+            _start(service, claimed)
+            return
 
-    def begin(record: dict[str, Any]) -> None:
-        if record["status"] != "validating":
-            raise StoreConflict("changed")
-        record.update(status="in_progress", in_progress_at=service.now())
 
-    try:
-        record = service._update(oldest["id"], begin)
-    except StoreConflict:  # cancelled (or taken) since it was listed
-        return
-    _start(service, record)
+def _executor(service: BatchService) -> StepFunctionsExecutor:
+    """Nights are queued only on the tiers (their schedule's), whose executor is the state machine's."""
+    if not isinstance(service.executor, StepFunctionsExecutor):
+        raise TypeError("a queued night needs the tiers' StepFunctionsExecutor")
+    return service.executor
+
+
+def next_run(
+    service: BatchService, execution_arn: str, polls: int, max_polls: int, poll_budget: int, asked: str | None = None
+) -> dict[str, Any]:
+    """The running execution's NextBatch step: its run ended well (or was skipped) and it still holds the GPUs.
+
+    Claims the oldest queued entry for it and answers `{"run": <the execution input of that run>}` (a batch's
+    `{"batch": ...}`, a night's `{"date": ...}`), so the same boot runs it; or `{"none": why}`, and the execution
+    releases the GPUs. `polls`: what the run that ended spent; the execution takes another run only while its
+    polls so far plus a whole run's (`max_polls`) stay within `poll_budget`, which keeps it inside Step Functions'
+    history limit (the machine's own timeout is set from the same budget, infra/components/nightly.py).
+    `asked`: when the execution entered its NextBatch step; a retry of that step (the answer lost on its way)
+    gets the answer already given, so no entry is claimed twice and none is left claimed by a run that never
+    comes."""
+    executor = _executor(service)
+    again = executor.answered(execution_arn, asked)
+    if again is not None:
+        return again
+    answer = _next_run(service, executor, execution_arn, polls, max_polls, poll_budget)
+    executor.remember(execution_arn, asked, answer)
+    return answer
+
+
+def _next_run(
+    service: BatchService,
+    executor: StepFunctionsExecutor,
+    execution_arn: str,
+    polls: int,
+    max_polls: int,
+    poll_budget: int,
+) -> dict[str, Any]:
+    spent = executor.spend(execution_arn, polls)
+    if spent + max_polls > poll_budget:
+        return {"none": f"this execution has spent {spent} of its {poll_budget} polls; the next tick starts another"}
+    for kind, record in _queue(service):
+        if kind == "night":
+            if nights.claim(service, record["id"], execution_arn):
+                executor._turn(execution_arn, record["id"])
+                return {"run": {"date": record["date"]}}
+            continue
+        claimed = _claim(service, record)
+        if claimed is not None:
+            run = _batch_run(service, claimed)
+            executor.adopt(run, execution_arn)
+            return {"run": run_input(run)}
+    return {"none": "no batch is queued"}
 
 
 def start_now(service: BatchService, batch_id: str) -> str:
     """Start one queued batch at once, ahead of its turn (`python -m infra.run STACK --batch ID`, through the
     front's function): the tick's own start, so the same executor path. Returns how the run stands (`running`, or
-    `busy` while another run holds the GPUs, which the next tick retries); refuses, in one line, a batch that is
-    not queued or a start while another batch of the API runs (one job on the GPUs at a time)."""
+    `busy` when a run took the GPUs in between, which the next tick retries); refuses, in one line, a batch that
+    is not queued, or a start while another run holds the GPUs (one job on them at a time; the execution that
+    holds them runs the queue next, oldest first)."""
     records = list(service.store.records("batch"))
     if all(r["id"] != batch_id for r in records):
         raise not_found("Batch", batch_id)
     others = [r["id"] for r in records if r["status"] in ACTIVE and r["id"] != batch_id]
     if others:
         raise ApiError(409, f"batch {others[0]} is running; {batch_id} starts after it (one job on the GPUs)")
+    mine = next(r for r in records if r["id"] == batch_id)
+    if mine["status"] == "validating" and service.executor.occupied():
+        # The execution on the GPUs takes the queue, oldest first, when its run ends: the same boot.
+        raise ApiError(409, f"a run holds the GPUs; {batch_id} stays queued and runs after it on the same boot")
 
     def begin(record: dict[str, Any]) -> None:
         if record["status"] != "validating":
@@ -227,6 +317,7 @@ def _sweep(service: BatchService, now: int) -> None:
     folder once the retention has passed since it finished (its output files expire at the same moment)."""
     store = service.store
     uploads.sweep_uploads(service, now)
+    nights.sweep(service, now)
     for record in store.records("file"):
         if record["expires_at"] is not None and now >= record["expires_at"]:
             store.delete("file", record["id"])

@@ -1,15 +1,20 @@
-"""The tiers' executor: a batch runs as one execution of the stack's nightly state machine.
+"""The tiers' executor: a batch runs in an execution of the stack's nightly state machine.
 
 The state machine is the one `python -m infra.run STACK` starts: it brings up the GPU capacity, runs the job on an
-input into an output, and releases the capacity however the run ends. A batch's execution gets the batch's own
-input and output (`{"batch": {"id", "input_uri", "output_uri", "endpoint"}}`) in place of a night's date, so the
-job, its exactly-once resume on the output and its stop (commit what finished, partial files) are the night's.
+input into an output, and releases the capacity however the run ends. A batch's run gets the batch's own input
+and output (`{"batch": {"id", "input_uri", "output_uri", "endpoint"}}`) in place of a night's date, so the job,
+its exactly-once resume on the output and its stop (commit what finished, partial files) are the night's.
 
-The front is stateless (a Lambda function), so what this executor knows lives in the store beside the batch:
-`batches/<id>/execution.json` holds the execution's ARN, or `busy` while another execution holds the GPUs.
-One execution at a time: a night's queue runs back to back, and never two jobs on one GPU group; a batch whose
-turn comes while another execution runs (the night's date, or a run an operator started) is `busy`, and the
-lifecycle asks again on its next tick.
+One execution may run several batches back to back on one GPU boot (the Batch API's queue drain,
+infra/statemachines/queue.py): `start` begins an execution when none runs, and a running execution takes the
+next queued batch itself (`adopt`, from lifecycle.next_run). So a batch's state is its own output's markers first
+(summary.json, _failed.json), the execution's status only while its run is open, and `stop` stops the execution
+only while it is on that batch.
+
+The front is stateless (a Lambda function), so what this executor knows lives in the store:
+`batches/<id>/execution.json` holds the execution's ARN and the batch's output (or `busy`: its start found the
+GPUs taken, and the lifecycle asks again on its next tick), `executions/<name>.json` the run the execution is on,
+its runs and the polls they spent. Never two jobs on one GPU group: a start while an execution runs is `busy`.
 """
 
 from __future__ import annotations
@@ -27,6 +32,11 @@ _STATES = {"RUNNING": "running", "PENDING_REDRIVE": "running", "SUCCEEDED": "suc
 
 def _marker(batch_id: str) -> str:
     return f"batches/{batch_id}/execution.json"
+
+
+def _execution_marker(execution_arn: str) -> str:
+    """What one execution has done: the run it is on (`current`), its runs and the polls they spent."""
+    return f"executions/{execution_arn.rsplit(':', 1)[-1]}.json"
 
 
 def _key(uri: str) -> str:
@@ -64,49 +74,132 @@ class StepFunctionsExecutor:
         pages = self.sfn.get_paginator("list_executions").paginate(stateMachineArn=self.arn, statusFilter="RUNNING")
         return [execution for page in pages for execution in page["executions"]]
 
-    def _read(self, batch_id: str) -> dict[str, Any] | None:
-        body = self.store.read_blob(_marker(batch_id))
+    def _read(self, key: str) -> dict[str, Any] | None:
+        body = self.store.read_blob(key)
         return None if body is None else json.loads(b"".join(body))
 
-    def _write(self, batch_id: str, marker: dict[str, Any]) -> None:
-        self.store.write_blob(_marker(batch_id), [json.dumps(marker).encode()])
+    def _write(self, key: str, marker: dict[str, Any]) -> None:
+        self.store.write_blob(key, [json.dumps(marker).encode()])
+
+    def _store_key(self, uri: str) -> str | None:
+        """`uri` as a key of this store (a batch's output), or None for one outside it."""
+        root = self.store.uri("")
+        return uri.removeprefix(root) if uri.startswith(root) else None
+
+    def occupied(self) -> bool:
+        """Whether an execution runs: it holds the GPUs and, when its run ends, takes the oldest queued entry
+        itself (its NextBatch step, `lifecycle.next_run`), so the tick starts nothing beside it."""
+        return bool(self._running())
+
+    def adopt(self, run: BatchRun, execution_arn: str) -> None:
+        """`run` is the next one of the running execution `execution_arn` (claimed by its NextBatch step)."""
+        output = self._store_key(run.output_uri)
+        self._write(_marker(run.batch_id), {"execution_arn": execution_arn, "output_key": output})
+        self._turn(execution_arn, run.batch_id)
+
+    def _turn(self, execution_arn: str, run_id: str) -> None:
+        spent = self._read(_execution_marker(execution_arn)) or {"polls": 0, "runs": 0}
+        self._write(_execution_marker(execution_arn), {**spent, "current": run_id, "runs": int(spent["runs"]) + 1})
+
+    def spend(self, execution_arn: str, polls: int) -> int:
+        """Add the polls of the run that just ended to the execution's count; the polls it has spent so far."""
+        spent = self._read(_execution_marker(execution_arn)) or {"polls": 0, "runs": 0, "current": None}
+        spent["polls"] = int(spent["polls"]) + polls
+        self._write(_execution_marker(execution_arn), spent)
+        return int(spent["polls"])
+
+    def answered(self, execution_arn: str, asked: str | None) -> dict[str, Any] | None:
+        """What this execution's NextBatch `asked` (the time it entered the step) was answered, if it was: a
+        retry of the step after its answer was lost gets the same run, not a second claim."""
+        turn = self._read(_execution_marker(execution_arn)) or {}
+        answer = turn.get("answer")
+        return answer if asked is not None and turn.get("asked") == asked and isinstance(answer, dict) else None
+
+    def remember(self, execution_arn: str, asked: str | None, answer: dict[str, Any]) -> None:
+        turn = self._read(_execution_marker(execution_arn)) or {"polls": 0, "runs": 0, "current": None}
+        self._write(_execution_marker(execution_arn), {**turn, "asked": asked, "answer": answer})
+
+    def _execution_name(self, run_id: str) -> str:
+        return f"{run_id}-{int(time.time())}"  # names are unique per machine for 90 days: one per start
 
     def start(self, run: BatchRun) -> None:
         running = self._running()
         mine = [e for e in running if str(e["name"]).startswith(f"{run.batch_id}-")]
         if mine:  # started by an earlier tick whose marker write was lost: follow that one
-            self._write(run.batch_id, {"execution_arn": mine[0]["executionArn"]})
+            self.adopt(run, mine[0]["executionArn"])
             return
         if running:
             names = ", ".join(str(e["name"]) for e in running)
-            self._write(run.batch_id, {"busy": f"another run holds the GPUs: {names}"})
+            self._write(_marker(run.batch_id), {"busy": f"another run holds the GPUs: {names}"})
             return
-        name = f"{run.batch_id}-{int(time.time())}"  # names are unique per machine for 90 days: one per start
-        started = self.sfn.start_execution(stateMachineArn=self.arn, name=name, input=json.dumps(run_input(run)))
-        self._write(run.batch_id, {"execution_arn": started["executionArn"]})
+        started = self.sfn.start_execution(
+            stateMachineArn=self.arn, name=self._execution_name(run.batch_id), input=json.dumps(run_input(run))
+        )
+        self.adopt(run, started["executionArn"])
+
+    def start_night(self, entry_id: str, date: str) -> str | None:
+        """Start the night `date` (a queued entry of the schedule's, `nights.py`) as its own execution, the
+        schedule's input; its ARN, or None while another execution holds the GPUs (it takes the night itself)."""
+        if self._running():
+            return None
+        started = self.sfn.start_execution(
+            stateMachineArn=self.arn, name=self._execution_name(entry_id), input=json.dumps({"date": date})
+        )
+        self._turn(started["executionArn"], entry_id)
+        return str(started["executionArn"])
 
     def state(self, batch_id: str) -> RunState:
-        marker = self._read(batch_id)
+        """A batch's own state, also inside an execution shared with other runs: its output's markers say that it
+        ended (summary.json: done; _failed.json: failed), the execution's status only how a run still open stands."""
+        marker = self._read(_marker(batch_id))
         if marker is None:
             return RunState("absent")
         if "busy" in marker:
             return RunState("busy", str(marker["busy"]))
-        described = self.sfn.describe_execution(executionArn=marker["execution_arn"])
+        output = marker.get("output_key")
+        if output is not None and self.store.blob_size(f"{output}/summary.json") is not None:
+            return RunState("succeeded")
+        if output is not None and self.store.blob_size(f"{output}/_failed.json") is not None:
+            return RunState("failed", self._failure(output))
+        arn = marker["execution_arn"]
+        described = self.sfn.describe_execution(executionArn=arn)
         status = str(described["status"])
+        if status == "RUNNING" and output is not None and not self._current(arn, batch_id):
+            # The execution went on to another run without this batch's summary: its input went missing
+            # (the machine skipped it, no GPU time spent on it).
+            return RunState("failed", f"the run skipped the batch: no input at its file ({arn})")
+        if status == "SUCCEEDED" and output is not None:
+            return RunState("failed", f"the run ended without the batch's summary.json (its input missing?) ({arn})")
         if status in _STATES:
             return RunState(_STATES[status])  # type: ignore[arg-type]
         said = " ".join(str(described.get(field) or "") for field in ("error", "cause")).strip()
-        return RunState("failed", f"the run {status.lower()}: {said or 'no cause given'} ({marker['execution_arn']})")
+        return RunState("failed", f"the run {status.lower()}: {said or 'no cause given'} ({arn})")
+
+    def _failure(self, output: str) -> str:
+        said = self._read(f"{output}/_failed.json") or {}
+        return f"the job failed: {said.get('reason') or 'no reason given'} ({output}/_failed.json)"
+
+    def _current(self, execution_arn: str, run_id: str) -> bool:
+        """Whether `run_id` is the run the execution is on (no execution marker: the only run it has)."""
+        turn = self._read(_execution_marker(execution_arn))
+        return turn is None or turn.get("current") == run_id
 
     def stop(self, batch_id: str) -> None:
-        marker = self._read(batch_id)
+        """Stop the batch's run: its execution, unless that execution is on another run by now (a batch that
+        ended or was passed over stops nothing); the small tier's GPUs are released once no execution runs."""
+        marker = self._read(_marker(batch_id))
         if marker is None:
             return
         if "busy" in marker:  # it never started: nothing runs, and `state` says absent from now on
             self.store.delete_blobs(_marker(batch_id))
             return
         arn = marker["execution_arn"]
-        if self.sfn.describe_execution(executionArn=arn)["status"] == "RUNNING":
+        output = marker.get("output_key")
+        ended = output is not None and any(
+            self.store.blob_size(f"{output}/{name}") is not None for name in ("summary.json", "_failed.json")
+        )
+        mine = not ended and self._current(arn, batch_id)
+        if mine and self.sfn.describe_execution(executionArn=arn)["status"] == "RUNNING":
             self.sfn.stop_execution(executionArn=arn, cause=f"batch {batch_id} cancelled or expired (Batch API)")
         if self.capacity is not None and not self._running():
             autoscaling, group = self.capacity
