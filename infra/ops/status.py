@@ -63,7 +63,8 @@ def last_runs(outputs: dict[str, Any], limit: int = 10, price_per_hour: float | 
                 state="SKIPPED" if result.get("status") == "skipped" else described["status"],
                 started=started.astimezone(UTC).isoformat(timespec="seconds"),
                 duration_s=round(duration_s, 1),
-                date=result.get("date") or run_input.get("date"),
+                # A batch's execution carries its start's date beside the batch (sfn_executor.run_input).
+                date=result.get("date") or run_input.get("date") or (run_input.get("batch") or {}).get("date"),
                 rows_in=summary.get("rows_in") if summary else None,
                 rows_ok=summary.get("rows_ok") if summary else None,
                 rows_failed=summary.get("rows_failed") if summary else None,

@@ -238,3 +238,24 @@ def test_status_lists_the_batch_apis_batches_newest_first_with_their_cost(
     outputs.write_text(json.dumps({k: v for k, v in deployed.items() if k != "batch_api_url"}))
     assert status.main(["small", "--outputs", str(outputs), "--batches"]) == 2
     assert "no Batch API (no batch_api_url output): set batch_api.enabled" in capsys.readouterr().err
+
+
+def test_status_dates_a_running_batch_execution_by_its_batch(deployed: tuple[SmallStack, Path]) -> None:
+    """A Batch API batch's execution has no `date` of its own, and while it runs no output either: its input
+    carries the start's date beside the batch (sfn_executor.run_input)."""
+    from workload.batch_api.executor import BatchRun
+    from workload.batch_api.sfn_executor import run_input
+
+    stack, outputs = deployed
+    boto3.client("s3").put_object(Bucket=stack.bucket, Key="batch-api/files/file-1", Body=b"{}\n")
+    output = f"s3://{stack.bucket}/batch-api/batches/batch_1/output"
+    batch = BatchRun("batch_1", f"s3://{stack.bucket}/batch-api/files/file-1", output, "/v1/chat/completions")
+    sfn = boto3.client("stepfunctions")
+    started = sfn.start_execution(
+        stateMachineArn=stack.state_machine_arn, name="batch_1-1", input=json.dumps(run_input(batch, "2026-12-02"))
+    )
+    try:
+        (row,) = status.last_runs(load_outputs("small", str(outputs)))
+        assert (row.name, row.state, row.date) == ("batch_1-1", "RUNNING", "2026-12-02")
+    finally:
+        sfn.stop_execution(executionArn=started["executionArn"])
