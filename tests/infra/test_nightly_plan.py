@@ -15,7 +15,7 @@ from infra.ops import policy
 from infra.ops.stacks import read_stack_config
 from infra.statemachines import graph, placeholders
 from tests.infra.conftest import STACKS
-from tests.infra.test_nightly_definitions import _validate
+from tests.infra.test_nightly_definitions import invalid
 
 Plan = list[dict[str, Any]]
 NIGHTLY_TYPES = ("aws:sfn/stateMachine:StateMachine", "aws:scheduler/schedule:Schedule")
@@ -67,11 +67,13 @@ def test_the_planned_definitions_are_valid_and_always_release(
     stack: str, plan_for: Callable[[str], Plan], tmp_path: Path
 ) -> None:
     plan, config = plan_for(stack), _config(stack)
-    for name in ("nightly-run", "nightly-sweep"):
-        definition = json.loads(_one(plan, "aws:sfn/stateMachine:StateMachine", name)["inputs"]["definition"])
+    definitions = {
+        name: json.loads(_one(plan, "aws:sfn/stateMachine:StateMachine", name)["inputs"]["definition"])
+        for name in ("nightly-run", "nightly-sweep")
+    }
+    assert invalid(definitions, tmp_path) == {}
+    for name, definition in definitions.items():
         assert not placeholders(definition), f"{name}: placeholders left unfilled"
-        result = _validate(definition, tmp_path)
-        assert result.returncode == 0, result.stdout + result.stderr
         assert all(graph.catches_everything(s) for s in graph.states(definition).values() if s["Type"] == "Task")
     run = json.loads(_one(plan, "aws:sfn/stateMachine:StateMachine", "nightly-run")["inputs"]["definition"])
     releases = graph.matching(run, graph.is_release)
