@@ -46,7 +46,7 @@ def test_schema_check_catches_a_bad_budget_and_a_typo(crds_dir: Path) -> None:
 def test_node_pool_is_spot_first_bounded_and_consolidates_after_five_minutes() -> None:
     spec = render_node_pool(NodePoolArgs())["spec"]
     requirements = {item["key"]: item["values"] for item in spec["template"]["spec"]["requirements"]}
-    assert requirements["node.kubernetes.io/instance-type"] == ["g5.xlarge", "g5.2xlarge", "p4d.24xlarge"]
+    assert requirements["node.kubernetes.io/instance-type"] == ["g5.xlarge", "g5.2xlarge"]
     assert requirements["karpenter.sh/capacity-type"] == ["spot", "on-demand"]
     assert spec["limits"] == {"cpu": "256", "memory": "1280Gi", GPU_RESOURCE: "16"}
     assert spec["disruption"]["consolidationPolicy"] == "WhenEmptyOrUnderutilized"
@@ -101,8 +101,8 @@ def test_ray_workers_land_on_the_pool_and_the_head_stays_off_it() -> None:
         ({"instance_types": ["g5.mega"]}, "unknown instance type 'g5.mega'"),
         ({"instance_types": ["m5.xlarge"]}, "has no GPU"),
         ({"instance_types": []}, "instance_types is empty"),
-        ({"memory_limit": "1024Gi"}, r"p4d.24xlarge .* larger than the pool's limits"),
-        ({"gpu_limit": 4}, r"p4d.24xlarge .* larger than the pool's limits"),
+        ({"instance_types": ["p4d.24xlarge"], "memory_limit": "1024Gi"}, r"p4d.24xlarge .* larger than the pool's"),
+        ({"instance_types": ["p4d.24xlarge"], "gpu_limit": 4}, r"p4d.24xlarge .* larger than the pool's limits"),
         ({"cpu_limit": "lots"}, "cpu_limit 'lots' is not a Kubernetes quantity"),
         ({"consolidate_after": "5 minutes"}, "consolidate_after"),
         ({"budgets": [{"nodes": "ten"}]}, "disruption budget nodes"),
