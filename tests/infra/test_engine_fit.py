@@ -25,6 +25,13 @@ def test_a_model_that_fits_the_tiers_gpu_passes_with_its_settings() -> None:
     assert "g5.2xlarge: 1 engine(s) x tp1" in fit.line  # Karpenter's other types are checked too
 
 
+def test_a_stated_weight_size_below_the_models_own_is_refused() -> None:
+    """Llama-3.1-8B's config.json counts 15.0 GiB of weights: a stack stating 8 would size its volume too small."""
+    overrides = {"job.model_source": str(MODELS / "llama-3.1-8b-instruct"), "job.model_weights_gib": 8}
+    fit = check_engine_fit(offline_config("medium", overrides), PRICES)
+    assert not fit.ok and "job.model_weights_gib (8) is less than the 15.0 GiB of weights" in fit.line
+
+
 def test_a_model_that_cannot_fit_fails_the_plan_naming_the_fix(capsys: pytest.CaptureFixture[str]) -> None:
     overrides = {"job.model_source": str(MODELS / "llama-3.1-70b-instruct")}
     fit = check_engine_fit(offline_config("small", overrides), PRICES)
