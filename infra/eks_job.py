@@ -12,6 +12,7 @@ import re
 from infra import naming, versions
 from infra.config import StackConfig
 from infra.k8s.common import Manifest
+from infra.k8s.model_disk import models_volume
 from infra.k8s.rayjob import HeadSpec, RayJobArgs, WorkerSpec, fit_job_to_workers, for_night, render_job
 from infra.pricing.stack_costs import run_price_per_hour_usd
 from workload.contract.config import build_config
@@ -28,6 +29,8 @@ def base_rayjob_args(
     autoscaling = eks.karpenter_enabled
     workers = WorkerSpec(
         size=eks.worker_size,
+        # One copy of the weights and the compile caches, from the model's size (engine-plan's weights_gib).
+        models_volume=models_volume(config.job.model_weights_gib),
         min_replicas=eks.gpu_min_workers if autoscaling else eks.gpu_max_nodes,
         max_replicas=eks.gpu_max_nodes,
     )

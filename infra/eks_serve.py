@@ -8,6 +8,7 @@ from __future__ import annotations
 from infra import versions
 from infra.config import StackConfig
 from infra.k8s.common import Manifest
+from infra.k8s.model_disk import models_volume
 from infra.k8s.rayservice import RayServiceArgs, render_rayservice, workers_for
 
 RAYSERVICE_NAME = "llm-batch-serve"
@@ -34,6 +35,7 @@ def rayservice_args(
         target_ongoing_requests=serve.target_ongoing_requests,
         head_size=serve.head_size,
         worker_size=serve.worker_size,
+        worker_models_volume=models_volume(config.job.model_weights_gib),
         internal_load_balancer=serve.internal_load_balancer,
         # Karpenter must never consolidate a node out from under a replica serving requests; when Serve scales a
         # replica away, its worker pod goes and the empty node is removed as usual.

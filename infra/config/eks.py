@@ -172,7 +172,9 @@ class EksConfig(_Section):
                 "or a smaller head_size"
             )
         if self.karpenter_enabled:
-            _check_fits(self.worker_size, self.node_pool.instance_types, "worker_size", "node_pool.instance_types")
+            pool_types = self.node_pool.instance_types
+            _check_fits(self.worker_size, pool_types, "worker_size", "node_pool.instance_types")
+            _check_whole_node(self.worker_size, pool_types, "worker_size", "node_pool.instance_types")
             gpus = self.gpu_max_nodes * self.worker_size.gpus
             if gpus > self.node_pool.gpu_limit:
                 raise ValueError(
@@ -185,6 +187,7 @@ class EksConfig(_Section):
                 )
         else:
             _check_fits(self.worker_size, [self.gpu_instance_type], "worker_size", "gpu_instance_type")
+            _check_whole_node(self.worker_size, [self.gpu_instance_type], "worker_size", "gpu_instance_type")
         return self
 
 
@@ -204,6 +207,26 @@ def _check_fits(size: PodSize, instance_types: list[str], size_key: str, types_k
         f"{instance_types} after the node's own reserve ({NODE_RESERVED_CPU} CPU, "
         f"{int((1 - NODE_MEMORY_SHARE) * 100)}% memory)"
     )
+
+
+def _check_whole_node(size: PodSize, instance_types: list[str], size_key: str, types_key: str) -> None:
+    """A ValueError unless a pod of `size` takes every GPU of each of `instance_types`.
+
+    A worker pod is the unit that holds one copy of the model (its /models emptyDir; the restricted Pod Security
+    level forbids a hostPath the pods of a node could share). A pod with all of its node's GPUs runs all of the
+    node's engines (GPUs / tensor_parallel_size), which share that copy and fetch it once (the node lock of
+    workload/engine/model_source.py); smaller pods would each fetch their own onto one disk
+    (docs/model-and-nodes.md, "One copy of the model per node").
+    """
+    for instance_type in instance_types:
+        gpus = shape_of(instance_type).gpus
+        if gpus != size.gpus:
+            raise ValueError(
+                f"{size_key}.gpus ({size.gpus}) is not the {gpus} GPUs of {instance_type} in {types_key}: a worker "
+                "pod takes all of its node's GPUs, so the node's engines share one copy of the model; set "
+                f"{size_key}.gpus to {gpus} (and its cpu and memory to that node's) or list only types with "
+                f"{size.gpus} GPU(s)"
+            )
 
 
 class ServeSection(_Section):
@@ -290,6 +313,7 @@ class ServeSection(_Section):
         if self.worker_size.gpus < 1:
             raise ValueError("worker_size.gpus must be at least 1: each replica runs a GPU engine")
         _check_fits(self.worker_size, [self.instance_type], "worker_size", "instance_type")
+        _check_whole_node(self.worker_size, [self.instance_type], "worker_size", "instance_type")
         return self
 
     @property

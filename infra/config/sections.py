@@ -164,6 +164,13 @@ class JobSection(_Section):
     model_source: str | None = Field(
         None, description="Hugging Face id or s3:// prefix of the model; None: the job's tiny demo model."
     )
+    model_weights_gib: float | None = Field(
+        None,
+        gt=0,
+        description="The model's weights in GiB: `weights_gib` of `python -m workload engine-plan --model <source> "
+        "--gpu <kind>`. Sizes the GPU workers' /models volume and is checked to fit the nodes' disk; required "
+        "with model_source on the EKS tiers. None: the embedded tiny model's.",
+    )
     input_prefix: str = Field("input/{date}/", description="Key prefix of a run's prompts; {date} is the run's.")
     output_prefix: str = Field("output/{date}/", description="Key prefix of a run's results.")
     job_overrides: dict[str, Any] = Field(

@@ -45,6 +45,7 @@ from infra.config.sections import (
 )
 from infra.k8s.head_group import head_group_shortfall, pods_on_head_group
 from infra.k8s.instance_types import SHAPES, shape_of
+from infra.k8s.model_disk import disk_problem
 from infra.k8s.network_policy import SERVE_PORT
 from workload.contract import entrypoint
 from workload.contract.config import ConfigError, JobConfig, ResumeConfig, build_config
@@ -120,6 +121,34 @@ class StackConfig(_Section):
                 "network.egress: public_subnets is for the small tier's one node; EKS nodes stay in private "
                 "subnets behind nat_instance or nat_gateway"
             )
+        return self
+
+    @property
+    def model_nodes(self) -> list[tuple[str, str, int]]:
+        """(config key, instance type, root volume GiB) of every GPU node that holds a copy of the model."""
+        if self.tier == "small":
+            return [("small.instance_type", self.small.instance_type, self.small.root_volume_gib)]
+        eks = self.eks
+        if eks.karpenter_enabled:
+            nodes = [("eks.node_pool.instance_types", t, eks.node_volume_gib) for t in eks.node_pool.instance_types]
+        else:
+            nodes = [("eks.gpu_instance_type", eks.gpu_instance_type, eks.node_volume_gib)]
+        if self.serve.enabled:
+            nodes.append(("serve.instance_type", self.serve.instance_type, eks.node_volume_gib))
+        return nodes
+
+    @model_validator(mode="after")
+    def _model_fits_node_disk(self) -> StackConfig:
+        weights = self.job.model_weights_gib
+        if self.tier != "small" and self.job.model_source is not None and weights is None:
+            raise ValueError(
+                "job.model_weights_gib is required with job.model_source on the EKS tiers: it sizes the GPU "
+                "workers' /models volume; set it to the weights_gib that `python -m workload engine-plan --model "
+                f"{self.job.model_source} --gpu <kind>` prints"
+            )
+        for key, instance_type, root_volume_gib in self.model_nodes:
+            if problem := disk_problem(weights, instance_type, root_volume_gib):
+                raise ValueError(f"job.model_weights_gib: {problem} ({key}); choose a type with more disk")
         return self
 
     @model_validator(mode="after")

@@ -90,7 +90,10 @@ class DisruptionBudget(_Strict):
 class NodePoolArgs(_Strict):
     name: str = Field("gpu-spot", description="NodePool name.")
     node_class: str = Field("gpu", description="The EC2NodeClass the nodes are built from.")
-    instance_types: list[str] = Field(default_factory=lambda: ["g5.xlarge", "g5.2xlarge", "p4d.24xlarge"])
+    # One-GPU types only: a worker pod takes all of its node's GPUs (one copy of the model per node), and the
+    # large tier's workers take one (infra/config/eks.py refuses a pool whose types' GPU counts differ from the
+    # workers'). Eight-GPU workers list eight-GPU types: ["p4d.24xlarge", "g5.48xlarge"].
+    instance_types: list[str] = Field(default_factory=lambda: ["g5.xlarge", "g5.2xlarge"])
     on_demand_fallback: bool = Field(
         True, description="Spot first; on-demand only when no Spot capacity is left (Karpenter prefers Spot)."
     )
@@ -101,7 +104,7 @@ class NodePoolArgs(_Strict):
     )
     cpu_limit: str = "256"
     # 1280Gi, not 1024Gi: one p4d.24xlarge alone has 1152 GiB, and Karpenter skips any type bigger than the
-    # room left under the limits, so with 1024Gi the p4d in the list could never be launched.
+    # room left under the limits, so with 1024Gi a pool of eight-GPU workers listing the p4d could never launch it.
     memory_limit: str = "1280Gi"
     gpu_limit: int = Field(16, ge=1)
     consolidate_after: str = Field("300s", description="How long a node stays empty or underused before removal.")

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from infra.k8s import hub_token
+from infra.k8s import hub_token, model_disk
 from infra.k8s.common import (
     DO_NOT_DISRUPT,
     GPU_POOL,
@@ -104,12 +104,15 @@ class HeadSpec(_Strict):
 class WorkerSpec(_Strict):
     size: PodSize = Field(
         PodSize(cpu="6", memory="24Gi", gpus=1),
-        description="One worker per GPU node; sized to fit a g5.2xlarge after the node's daemons.",
+        description="One worker per GPU node: its gpus are all the node's (the stack config checks it, "
+        "infra/config/eks.py), so the node's engines share the pod's one copy of the model; sized to fit a "
+        "g5.2xlarge after the node's daemons.",
     )
     models_volume: str = Field(
-        "100Gi",
+        model_disk.models_volume(None),
         description="Size limit of each worker's /models emptyDir (node disk): the model's weights and vLLM's "
-        "compile cache; must fit the node's root volume beside the image.",
+        "compile caches, from the model's size (infra/k8s/model_disk.py; the default fits the embedded tiny "
+        "model); the stack config checks it fits the node's disk beside the image.",
     )
     min_replicas: int = Field(1, ge=0, description="Workers kept while the cluster lives.")
     max_replicas: int = Field(2, ge=1, description="Workers the job may use; the job's engines fill them all.")

@@ -103,7 +103,7 @@ class RayServiceArgs(_Strict):
     worker_models_volume: str = Field(
         WorkerSpec.model_fields["models_volume"].default,
         description="Size limit of each GPU worker's /models emptyDir (node disk), where its replica fetches the "
-        "model: the nightly workers' size.",
+        "model: sized from the model's weights as the nightly workers' is (infra/k8s/model_disk.py).",
     )
     pool: str = Field(SERVE_POOL, description="The `llm-batch.io/pool` label of the endpoint's own GPU nodes.")
     internal_load_balancer: bool = False

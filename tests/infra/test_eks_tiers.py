@@ -185,7 +185,7 @@ def test_rayjob_args_travel_as_json() -> None:
         ),
         ({"gpu_instance_type": "g5.huge"}, "unknown instance type 'g5.huge'"),
         ({"namespace": "Jobs!"}, "eks.namespace"),
-        ({"node_pool": {"memory_limit": "1024Gi"}}, "p4d.24xlarge .* could never launch it"),
+        ({"node_pool": {"instance_types": ["p4d.24xlarge"], "memory_limit": "1024Gi"}}, "p4d.24xlarge .* never launch"),
     ],
 )
 def test_bad_eks_config_names_the_key(eks: dict[str, Any], message: str) -> None:

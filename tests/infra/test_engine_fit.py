@@ -19,10 +19,17 @@ PRICES = load_prices()
 
 
 def test_a_model_that_fits_the_tiers_gpu_passes_with_its_settings() -> None:
-    config = offline_config("large", {"job.model_source": str(MODELS / "llama-3.1-8b-instruct")})
-    fit = check_engine_fit(config, PRICES)
+    overrides = {"job.model_source": str(MODELS / "llama-3.1-8b-instruct"), "job.model_weights_gib": 15.0}
+    fit = check_engine_fit(offline_config("large", overrides), PRICES)
     assert fit.ok and "g5.xlarge: 1 engine(s) x tp1, max_num_seqs 55" in fit.line
-    assert "p4d.24xlarge: 8 engine(s) x tp1" in fit.line  # Karpenter's other types are checked too
+    assert "g5.2xlarge: 1 engine(s) x tp1" in fit.line  # Karpenter's other types are checked too
+
+
+def test_a_stated_weight_size_below_the_models_own_is_refused() -> None:
+    """Llama-3.1-8B's config.json counts 15.0 GiB of weights: a stack stating 8 would size its volume too small."""
+    overrides = {"job.model_source": str(MODELS / "llama-3.1-8b-instruct"), "job.model_weights_gib": 8}
+    fit = check_engine_fit(offline_config("medium", overrides), PRICES)
+    assert not fit.ok and "job.model_weights_gib (8) is less than the 15.0 GiB of weights" in fit.line
 
 
 def test_a_model_that_cannot_fit_fails_the_plan_naming_the_fix(capsys: pytest.CaptureFixture[str]) -> None:

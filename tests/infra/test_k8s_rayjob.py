@@ -430,3 +430,67 @@ def test_tensor_parallel_workers_hold_their_bundles(instance_type: str, tp: int,
                 ),
             }
         )
+
+
+# Two multi-GPU plans as a stack would set them: the workers' pod takes the whole node (its GPUs, most of its CPUs
+# and memory), the job's engines are GPUs / TP per pod. Weights from `python -m workload engine-plan`:
+# Llama-3.1-70B 131.4 GiB, Llama-3.1-8B 15.0 GiB; the volume is weights x 1.05 + 10 GiB of compile caches.
+MULTI_GPU_PLANS = {
+    "p4d-70b-tp4": (
+        "large",
+        {
+            "eks.worker_size": {"cpu": "90", "memory": "900Gi", "gpus": 8},
+            "eks.node_pool.instance_types": ["p4d.24xlarge"],
+            "eks.gpu_max_nodes": 2,
+            "job.model_weights_gib": 131.4,
+        },
+        4,
+        "148Gi",
+    ),
+    "g5.12xlarge-8b-tp2": (
+        "medium",
+        {
+            "eks.gpu_instance_type": "g5.12xlarge",
+            "eks.worker_size": {"cpu": "44", "memory": "160Gi", "gpus": 4},
+            "job.model_weights_gib": 15.0,
+        },
+        2,
+        "26Gi",
+    ),
+}
+
+
+@pytest.mark.parametrize("plan", sorted(MULTI_GPU_PLANS))
+def test_a_tensor_parallel_plan_puts_the_nodes_engines_on_one_model_copy(crds_dir: Path, plan: str) -> None:
+    """The rendered RayJob of a TP plan on p4d and on g5.12xlarge: one worker group whose pod asks for every GPU of
+    its node and the CPUs its engines' placement bundles take, one /models volume per pod (the node's one copy,
+    mounted by the Ray container its engines run in) sized from the weights; KubeRay's CRD accepts it."""
+    stack, overrides, tp, volume = MULTI_GPU_PLANS[plan]
+    config = offline_config(
+        stack,
+        {
+            **overrides,
+            "job.model_source": "s3://bucket/models/llama",
+            "job.job_overrides": {"engine": {"tensor_parallel_size": tp}},
+        },
+    )
+    args = base_rayjob_args(config, stack, IMAGE, "bucket")
+    rayjob = render_rayjob(args)
+    assert_valid(rayjob, crds_dir)
+    group = _worker_group(rayjob)
+    pod = group["template"]["spec"]
+    ray = pod["containers"][0]
+    node_type = config.eks.node_pool.instance_types[0] if stack == "large" else config.eks.gpu_instance_type
+    from infra.k8s.instance_types import shape_of
+
+    node_gpus = shape_of(node_type).gpus
+    assert ray["resources"]["limits"][GPU_RESOURCE] == node_gpus == ray["resources"]["requests"][GPU_RESOURCE]
+    engines_per_pod = node_gpus // tp
+    assert args.job.engine.tensor_parallel_size == tp
+    assert args.job.replicas == engines_per_pod * group["maxReplicas"]
+    # Each engine takes tp bundles {GPU: 1, CPU: 1} and its actor a CPU.
+    assert quantity_value(ray["resources"]["limits"]["cpu"]) >= engines_per_pod * (tp + 1)
+    (models,) = [v for v in pod["volumes"] if v["name"] == "models"]
+    assert models == {"name": "models", "emptyDir": {"sizeLimit": volume}}
+    assert [m["mountPath"] for m in ray["volumeMounts"] if m["name"] == "models"] == [MODELS_DIR]
+    assert args.job.model.cache_dir.startswith(MODELS_DIR + "/")

@@ -115,17 +115,17 @@ def test_the_pinned_alias_resolves_through_its_ssm_parameter() -> None:
 
 
 def test_zones_are_those_offering_the_tiers_types() -> None:
-    """us-west-2a lacks p4d and us-west-2d lacks g5 here: the large tier's three zones are b, c and a."""
+    """us-west-2a lacks g5.2xlarge (preferred) and us-west-2d g5.xlarge (required): the three zones are b, c and a."""
     config = offline_config("large")
     required, preferred = config.zone_instance_types
     # The system node (t3.medium) runs all month in one of these zones, so it is required like the others.
-    assert required == ["g5.xlarge", "m5.xlarge", "t3.medium"] and "p4d.24xlarge" in preferred
+    assert required == ["g5.xlarge", "m5.xlarge", "t3.medium"] and preferred == ["g5.2xlarge"]
     everything = [*required, *preferred]
     offered = {
-        "a": [t for t in everything if not t.startswith("p4d")],
+        "a": [t for t in everything if t != "g5.2xlarge"],
         "b": everything,
         "c": everything,
-        "d": [t for t in everything if not t.startswith("g5")],
+        "d": [t for t in everything if t != "g5.xlarge"],
     }
     ec2 = _client("ec2")
     with Stubber(ec2) as stub:
@@ -158,7 +158,7 @@ def _account(region: str, spot_role: bool) -> Iterator[Callable[[str], Any]]:
         name = facts.alias_ssm_parameter(versions.EKS_AMI_ALIAS, versions.KUBERNETES_VERSION)
         parameter = {"Parameter": {"Name": name, "Type": "String", "Value": "ami-0123456789abcdef0", "Version": 3}}
         stubs["ssm"].add_response("get_parameter", parameter, {"Name": name})
-        types = ["g5.2xlarge", "g5.xlarge", "m5.xlarge", "p4d.24xlarge", "t3.medium"]
+        types = ["g5.2xlarge", "g5.xlarge", "m5.xlarge", "t3.medium"]
         _expect_zones(stubs["ec2"], region, "abcd", {letter: types for letter in "abcd"}, types)
         yield made.__getitem__
         for stub in stubs.values():
@@ -171,8 +171,6 @@ def _quotas(region: str) -> Any:
     for code, value in (
         ("L-1216C47A", 640),
         ("L-3819A6DF", 64),
-        ("L-417A185B", 96),
-        ("L-7212CCBC", 96),
         ("L-DB2E81BA", 64),
     ):
         stub.add_response(

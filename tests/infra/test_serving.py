@@ -179,6 +179,7 @@ def test_rayservice_renders_valid_for_both_tiers_with_the_job_model_and_engine(c
             "serve.max_replicas": 3,
             "serve.internal_load_balancer": True,
             "job.model_source": "Qwen/Qwen3-0.6B",
+            "job.model_weights_gib": 1.1,
             "job.job_overrides": {"engine": {"max_model_len": 2048}},
         }
         config = _config(tier, **overrides)
@@ -326,13 +327,14 @@ def test_pod_security_reads_every_pod_of_the_rayservice() -> None:
 def test_each_gpu_worker_fetches_the_model_into_its_own_volume_and_the_head_holds_none() -> None:
     """The replicas fetch the model on their own nodes (workload/serve/replica_model.py): the worker pods mount a
     node-disk volume sized as the nightly workers' at the job's cache; the head has neither volume nor hub token."""
-    config = _config("large", **SERVE_ON, **{"job.model_source": "s3://weights/models/qwen"})
+    model = {"job.model_source": "s3://weights/models/qwen", "job.model_weights_gib": 1.1}
+    config = _config("large", **SERVE_ON, **model)
     manifest = rayservice_manifest(config, "large", "r/i:1", "arn:secret", KEYS_ARN)
     cluster = manifest["spec"]["rayClusterConfig"]
     head = cluster["headGroupSpec"]["template"]["spec"]
     (group,) = cluster["workerGroupSpecs"]
     worker = group["template"]["spec"]
-    nightly = render_rayjob(base_rayjob_args(_config("large"), "large", "r/i:1", "bucket"))
+    nightly = render_rayjob(base_rayjob_args(_config("large", **model), "large", "r/i:1", "bucket"))
     nightly_worker = nightly["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
 
     def models_volume(pod: dict[str, Any]) -> dict[str, Any]:

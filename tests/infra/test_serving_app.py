@@ -45,6 +45,7 @@ def test_the_serve_config_builds_the_endpoint_app_and_overrides_its_engine_deplo
             "eks.head_instance_type": "m5.2xlarge",
             "serve.min_replicas": 0,
             "job.model_source": "s3://weights/models/qwen",
+            "job.model_weights_gib": 1.1,
             "job.job_overrides": {"model": {"cache_dir": str(tmp_path / "head")}},
         },
     )

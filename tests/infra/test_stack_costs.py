@@ -88,7 +88,11 @@ def test_karpenter_tier_prices_the_cheapest_node_pool_type_that_fits_its_workers
         "large",
         {
             "cost_center": "cc",
-            "eks": {"gpu_max_nodes": 2, "worker_size": {"cpu": "90", "memory": "900Gi", "gpus": 8}},
+            "eks": {
+                "gpu_max_nodes": 2,
+                "worker_size": {"cpu": "90", "memory": "900Gi", "gpus": 8},
+                "node_pool": {"instance_types": ["g5.48xlarge", "p4d.24xlarge"]},
+            },
         },
     )
     assert karpenter_choice(whole, PRICES) == ("p4d.24xlarge", 2)
@@ -180,8 +184,6 @@ def test_preflight_for_the_large_stack_checks_karpenter_pools_and_its_fallbacks(
     answers = [
         ("L-1216C47A", 640),
         ("L-3819A6DF", 36),
-        ("L-417A185B", 0),
-        ("L-7212CCBC", 0),
         ("L-DB2E81BA", 8),
     ]
     with Stubber(client) as stub:
@@ -192,9 +194,10 @@ def test_preflight_for_the_large_stack_checks_karpenter_pools_and_its_fallbacks(
     # Required: 8 Spot g5.xlarge = 32 G Spot vCPUs (36 allowed) and the m5.xlarge head: the stack can deploy.
     assert ok
     assert "ok       L-3819A6DF All G and VT Spot Instance Requests: need 32 vCPUs for g5.xlarge" in report
-    # Falling back to one more g5.2xlarge needs 40; p4d needs 96 in the P quotas: reported, not failing.
+    # Falling back to one more g5.2xlarge needs 40: reported, not failing. The pool's types all have one GPU (one
+    # worker pod per node), so no P quota is read.
     assert "low      L-3819A6DF All G and VT Spot Instance Requests: need 40 vCPUs to fall back to g5.2xlarge" in report
-    assert "low      L-7212CCBC All P Spot Instance Requests: need 96 vCPUs to fall back to p4d.24xlarge" in report
+    assert "L-7212CCBC" not in report
     assert "ok       L-DB2E81BA" in report  # one on-demand g5.2xlarge (8 vCPUs) fits
     assert "Karpenter cannot fall back" in report
     assert "request-service-quota-increase" not in report
@@ -204,7 +207,7 @@ def test_preflight_for_the_large_stack_checks_karpenter_pools_and_its_fallbacks(
         ("m5.xlarge", "on-demand"),  # the Ray head's node while a night runs
         ("t3.medium", "on-demand"),  # the system node, all month
     }
-    assert ("p4d.24xlarge", "on-demand") in {(pool.instance_type, pool.capacity) for pool in fallback}
+    assert ("g5.2xlarge", "on-demand") in {(pool.instance_type, pool.capacity) for pool in fallback}
 
 
 def test_preflight_for_the_small_stack_fails_on_a_default_zero_g_spot_quota() -> None:

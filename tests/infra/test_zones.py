@@ -65,9 +65,10 @@ def test_the_network_puts_no_subnet_where_the_gpu_type_is_not_offered() -> None:
         run_under_mocks(lambda: Network("network", too_many), stack="test")
 
 
-def test_the_large_plan_prefers_the_zones_that_also_offer_p4d(plan_for: Callable[[str], Plan]) -> None:
-    """Large needs g5.xlarge and m5.xlarge in each zone and prefers p4d: zone a (no p4d) and e (no g5) are out."""
-    assert _private_zones(plan_for("large")) == ["us-west-2b", "us-west-2c", "us-west-2d"]
+def test_the_large_plan_puts_its_zones_where_its_gpu_types_are_offered(plan_for: Callable[[str], Plan]) -> None:
+    """Large needs g5.xlarge and m5.xlarge in each zone and prefers g5.2xlarge (its NodePool lists one-GPU types
+    only, docs/model-and-nodes.md), which the mocks' zones a-d all offer: the first three by name."""
+    assert _private_zones(plan_for("large")) == ["us-west-2a", "us-west-2b", "us-west-2c"]
     # The small tier's node runs in public subnets (network.egress: public_subnets): no private ones at all.
     assert _private_zones(plan_for("small")) == []
     assert _private_zones(plan_for("small"), "public") == ["us-east-1a", "us-east-1b"]

@@ -129,6 +129,9 @@ def test_actors_on_one_node_share_one_download(tmp_path, s3_model, get_log) -> N
     before = len(_gets(get_log))
     assert resolve_model(ModelConfig(source=uri, cache_dir=cache)) in paths
     assert len(_gets(get_log)) == before
+    # The node's fetch log holds that one fetch, with what it took.
+    (fetch,) = [json.loads(line) for line in (Path(cache) / model_source.FETCH_LOG).read_text().splitlines()]
+    assert fetch["source"] == uri and fetch["bytes"] > 0 and fetch["seconds"] >= 0
 
 
 def test_a_killed_download_is_never_taken_for_a_model(tmp_path, s3_model, get_log) -> None:

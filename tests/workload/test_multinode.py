@@ -6,8 +6,8 @@ One night serves both tests: a worker is killed mid-run (SIGKILL to its raylet a
 reclaim does) once the first shard is committed, and a new worker pod starts in its place, as KubeRay does for a
 fixed-size worker group. Each run pays about two and a half minutes of start-up on 2 cores (the id pass, then the
 stage actors and engines), so a second, undisturbed run would nearly double the module's time; what the first test
-checks (the run completes, each worker fetched the model into its own cache, the head fetched nothing) holds on
-this run too, for all three workers."""
+checks (the run completes, each worker fetched the model once into its own cache however many of its actors load
+it, the head fetched nothing) holds on this run too, for all three workers."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ from infra.ops.stacks import offline_config
 from tests.infra.k8s_fixtures import IMAGE
 from tests.workload import cluster_box
 from workload.contract.config import build_config
-from workload.engine.model_source import COMPLETE_MARKER
+from workload.contract.entrypoint import MODEL_CACHE_DIR, MODELS_DIR
+from workload.engine.model_source import COMPLETE_MARKER, FETCH_LOG
 from workload.engine.tiny_model import ensure_tiny_model
 
 pytestmark = pytest.mark.slow
@@ -41,6 +42,8 @@ FILE_ROWS = 20
 ROWS = FILES * FILE_ROWS
 SHARD_ROWS = FILE_ROWS
 JOB_TIMEOUT_S = 420
+# The actor classes that load the model on their node (workload/engine/node_stages.py, guard.py, pipeline.py).
+MODEL_LOADERS = ("GuardedEngineUDF", "NodeTokenizeUDF", "NodeDetokenizeUDF", "ApplyChatTemplate")
 # The engine and stage sizes that fit 2 shared cores; everything else is the medium tier's job config as rendered.
 CPU_STAND_IN = {
     "engine.max_model_len": 512,
@@ -223,6 +226,16 @@ def test_each_worker_fetches_the_model_into_its_own_cache(cluster: cluster_box.C
         copies = list(worker.models.rglob(COMPLETE_MARKER))
         assert len(copies) == 1, worker.name
         assert _weights(copies[0].parent), f"{worker.name} has no weights in its own cache"
+    # One fetch per node, however many of its actors load the model (the engine, the tokenizer, detokenizer and
+    # chat-template stages each resolve it): the node lock makes the first fetch and the others find its copy.
+    loaders = [a for a in cluster.actors("") if any(name in (a["class_name"] or "") for name in MODEL_LOADERS)]
+    per_node = Counter(_name(cluster, a["node_id"]) for a in loaders)
+    for worker in cluster.workers:
+        cache = worker.models / Path(MODEL_CACHE_DIR).relative_to(MODELS_DIR)
+        fetches = (cache / FETCH_LOG).read_text().splitlines()
+        assert len(fetches) == 1, (worker.name, per_node[worker.name], fetches)
+    assert max(per_node.values()) >= 2, per_node  # a node whose several loading actors shared one fetch
+    print(f"model-loading actors per node {dict(per_node)}; one fetch on each of {len(cluster.workers)} workers")
     assert cluster.head is not None
     assert not _weights(cluster.head.models), "the head fetched weights"
 

@@ -22,6 +22,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,6 +35,9 @@ from workload.files.storage import StorageError, locate
 
 # Written last into a finished s3:// copy: the listing it was made from. A folder without it is not a model.
 COMPLETE_MARKER = ".llm-batch-complete.json"
+# One JSON line per s3:// fetch this node made (source, bytes, seconds): the node's own load-time figures, and what
+# shows that the actors of a node fetched the model once (docs/model-and-nodes.md).
+FETCH_LOG = ".fetches.jsonl"
 # Parts of 32 MiB, 16 in flight per file: near S3's per-connection throughput at a few hundred MiB in memory
 # at most (s3transfer bounds its queues), for files from a few MiB to tens of GiB.
 PART_BYTES = 32 * 2**20
@@ -216,6 +220,7 @@ def _from_s3(uri: str, cache: Path) -> Path:
             return target
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        started = time.monotonic()
         try:
             _download_all(client, source.bucket, files, staging)
             (staging / COMPLETE_MARKER).write_text(json.dumps({"source": uri, "files": _listing(files)}))
@@ -226,7 +231,15 @@ def _from_s3(uri: str, cache: Path) -> Path:
             os.rename(staging, target)  # atomic: other actors see the whole model or none
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+        _record_fetch(cache, uri, sum(f.size for f in files), time.monotonic() - started)
     return target
+
+
+def _record_fetch(cache: Path, uri: str, size: int, seconds: float) -> None:
+    # Appended under the node lock, so lines from the node's actors never interleave.
+    line = {"source": uri, "bytes": size, "seconds": round(seconds, 3), "pid": os.getpid(), "at": time.time()}
+    with open(cache / FETCH_LOG, "a") as log:
+        log.write(json.dumps(line) + "\n")
 
 
 def _from_hub(repo_id: str, cache: Path) -> Path:
