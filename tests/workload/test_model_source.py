@@ -190,10 +190,11 @@ def test_an_unwritable_cache_leaves_the_compile_caches_to_the_run(
 
 def test_a_sharded_model_is_fetched_per_file_and_per_part(tmp_path, s3_model, monkeypatch) -> None:
     """Two weight shards of many parts each: more ranged GETs are in flight at once than one file's 16, up to the
-    pool sized for both files (s3transfer's max_concurrency is one pool for the whole transfer). Each GET is held
-    for 50 ms by a boto3 hook so the overlap is measured, not left to the moto server's speed."""
+    pool sized for both files (s3transfer's max_concurrency is one pool for the whole transfer). A boto3 hook holds
+    each GET until both files and more than one file's 16 requests are in flight (or 2 s pass), so the overlap is
+    measured whatever the machine's load, not left to the moto server's speed or how fast a busy machine starts
+    threads."""
     import threading
-    import time
 
     uri, original = s3_model
     weights = next(p for p in original.iterdir() if p.suffix == ".safetensors")
@@ -202,7 +203,8 @@ def test_a_sharded_model_is_fetched_per_file_and_per_part(tmp_path, s3_model, mo
     monkeypatch.setattr(model_source, "PART_BYTES", 32 * 2**10)  # 32 parts per shard
     session = boto3.session.Session()
     monkeypatch.setattr(boto3, "DEFAULT_SESSION", session)
-    lock, in_flight, peak = threading.Lock(), {"now": 0}, {"all": 0, "files": 0}
+    lock = threading.Condition()
+    in_flight, peak = {"now": 0}, {"all": 0, "files": 0}
     keys_in_flight: dict[str, int] = {}
 
     def before(params: dict, **_: object) -> None:
@@ -212,7 +214,10 @@ def test_a_sharded_model_is_fetched_per_file_and_per_part(tmp_path, s3_model, mo
             peak["all"] = max(peak["all"], in_flight["now"])
             shards = sum(1 for key, n in keys_in_flight.items() if n > 0 and key.endswith(".safetensors"))
             peak["files"] = max(peak["files"], shards)
-        time.sleep(0.05)
+            lock.notify_all()
+            # Held until the pool shows both files and more than 16 requests at once; the old single pool of 16
+            # never gets there, and each of its GETs then waits the 2 s out (the test fails on its peak).
+            lock.wait_for(lambda: peak["all"] > model_source.PARALLEL_REQUESTS and peak["files"] == 2, timeout=2.0)
         with lock:
             in_flight["now"] -= 1
             keys_in_flight[params["Key"]] -= 1
