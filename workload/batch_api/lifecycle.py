@@ -147,7 +147,7 @@ def _next_run(
     for kind, record in _queue(service):
         if kind == "night":
             if nights.claim(service, record["id"], execution_arn):
-                executor._turn(execution_arn, record["id"])
+                executor.turn(execution_arn, record["id"])
                 return {"run": {"date": record["date"]}}
             continue
         claimed = _claim(service, record)

@@ -15,11 +15,13 @@ schedule may deliver twice (its retries): one entry per date, the second enqueue
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from workload.batch_api.objects import ApiError
-from workload.batch_api.store import StoreConflict
+from workload.batch_api.store import StoreConflict, update_record
 
 if TYPE_CHECKING:
     from workload.batch_api.service import BatchService
@@ -82,12 +84,23 @@ def sweep(service: BatchService, now: int) -> None:
 
 def unclaim(service: BatchService, night_id: str) -> None:
     """Back to `queued`: its start found the GPUs taken after all (the execution that holds them takes it)."""
-    found = service.store.get(KIND, night_id)
-    if found is not None and found.record["status"] == "started" and found.record["execution_arn"] is None:
-        service.store.put(KIND, {**found.record, "status": "queued"}, found.version)
+
+    def requeue(record: dict[str, Any]) -> None:
+        if record["status"] == "started" and record["execution_arn"] is None:
+            record["status"] = "queued"
+
+    _change(service, night_id, requeue)
 
 
 def started_by(service: BatchService, night_id: str, execution_arn: str) -> None:
-    found = service.store.get(KIND, night_id)
-    if found is not None:
-        service.store.put(KIND, {**found.record, "execution_arn": execution_arn}, found.version)
+    _change(service, night_id, lambda record: record.update(execution_arn=execution_arn))
+
+
+class _Gone(LookupError):
+    """The entry went (swept) before the change: nothing to change."""
+
+
+def _change(service: BatchService, night_id: str, change: Callable[[dict[str, Any]], None]) -> None:
+    # The store's compare-and-swap loop (bounded, re-read on a lost race), as the batches' changes use.
+    with contextlib.suppress(_Gone):
+        update_record(service.store, KIND, night_id, change, _Gone(night_id))

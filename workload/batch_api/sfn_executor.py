@@ -95,9 +95,10 @@ class StepFunctionsExecutor:
         """`run` is the next one of the running execution `execution_arn` (claimed by its NextBatch step)."""
         output = self._store_key(run.output_uri)
         self._write(_marker(run.batch_id), {"execution_arn": execution_arn, "output_key": output})
-        self._turn(execution_arn, run.batch_id)
+        self.turn(execution_arn, run.batch_id)
 
-    def _turn(self, execution_arn: str, run_id: str) -> None:
+    def turn(self, execution_arn: str, run_id: str) -> None:
+        """`run_id` (a batch, or a night of nights.py) is the run the execution is on now: one more of its runs."""
         spent = self._read(_execution_marker(execution_arn)) or {"polls": 0, "runs": 0}
         self._write(_execution_marker(execution_arn), {**spent, "current": run_id, "runs": int(spent["runs"]) + 1})
 
@@ -145,7 +146,7 @@ class StepFunctionsExecutor:
         started = self.sfn.start_execution(
             stateMachineArn=self.arn, name=self._execution_name(entry_id), input=json.dumps({"date": date})
         )
-        self._turn(started["executionArn"], entry_id)
+        self.turn(started["executionArn"], entry_id)
         return str(started["executionArn"])
 
     def state(self, batch_id: str) -> RunState:
