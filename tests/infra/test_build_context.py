@@ -57,8 +57,8 @@ def test_repo_context_is_the_job_package_and_its_pins_only() -> None:
     )
     # Both locks: the REQUIREMENTS build argument picks the one installed (the GPU one unless told otherwise).
     assert files == sorted(["pyproject.toml", "requirements/gpu.lock", "requirements/cpu.lock", *package])
-    assert "workload/Dockerfile" in files and "requirements/cpu.txt" not in files
-    assert "requirements/image-cpu.txt" not in files  # the lock's source, like gpu.txt
+    assert "workload/Dockerfile" in files and "requirements/dev.lock" not in files
+    assert "requirements/cpu.txt" not in files  # the lock's source, like gpu.txt
 
 
 def _tree(root: Path) -> Path:

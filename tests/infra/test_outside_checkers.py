@@ -1,7 +1,7 @@
 """Outside checkers over every stack's plan: parliament on every IAM document (identity, trust, key, bucket,
 topic, queue, secret, repository and endpoint policies), checkov on every Kubernetes manifest.
 
-Both run in their own virtualenv (`make checkers`, from requirements/checkers.txt), once per stack over all
+Both run in their own virtualenv (`make checkers`, from the hashed requirements/checkers.lock), once per stack over all
 that stack's documents (tests/infra/checkers/parliament_run.py) or manifests (checkov_run.py over the files
 `infra.ops.k8s_manifests.stack_manifests` gives: every Kubernetes object of the plan, the night's RayJob and
 ConfigMap, and every pod template inside a custom resource written out as a Pod). Every finding is either

@@ -88,10 +88,11 @@ def _allowlist() -> list[str]:
     return [rule[1:].rstrip("/") for rule in rules if rule.startswith("!")]
 
 
-def test_dockerfile_base_is_pinned_to_an_exact_python_slim_tag() -> None:
+def test_dockerfile_base_is_pinned_to_an_exact_python_slim_tag_and_its_digest() -> None:
     structure = DockerfileParser(str(DOCKERFILE)).structure
     base = _global_args(structure)["BASE_IMAGE"]
-    assert re.fullmatch(r"python:3\.(\d+)\.\d+-slim-(bookworm|trixie)", base), base
+    # An exact tag for the reader, its digest for the builder (a tag can be pushed again; a digest cannot).
+    assert re.fullmatch(r"python:3\.(\d+)\.\d+-slim-(bookworm|trixie)@sha256:[0-9a-f]{64}", base), base
     requires = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
     minor = re.search(r"3\.(\d+)", base)
     assert minor is not None and f">=3.{minor.group(1)}" in requires, f"{base} vs requires-python {requires}"
@@ -175,6 +176,8 @@ def test_image_installs_exactly_the_locked_gpu_set() -> None:
     project = next(stage for stage in _stages() if stage.name == "project")
     own = [run for run in project.values("RUN") if "pip install" in run]
     assert own and all("--no-deps" in run and "--target /opt/job" in run for run in own)
+    # The build backend is the lock's setuptools (tests/test_locks.py), never one an isolated build fetches.
+    assert all("--no-build-isolation" in run for run in own)
     assert not [run for run in installs if "-r " not in run], "nothing but the lock is installed into /opt/venv"
     final = _stages()[-1]
     assert "--from=project /opt/job /opt/job" in final.values("COPY")
