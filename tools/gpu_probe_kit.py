@@ -64,8 +64,8 @@ def _model(name: str, tiny: bool, row_tokens: int) -> dict[str, Any]:
     config = json.loads((MODELS / name / "config.json").read_text())
     config = _tiny(config) if tiny else config
     shape = ModelShape.from_config(config, name)
-    budgets = [{"max_num_batched_tokens": 64, "max_num_seqs": 4, "kinds": ["cpu"], "tp": 1}] if tiny else None
-    steps = budgets or _budgets(shape, row_tokens)
+    tiny_budget: dict[str, Any] = {"max_num_batched_tokens": 64, "max_num_seqs": 4, "kinds": ["cpu"], "tp": 1}
+    steps = [tiny_budget] if tiny else _budgets(shape, row_tokens)
     for step in steps:
         batched, seqs = step["max_num_batched_tokens"], step["max_num_seqs"]
         step["predicted_bytes"] = shape.activation_bytes(batched, seqs, 1)

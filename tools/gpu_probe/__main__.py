@@ -8,6 +8,7 @@ import json
 import sys
 import time
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ def main(argv: list[str]) -> int:
     info = record.run("device", lambda: devices.describe(device, plan["gpu_kinds"]))
     kind = (info or {}).get("kind")
     for name, model_plan in plan["models"].items():
-        record.run(f"activations:{name}", lambda m=model_plan: activations(m, device, args.dry, deadline))
+        record.run(f"activations:{name}", partial(activations, model_plan, device, args.dry, deadline))
     record.run("rates", lambda: rates(plan, device, reps, deadline))
     record.run("decode", lambda: decode_step(plan, kind, device, reps, args.dry))
     record.finish()

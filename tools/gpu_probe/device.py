@@ -46,12 +46,14 @@ def describe(device: torch.device, kinds: dict[str, dict[str, Any]]) -> dict[str
 
 def match_kind(name: str, total_bytes: int, kinds: dict[str, dict[str, Any]]) -> str | None:
     """The table's kind for a CUDA device name ("NVIDIA H100 80GB HBM3" -> h100): the kinds whose name (without
-    its size suffix) is in the device name, the one nearest in memory."""
+    its size suffix) is in the device name, the one nearest in memory, and only within 10% of it (an L40S is
+    not an L4)."""
     lowered = name.lower().replace(" ", "")
     named = [kind for kind in kinds if kind.split("-")[0] in lowered]
     if not named:
         return None
-    return min(named, key=lambda kind: abs(kinds[kind]["memory_mib"] * 2**20 - total_bytes))
+    nearest = min(named, key=lambda kind: abs(kinds[kind]["memory_mib"] * 2**20 - total_bytes))
+    return nearest if abs(kinds[nearest]["memory_mib"] * 2**20 - total_bytes) <= 0.1 * total_bytes else None
 
 
 def timed(fn: Callable[[], Any], device: torch.device, reps: int) -> float:
