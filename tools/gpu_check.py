@@ -12,15 +12,24 @@ start (workload/engine/auto_settings.settle: the model's config.json and the GPU
 `row_tokens` (two thirds prompt, one third output, ignore_eos), four times max_num_seqs of them. Then the same rows
 at the job's earlier fixed max_num_seqs (128), unless --no-baseline: over-admission shows as preemptions there.
 
+Each engine runs in a process of its own (`--engine-run`): two vLLM engines in one process share one CUDA context
+and the first one's memory is not all given back, so the second would be sized from less than a fresh engine sees.
+The rows are fed through the engine's own step loop, which polls vLLM's KV-cache use (at most every 0.5 s) and
+keeps its peak: read after the run, the gauge shows an empty cache. The JSON is rewritten after each step (the
+plan, each run), so a run cut off keeps what it measured.
+
 The JSON: the GPU, driver and versions; the sizing plan (predicted KV-cache tokens) beside vLLM's own (its
 num_gpu_blocks x block_size); per run: engine build seconds, output tokens/s, preemptions, peak KV-cache use, peak
 GPU memory (NVML). Nothing here is needed to run the job; it is how docs/gpu.md's estimates get measured figures.
+Install: docs/gpu.md ("The GPU check").
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -54,35 +63,81 @@ def _nvml_used() -> int:
         pynvml.nvmlShutdown()
 
 
+KV_POLL_S = 0.5
+
+
 def run_engine(model_dir: Path, kwargs: dict[str, Any], rows: int, row_tokens: int) -> dict[str, Any]:
+    """One engine in this process: build, feed `rows` rows through its step loop, poll the KV-cache use."""
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
     started = time.monotonic()
     llm = LLM(model=str(model_dir), disable_log_stats=False, **kwargs)
     built = time.monotonic() - started
+    engine = llm.llm_engine
     prompt, output = row_tokens * 2 // 3, row_tokens - row_tokens * 2 // 3
-    prompts = [TokensPrompt(prompt_token_ids=[(7 * i + j) % 30000 + 100 for j in range(prompt)]) for i in range(rows)]
     sampling = SamplingParams(max_tokens=output, ignore_eos=True, detokenize=False, temperature=0.0)
+    for i in range(rows):
+        tokens = [(7 * i + j) % 30000 + 100 for j in range(prompt)]
+        engine.add_request(str(i), TokensPrompt(prompt_token_ids=tokens), sampling)
     started = time.monotonic()
-    answers = llm.generate(prompts, sampling, use_tqdm=False)
+    polled, kv_peak, produced = 0.0, 0.0, 0
+    while engine.has_unfinished_requests():
+        for answer in engine.step():
+            if answer.finished:
+                produced += len(answer.outputs[0].token_ids)
+        if time.monotonic() - polled >= KV_POLL_S:
+            polled = time.monotonic()
+            kv_peak = max(kv_peak, float(_metrics(llm).get("vllm:kv_cache_usage_perc") or 0.0))
     wall = time.monotonic() - started
-    metrics = {m.name: getattr(m, "value", None) for m in llm.get_metrics()}
-    cache = llm.llm_engine.vllm_config.cache_config
-    result = {
+    metrics = _metrics(llm)
+    cache = engine.vllm_config.cache_config
+    return {
         "engine_build_s": round(built, 1),
         "rows": rows,
-        "output_tokens": sum(len(a.outputs[0].token_ids) for a in answers),
+        "output_tokens": produced,
         "wall_s": round(wall, 2),
-        "output_tokens_per_s": round(sum(len(a.outputs[0].token_ids) for a in answers) / wall, 1),
+        "output_tokens_per_s": round(produced / wall, 1),
         "preemptions": metrics.get("vllm:num_preemptions"),
-        "kv_cache_usage_at_end": metrics.get("vllm:kv_cache_usage_perc"),
+        "kv_cache_usage_peak": kv_peak,
+        "kv_cache_poll_s": KV_POLL_S,
         "vllm_kv_cache_tokens": (cache.num_gpu_blocks or 0) * cache.block_size,
         "gpu_memory_used_gib": round(_nvml_used() / 2**30, 2),
         "engine_kwargs": {k: v for k, v in kwargs.items() if not isinstance(v, dict)},
     }
-    del llm
-    return result
+
+
+def _metrics(llm: Any) -> dict[str, Any]:
+    return {m.name: getattr(m, "value", None) for m in llm.get_metrics()}
+
+
+def engine_in_subprocess(model_dir: Path, kwargs: dict[str, Any], rows: int, row_tokens: int) -> dict[str, Any]:
+    """run_engine in a fresh process (one engine a process); its result, or its exit and last lines."""
+    spec = {"model": str(model_dir), "kwargs": kwargs, "rows": rows, "row_tokens": row_tokens}
+    spec_path = Path(f"gpu-check-engine-{os.getpid()}.json")
+    spec_path.write_text(json.dumps(spec, default=str))
+    try:
+        done = subprocess.run(
+            [sys.executable, __file__, "--engine-run", str(spec_path)], capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            return {"error": f"engine process exited {done.returncode}", "stderr_tail": done.stderr[-4000:]}
+        return dict(json.loads(spec_path.read_text())["result"])
+    finally:
+        spec_path.unlink(missing_ok=True)
+
+
+def _engine_run(spec_path: Path) -> int:
+    spec = json.loads(spec_path.read_text())
+    result = run_engine(Path(spec["model"]), spec["kwargs"], spec["rows"], spec["row_tokens"])
+    spec_path.write_text(json.dumps({**spec, "result": result}, default=str))
+    return 0
+
+
+def _write(path: Path, report: dict[str, Any]) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    os.replace(partial, path)
 
 
 def main(argv: list[str]) -> int:
@@ -93,7 +148,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-baseline", action="store_true", help="skip the run at the earlier max_num_seqs 128")
     parser.add_argument("--dry-run", action="store_true", help="print the settings; start no engine")
     parser.add_argument("--gpu", default="a10g", help="with --dry-run: the GPU kind to size for")
+    parser.add_argument("--engine-run", type=Path, help=argparse.SUPPRESS)  # the child process of one engine
     args = parser.parse_args(argv)
+    if args.engine_run:
+        return _engine_run(args.engine_run)
     from workload.contract.engine_sizing import MIB, SizingError, gpu_kind
     from workload.engine.auto_settings import free_gpu_memory
 
@@ -119,12 +177,15 @@ def main(argv: list[str]) -> int:
     report["gpu"] = {"name": gpu[1] if gpu else None, "driver": pynvml.nvmlSystemGetDriverVersion()}
     pynvml.nvmlShutdown()
     report["versions"] = {"vllm": vllm.__version__, "torch": torch.__version__, "cuda": torch.version.cuda}
+    _write(args.out, report)
     rows = 4 * int(kwargs["max_num_seqs"])
-    report["sized"] = run_engine(args.model, kwargs, rows, args.row_tokens)
+    report["sized"] = engine_in_subprocess(args.model, kwargs, rows, args.row_tokens)
+    _write(args.out, report)
     if not args.no_baseline:
-        report["fixed_128"] = run_engine(args.model, {**kwargs, "max_num_seqs": 128}, rows, args.row_tokens)
-    args.out.write_text(json.dumps(report, indent=1, default=str) + "\n")
-    print(f"wrote {args.out}: {report['sized']['output_tokens_per_s']} output tok/s at the sized settings")
+        fixed = {**kwargs, "max_num_seqs": 128}
+        report["fixed_128"] = engine_in_subprocess(args.model, fixed, rows, args.row_tokens)
+        _write(args.out, report)
+    print(f"wrote {args.out}: {report['sized'].get('output_tokens_per_s')} output tok/s at the sized settings")
     return 0
 
 
