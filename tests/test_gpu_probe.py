@@ -19,7 +19,7 @@ from tools.gpu_probe.device import match_kind
 from tools.gpu_probe.record import Record
 from tools.gpu_probe_kit import build_plan, write_kit
 from tools.gpu_probe_proposal import proposal
-from workload.contract.engine_sizing import gpu_kinds
+from workload.contract.engine_sizing import ModelShape, gpu_kinds, plan_engine
 
 ROOT = Path(__file__).resolve().parent.parent
 ALLOWED = set(sys.stdlib_module_names) | {"torch", "transformers"}
@@ -105,11 +105,14 @@ def test_device_names_match_the_kinds_table() -> None:
 def test_the_real_plan_carries_engine_plans_budgets() -> None:
     plan = build_plan()
     dense = plan["models"]["llama-3.1-8b-instruct"]
-    assert {"max_num_batched_tokens": 16384, "max_num_seqs": 737} in [
+    h100 = plan_engine(
+        ModelShape.from_config(dense["config"], "llama-3.1-8b-instruct"), "h100", row_tokens=plan["row_tokens"]
+    ).max_num_seqs
+    assert {"max_num_batched_tokens": 16384, "max_num_seqs": h100} in [
         {k: s[k] for k in ("max_num_batched_tokens", "max_num_seqs")} for s in dense["steps"]
     ]
     assert plan["decode"]["batch_sizes"][0] == 1 and plan["decode"]["batch_sizes"][-1] == 1024
-    assert plan["decode"]["max_num_seqs"]["h100"] == 737 and plan["decode"]["context"] == 300
+    assert plan["decode"]["max_num_seqs"]["h100"] == h100 and plan["decode"]["context"] == 300
 
 
 def test_a_gpu_result_proposes_the_kinds_row_the_reserve_and_the_efficiency() -> None:

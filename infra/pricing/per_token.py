@@ -21,7 +21,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from infra.pricing.estimate import Estimate, EstimateInputs
 from infra.pricing.table import PriceTable
-from workload.contract.engine_sizing import EnginePlan, ModelShape, SizingError, gpu_kind, kind_of_instance, plan_engine
+from workload.contract.engine_sizing import (
+    EnginePlan,
+    ModelShape,
+    SizingError,
+    kind_of_instance,
+    layout_speed,
+    plan_engine,
+)
 
 MANAGED_TABLE = Path(__file__).with_name("managed_batch.json")
 
@@ -83,20 +90,39 @@ class TokenCost(BaseModel):
     tokens_per_s_per_engine: float | None = Field(None, description="Decode-bound estimate (managed_batch.json)")
     gpu_time_per_1m: float | None = None
     all_in_per_1m: float | None = None
-    managed: dict[str, float] = Field(default_factory=dict, description="Comparable list prices, output per 1M")
+    managed: dict[str, float] = Field(
+        default_factory=dict, description="Comparable list prices: the stated rows' input and output, per 1M output"
+    )
 
 
 def decode_tokens_per_s(plan: EnginePlan, gpu: str, shape: ModelShape, throughput: Throughput) -> float:
-    """Output tokens/s of one engine whose max_num_seqs sequences all decode (the table's method)."""
-    weights_per_gpu = shape.weight_bytes() / plan.tensor_parallel_size
-    context = plan.max_num_seqs * throughput.row_tokens / 2 * plan.kv_bytes_per_token
-    step_s = (weights_per_gpu + context) / (gpu_kind(gpu).memory_bandwidth_gbs * 1e9 * throughput.efficiency)
-    return plan.max_num_seqs / step_s
+    """Output tokens/s of one engine whose max_num_seqs rows all run: engine_sizing.layout_speed, the roofline the
+    layout is chosen by, at the table's efficiency and row shape (two thirds prompt, prefilled in the engine's time)."""
+    prompt = throughput.row_tokens * 2 // 3
+    return layout_speed(
+        shape,
+        gpu,
+        plan.tensor_parallel_size,
+        plan.max_num_seqs,
+        plan.engines_per_node,
+        prompt,
+        throughput.row_tokens - prompt,
+        efficiency=throughput.efficiency,
+    ).engine_tokens_per_s
+
+
+def row_shape(throughput: Throughput) -> tuple[int, int]:
+    """The stated row: (prompt, output) tokens, two thirds of row_tokens prompt (400 in / 200 out at 600)."""
+    prompt = throughput.row_tokens * 2 // 3
+    return prompt, throughput.row_tokens - prompt
 
 
 def _comparables(table: ManagedTable, model_class: str) -> dict[str, float]:
+    """Each comparable's price per 1M output tokens of the stated rows, their input tokens billed too: a GPU hour
+    prefills the prompts and decodes the outputs, so its $/1M output tokens is compared with the same rows' bill."""
+    prompt, output = row_shape(table.throughput)
     return {
-        f"{service.label}: {name}": price.output_per_1m
+        f"{service.label}: {name}": round(price.output_per_1m + price.input_per_1m * prompt / output, 4)
         for service in table.services.values()
         for name, price in service.models.items()
         if price.comparable == model_class
@@ -148,7 +174,11 @@ def per_token_costs(
 
 def format_per_token(rows: list[TokenCost], table: ManagedTable | None = None) -> str:
     table = table or managed_table()
-    lines = [f"Cost per 1M output tokens (decode-bound estimate; managed list prices of {table.as_of}):"]
+    prompt, output = row_shape(table.throughput)
+    lines = [
+        f"Cost per 1M output tokens of {prompt}-in/{output}-out rows (roofline estimate, prefill in the engine's time; "
+        f"managed list prices of {table.as_of} on the same rows' input and output):"
+    ]
     for row in rows:
         managed = ", ".join(f"{name} {price:g}" for name, price in row.managed.items())
         if not row.fits:

@@ -2,28 +2,31 @@
 
 The same function sizes `python -m workload engine-plan`, the job's engines at start (with the GPU's real free
 memory, workload/engine/auto_settings.py) and the plan and preflight (with the tier's GPU from gpu_kinds.json), so
-what the operator is shown is what the engines run with.
+what the operator is shown is what the engines run with. The model's side (parameters, quantised bytes, KV bytes,
+activations) is model_shape.py's.
 
-The arithmetic, per GPU of one engine of `tensor_parallel_size` (tp) GPUs (docs/gpu.md works it through):
-- weights: the parameters counted from the architecture fields (embeddings, attention, MLP or experts, norms,
-  an untied LM head), at the checkpoint's dtype (or a quantized build's bits), split over tp;
-- KV bytes per token: 2 (K and V) x layers x KV heads x head_dim x the KV dtype's bytes, the KV heads split
-  over tp (never below one head per GPU: vLLM replicates a head when tp exceeds their number);
-- the reserve beside the KV cache: `RESERVE_GIB` (CUDA graphs, the allocator's non-torch memory, NCCL) plus the
-  activation peak of one step of `max_num_batched_tokens` (vLLM profiles exactly that step at start);
-- KV-cache tokens = (memory x gpu_memory_utilization - weights - reserve) / KV bytes per token;
-- `max_num_seqs` = KV-cache tokens / the tokens a typical row holds (prompt + output): more is over-admission,
-  which vLLM answers by preempting and recomputing; fewer leaves cache unused;
+The arithmetic, per GPU of one engine of `tensor_parallel_size` (tp) GPUs (docs/gpu.md works it through), as vLLM
+accounts for it at start (its `determine_available_memory`):
+- memory: what CUDA reports as the GPU's total (the kinds table's `cuda_total_mib`, a little under nvidia-smi's
+  total), times `gpu_memory_utilization`; at start, the real free memory where that is less;
+- weights: model_shape.py's bytes, split over tp;
+- the non-KV reserve: `GRAPHS_AND_NON_TORCH_GIB` (CUDA graphs, cuBLAS workspaces, the allocator's non-torch memory),
+  fitted to published start-up logs (tests/workload/data/vllm_start_logs.json), plus the peak vLLM profiles: one
+  forward step of `max_num_batched_tokens`, or the sampler over `max_num_seqs` rows of logits, whichever is larger;
+- KV-cache tokens = (memory x utilisation - weights - reserve) / KV bytes per token;
+- `max_num_seqs` = KV-cache tokens / the tokens a typical row holds (prompt + output), at most 1024: more is
+  over-admission, which vLLM answers by preempting and recomputing; fewer leaves cache unused;
 - `max_num_batched_tokens`: the largest of 16384, 8192, 4096, 2048 that is at most an eighth of the cache, so one
   step's prefill never crowds out the sequences it decodes (vLLM's optimisation guide: above 8192 for throughput);
-- `tensor_parallel_size`: the smallest power of two (dividing the attention heads and the node's GPUs) whose
-  cache holds one sequence of `max_model_len` (vLLM's own rule at start); engines per node = GPUs / tp.
+- `tensor_parallel_size` and engines per node: every power of two that divides the attention heads and the node's
+  GPUs and whose cache holds one `max_model_len` sequence is scored (`layout_speed`: output tokens/s a node for the
+  typical row, decode bound by the engine's memory bandwidth or compute, its all-reduces, prefill counted), and the
+  fastest is taken; the plan names the runner-up and why it lost. A pinned tensor_parallel_size is taken as given.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from datetime import date
 from functools import cache
 from pathlib import Path
@@ -31,27 +34,37 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from workload.contract.model_shape import DTYPE_BYTES, ModelShape, SizingError
+
+__all__ = ["DTYPE_BYTES", "EnginePlan", "ModelShape", "SizingError", "plan_engine"]
+
 GPU_KINDS_FILE = Path(__file__).resolve().parent / "gpu_kinds.json"
 GIB = 2**30
 MIB = 2**20
-# CUDA graphs (vLLM captures one per batch size up to 512), cuBLAS workspaces, the caching allocator's slack and
-# NCCL's buffers: memory vLLM holds beside weights, activations and cache. An estimate; tools/gpu_check.py measures it.
-RESERVE_GIB = 1.0
+# What vLLM's profile finds beside the weights and the activation peak: CUDA graphs (captured for batch sizes up to
+# 512), cuBLAS workspaces, the CUDA context's growth, NCCL. Fitted to the published A10G start-up log of
+# tests/workload/data/vllm_start_logs.json (test_engine_sizing holds the fit); tools/gpu_check.py measures it.
+GRAPHS_AND_NON_TORCH_GIB = 1.25
+RESERVE_GIB = GRAPHS_AND_NON_TORCH_GIB  # the name tools/gpu_probe_proposal.py reports against
 BATCHED_TOKEN_STEPS = (16384, 8192, 4096, 2048)
 MAX_NUM_SEQS_CAP = 1024  # vLLM's own largest default (H100); beyond it the scheduler's step time grows
 MAX_TP = 8
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1}
 DEFAULT_ROW_TOKENS = 600
-
-
-class SizingError(ValueError):
-    """A model that cannot fit, or a config.json this cannot read; the message names the fix."""
+# The layout score's roofline: a step reads at the datasheet bandwidth x BANDWIDTH_EFFICIENCY (infra/pricing/
+# managed_batch.json's `throughput` gives the source) and multiplies at the dense BF16 peak x MFU; each layer's two
+# all-reduces cost ALLREDUCE_LATENCY_S plus their bytes at the kind's bus bandwidth.
+BANDWIDTH_EFFICIENCY = 0.6
+MFU = 0.5
+ALLREDUCE_LATENCY_S = 15e-6
 
 
 class GpuKind(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    memory_mib: int = Field(gt=0)
+    memory_mib: int = Field(gt=0, description="nvidia-smi's memory.total")
+    cuda_total_mib: int = Field(gt=0, description="CUDA's total (torch.cuda.mem_get_info): vLLM's base")
+    bf16_tflops: float = Field(gt=0, description="Dense BF16 tensor-core peak, TFLOP/s: what bounds prefill")
+    interconnect_gbs: float = Field(gt=0, description="All-reduce bus bandwidth between a node's GPUs, GB/s")
     memory_bandwidth_gbs: float = Field(gt=0, description="Peak memory bandwidth, GB/s: what bounds decoding")
     compute_capability: str
     bf16: bool
@@ -84,100 +97,6 @@ def kind_of_instance(instance_type: str) -> str | None:
     return next((name for name, kind in gpu_kinds().kinds.items() if instance_type in kind.instance_types), None)
 
 
-class ModelShape(BaseModel):
-    """The architecture fields of a `config.json` that decide memory."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    hidden_size: int
-    intermediate_size: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    vocab_size: int
-    tied_embeddings: bool
-    max_position_embeddings: int
-    experts: int = 1  # MoE: experts per layer (each an MLP of intermediate_size)
-    experts_per_token: int = 1
-    qkv_bias: bool = False
-    dtype: str = "bfloat16"
-    weight_bits: int = 16  # of the linear layers: 4 for an AWQ/GPTQ build, 8 for FP8
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any], name: str = "model") -> ModelShape:
-        text = config.get("text_config")
-        fields = {**config, **text} if isinstance(text, dict) else config  # multimodal configs nest the LM
-        missing = [
-            k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size") if k not in fields
-        ]
-        if missing:
-            raise SizingError(f"{name}: config.json has no {', '.join(missing)}: not a decoder model this can size")
-        heads = int(fields["num_attention_heads"])
-        hidden = int(fields["hidden_size"])
-        dtype = str(fields.get("torch_dtype") or fields.get("dtype") or "bfloat16")
-        if dtype not in DTYPE_BYTES:
-            raise SizingError(f"{name}: config.json's torch_dtype {dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
-        return cls(
-            name=name,
-            hidden_size=hidden,
-            intermediate_size=int(fields.get("intermediate_size") or 4 * hidden),
-            layers=int(fields["num_hidden_layers"]),
-            heads=heads,
-            kv_heads=int(fields.get("num_key_value_heads") or heads),
-            head_dim=int(fields.get("head_dim") or hidden // heads),
-            vocab_size=int(fields["vocab_size"]),
-            tied_embeddings=bool(fields.get("tie_word_embeddings", False)),
-            max_position_embeddings=int(fields.get("max_position_embeddings") or 2048),
-            experts=int(fields.get("num_local_experts") or fields.get("num_experts") or 1),
-            experts_per_token=int(fields.get("num_experts_per_tok") or 1),
-            # Qwen2 puts a bias on q, k and v; Llama and Mixtral declare `attention_bias` (false).
-            qkv_bias=bool(fields.get("attention_bias", fields.get("model_type") == "qwen2")),
-            dtype=dtype,
-            weight_bits=_weight_bits(fields.get("quantization_config"), name),
-        )
-
-    def parameters(self) -> int:
-        attention = self.hidden_size * self.head_dim * (2 * self.heads + 2 * self.kv_heads)
-        if self.qkv_bias:
-            attention += self.head_dim * (self.heads + 2 * self.kv_heads)
-        mlp = 3 * self.hidden_size * self.intermediate_size * self.experts  # gate, up, down per expert
-        router = self.hidden_size * self.experts if self.experts > 1 else 0
-        per_layer = attention + mlp + router + 2 * self.hidden_size  # two RMSNorms
-        embeddings = self.vocab_size * self.hidden_size * (1 if self.tied_embeddings else 2)
-        return self.layers * per_layer + embeddings + self.hidden_size
-
-    def weight_bytes(self) -> int:
-        embeddings = self.vocab_size * self.hidden_size * (1 if self.tied_embeddings else 2)
-        dense = DTYPE_BYTES[self.dtype]
-        linear = self.parameters() - embeddings  # quantized builds keep embeddings and head at the dense dtype
-        return int(embeddings * dense + linear * self.weight_bits / 8)
-
-    def kv_bytes_per_token(self, tp: int = 1) -> int:
-        kv_heads_per_gpu = max(1, math.ceil(self.kv_heads / tp))
-        return 2 * self.layers * kv_heads_per_gpu * self.head_dim * DTYPE_BYTES[self.dtype]
-
-    def activation_bytes(self, batched_tokens: int, seqs: int, tp: int) -> int:
-        """One step's peak beside the cache: the widest layer's inputs and outputs for every batched token, and
-        the float32 logits of every sequence sampled in that step."""
-        qkv = self.head_dim * (self.heads + 2 * self.kv_heads) // tp
-        mlp = 2 * self.intermediate_size * max(1, self.experts_per_token) // tp
-        per_token = (2 * self.hidden_size + qkv + mlp) * DTYPE_BYTES[self.dtype]
-        return batched_tokens * per_token + seqs * self.vocab_size * 4
-
-
-def _weight_bits(quantization: Any, name: str) -> int:
-    if not quantization:
-        return 16
-    method = str(quantization.get("quant_method", "")).lower()
-    if method in {"awq", "gptq"}:
-        return int(quantization.get("bits", 4))
-    if method in {"fp8", "fbgemm_fp8"}:
-        return 8
-    raise SizingError(f"{name}: quantization method {method!r} is not one this can size (awq, gptq, fp8)")
-
-
 def read_model_config(folder: str | Path) -> dict[str, Any]:
     path = Path(folder).expanduser() / "config.json"
     if not path.is_file():
@@ -200,19 +119,25 @@ class EnginePlan(BaseModel):
     gpu: str
     gpus: int
     parameters_b: float
+    active_parameters_b: float = Field(description="Multiplied per token: MoE's routed experts at their share")
+    quantization: str = Field(description="The checkpoint's format and bits of its quantised parts, or its dtype")
     weights_gib: float = Field(description="All weights; each GPU of an engine holds weights_gib / tp")
     kv_bytes_per_token: int = Field(description="Per GPU of an engine")
-    gpu_memory_gib: float = Field(description="What the sizing started from: the kind's total, or the real free")
+    gpu_memory_gib: float = Field(description="What the sizing started from: CUDA's total for the kind, or the free")
     gpu_memory_utilization: float
-    reserve_gib: float = Field(description="Per GPU: CUDA graphs and workspaces plus one step's activations")
+    reserve_gib: float = Field(description="Per GPU: CUDA graphs and non-torch memory plus the profiled peak")
     kv_cache_gib: float = Field(description="Per GPU")
     kv_cache_tokens: int = Field(description="Per engine: the tokens its cache holds at once")
     row_tokens: int = Field(description="A typical row's prompt + output tokens, the unit of max_num_seqs")
+    prompt_tokens: int = Field(description="Of row_tokens, the prompt's: prefilled, not decoded")
     max_model_len: int
     max_num_seqs: int
     max_num_batched_tokens: int
     tensor_parallel_size: int
     engines_per_node: int
+    output_tokens_per_s: float = Field(description="A node's, all its engines full (layout_speed's roofline)")
+    bound_by: str = Field(description="What limits a decode step: memory bandwidth or compute")
+    runner_up: str | None = Field(None, description="The next-best layout on this node and why it lost")
 
     def engine_kwargs(self) -> dict[str, Any]:
         return {
@@ -224,8 +149,85 @@ class EnginePlan(BaseModel):
         }
 
 
+class LayoutSpeed(BaseModel):
+    """One engine layout's roofline: output tokens/s of an engine and of the node, and the step's parts."""
+
+    model_config = ConfigDict(frozen=True)
+
+    engine_tokens_per_s: float
+    node_tokens_per_s: float
+    step_s: float
+    memory_s: float
+    compute_s: float
+    allreduce_s: float
+    prefill_s_per_row: float
+
+    @property
+    def bound_by(self) -> str:
+        return "compute" if self.compute_s > self.memory_s else "memory bandwidth"
+
+
+def layout_speed(
+    shape: ModelShape,
+    gpu: str,
+    tp: int,
+    seqs: int,
+    engines: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    efficiency: float = BANDWIDTH_EFFICIENCY,
+) -> LayoutSpeed:
+    """Output tokens/s of an engine of `tp` GPUs whose `seqs` sequences of `prompt_tokens` + `output_tokens` all
+    decode, each GPU in parallel:
+    - a decode step reads the GPU's share of the weights (of a MoE's experts those any of the step's tokens route
+      to) and every sequence's cache at its mean context (prompt + half the output), at the bandwidth x efficiency;
+      or, where longer, multiplies the active parameters for every sequence at the BF16 peak x MFU;
+    - each layer's two all-reduces of the step's hidden states over the engine's GPUs;
+    - prefill: each row's prompt through the active parameters at the peak x MFU (compute-bound), in the engine's
+      time, so output tokens/s = output tokens / (decode time + prefill time) of a row."""
+    kind = gpu_kind(gpu)
+    experts = shape.expert_bytes()
+    touched = 1 - (1 - shape.experts_per_token / shape.experts) ** seqs if shape.experts > 1 else 1
+    weights = (shape.weight_bytes() - experts + experts * touched) / tp
+    context = prompt_tokens + output_tokens / 2
+    bandwidth = kind.memory_bandwidth_gbs * 1e9 * efficiency
+    memory_s = (weights + seqs * context * shape.kv_bytes_per_token(tp)) / bandwidth
+    flops = kind.bf16_tflops * 1e12 * MFU * tp
+    compute_s = 2 * shape.active_parameters() * seqs / flops
+
+    def allreduce(tokens: int) -> float:
+        if tp == 1:
+            return 0.0
+        payload = 2 * (tp - 1) / tp * tokens * shape.hidden_size * DTYPE_BYTES[shape.dtype]
+        return 2 * shape.layers * (ALLREDUCE_LATENCY_S + payload / (kind.interconnect_gbs * 1e9))
+
+    step_s = max(memory_s, compute_s) + allreduce(seqs)
+    prefill_s = 2 * shape.active_parameters() * prompt_tokens / flops + allreduce(prompt_tokens)
+    row_s = output_tokens * step_s / seqs + prefill_s
+    engine = output_tokens / row_s
+    return LayoutSpeed(
+        engine_tokens_per_s=engine,
+        node_tokens_per_s=engine * engines,
+        step_s=step_s,
+        memory_s=memory_s,
+        compute_s=compute_s,
+        allreduce_s=allreduce(seqs),
+        prefill_s_per_row=prefill_s,
+    )
+
+
 def _tp_candidates(shape: ModelShape, gpus: int) -> list[int]:
     return [tp for tp in (1, 2, 4, 8) if tp <= min(gpus, MAX_TP) and shape.heads % tp == 0 and gpus % tp == 0]
+
+
+def reserve_bytes(shape: ModelShape, batched: int, seqs: int, tp: int) -> int:
+    return int(GRAPHS_AND_NON_TORCH_GIB * GIB) + shape.activation_bytes(batched, seqs, tp)
+
+
+def _quantization(shape: ModelShape) -> str:
+    if not shape.quant_method:
+        return shape.dtype
+    return f"{shape.quant_method}: {shape.weight_bits:g} bits a weight of {', '.join(shape.quantized_parts)}"
 
 
 def _size_at(
@@ -237,39 +239,63 @@ def _size_at(
     utilization: float,
     max_model_len: int,
     row_tokens: int,
+    prompt_tokens: int | None = None,
 ) -> EnginePlan | None:
     """The plan at one tensor-parallel size, or None where its cache cannot hold one max_model_len sequence."""
+    prompt = prompt_tokens if prompt_tokens is not None else row_tokens * 2 // 3
     weights_per_gpu = shape.weight_bytes() / tp
-    usable = memory_bytes * utilization - weights_per_gpu - RESERVE_GIB * GIB
+    usable = memory_bytes * utilization - weights_per_gpu
     kv_per_token = shape.kv_bytes_per_token(tp)
     for batched in BATCHED_TOKEN_STEPS:
         seqs_guess = max(1, min(MAX_NUM_SEQS_CAP, int(usable // kv_per_token) // max(row_tokens, 1)))
-        cache_bytes = usable - shape.activation_bytes(batched, seqs_guess, tp)
+        cache_bytes = usable - reserve_bytes(shape, batched, seqs_guess, tp)
         tokens = int(cache_bytes // kv_per_token) if cache_bytes > 0 else 0
         if batched * 8 <= tokens or batched == BATCHED_TOKEN_STEPS[-1]:
             break
     if tokens < max_model_len:
         return None
-    reserve = RESERVE_GIB * GIB + shape.activation_bytes(batched, seqs_guess, tp)
+    seqs = max(1, min(MAX_NUM_SEQS_CAP, tokens // max(row_tokens, 1)))
+    speed = layout_speed(shape, gpu, tp, seqs, gpus // tp, prompt, max(1, row_tokens - prompt))
     return EnginePlan(
         model=shape.name,
         gpu=gpu,
         gpus=gpus,
         parameters_b=round(shape.parameters() / 1e9, 2),
+        active_parameters_b=round(shape.active_parameters() / 1e9, 2),
+        quantization=_quantization(shape),
         weights_gib=round(shape.weight_bytes() / GIB, 2),
         kv_bytes_per_token=kv_per_token,
         gpu_memory_gib=round(memory_bytes / GIB, 2),
         gpu_memory_utilization=utilization,
-        reserve_gib=round(reserve / GIB, 2),
+        reserve_gib=round(reserve_bytes(shape, batched, seqs_guess, tp) / GIB, 2),
         kv_cache_gib=round(tokens * kv_per_token / GIB, 2),
         kv_cache_tokens=tokens,
         row_tokens=row_tokens,
+        prompt_tokens=prompt,
         max_model_len=max_model_len,
-        max_num_seqs=max(1, min(MAX_NUM_SEQS_CAP, tokens // max(row_tokens, 1))),
+        max_num_seqs=seqs,
         # vLLM refuses a step budget below max_model_len with chunked prefill off; with it on, any budget works.
         max_num_batched_tokens=batched,
         tensor_parallel_size=tp,
         engines_per_node=gpus // tp,
+        output_tokens_per_s=round(speed.node_tokens_per_s, 1),
+        bound_by=speed.bound_by,
+    )
+
+
+def _why_slower(best: EnginePlan, other: EnginePlan) -> str:
+    loss = 1 - other.output_tokens_per_s / best.output_tokens_per_s
+    held = other.max_num_seqs * other.engines_per_node
+    best_held = best.max_num_seqs * best.engines_per_node
+    if held < best_held * 0.9:
+        reason = f"its caches hold {held:,} sequences a node against {best_held:,}"
+    elif other.tensor_parallel_size > best.tensor_parallel_size:
+        reason = f"each step's all-reduces span {other.tensor_parallel_size} GPUs for {held:,} sequences"
+    else:
+        reason = f"its steps are {other.bound_by}-bound with fewer GPUs an engine"
+    return (
+        f"tp{other.tensor_parallel_size} x {other.engines_per_node}: {other.output_tokens_per_s:,.0f} output tok/s "
+        f"a node, {loss:.0%} less: {reason}"
     )
 
 
@@ -281,11 +307,13 @@ def plan_engine(
     max_model_len: int = 2048,
     gpu_memory_utilization: float = 0.90,
     row_tokens: int = DEFAULT_ROW_TOKENS,
+    prompt_tokens: int | None = None,
     tensor_parallel_size: int | None = None,
     memory_bytes: int | None = None,
 ) -> EnginePlan:
-    """The smallest tensor-parallel size that fits (or the one given) and the settings it gives.
-    `memory_bytes`: one GPU's memory to size from (the real free memory at start); default the kind's total."""
+    """The fastest layout that fits the node (or the tensor-parallel size given) and the settings it gives.
+    `memory_bytes`: one GPU's memory to size from (the real free memory at start); default CUDA's total for the
+    kind. `prompt_tokens`: of row_tokens, the prompt's (default two thirds: 400 of 600)."""
     if gpus < 1:
         raise SizingError(f"--gpus must be at least 1, got {gpus}")
     if max_model_len > shape.max_position_embeddings:
@@ -294,18 +322,27 @@ def plan_engine(
             f"{shape.max_position_embeddings}"
         )
     kind = gpu_kind(gpu)
-    memory = memory_bytes if memory_bytes is not None else kind.memory_mib * MIB
+    memory = memory_bytes if memory_bytes is not None else kind.cuda_total_mib * MIB
     candidates = [tensor_parallel_size] if tensor_parallel_size is not None else _tp_candidates(shape, gpus)
     if tensor_parallel_size is not None and (tensor_parallel_size > gpus or shape.heads % tensor_parallel_size):
         raise SizingError(
             f"tensor_parallel_size {tensor_parallel_size} needs {tensor_parallel_size} GPUs that split "
             f"{shape.name}'s {shape.heads} attention heads evenly; the node has {gpus}"
         )
-    for tp in candidates:
-        plan = _size_at(shape, gpu, memory, gpus, tp, gpu_memory_utilization, max_model_len, row_tokens)
-        if plan is not None:
-            return plan
-    raise SizingError(_cannot_fit(shape, gpu, gpus, memory, max_model_len, gpu_memory_utilization, candidates))
+    plans = [
+        plan
+        for tp in candidates
+        if (plan := _size_at(shape, gpu, memory, gpus, tp, gpu_memory_utilization, max_model_len, row_tokens,
+                             prompt_tokens))
+        is not None
+    ]  # fmt: skip
+    if not plans:
+        raise SizingError(_cannot_fit(shape, gpu, gpus, memory, max_model_len, gpu_memory_utilization, candidates))
+    ranked = sorted(plans, key=lambda plan: (-plan.output_tokens_per_s, plan.tensor_parallel_size))
+    best = ranked[0]
+    if len(ranked) > 1:
+        best = best.model_copy(update={"runner_up": _why_slower(best, ranked[1])})
+    return best
 
 
 def _cannot_fit(
@@ -325,8 +362,8 @@ def _cannot_fit(
     )
     if more is not None:
         fixes.append(f"tensor parallel over {more} {gpu} GPUs (--gpus {more})")
-    if shape.weight_bits == 16:
-        four_bit = shape.model_copy(update={"weight_bits": 4})
+    if not shape.quant_method:
+        four_bit = shape.model_copy(update={"weight_bits": 4.25, "quant_method": "awq"})
         if any(
             _size_at(four_bit, gpu, memory, gpus, tp, utilization, max_model_len, DEFAULT_ROW_TOKENS) for tp in tried
         ):
@@ -334,16 +371,20 @@ def _cannot_fit(
     larger = [
         name
         for name, kind in sorted(gpu_kinds().kinds.items(), key=lambda item: item[1].memory_mib)
-        if kind.memory_mib * MIB > memory
+        if kind.cuda_total_mib * MIB > memory
         and any(
-            _size_at(shape, name, kind.memory_mib * MIB, gpus, tp, utilization, max_model_len, DEFAULT_ROW_TOKENS)
+            _size_at(shape, name, kind.cuda_total_mib * MIB, gpus, tp, utilization, max_model_len, DEFAULT_ROW_TOKENS)
             for tp in _tp_candidates(shape, gpus)
         )
     ]
     if larger:
         fixes.append(f"a larger GPU ({', '.join(larger)} x {gpus})")
     if not fixes:
-        fixes.append(f"a shorter max_model_len than {max_model_len}")
+        fixes.append(
+            f"a smaller model or a quantized build: no GPU kind this knows holds it at up to {MAX_TP} GPUs"
+            if max_model_len <= 2048
+            else f"a shorter max_model_len than {max_model_len}"
+        )
     per_gpu = shape.weight_bytes() / GIB / largest
     return (
         f"{shape.name} cannot fit on {gpus} x {gpu}: {shape.weight_bytes() / GIB:.1f} GiB of weights "

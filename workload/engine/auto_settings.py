@@ -11,15 +11,18 @@ and whether any row has `messages` (the chat-template stage); neither changes wh
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from workload.contract.config import UNSIZED_MAX_NUM_SEQS
 from workload.contract.engine_sizing import (
     DTYPE_BYTES,
+    MIB,
     EnginePlan,
     ModelShape,
     SizingError,
+    gpu_kind,
     plan_engine,
     read_model_config,
 )
@@ -28,6 +31,9 @@ from workload.files.storage import StorageError, locate, read_bytes
 
 AUTO = "auto"
 AUTO_KEYS = ("max_num_seqs", "max_num_batched_tokens")
+# What vLLM's EngineArgs give a setting left unset where there is no usage context, as in Ray Data LLM's stage.
+VLLM_UNSET_MAX_NUM_SEQS = 128
+VLLM_UNSET_BATCHED_TOKENS = 2048
 
 
 def model_config_json(source: str, cache_dir: str | None = None) -> dict[str, Any]:
@@ -66,31 +72,47 @@ def free_gpu_memory() -> tuple[int, str] | None:
         pynvml.nvmlShutdown()
 
 
-def kind_of_gpu_name(name: str) -> str:
-    """The gpu_kinds.json kind of an NVML device name ("NVIDIA A10G", "NVIDIA A100-SXM4-40GB", ...)."""
-    lowered = name.lower()
-    for needle, kind in (
-        ("a10g", "a10g"),
-        ("l4", "l4"),
-        ("h100", "h100"),
-        ("80gb", "a100-80gb"),
-        ("a100", "a100-40gb"),
+def kind_of_gpu_name(name: str) -> str | None:
+    """The gpu_kinds.json kind of an NVML device name ("NVIDIA A10G", "NVIDIA A100-SXM4-40GB", "NVIDIA H200", ...),
+    or None for a GPU the table does not know (an L40S is not an L4, an H200 not an A10G)."""
+    lowered = name.lower().replace("nvidia", " ")
+    for pattern, kind in (
+        (r"\bh200\b", "h200"),
+        (r"\bh100\b", "h100"),
+        (r"\ba100\b.*80\s*gb", "a100-80gb"),
+        (r"\ba100\b", "a100-40gb"),
+        (r"\ba10g\b", "a10g"),
+        (r"\bl4\b", "l4"),
     ):
-        if needle in lowered:
+        if re.search(pattern, lowered):
             return kind
-    return "a10g"  # the smallest of the table: a GPU it does not know is sized as if it had 24 GB
+    return None
 
 
 def without_gpu_sizing(engine_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """`auto` where no GPU sizes it (the CPU, the serve and bench paths): max_num_seqs 128, the step budget vLLM's.
-    On the CPU, vLLM's KV cache is `VLLM_CPU_KVCACHE_SPACE`, not the device's memory, and the CPU tests and
-    benchmarks were tuned at these values."""
+    """`auto` where no GPU sizes it (the CPU, the serve and bench paths): max_num_seqs 128, the step budget left to
+    vLLM, which inside Ray Data LLM means 2,048 tokens: its stage builds the engine with `create_engine_config()` and
+    no usage context, so vLLM's per-GPU defaults for its `LLM` class (up to 1,024 sequences and 16,384 tokens on an
+    H100) never apply. On the CPU, vLLM's KV cache is `VLLM_CPU_KVCACHE_SPACE`, not the device's memory, and the
+    CPU tests and benchmarks were tuned at these values."""
     settled = dict(engine_kwargs)
     if settled.get("max_num_seqs") == AUTO:
         settled["max_num_seqs"] = UNSIZED_MAX_NUM_SEQS
     if settled.get("max_num_batched_tokens") == AUTO:
         del settled["max_num_batched_tokens"]
     return settled
+
+
+def settled_summary(engine_kwargs: dict[str, Any]) -> str:
+    """The settings the engine starts with, as one line; a key left out is vLLM's default inside Ray Data LLM."""
+    seqs = engine_kwargs.get("max_num_seqs", VLLM_UNSET_MAX_NUM_SEQS)
+    batched = engine_kwargs.get("max_num_batched_tokens")
+    shown = f"{batched}" if batched is not None else f"vLLM's {VLLM_UNSET_BATCHED_TOKENS} (left to it)"
+    return (
+        f"max_num_seqs {seqs}, max_num_batched_tokens {shown}, tensor_parallel_size "
+        f"{engine_kwargs.get('tensor_parallel_size', 1)}, max_model_len {engine_kwargs.get('max_model_len')}, "
+        f"gpu_memory_utilization {engine_kwargs.get('gpu_memory_utilization', 0.9)}"
+    )
 
 
 def settle(
@@ -111,12 +133,17 @@ def settle(
     dtype = str(settled.get("dtype") or AUTO)
     if dtype in DTYPE_BYTES:
         shape = shape.model_copy(update={"dtype": dtype})
-    # Sized from what is free at the same share vLLM takes of the total: a little under vLLM's own figure (the
-    # CUDA context, counted out of the free memory, is counted again in RESERVE_GIB), never over it.
+    # vLLM takes its share of what CUDA reports as the total; sized from that where the kind is known and from the
+    # free memory where that is less (another process on the GPU) or the kind unknown (sized as an A10G's speed).
+    kind = kind_of_gpu_name(name)
+    if kind is None:
+        print(f"[llm-batch] engine sizing: {name!r} is no kind of gpu_kinds.json; sized from its free memory")
+    else:
+        free = min(free, gpu_kind(kind).cuda_total_mib * MIB)
     try:
         plan = plan_engine(
             shape,
-            kind_of_gpu_name(name),
+            kind or "a10g",
             int(settled.get("tensor_parallel_size", 1)),
             max_model_len=int(settled["max_model_len"]),
             gpu_memory_utilization=float(settled.get("gpu_memory_utilization", 0.9)),

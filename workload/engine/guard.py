@@ -47,7 +47,7 @@ from ray.llm._internal.common.errors import VLLM_FATAL_ERRORS
 from workload import failpoints
 from workload.contract.config import ModelConfig
 from workload.contract.config import SamplingParams as JobSampling
-from workload.engine.auto_settings import settle
+from workload.engine.auto_settings import settle, settled_summary
 from workload.engine.choices import engine_columns
 from workload.engine.model_source import compile_cache_env
 from workload.engine.node_stages import local_model
@@ -153,6 +153,7 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         kwargs["engine_kwargs"], plan = settle(kwargs["engine_kwargs"], kwargs["model"], row_tokens)
         if plan is not None:
             print(f"[llm-batch] engine sized: {plan.model_dump_json()}", flush=True)
+        print(f"[llm-batch] engine settings: {settled_summary(kwargs['engine_kwargs'])}", flush=True)
         # Set before the engine starts: vLLM's engine-core process inherits this process's environment.
         os.environ.update(compile_cache_env(ModelConfig.model_validate(model_config)))
         self._engine_args = (args, kwargs)
