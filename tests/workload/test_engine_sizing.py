@@ -205,4 +205,4 @@ def test_docs_gpu_table_is_what_engine_plan_gives() -> None:
         assert plan.tensor_parallel_size == tp, cells
         assert (f"{plan.kv_cache_tokens:,}", str(plan.max_num_seqs)) == (cells[5], cells[6]), cells
         checked += 1
-    assert checked == 20
+    assert checked == 45
