@@ -122,6 +122,7 @@ WORKLOAD_FOR_INFRA = {
     "workload.contract.metric_names",
     "workload.contract.cli_errors",
     "workload.contract.engine_sizing",
+    "workload.contract.model_shape",
 }
 
 

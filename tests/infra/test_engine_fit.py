@@ -21,7 +21,7 @@ PRICES = load_prices()
 def test_a_model_that_fits_the_tiers_gpu_passes_with_its_settings() -> None:
     overrides = {"job.model_source": str(MODELS / "llama-3.1-8b-instruct"), "job.model_weights_gib": 15.0}
     fit = check_engine_fit(offline_config("large", overrides), PRICES)
-    assert fit.ok and "g5.xlarge: 1 engine(s) x tp1, max_num_seqs 55" in fit.line
+    assert fit.ok and "g5.xlarge: 1 engine(s) x tp1, max_num_seqs 46" in fit.line
     assert "g5.2xlarge: 1 engine(s) x tp1" in fit.line  # Karpenter's other types are checked too
 
 
