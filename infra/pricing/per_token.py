@@ -1,13 +1,15 @@
-"""Cost per million output tokens of a stack, beside managed batch list prices (managed_batch.json).
+"""Cost per million output tokens of a stack, beside managed batch list prices (managed_batch.json), like for like.
 
 For each model class of the table and each GPU pool of the stack's nightly run: the engine plan of the job
-(workload/contract/engine_sizing.py, the tier's GPU kind and GPUs per instance), a decode-bound throughput per
-engine (the table's `throughput.method`, each input sourced), and from them
+(workload/contract/engine_sizing.py, the tier's GPU kind and GPUs per instance, the layout it chooses), the output
+tokens/s of its engines by the same roofline the layout is chosen by (engine_sizing.layout_speed: rows of the
+table's `row_tokens`, two thirds prompt, prefilled in the engine's time), and from them
 
-- GPU-time $/1M: the instance's Spot hour over the tokens its engines decode in that hour;
+- GPU-time $/1M: the instance's Spot hour (the price table's) over the output tokens its engines produce in that hour;
 - all-in $/1M: the stack's whole monthly estimate (head nodes, control plane, NAT, storage, monitoring included)
-  over the tokens the month's nightly GPU hours decode, at full load: a floor, reached only by a night that keeps
-  every engine busy for its hours.
+  over the output tokens the month's nightly GPU hours produce, at full load: a floor, reached only by a night that
+  keeps every engine busy for its hours;
+- managed $/1M: each comparable's bill for the same rows, input and output tokens, per 1M output tokens.
 """
 
 from __future__ import annotations
