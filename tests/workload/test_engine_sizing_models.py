@@ -190,3 +190,31 @@ def test_engine_plan_prints_the_runner_up_and_a_one_line_format_error(tmp_path: 
     (tmp_path / "config.json").write_text(json.dumps(config))
     bad = subprocess.run([*command, "--model", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "'hqq'" in bad.stderr
+
+
+def test_engine_calibration_reads_the_engines_lines_and_proposes_the_edit(tmp_path: Path) -> None:
+    """The engine's line as guard.py prints it, from a stand-in vllm_config (no GPU engine starts here): vLLM kept
+    0.5 GiB more beside the cache than the plan, so the reserve constant moves up by 0.5 GiB."""
+    from types import SimpleNamespace
+
+    from workload.cli.engine_calibration import proposal, records, run
+    from workload.contract.engine_sizing import GRAPHS_AND_NON_TORCH_GIB
+    from workload.engine.auto_settings import CALIBRATION_LINE, calibration_record
+
+    plan = plan_engine(shape("llama-3.1-8b-instruct"), "a10g")
+    fewer = int(0.5 * GIB // plan.kv_bytes_per_token)
+    vllm_config = SimpleNamespace(
+        cache_config=SimpleNamespace(num_gpu_blocks=(plan.kv_cache_tokens - fewer) // 16, block_size=16),
+        scheduler_config=SimpleNamespace(max_num_batched_tokens=2048, max_num_seqs=plan.max_num_seqs),
+    )
+    record = calibration_record(plan, vllm_config, "NVIDIA A10G")
+    log = tmp_path / "run.log"
+    log.write_text(f"noise\n(pid=1) {CALIBRATION_LINE}{json.dumps(record)}\n")
+    assert records([log]) == [record]
+    text = proposal([record])
+    assert f"-GRAPHS_AND_NON_TORCH_GIB = {GRAPHS_AND_NON_TORCH_GIB}" in text
+    assert f"+GRAPHS_AND_NON_TORCH_GIB = {round(GRAPHS_AND_NON_TORCH_GIB + 0.5, 2)}" in text
+    assert '"kv_cache_tokens": ' in text and "llama-3.1-8b-instruct | a10g | 1 |" in text
+    empty = tmp_path / "empty.log"
+    empty.write_text("nothing\n")
+    assert run(SimpleNamespace(logs=[empty])) == 1

@@ -1,5 +1,5 @@
-"""`python -m workload run|validate|show|bench|serve|bench-serve|batch-api|engine-plan`: flags override the config
-file, one config model."""
+"""`python -m workload run|validate|show|bench|serve|bench-serve|batch-api|engine-plan|engine-calibration`: flags
+override the config file, one config model."""
 
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     serve_cli.add_arguments(commands.add_parser("serve", help="OpenAI-compatible endpoint (Ray Serve LLM)"))
     serve_cli.add_bench_arguments(commands.add_parser("bench-serve", help="benchmark: Ray Serve LLM vs vllm serve"))
     from workload.batch_api import cli as batch_api_cli
-    from workload.cli import engine_plan
+    from workload.cli import engine_calibration, engine_plan
 
     batch_api_cli.add_arguments(
         commands.add_parser("batch-api", help="OpenAI's Files and Batches API on this machine (docs/batch-api.md)")
@@ -154,7 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     engine_plan.add_arguments(
         commands.add_parser("engine-plan", help="vLLM's settings for a model on a GPU, from its config.json alone")
     )
+    engine_calibration.add_arguments(
+        commands.add_parser("engine-calibration", help="vLLM's KV-cache sizes from run logs beside the plan's")
+    )
     args = parser.parse_args(argv)
+    if args.command == "engine-calibration":
+        return engine_calibration.run(args)
     if args.command == "batch-api":
         return batch_api_cli.run(args, EXIT_BAD_CONFIG)
     if args.command == "engine-plan":

@@ -162,3 +162,24 @@ def settle(
         # Without chunked prefill every prompt prefills in one step: the budget must hold the longest.
         settled["max_num_batched_tokens"] = max(int(settled["max_num_batched_tokens"]), int(settled["max_model_len"]))
     return settled, plan
+
+
+CALIBRATION_LINE = "[llm-batch] engine calibration: "
+
+
+def calibration_record(plan: EnginePlan, vllm_config: Any, gpu_name: str) -> dict[str, Any]:
+    """vLLM's own KV-cache size beside the plan's, once the engine has profiled and allocated it: one JSON line
+    in the engine's log, which `python -m workload engine-calibration` reads back."""
+    cache = vllm_config.cache_config
+    return {
+        "model": plan.model,
+        "gpu": plan.gpu,
+        "gpu_name": gpu_name,
+        "gpu_memory_utilization": plan.gpu_memory_utilization,
+        "tensor_parallel_size": plan.tensor_parallel_size,
+        "max_num_batched_tokens": int(vllm_config.scheduler_config.max_num_batched_tokens),
+        "max_num_seqs": int(vllm_config.scheduler_config.max_num_seqs),
+        "kv_bytes_per_token": plan.kv_bytes_per_token,
+        "plan_kv_cache_tokens": plan.kv_cache_tokens,
+        "vllm_kv_cache_tokens": int(cache.num_gpu_blocks) * int(cache.block_size),
+    }

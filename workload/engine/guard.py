@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import os
 import time
 import uuid
@@ -47,7 +48,13 @@ from ray.llm._internal.common.errors import VLLM_FATAL_ERRORS
 from workload import failpoints
 from workload.contract.config import ModelConfig
 from workload.contract.config import SamplingParams as JobSampling
-from workload.engine.auto_settings import settle, settled_summary
+from workload.engine.auto_settings import (
+    CALIBRATION_LINE,
+    calibration_record,
+    free_gpu_memory,
+    settle,
+    settled_summary,
+)
 from workload.engine.choices import engine_columns
 from workload.engine.model_source import compile_cache_env
 from workload.engine.node_stages import local_model
@@ -159,6 +166,8 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         self._engine_args = (args, kwargs)
         super().__init__(*args, **kwargs)
         mark("engine_ready")
+        if plan is not None:
+            self._log_calibration(plan)
         # vLLM's KV-cache use, preemptions, running and waiting requests, to CloudWatch (engine_stats.py).
         self._engine_stats = EngineStats()
         attach(self.llm.engine, self._engine_stats)
@@ -177,6 +186,16 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         self._guard_engine()
 
     # --- the engine ---------------------------------------------------------------------------------------
+    def _log_calibration(self, plan: Any) -> None:
+        """vLLM's KV-cache tokens beside the plan's (docs/gpu.md: calibration); never stops a start."""
+        try:
+            gpu = free_gpu_memory()
+            record = calibration_record(plan, self.llm.engine.vllm_config, gpu[1] if gpu else "")
+        except Exception as error:  # a vLLM without these fields: the run goes on, the line says why
+            print(f"{CALIBRATION_LINE}unavailable ({type(error).__name__}: {error})", flush=True)
+            return
+        print(CALIBRATION_LINE + json.dumps(record), flush=True)
+
     def _guard_engine(self) -> None:
         generate: Callable[[dict[str, Any]], Awaitable[Any]] = self.llm.generate_async
 
