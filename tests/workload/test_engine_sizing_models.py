@@ -4,6 +4,7 @@ Every config.json is test data with its source (tests/workload/data/model_config
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -217,4 +218,4 @@ def test_engine_calibration_reads_the_engines_lines_and_proposes_the_edit(tmp_pa
     assert '"kv_cache_tokens": ' in text and "llama-3.1-8b-instruct | a10g | 1 |" in text
     empty = tmp_path / "empty.log"
     empty.write_text("nothing\n")
-    assert run(SimpleNamespace(logs=[empty])) == 1
+    assert run(argparse.Namespace(logs=[empty])) == 1
