@@ -138,7 +138,7 @@ def test_a_gpu_result_proposes_the_kinds_row_the_reserve_and_the_efficiency() ->
     }  # fmt: skip
     text = proposal(result)
     assert text.startswith("GPU probe of 2027-01-04T10:00:00+00:00 on NVIDIA H100 80GB HBM3 (gpu-7;")
-    assert '-  "memory_mib": 81559\n+  "memory_mib": 81000' in text
+    assert '-  "cuda_total_mib": 81090\n+  "cuda_total_mib": 81000' in text
     assert "500 MiB of RESERVE_GIB" in text
-    assert "+  return int(1.25 * (batched_tokens" in text
+    assert "+        return int(1.25 * max(forward, sampler))" in text
     assert 'managed_batch.json, throughput:\n-  "efficiency": 0.6\n+  "efficiency": 0.45' in text

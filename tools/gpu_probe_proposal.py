@@ -1,7 +1,7 @@
 """What a probe.json proposes for the project's estimates: the GPU kinds table's row (workload/contract/
-gpu_kinds.json), the reserve model (engine_sizing: RESERVE_GIB and ModelShape.activation_bytes) and the roofline's
-efficiency (infra/pricing/managed_batch.json). Proposed, not applied: a maintainer reads it and edits the files,
-with the probe's date and machine as the source.
+gpu_kinds.json), the reserve model (engine_sizing's RESERVE_GIB, the same as GRAPHS_AND_NON_TORCH_GIB, and
+model_shape's ModelShape.activation_bytes) and the roofline's efficiency (infra/pricing/managed_batch.json).
+Proposed, not applied: a maintainer reads it and edits the files, with the probe's date and machine as the source.
 """
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ def _kind_lines(device: dict[str, Any]) -> list[str]:
     if total is None:
         return ["GPU kinds table: no GPU (dry run); no edit"]
     if kind is None:
-        return [f"GPU kinds table: no row names {device.get('name')!r}; a new kind would carry memory_mib {total}"]
+        return [f"GPU kinds table: no row names {device.get('name')!r}; a new kind would carry cuda_total_mib {total}"]
     row = gpu_kinds().kinds[kind]
     lines = [f"GPU kinds table, {kind} (workload/contract/gpu_kinds.json):"]
-    if row.memory_mib != total:
-        lines += [f'-  "memory_mib": {row.memory_mib}', f'+  "memory_mib": {total}']
+    # The probe reads CUDA's total (torch.cuda.mem_get_info), the figure vLLM scales: the row's cuda_total_mib.
+    if row.cuda_total_mib != total:
+        lines += [f'-  "cuda_total_mib": {row.cuda_total_mib}', f'+  "cuda_total_mib": {total}']
     else:
-        lines.append(f"   memory_mib {total} as measured; no edit")
+        lines.append(f"   cuda_total_mib {total} as measured; no edit")
     if device.get("compute_capability") not in (None, row.compute_capability):
         lines += [
             f'-  "compute_capability": "{row.compute_capability}"',
@@ -68,8 +69,9 @@ def _reserve_lines(steps: dict[str, Any]) -> list[str]:
         lines.append("   no GPU peak measured (a dry run, or every step failed); no edit")
     elif max(ratios) > 1:
         factor = math.ceil(max(ratios) * 20) / 20
-        lines += ["-  return batched_tokens * per_token + seqs * self.vocab_size * 4",
-                  f"+  return int({factor} * (batched_tokens * per_token + seqs * self.vocab_size * 4))"]  # fmt: skip
+        lines += ["workload/contract/model_shape.py, ModelShape.activation_bytes:",
+                  "-        return max(forward, sampler)",
+                  f"+        return int({factor} * max(forward, sampler))"]  # fmt: skip
     else:
         lines.append(f"   the estimate holds (largest measured/predicted {max(ratios)}); no edit")
     return lines
