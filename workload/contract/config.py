@@ -108,12 +108,14 @@ class EngineConfig(_Strict):
         "auto",
         description="Sequences decoded at once by each engine. 'auto': on a GPU, what the engine's KV cache holds "
         "of rows of `row_tokens` tokens, sized at start from the model's config.json and the GPU's free memory "
-        "(docs/gpu.md); on the CPU, 128. A number pins it.",
+        "(docs/gpu.md); on the CPU and where sizing fails, 128 (what vLLM itself gives inside Ray Data LLM, not "
+        "its LLM class's per-GPU default). A number pins it.",
     )
     max_num_batched_tokens: int | str | None = Field(
         "auto",
         description="Tokens per engine step. 'auto': on a GPU, the largest of 16384/8192/4096/2048 that is at most "
-        "an eighth of the KV cache (docs/gpu.md); on the CPU, vLLM's. None: vLLM's. A number pins it.",
+        "an eighth of the KV cache (docs/gpu.md); on the CPU, vLLM's. None: vLLM's, which inside Ray Data LLM "
+        "is 2048 (its engine is built without a usage context). A number pins it.",
     )
     row_tokens: int = Field(
         600,
