@@ -219,3 +219,16 @@ def test_engine_calibration_reads_the_engines_lines_and_proposes_the_edit(tmp_pa
     empty = tmp_path / "empty.log"
     empty.write_text("nothing\n")
     assert run(argparse.Namespace(logs=[empty])) == 1
+
+
+def test_qwen2_moe_shared_experts_and_sparse_steps() -> None:
+    """Qwen1.5-MoE-A2.7B's fields (transformers' Qwen2MoeConfig defaults are that model's): 60 experts of 1408, a
+    shared expert of 5632; Qwen's card: 14.3 B parameters. Every other layer dense with decoder_sparse_step 2."""
+    config = {"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24,
+              "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 151936, "num_experts": 60,
+              "num_experts_per_tok": 4, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+              "decoder_sparse_step": 1, "mlp_only_layers": [], "tie_word_embeddings": False}  # fmt: skip
+    qwen = ModelShape.from_config(config, "qwen1.5-moe-a2.7b")
+    assert round(qwen.parameters() / 1e9, 1) == 14.3 and qwen.dense_layers == ()
+    assert ModelShape.from_config({**config, "decoder_sparse_step": 2}, "x").dense_layers == tuple(range(0, 24, 2))
+    assert ModelShape.from_config({**config, "mlp_only_layers": [0, 5]}, "x").dense_layers == (0, 5)

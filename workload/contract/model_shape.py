@@ -265,7 +265,8 @@ def _dense_layers(fields: dict[str, Any], layers: int) -> tuple[int, ...]:
     only_mlp = {int(i) for i in fields.get("mlp_only_layers") or ()}
     if "decoder_sparse_step" in fields:  # Qwen: layer i is MoE where (i + 1) % step == 0
         return tuple(i for i in range(layers) if i in only_mlp or (i + 1) % every)
-    return tuple(i for i in range(layers) if i < first_dense or i in only_mlp or (i - first_dense) % every)
+    # DeepSeek: layer i is MoE from first_k_dense_replace on where i % moe_layer_freq == 0
+    return tuple(i for i in range(layers) if i < first_dense or i in only_mlp or i % every)
 
 
 def _matches(pattern: str, name: str) -> bool:
