@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--row-tokens", type=int, default=DEFAULT_ROW_TOKENS, help="a typical row's prompt + output tokens"
     )
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.90, help="vLLM's share of GPU memory")
-    parser.add_argument("--tensor-parallel-size", type=int, help="pin it (default: the smallest that fits)")
+    parser.add_argument("--tensor-parallel-size", type=int, help="pin it (default: the fastest layout that fits)")
 
 
 def run(args: argparse.Namespace) -> int:
