@@ -193,7 +193,7 @@ def test_engine_plan_prints_the_runner_up_and_a_one_line_format_error(tmp_path: 
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "'hqq'" in bad.stderr
 
 
-def test_engine_calibration_reads_the_engines_lines_and_proposes_the_edit(tmp_path: Path) -> None:
+def test_engine_calibration_reads_summaries_and_logs_and_proposes_the_edit(tmp_path: Path) -> None:
     """The engine's line as guard.py prints it, from a stand-in vllm_config (no GPU engine starts here): vLLM kept
     0.5 GiB more beside the cache than the plan, so the reserve constant moves up by 0.5 GiB."""
     from types import SimpleNamespace
@@ -211,7 +211,9 @@ def test_engine_calibration_reads_the_engines_lines_and_proposes_the_edit(tmp_pa
     record = calibration_record(plan, vllm_config, "NVIDIA A10G")
     log = tmp_path / "run.log"
     log.write_text(f"noise\n(pid=1) {CALIBRATION_LINE}{json.dumps(record)}\n")
-    assert records([log]) == [record]
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"rows_in": 1, "engine_calibration": [record]}))
+    assert records([log]) == records([summary]) == [record]
     text = proposal([record])
     assert f"-GRAPHS_AND_NON_TORCH_GIB = {GRAPHS_AND_NON_TORCH_GIB}" in text
     assert f"+GRAPHS_AND_NON_TORCH_GIB = {round(GRAPHS_AND_NON_TORCH_GIB + 0.5, 2)}" in text

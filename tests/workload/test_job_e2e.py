@@ -142,6 +142,7 @@ def test_local_folder_of_jsonl_and_parquet_every_bad_row_recorded(
     assert summary["output_tokens"] == sum(r["num_output_tokens"] for r in rows.values())
     assert summary["input_tokens"] == sum(r["num_input_tokens"] for r in rows.values())
     assert summary["attempts"] == 1 and summary["output_tok_per_s"] > 0
+    assert summary["engine_calibration"] == []  # no GPU sized an engine: nothing of vLLM's to set beside a plan
     for key in ("wall_s", "started_at", "finished_at", "model", "config_hash"):
         assert summary[key]
     assert [a["killed"] for a in summary["attempt_times"]] == [False] and summary["attempt_times"][0]["wall_s"] > 0

@@ -1,6 +1,7 @@
-"""`python -m workload engine-calibration LOG...`: vLLM's KV-cache sizes beside the plan's, read back from the
-engines' start-up lines (`[llm-batch] engine calibration: {...}`, workload/engine/guard.py) in run logs
-(`.runs/logs/run-*.log`, or a CloudWatch export of the nodes' logs), and the edit they propose: the reserve
+"""`python -m workload engine-calibration SUMMARY|LOG...`: vLLM's KV-cache sizes beside the plan's, read back from
+run summaries (`summary.json`'s `engine_calibration`, one record per GPU engine) or from the engines' start-up lines
+(`[llm-batch] engine calibration: {...}`, workload/engine/guard.py) in run logs (`.runs/logs/run-*.log`, or a
+CloudWatch export of the nodes' logs), and the edit they propose: the reserve
 constant of workload/contract/engine_sizing.py moved by the mean gap, and a row per record for
 tests/workload/data/vllm_start_logs.json. Proposed, not applied; exit 1 when no record is found.
 """
@@ -19,13 +20,18 @@ LINE = "[llm-batch] engine calibration: "
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("logs", nargs="+", type=Path, help="run logs holding the engines' calibration lines")
+    parser.add_argument("logs", nargs="+", type=Path, help="run summaries (summary.json) or run logs")
 
 
 def records(paths: list[Path]) -> list[dict[str, Any]]:
-    found = []
+    """The calibration records of run summaries (`summary.json`'s `engine_calibration`) and of logs' lines."""
+    found: list[dict[str, Any]] = []
     for path in paths:
-        for line in path.read_text(errors="replace").splitlines():
+        text = path.read_text(errors="replace")
+        if path.suffix == ".json":
+            found += json.loads(text).get("engine_calibration") or []
+            continue
+        for line in text.splitlines():
             _, marker, rest = line.partition(LINE)
             if marker and rest.startswith("{"):
                 found.append(json.loads(rest))

@@ -59,6 +59,7 @@ from workload.engine.choices import engine_columns
 from workload.engine.model_source import compile_cache_env
 from workload.engine.node_stages import local_model
 from workload.files.results import (
+    ENGINE_CALIBRATION_COLUMN,
     ENGINE_CRASH_PREFIX,
     ENGINE_FIRST_REQUEST_COLUMN,
     ENGINE_HANG_PREFIX,
@@ -166,8 +167,7 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         self._engine_args = (args, kwargs)
         super().__init__(*args, **kwargs)
         mark("engine_ready")
-        if plan is not None:
-            self._log_calibration(plan)
+        self._calibration = self._log_calibration(plan) if plan is not None else ""
         # vLLM's KV-cache use, preemptions, running and waiting requests, to CloudWatch (engine_stats.py).
         self._engine_stats = EngineStats()
         attach(self.llm.engine, self._engine_stats)
@@ -186,15 +186,17 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         self._guard_engine()
 
     # --- the engine ---------------------------------------------------------------------------------------
-    def _log_calibration(self, plan: Any) -> None:
-        """vLLM's KV-cache tokens beside the plan's (docs/gpu.md: calibration); never stops a start."""
+    def _log_calibration(self, plan: Any) -> str:
+        """vLLM's KV-cache tokens beside the plan's (docs/gpu.md: calibration), logged and returned as JSON for
+        the rows to carry to the run summary; never stops a start."""
         try:
             gpu = free_gpu_memory()
-            record = calibration_record(plan, self.llm.engine.vllm_config, gpu[1] if gpu else "")
+            record = json.dumps(calibration_record(plan, self.llm.engine.vllm_config, gpu[1] if gpu else ""))
         except Exception as error:  # a vLLM without these fields: the run goes on, the line says why
             print(f"{CALIBRATION_LINE}unavailable ({type(error).__name__}: {error})", flush=True)
-            return
-        print(CALIBRATION_LINE + json.dumps(record), flush=True)
+            return ""
+        print(CALIBRATION_LINE + record, flush=True)
+        return record
 
     def _guard_engine(self) -> None:
         generate: Callable[[dict[str, Any]], Awaitable[Any]] = self.llm.generate_async
@@ -422,6 +424,7 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         for index, output in enumerate(outputs):
             output[ENGINE_RESTARTS_COLUMN] = len(rebuilt) if index == 0 else 0
             output[ENGINE_FIRST_REQUEST_COLUMN] = self._first_request_at
+            output[ENGINE_CALIBRATION_COLUMN] = self._calibration if index == 0 else ""
             if not self._keep_metrics or (output.get("__inference_error__") and output.get("metrics") is None):
                 # `metrics` is the one struct the engine adds. Where a batch's rows all lack it (failed rows, or a
                 # row that skipped the engine, as a chat-template rejection does, which a later stage fills with

@@ -24,7 +24,12 @@ from workload.engine.choices import CHOICES_COLUMN, FINISH_COLUMN
 from workload.engine.guard import GuardedEngineUDF
 from workload.engine.model_source import is_hub_id, model_label
 from workload.engine.node_stages import NodeDetokenizeUDF, NodeTokenizeUDF, local_model
-from workload.files.results import CHAT_TEMPLATE_PREFIX, ENGINE_FIRST_REQUEST_COLUMN, ENGINE_RESTARTS_COLUMN
+from workload.files.results import (
+    CHAT_TEMPLATE_PREFIX,
+    ENGINE_CALIBRATION_COLUMN,
+    ENGINE_FIRST_REQUEST_COLUMN,
+    ENGINE_RESTARTS_COLUMN,
+)
 from workload.telemetry import startup_trace
 
 # Columns the driver needs back; the rest (token ids, prompts) is dropped before it crosses to the driver.
@@ -40,6 +45,7 @@ RESULT_COLUMNS = (
     "batch_uuid",
     ENGINE_RESTARTS_COLUMN,
     ENGINE_FIRST_REQUEST_COLUMN,
+    ENGINE_CALIBRATION_COLUMN,
     CHOICES_COLUMN,
     FINISH_COLUMN,
 )

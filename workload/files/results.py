@@ -33,6 +33,9 @@ ENGINE_RESTARTS_COLUMN = "engine_restarts"  # engine rebuilds a batch needed (on
 # When the answering engine actor took its first batch (Unix time, on every row): the job's time to first engine
 # request, measured where the request happens rather than estimated at the driver from when answers arrive.
 ENGINE_FIRST_REQUEST_COLUMN = "engine_first_request_at"
+# vLLM's KV-cache tokens beside the plan's, as the answering engine logged them at start (a JSON object; "" where
+# no GPU sized the engine), on every row so the column is always a string: the run summary keeps the distinct ones.
+ENGINE_CALIBRATION_COLUMN = "engine_calibration"
 
 
 class EngineCrashLoopError(RuntimeError):

@@ -215,6 +215,7 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
         entry = manifest["attempts"][-1]
         entry["wall_s"] = round(time.monotonic() - started, 3)
         entry["engine_restarts"] = committer.engine_restarts
+        entry["engine_calibration"] = sorted(committer.engine_calibration)
         entry["rows_redelivered"] = committer.rows_redelivered
         entry["driver_peak_rss_mib"] = peak_rss_mib()
         entry["driver_rss_mib"] = memory

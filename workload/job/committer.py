@@ -20,6 +20,7 @@ from workload.contract.config import JobConfig
 from workload.engine.choices import CHOICES_COLUMN, FINISH_COLUMN
 from workload.files.embeddings import SIZES_COLUMN, VECTORS_COLUMN, unpack_vectors
 from workload.files.results import (
+    ENGINE_CALIBRATION_COLUMN,
     ENGINE_FIRST_REQUEST_COLUMN,
     ENGINE_RESTARTS_COLUMN,
     ShardBuffer,
@@ -57,6 +58,7 @@ class ShardCommitter:
         self.buffers: dict[int, ShardBuffer] = {}
         self.commits: list[ShardCommit] = []
         self.engine_restarts = 0
+        self.engine_calibration: set[str] = set()  # distinct engines' vLLM-vs-plan records (JSON)
         # A batch whose node was lost is rerun by Ray; rows it had already handed on can arrive twice. The first
         # answer is kept, so every row is written once, and the repeats are counted. Positions are kept per shard
         # in flight only: a row of a shard no longer pending belongs to a shard already committed.
@@ -113,6 +115,8 @@ class ShardCommitter:
         engine_batches: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for item in batch.to_pylist():
             restarts = int(item.get(ENGINE_RESTARTS_COLUMN) or 0)
+            if item.get(ENGINE_CALIBRATION_COLUMN):
+                self.engine_calibration.add(str(item[ENGINE_CALIBRATION_COLUMN]))
             if restarts:
                 self.engine_restarts += restarts
                 print(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
@@ -34,6 +35,11 @@ def build_summary(config: JobConfig, manifest: dict[str, Any], commits: dict[int
         "attempts": len(attempts),
         # Engine deaths the crash guard recovered from (workload/engine/guard.py); 0 on a healthy night.
         "engine_restarts": sum(int(a.get("engine_restarts") or 0) for a in attempts),
+        # Each GPU engine's KV-cache tokens as vLLM allocated them beside the plan's (workload/engine/guard.py);
+        # `python -m workload engine-calibration` reads them. Empty on the CPU.
+        "engine_calibration": [
+            json.loads(record) for record in sorted({r for a in attempts for r in a.get("engine_calibration") or ()})
+        ],
         # Each attempt's own time; one that was killed reports its time up to its last commit (killed: true).
         "attempt_times": [
             {
