@@ -119,7 +119,7 @@ def tick(event: dict[str, Any], context: Any) -> dict[str, Any]:
     `{"next_batch": {"execution_arn", "asked_at", "polls", "max_polls", "poll_budget"}}` (the machine's NextBatch
     step) claims the next queued run for that execution; `{"enqueue_night": TIME}` (the nightly schedule, with
     the Batch API on) queues the night, then ticks, so a night with nothing running starts at once."""
-    from workload.batch_api import lifecycle, nights
+    from workload.batch_api import nights, scheduler
     from workload.batch_api.objects import ApiError
 
     if "service" not in _built:
@@ -127,10 +127,10 @@ def tick(event: dict[str, Any], context: Any) -> dict[str, Any]:
     service, metrics = _built["service"], _built["metrics"]
     try:
         if "start_batch" in event:
-            return {"status": lifecycle.start_now(service, str(event["start_batch"]))}
+            return {"status": scheduler.start_now(service, str(event["start_batch"]))}
         if "next_batch" in event:
             asked = event["next_batch"]
-            answer = lifecycle.next_run(
+            answer = scheduler.next_run(
                 service,
                 str(asked["execution_arn"]),
                 int(asked.get("polls") or 0),

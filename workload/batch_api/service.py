@@ -7,7 +7,7 @@ batches. Every record carries its owner (`_owner`); a caller sees only records w
 `tick()` is the second half, called every second by the local server (and by the tiers' scheduler there): it
 expires and deletes what is past its time, follows the batch that runs, and starts the oldest queued batch when
 none runs and the executor is not `occupied` (on the tiers an execution holding the GPUs takes the queue itself:
-lifecycle.next_run). Statuses are OpenAI's:
+scheduler.next_run). Statuses are OpenAI's:
 
     validating --(its turn: the executor starts the job)--> in_progress --(every request answered)--> finalizing
         --(the job wrote its files)--> completed
@@ -276,9 +276,9 @@ class BatchService:
     # ---- the scheduler -----------------------------------------------------------------------------------------
 
     def tick(self) -> None:
-        from workload.batch_api import lifecycle
+        from workload.batch_api import scheduler
 
-        lifecycle.tick(self)
+        scheduler.tick(self)
 
 
 def _limit(limit: int, most: int) -> int:
