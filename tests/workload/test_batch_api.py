@@ -21,7 +21,6 @@ import uvicorn
 from openai.types import Batch, FileObject
 
 from workload.auth.keys import ApiKeys, KeySource
-from workload.batch_api import scheduler
 from workload.batch_api.app import build_app
 from workload.batch_api.executor import LocalJobExecutor, RunState
 from workload.batch_api.objects import Limits
@@ -270,12 +269,12 @@ def test_expiry_and_retention_on_the_clock(tmp_path: Path) -> None:
     assert kept["expires_at"] == kept["created_at"] + 7 * 86400  # the server's retention caps every file
     first = service.create_batch("p", kept["id"], "/v1/chat/completions", "24h")
     second = service.create_batch("p", kept["id"], "/v1/chat/completions", "24h")
-    scheduler.tick(service)  # the oldest starts; the other waits its turn, in `validating`
+    service.tick()  # the oldest starts; the other waits its turn, in `validating`
     assert executor.started == [first["id"]]
     assert service.get_batch("p", first["id"])["status"] == "in_progress"
     assert service.get_batch("p", second["id"])["status"] == "validating"
     clock.now += 24 * 3600
-    scheduler.tick(service)  # both windows are over: the running one is stopped, the queued one never ran
+    service.tick()  # both windows are over: the running one is stopped, the queued one never ran
     assert first["id"] in executor.stopped
     for batch in (first, second):
         expired = service.get_batch("p", batch["id"])
@@ -284,7 +283,7 @@ def test_expiry_and_retention_on_the_clock(tmp_path: Path) -> None:
     assert [f["id"] for f in service.list_files("p", None, 100, "asc", None)["data"]] == [kept["id"]]
     assert store.blob_size(f"files/{short['id']}.jsonl") is None  # the body went with the record
     clock.now += 7 * 86400
-    scheduler.tick(service)
+    service.tick()
     assert service.list_files("p", None, 100, "asc", None)["data"] == []
     store.close()
 
