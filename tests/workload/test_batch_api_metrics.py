@@ -41,6 +41,9 @@ class Scripted:
     def stop(self, batch_id: str) -> None:
         self.states[batch_id] = RunState("stopped")
 
+    def chain(self) -> None:
+        return None  # no execution here takes the next run itself
+
 
 def _values(line: str | None) -> dict[str, int]:
     """The metrics of one EMF line, checked against the format's directive (every value named in it)."""
