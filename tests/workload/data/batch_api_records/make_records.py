@@ -1,7 +1,8 @@
 """Writes the records of this folder with the Batch API as of commit 1e5a373, before its records were typed.
 
-Run once, at that commit (`git worktree add /tmp/old 1e5a373 && cd /tmp/old && python
-/path/to/this/make_records.py OUT`), and the records under OUT/records/ were copied here: every kind the service
+Run once, at that commit (`git archive 1e5a373 workload tests | tar -x -C /tmp/old && cd /tmp/old &&
+PYTHONPATH=. python /path/to/this/make_records.py OUT`), and the records under OUT/records/ and
+OUT/swept/records/ were copied here: every kind the service
 stores (file, batch, upload, night) in every state the old code could leave it in, so
 tests/workload/test_batch_api_records.py can load them with today's code. It imports the old modules (lifecycle,
 nights, uploads as free functions), which is why it is not run by the tests.
@@ -12,8 +13,9 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
+from tests.workload.test_batch_api import Clock, _line
+from tests.workload.test_batch_api_metrics import Scripted
 from workload.batch_api import lifecycle, nights, uploads  # type: ignore[attr-defined]
 from workload.batch_api.executor import RunState
 from workload.batch_api.objects import Limits
@@ -21,44 +23,11 @@ from workload.batch_api.service import BatchService
 from workload.batch_api.store import LocalStore
 
 
-class Scripted:
-    def __init__(self) -> None:
-        self.states: dict[str, RunState] = {}
-
-    def start(self, run: Any) -> None:
-        self.states.setdefault(run.batch_id, RunState("running"))
-
-    def state(self, batch_id: str) -> RunState:
-        return self.states.get(batch_id, RunState("absent"))
-
-    def occupied(self) -> bool:
-        return False
-
-    def stop(self, batch_id: str) -> None:
-        self.states[batch_id] = RunState("stopped")
-
-    def close(self) -> None:
-        pass
-
-
-class Clock:
-    now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def line(custom_id: str) -> bytes:
-    body = {"model": "llm-batch", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
-    return (
-        json.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}) + "\n"
-    ).encode()
-
-
 def main(out: Path) -> None:
     store, clock, executor = LocalStore(out), Clock(), Scripted()
     service = BatchService(store, executor, "llm-batch", Limits(retention_s=7 * 86400), clock)
-    two = service.upload_file("p", "two.jsonl", "batch", [line("a") + line("b")], expires_after_s=6 * 86400)["id"]
+    body = (_line("a") + _line("b")).encode()
+    two = service.upload_file("p", "two.jsonl", "batch", [body], expires_after_s=6 * 86400)["id"]
     empty = service.upload_file("p", "empty.jsonl", "batch", [b"\n"])["id"]
     service.create_batch("p", empty, "/v1/chat/completions", "24h")  # failed: empty_file
     done = service.create_batch("p", two, "/v1/chat/completions", "24h", {"team": "ml"})["id"]
@@ -115,7 +84,7 @@ def main(out: Path) -> None:
     # An old batch past its retention: its output deleted and marked so (`_output_deleted`).
     old_store = LocalStore(out / "swept")
     old = BatchService(old_store, Scripted(), "llm-batch", Limits(retention_s=3600), clock)
-    source = old.upload_file("p", "one.jsonl", "batch", [line("a")])["id"]
+    source = old.upload_file("p", "one.jsonl", "batch", [_line("a").encode()])["id"]
     old.cancel_batch("p", old.create_batch("p", source, "/v1/chat/completions", "24h")["id"])
     clock.now += 3600
     lifecycle.tick(old)  # the file expires, the batch's output goes
