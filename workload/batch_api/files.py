@@ -104,7 +104,7 @@ class Files:
         if order not in ("asc", "desc"):
             raise ApiError(400, f"order must be 'asc' or 'desc', got {order!r}", "order")
         mine = [r for r in self.records.all(FileRecord) if r.owner == owner and purpose in (None, r.purpose)]
-        return page(list(mine), after, checked_limit(limit, 10_000), descending=order == "desc")
+        return page(mine, after, checked_limit(limit, 10_000), descending=order == "desc")
 
     def sweep(self, now: int) -> None:
         """A file past its `expires_at`: record and body deleted."""

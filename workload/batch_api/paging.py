@@ -6,6 +6,7 @@ order must be stable: by creation, then by the record's sequence (records.oldest
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from workload.batch_api.models import Record
@@ -19,7 +20,7 @@ def checked_limit(limit: int, most: int) -> int:
     return limit
 
 
-def page(records: list[Record], after: str | None, limit: int, descending: bool) -> dict[str, Any]:
+def page(records: Sequence[Record], after: str | None, limit: int, descending: bool) -> dict[str, Any]:
     ordered = oldest_first(records)
     if descending:
         ordered.reverse()

@@ -179,7 +179,7 @@ class BatchService:
 
     def list_batches(self, owner: str, after: str | None, limit: int) -> dict[str, Any]:
         mine = [record for record in self.batches.all() if record.owner == owner]
-        return page(list(mine), after, checked_limit(limit, 100), descending=True)
+        return page(mine, after, checked_limit(limit, 100), descending=True)
 
     def cancel_batch(self, owner: str, batch_id: str) -> dict[str, Any]:
         self.batches.owned(owner, batch_id)
