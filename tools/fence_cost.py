@@ -59,7 +59,7 @@ def measure(commits: int) -> dict[str, Any]:
         def count(request: Any, **_: Any) -> None:
             sent[f"{request.method} {request.url.split('?')[0].rsplit('/', 2)[-2]}"] += 1
 
-        storage._s3_client().meta.events.register("before-send.s3", count)
+        storage.s3_client().meta.events.register("before-send.s3", count)
         stats = {"rows_ok": 90, "rows_failed": 10, "input_tokens": 0, "output_tokens": 0, "error_types": {"x": 10}}
         table = pa.table({"id": [f"r{i}" for i in range(90)], "generated_text": ["answer"] * 90})
         errors = [{"id": f"e{i}", "error_type": "x"} for i in range(10)]

@@ -3,7 +3,7 @@
 Without the Batch API the nightly machine is exactly its file (small.asl.json, eks.asl.json). With it, the states
 of queue_drain.json are merged in and three edges move, so that a run that ended well (its summary written) or
 was skipped (no ready input) does not release the GPUs at once but first asks the tick function for the next
-queued run (`NextBatch`: workload/batch_api/lifecycle.py `next_run`):
+queued run (`NextBatch`: workload/batch_api/scheduler.py `Scheduler.next_run`):
 
     SummaryWritten --summary--> NextBatch --run--> TakeNextRun -> ResolveDate (PlanBatch or PlanRun, a new run)
                                           --none--> ReleaseAfterSuccess (as without the queue)

@@ -217,7 +217,7 @@ def test_two_queued_batches_on_eks_run_in_one_execution_on_the_same_nodes(
 
     from infra.statemachines.queue import with_queue
     from tests.infra.test_nightly_queue_execution import _batches
-    from workload.batch_api import lambda_front, lifecycle
+    from workload.batch_api import lambda_front
 
     stack, kube, function_arn = eks_stack
     tick_arn = create_function("llm-batch-medium-batch-api-tick", lambda_front.__file__)
@@ -248,7 +248,7 @@ def test_two_queued_batches_on_eks_run_in_one_execution_on_the_same_nodes(
     done = [(f"batch-api/batches/{batch}/output/summary.json", summary(rows=1)) for batch in (first, second)]
     cluster = Cluster(stack, kube, done)
     cluster.start()
-    lifecycle.tick(service)
+    service.tick()
     sfn = boto3.client("stepfunctions")
     (execution,) = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
     result = wait_for_end(execution["executionArn"])
@@ -265,5 +265,5 @@ def test_two_queued_batches_on_eks_run_in_one_execution_on_the_same_nodes(
     assert cluster.desired_while_running == [2, 2]
     assert len(sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]) == 1
     assert kube.names(RAYJOBS) == [] and _desired() == 0
-    lifecycle.tick(service)
+    service.tick()
     assert [service.get_batch("project", b)["status"] for b in (first, second)] == ["completed", "completed"]

@@ -32,7 +32,7 @@ from tests.infra.nightly_aws import (
     wait_for_end,
 )
 from tests.workload.test_batch_api import _line
-from workload.batch_api import lambda_front, lifecycle
+from workload.batch_api import lambda_front
 from workload.batch_api.service import BatchService
 
 TICK = "llm-batch-small-batch-api-tick"
@@ -139,10 +139,10 @@ def test_a_nights_queue_runs_in_one_execution_on_one_boot(queued_stack: tuple[Sm
     first, second = _batches(service, 2)
     node = QueueNode(stack, runs=3)
     node.start()
-    lifecycle.tick(service)  # nothing runs: the oldest starts an execution, booting the GPU
+    service.tick()  # nothing runs: the oldest starts an execution, booting the GPU
     assert service.get_batch("project", second)["status"] == "validating"
     (execution,) = _executions(stack)
-    lifecycle.tick(service)  # the execution holds the GPU: the tick starts nothing beside it
+    service.tick()  # the execution holds the GPU: the tick starts nothing beside it
     queued = {"status": "queued", "night": "night-2026-11-28"}
     assert lambda_front.tick({"enqueue_night": "2026-11-28T01:00:00Z"}, None) == queued
     assert lambda_front.tick({"enqueue_night": "2026-11-28T01:00:00Z"}, None) == queued  # one entry a night
@@ -158,7 +158,7 @@ def test_a_nights_queue_runs_in_one_execution_on_one_boot(queued_stack: tuple[Sm
     assert json.loads(result["output"])["status"] == "skipped"  # the last run: the night without input
     assert node.capacity == [0, 1, 0], "one boot, released once, never in between"
     assert len(_executions(stack)) == 1
-    lifecycle.tick(service)
+    service.tick()
     assert [service.get_batch("project", b)["status"] for b in (first, second)] == ["completed", "completed"]
     assert {r["id"]: r["status"] for r in service.store.records("night")} == {
         "night-2026-11-28": "started",

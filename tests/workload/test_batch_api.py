@@ -21,7 +21,6 @@ import uvicorn
 from openai.types import Batch, FileObject
 
 from workload.auth.keys import ApiKeys, KeySource
-from workload.batch_api import lifecycle
 from workload.batch_api.app import build_app
 from workload.batch_api.executor import LocalJobExecutor, RunState
 from workload.batch_api.objects import Limits
@@ -257,6 +256,9 @@ class Recorder:
     def close(self) -> None:
         pass
 
+    def chain(self) -> None:
+        return None  # every run is one the scheduler starts
+
 
 def test_expiry_and_retention_on_the_clock(tmp_path: Path) -> None:
     clock = Clock()
@@ -270,12 +272,12 @@ def test_expiry_and_retention_on_the_clock(tmp_path: Path) -> None:
     assert kept["expires_at"] == kept["created_at"] + 7 * 86400  # the server's retention caps every file
     first = service.create_batch("p", kept["id"], "/v1/chat/completions", "24h")
     second = service.create_batch("p", kept["id"], "/v1/chat/completions", "24h")
-    lifecycle.tick(service)  # the oldest starts; the other waits its turn, in `validating`
+    service.tick()  # the oldest starts; the other waits its turn, in `validating`
     assert executor.started == [first["id"]]
     assert service.get_batch("p", first["id"])["status"] == "in_progress"
     assert service.get_batch("p", second["id"])["status"] == "validating"
     clock.now += 24 * 3600
-    lifecycle.tick(service)  # both windows are over: the running one is stopped, the queued one never ran
+    service.tick()  # both windows are over: the running one is stopped, the queued one never ran
     assert first["id"] in executor.stopped
     for batch in (first, second):
         expired = service.get_batch("p", batch["id"])
@@ -284,7 +286,7 @@ def test_expiry_and_retention_on_the_clock(tmp_path: Path) -> None:
     assert [f["id"] for f in service.list_files("p", None, 100, "asc", None)["data"]] == [kept["id"]]
     assert store.blob_size(f"files/{short['id']}.jsonl") is None  # the body went with the record
     clock.now += 7 * 86400
-    lifecycle.tick(service)
+    service.tick()
     assert service.list_files("p", None, 100, "asc", None)["data"] == []
     store.close()
 
@@ -298,7 +300,7 @@ def test_the_app_imports_no_engine() -> None:
         "        if name.split('.')[0] in ('ray', 'vllm', 'torch', 'transformers', 'pyarrow'):\n"
         "            raise ImportError('the Batch API imported ' + name)\n"
         "sys.meta_path.insert(0, Block())\n"
-        "import workload.batch_api.app, workload.batch_api.lifecycle, workload.batch_api.cli\n"
+        "import workload.batch_api.app, workload.batch_api.scheduler, workload.batch_api.cli\n"
     )
     result = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -1,5 +1,5 @@
 """The Batch API's per-batch cost field and its queue metrics (workload/batch_api/queue_metrics.py): the service
-and lifecycle on a real LocalStore, on the test's clock, with the job's side scripted (see Scripted)."""
+and its scheduler on a real LocalStore, on the test's clock, with the job's side scripted (see Scripted)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from openai.types import Batch
 
 from tests.workload.test_batch_api import Clock, _line
-from workload.batch_api import lifecycle
 from workload.batch_api.executor import RunState
+from workload.batch_api.models import BatchRecord
 from workload.batch_api.objects import GPU_SHARE_BASIS, SIDE_FIELD
 from workload.batch_api.queue_metrics import QueueMetrics
 from workload.batch_api.service import BatchService
@@ -36,10 +36,13 @@ class Scripted:
         return self.states.get(batch_id, RunState("absent"))
 
     def occupied(self) -> bool:
-        return False  # every run here is one the lifecycle started and follows
+        return False  # every run here is one the scheduler started and follows
 
     def stop(self, batch_id: str) -> None:
         self.states[batch_id] = RunState("stopped")
+
+    def chain(self) -> None:
+        return None  # no execution here takes the next run itself
 
 
 def _values(line: str | None) -> dict[str, int]:
@@ -78,7 +81,7 @@ def test_a_nights_queue_counts_each_close_once_and_prices_each_batch(service: Ba
     assert _values(METRICS.after_request(service)) == {"BatchApiFailed": 1}  # the request that made it failed
     assert METRICS.after_request(service) is None  # taken: a request that closes nothing prints nothing
 
-    lifecycle.tick(service)
+    service.tick()
     assert _values(METRICS.after_tick(service)) == {
         "BatchApiQueued": 1, "BatchApiRunning": 1, "BatchApiFailed": 0, "BatchApiExpired": 0,
     }  # fmt: skip
@@ -86,7 +89,7 @@ def test_a_nights_queue_counts_each_close_once_and_prices_each_batch(service: Ba
 
     _job_finishes(service, first, wall_s=812.5, cost_usd=0.2274)
     executor.states[first] = RunState("succeeded")
-    lifecycle.tick(service)  # the first completes; the second starts on the same GPUs
+    service.tick()  # the first completes; the second starts on the same GPUs
     done = service.get_batch("p", first)
     assert done["status"] == "completed"
     assert done[SIDE_FIELD] == {"job_wall_s": 812.5, "cost_usd": 0.2274, "basis": GPU_SHARE_BASIS}
@@ -96,7 +99,7 @@ def test_a_nights_queue_counts_each_close_once_and_prices_each_batch(service: Ba
     assert _values(METRICS.after_tick(service))["BatchApiRunning"] == 1
 
     executor.states[second] = RunState("failed", "JobFailed: CUDA out of memory")
-    lifecycle.tick(service)
+    service.tick()
     failed = service.get_batch("p", second)
     assert failed["status"] == "failed" and failed[SIDE_FIELD] is None  # no summary: nothing ran to its end
     assert _values(METRICS.after_tick(service)) == {
@@ -106,15 +109,15 @@ def test_a_nights_queue_counts_each_close_once_and_prices_each_batch(service: Ba
     # Two more: the first's run is refused while another run holds the GPUs, the second waits behind it.
     held, waiting = (service.create_batch("p", two, "/v1/chat/completions", "24h")["id"] for _ in "ab")
     executor.states[held] = RunState("busy", "another run holds the GPUs")
-    lifecycle.tick(service)
+    service.tick()
     assert _values(METRICS.after_tick(service))["BatchApiQueued"] == 1
     service.clock.now += 24 * 3600  # type: ignore[attr-defined]
-    lifecycle.tick(service)  # both windows are over: one expires running (stopped), the other queued
+    service.tick()  # both windows are over: one expires running (stopped), the other queued
     assert [service.get_batch("p", b)["status"] for b in (held, waiting)] == ["expired", "expired"]
     assert _values(METRICS.after_tick(service)) == {
         "BatchApiQueued": 0, "BatchApiRunning": 0, "BatchApiFailed": 0, "BatchApiExpired": 2,
     }  # fmt: skip
-    lifecycle.tick(service)
+    service.tick()
     counted = _values(METRICS.after_tick(service))
     assert (counted["BatchApiFailed"], counted["BatchApiExpired"]) == (0, 0)  # the next tick does not count them
 
@@ -127,14 +130,17 @@ def test_two_fronts_racing_to_close_one_batch_count_it_once(service: BatchServic
     batch_id = service.create_batch("p", file_id, "/v1/chat/completions", "24h")["id"]
     tries = []
 
-    def expire(record: dict[str, Any]) -> None:
-        if not tries:  # the other front writes first, after this try read the record
-            other._update(batch_id, lambda r: r.update(status="expired", _done_at=1))
-        tries.append(record["status"])
-        if record["status"] == "validating":
-            record.update(status="expired", _done_at=2)
+    def closed_by_the_other(record: BatchRecord) -> None:
+        record.status, record.done_at = "expired", 1
 
-    service._update(batch_id, expire)
+    def expire(record: BatchRecord) -> None:
+        if not tries:  # the other front writes first, after this try read the record
+            other.batches.update(batch_id, closed_by_the_other)
+        tries.append(record.status)
+        if record.status == "validating":
+            record.status, record.done_at = "expired", 2
+
+    service.batches.update(batch_id, expire)
     assert tries == ["validating", "expired"]  # the first try lost its race; the redo saw the batch closed
     assert (service.take_closed(), other.take_closed()) == ({}, {"expired": 1})
 

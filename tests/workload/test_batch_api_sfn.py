@@ -15,7 +15,6 @@ import pytest
 
 from tests.infra.nightly_aws import ROLE_ARN, executing_state_machines, wait_for
 from tests.workload.test_batch_api import Clock, _line
-from workload.batch_api import lifecycle
 from workload.batch_api.executor import BatchRun
 from workload.batch_api.s3_store import S3Store
 from workload.batch_api.service import BatchService
@@ -68,7 +67,7 @@ def test_a_queue_runs_one_execution_at_a_time_and_a_cancel_releases_the_gpus(sto
     first = service.create_batch("project", first_file["id"], "/v1/chat/completions", "24h")
     second = service.create_batch("project", first_file["id"], "/v1/chat/completions", "24h")
 
-    lifecycle.tick(service)
+    service.tick()
     assert service.get_batch("project", first["id"])["status"] == "in_progress"
     assert service.get_batch("project", second["id"])["status"] == "validating"  # queued behind it
     (running,) = sfn.list_executions(stateMachineArn=machine, statusFilter="RUNNING")["executions"]
@@ -83,15 +82,15 @@ def test_a_queue_runs_one_execution_at_a_time_and_a_cancel_releases_the_gpus(sto
         "endpoint": "/v1/chat/completions",
     }
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", given["date"])  # the UTC date: the run's log stream and markers
-    lifecycle.tick(service)  # still running: no second execution
+    service.tick()  # still running: no second execution
     assert len(sfn.list_executions(stateMachineArn=machine, statusFilter="RUNNING")["executions"]) == 1
 
     assert service.cancel_batch("project", first["id"])["status"] == "cancelling"
     assert sfn.describe_execution(executionArn=running["executionArn"])["status"] == "ABORTED"
     assert _desired(group) == 0  # the stopped execution skips its release step: the executor released them
-    lifecycle.tick(service)
+    service.tick()
     assert service.get_batch("project", first["id"])["status"] == "cancelled"
-    lifecycle.tick(service)
+    service.tick()
     assert service.get_batch("project", second["id"])["status"] == "in_progress"  # the next in the queue
 
 
@@ -105,7 +104,7 @@ def test_a_batch_waits_while_another_run_holds_the_gpus(store: S3Store) -> None:
     waiting = executor.state("batch_w")
     assert waiting.name == "busy" and "manual-2026-12-01" in (waiting.reason or "")
     sfn.stop_execution(executionArn=night["executionArn"])
-    executor.start(run)  # the lifecycle's next tick: the GPUs are free
+    executor.start(run)  # the scheduler's next tick: the GPUs are free
     assert executor.state("batch_w").name == "running"
     executor.start(run)  # a repeated start follows the same execution
     assert len(sfn.list_executions(stateMachineArn=machine, statusFilter="RUNNING")["executions"]) == 1
@@ -148,43 +147,43 @@ def test_batches_sharing_one_execution_each_have_their_own_state_and_cancel(stor
     service = BatchService(store, executor, "llm-batch", clock=clock)
     file_id = service.upload_file("project", "a.jsonl", "batch", [_line("a").encode()])["id"]
     a, b, c, d = (service.create_batch("project", file_id, "/v1/chat/completions", "24h")["id"] for _ in "abcd")
-    lifecycle.tick(service)
+    service.tick()
     (execution,) = sfn.list_executions(stateMachineArn=machine, statusFilter="RUNNING")["executions"]
     arn = execution["executionArn"]
 
     _summary(store, a)  # A's job ended well; the execution's NextBatch asks for the next
     asked = "2026-12-02T01:00:00.000Z"  # $$.State.EnteredTime: the same on a retry of the step
-    taken = lifecycle.next_run(service, arn, polls=12, max_polls=30, poll_budget=100, asked=asked)
+    taken = service.next_run(arn, polls=12, max_polls=30, poll_budget=100, asked=asked)
     # A retry (the answer lost on its way) gets the same run: nothing more claimed, no polls counted twice.
-    assert lifecycle.next_run(service, arn, polls=12, max_polls=30, poll_budget=100, asked=asked) == taken
+    assert service.next_run(arn, polls=12, max_polls=30, poll_budget=100, asked=asked) == taken
     assert service.get_batch("project", c)["status"] == "validating"
     assert taken["run"]["batch"]["id"] == b and taken["run"]["batch"]["output_key"] == f"batch-api/batches/{b}/output"
     assert executor.state(a).name == "succeeded" and executor.state(b).name == "running"
-    lifecycle.tick(service)  # A completes from its markers; no second execution starts beside the running one
+    service.tick()  # A completes from its markers; no second execution starts beside the running one
     assert service.get_batch("project", a)["status"] == "completed"
     assert service.get_batch("project", b)["status"] == "in_progress"
     assert len(sfn.list_executions(stateMachineArn=machine)["executions"]) == 1
 
     store.delete_blobs(f"files/{file_id}.jsonl")  # C's file goes while it waits: the claim fails it, takes none
     _summary(store, b)
-    assert lifecycle.next_run(service, arn, polls=12, max_polls=30, poll_budget=100) == {"none": "no batch is queued"}
+    assert service.next_run(arn, polls=12, max_polls=30, poll_budget=100) == {"none": "no batch is queued"}
     assert service.get_batch("project", c)["status"] == "failed"
     assert service.get_batch("project", d)["status"] == "failed"
 
     later = service.upload_file("project", "b.jsonl", "batch", [_line("b").encode()])["id"]
     e, f = (service.create_batch("project", later, "/v1/chat/completions", "24h")["id"] for _ in "ef")
-    assert lifecycle.next_run(service, arn, polls=12, max_polls=30, poll_budget=100)["run"]["batch"]["id"] == e
+    assert service.next_run(arn, polls=12, max_polls=30, poll_budget=100)["run"]["batch"]["id"] == e
     # A cancel of B, which the execution has left (its summary is written), must not stop E's run.
     assert service.cancel_batch("project", b)["status"] == "cancelling"
     assert sfn.describe_execution(executionArn=arn)["status"] == "RUNNING"
     # 36 polls spent, 48 with E's run: one more run of 30 would pass a budget of 60, so the execution releases.
-    ended = lifecycle.next_run(service, arn, polls=12, max_polls=30, poll_budget=60)
+    ended = service.next_run(arn, polls=12, max_polls=30, poll_budget=60)
     assert "spent 48 of its 60 polls" in ended["none"]
     assert service.get_batch("project", f)["status"] == "validating"  # left for the next execution
     assert service.cancel_batch("project", e)["status"] == "cancelling"  # the batch the execution is on
     assert sfn.describe_execution(executionArn=arn)["status"] == "ABORTED"
     assert _desired(group) == 0
-    lifecycle.tick(service)
+    service.tick()
     assert service.get_batch("project", e)["status"] == "cancelled"
     assert service.get_batch("project", f)["status"] == "in_progress"  # a new execution for the rest
 

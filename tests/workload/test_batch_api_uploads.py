@@ -20,7 +20,7 @@ import uvicorn
 
 from tests.workload.test_batch_api import KEY_A, Clock, _free_port, _line
 from workload.auth.keys import ApiKeys, KeySource
-from workload.batch_api import lifecycle, uploads
+from workload.batch_api import uploads
 from workload.batch_api.app import build_app
 from workload.batch_api.executor import LocalJobExecutor
 from workload.batch_api.objects import Limits
@@ -125,7 +125,7 @@ def test_an_upload_left_pending_expires_with_its_parts(front: Front) -> None:
     front.clock.now += uploads.UPLOAD_TTL_S
     with pytest.raises(openai.BadRequestError, match="expired"):
         client.uploads.parts.create(upload.id, data=b"0")
-    lifecycle.tick(front.service)
+    front.service.tick()
     assert front.store.list_blobs(f"uploads/{upload.id}") == [] and front.store.records("upload") == []
 
 

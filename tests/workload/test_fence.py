@@ -238,5 +238,5 @@ def test_every_s3_call_ends_inside_the_default_leases_safety_margin() -> None:
     assert config.retries == {"total_max_attempts": storage.S3_MAX_ATTEMPTS, "mode": "standard"}
     worst = config.retries["total_max_attempts"] * (config.connect_timeout + config.read_timeout) + 1.0 + 2.0
     assert worst == storage.S3_CALL_BOUND_S <= 120.0 / 4  # the default resume.lease_ttl_s, its last quarter
-    client_config = storage._s3_client.__wrapped__().meta.config  # what the client really uses
+    client_config = storage.s3_client.__wrapped__().meta.config  # what the client really uses
     assert (client_config.connect_timeout, client_config.read_timeout) == (2.0, 6.0)

@@ -257,13 +257,13 @@ def lossy(root: Location, monkeypatch: pytest.MonkeyPatch) -> Iterator[_LosesOne
     proxy = _LosesOneReply(os.environ["AWS_ENDPOINT_URL"])
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
-    storage._s3_client.cache_clear()
+    storage.s3_client.cache_clear()
     try:
         yield proxy
     finally:
         proxy.shutdown()
         monkeypatch.undo()
-        storage._s3_client.cache_clear()
+        storage.s3_client.cache_clear()
 
 
 def _lose_next_reply(lossy: _LosesOneReply | None, monkeypatch: pytest.MonkeyPatch) -> None:

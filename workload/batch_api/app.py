@@ -2,8 +2,9 @@
 
 Starlette alone (no FastAPI): every body in and out is OpenAI's, including its error bodies, which FastAPI's own
 validation errors (422, `detail`) are not. Imports neither Ray nor vLLM (tests/workload/test_batch_api.py checks),
-so the AWS front can serve this module as it is. The service is synchronous (a store may be S3): each call runs in
-Starlette's thread pool.
+so the AWS front can serve this module as it is. Every route calls the service and nothing else (as vLLM's
+OpenAI server's routes call only their serving classes). The service is synchronous (a store may be S3): each
+call runs in Starlette's thread pool.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from starlette.types import ASGIApp
 
 from workload.auth.asgi import RequireApiKey
 from workload.auth.keys import ApiKeys
-from workload.batch_api import uploads
 from workload.batch_api.objects import ApiError
 from workload.batch_api.service import BatchService
 
@@ -127,9 +127,7 @@ def build_app(service: BatchService, keys: ApiKeys | None, scope: Scope = "proje
         return StreamingResponse(body, media_type="application/octet-stream")
 
     async def create_upload(request: Request) -> Response:
-        return JSONResponse(
-            await call(uploads.create_upload, service, _owner(request, scope), await _json_body(request))
-        )
+        return JSONResponse(await call(service.create_upload, _owner(request, scope), await _json_body(request)))
 
     async def add_part(request: Request) -> Response:
         if not request.headers.get("content-type", "").startswith("multipart/form-data"):
@@ -145,7 +143,7 @@ def build_app(service: BatchService, keys: ApiKeys | None, scope: Scope = "proje
                     yield chunk
 
             owner, upload_id = _owner(request, scope), request.path_params["upload_id"]
-            part = await call(uploads.add_part, service, owner, upload_id, chunks())
+            part = await call(service.add_upload_part, owner, upload_id, chunks())
         finally:
             await form.close()
         return JSONResponse(part)
@@ -153,12 +151,12 @@ def build_app(service: BatchService, keys: ApiKeys | None, scope: Scope = "proje
     async def complete_upload(request: Request) -> Response:
         body = await _json_body(request)
         owner, upload_id = _owner(request, scope), request.path_params["upload_id"]
-        done = await call(uploads.complete_upload, service, owner, upload_id, body.get("part_ids"), body.get("md5"))
+        done = await call(service.complete_upload, owner, upload_id, body.get("part_ids"), body.get("md5"))
         return JSONResponse(done)
 
     async def cancel_upload(request: Request) -> Response:
         owner, upload_id = _owner(request, scope), request.path_params["upload_id"]
-        return JSONResponse(await call(uploads.cancel_upload, service, owner, upload_id))
+        return JSONResponse(await call(service.cancel_upload, owner, upload_id))
 
     async def create_batch(request: Request) -> Response:
         body = await _json_body(request)

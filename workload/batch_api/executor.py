@@ -3,7 +3,13 @@
 An executor knows nothing of statuses or files: it is told to start (or resume) the job of one batch on its
 input and output, to stop it, and is asked how that run stands. The job does the rest: exactly-once resume on
 the same output folder, and on SIGTERM a stop that commits what finished and writes partial output.jsonl and
-errors.jsonl (workload/job/attempt.py). The tiers' executor (the next issue) starts the same job as their run.
+errors.jsonl (workload/job/attempt.py). The scheduler (scheduler.py) is its only caller.
+
+The tiers' executor (sfn_executor.py) starts the same job as a run of their state machine, and more: one
+execution there runs several entries of the queue back to back on one GPU boot. What that takes of the
+scheduler (start a night, hand a run to the execution that holds the GPUs, count its polls, answer a retried
+step the same) is `ExecutionChain`, which an executor returns from `chain()`, or None where every run is one
+the scheduler started (here).
 
 `LocalJobExecutor` runs one job at a time as a child process, each in its own process group, so a stop is a
 SIGTERM to the job's driver (as the kubelet sends it) and nothing the job started outlives it.
@@ -49,6 +55,37 @@ class RunState:
     reason: str | None = None
 
 
+class ExecutionChain(Protocol):
+    """An execution that holds the GPUs and takes the queue's next entry itself when its run ends (the tiers'
+    state machine, its NextBatch step: docs/batch-api.md "A night's queue on one boot")."""
+
+    def start_night(self, entry_id: str, date: str) -> str | None:
+        """Start the night `date` as an execution of its own; its ARN, or None while another holds the GPUs."""
+        ...
+
+    def adopt(self, run: BatchRun, execution_arn: str) -> None:
+        """`run` is the next one of the running execution `execution_arn`."""
+        ...
+
+    def execution_input(self, run: BatchRun) -> dict[str, Any]:
+        """What the execution is given to run `run`."""
+        ...
+
+    def turn(self, execution_arn: str, run_id: str) -> None:
+        """`run_id` (a batch, or a night) is the run the execution is on now."""
+        ...
+
+    def spend(self, execution_arn: str, polls: int) -> int:
+        """Add the polls of the run that ended; the polls the execution has spent so far."""
+        ...
+
+    def answered(self, execution_arn: str, asked: str | None) -> dict[str, Any] | None:
+        """The answer already given to the execution's step entered at `asked`, if any (a retried step)."""
+        ...
+
+    def remember(self, execution_arn: str, asked: str | None, answer: dict[str, Any]) -> None: ...
+
+
 class Executor(Protocol):
     def start(self, run: BatchRun) -> None: ...
 
@@ -56,7 +93,7 @@ class Executor(Protocol):
 
     def occupied(self) -> bool:
         """Whether a run this service did not start holds the GPUs and takes the queue itself when it ends
-        (the tiers' state machine); the lifecycle then starts nothing beside it."""
+        (the tiers' state machine); the scheduler then starts nothing beside it."""
         ...
 
     def stop(self, batch_id: str) -> None:
@@ -65,6 +102,10 @@ class Executor(Protocol):
 
     def close(self) -> None:
         """The server is going away: stop every run and wait, so the next server resumes them."""
+        ...
+
+    def chain(self) -> ExecutionChain | None:
+        """Where runs chain inside an execution that holds the GPUs (the tiers'); None: they never do."""
         ...
 
 
@@ -138,8 +179,12 @@ class LocalJobExecutor:
         return said[-1] if said else f"the job exited with code {code} (log: {log})"
 
     def occupied(self) -> bool:
-        """Never: every job here is one this executor started for a batch, which the lifecycle follows."""
+        """Never: every job here is one this executor started for a batch, which the scheduler follows."""
         return False
+
+    def chain(self) -> None:
+        """None: each job here is its own process, started by the scheduler; no run takes the next itself."""
+        return None
 
     def stop(self, batch_id: str) -> None:
         with self._lock:

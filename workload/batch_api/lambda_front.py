@@ -31,7 +31,7 @@ from typing import Any, cast
 
 from workload.auth.keys import ApiKeys, KeySource
 from workload.batch_api.app import build_app
-from workload.batch_api.objects import Limits
+from workload.batch_api.objects import ApiError, Limits
 from workload.batch_api.queue_metrics import QueueMetrics
 from workload.batch_api.s3_store import S3Store
 from workload.batch_api.service import BatchService
@@ -119,19 +119,15 @@ def tick(event: dict[str, Any], context: Any) -> dict[str, Any]:
     `{"next_batch": {"execution_arn", "asked_at", "polls", "max_polls", "poll_budget"}}` (the machine's NextBatch
     step) claims the next queued run for that execution; `{"enqueue_night": TIME}` (the nightly schedule, with
     the Batch API on) queues the night, then ticks, so a night with nothing running starts at once."""
-    from workload.batch_api import lifecycle, nights
-    from workload.batch_api.objects import ApiError
-
     if "service" not in _built:
         _built["metrics"], _built["service"] = build_metrics(os.environ), build_service(os.environ)
     service, metrics = _built["service"], _built["metrics"]
     try:
         if "start_batch" in event:
-            return {"status": lifecycle.start_now(service, str(event["start_batch"]))}
+            return {"status": service.start_now(str(event["start_batch"]))}
         if "next_batch" in event:
             asked = event["next_batch"]
-            answer = lifecycle.next_run(
-                service,
+            answer = service.next_run(
                 str(asked["execution_arn"]),
                 int(asked.get("polls") or 0),
                 int(asked["max_polls"]),
@@ -143,9 +139,9 @@ def tick(event: dict[str, Any], context: Any) -> dict[str, Any]:
                 print(line, flush=True)
             return answer
         if "enqueue_night" in event:
-            entry = nights.enqueue(service, str(event["enqueue_night"]))
+            night = service.enqueue_night(str(event["enqueue_night"]))
             _tick(service, metrics)
-            return {"status": "queued", "night": entry["id"]}
+            return {"status": "queued", "night": night}
     except ApiError as error:  # an operator's mistake, answered in one line (not a failed invocation)
         return {"error": error.message}
     _tick(service, metrics)

@@ -10,7 +10,8 @@ the same output, the alerts and the sweep; its input is read from S3 by the job,
 Entries are the stack's, not a key's: they are records of their own kind, which no batch listing reads, so API
 keys never see them; operators read them in the bucket (`batch-api/records/night/`). An entry is `queued`, then
 `started` (with the execution that took it); how the night went is that execution's, as it always was. The
-schedule may deliver twice (its retries): one entry per date, the second enqueue is a no-op.
+schedule may deliver twice (its retries): one entry per date, the second enqueue is a no-op. The scheduler is the
+only user: it queues, claims and sweeps entries here, and starts their runs through the executor.
 """
 
 from __future__ import annotations
@@ -18,15 +19,12 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
+from workload.batch_api.models import NightEntry
 from workload.batch_api.objects import ApiError
-from workload.batch_api.store import StoreConflict, update_record
+from workload.batch_api.records import Records
+from workload.batch_api.store import StoreConflict
 
-if TYPE_CHECKING:
-    from workload.batch_api.service import BatchService
-
-KIND = "night"
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
 
 
@@ -34,73 +32,66 @@ def entry_id(date: str) -> str:
     return f"night-{date}"
 
 
-def enqueue(service: BatchService, scheduled_time: str) -> dict[str, Any]:
-    """Queue the night of `scheduled_time` (EventBridge Scheduler's `<aws.scheduler.scheduled-time>`, UTC, or a
-    bare date); the entry (the one already queued for that date, if any)."""
-    found = _DATE.match(str(scheduled_time))
-    if found is None:
-        raise ApiError(400, f"enqueue_night: {scheduled_time!r} is not a UTC time or date (YYYY-MM-DD...)")
-    date = found.group(0)
-    record: dict[str, Any] = {
-        "id": entry_id(date),
-        "object": "night",
-        "date": date,
-        "status": "queued",
-        "created_at": service.now(),
-        "_seq": service._seq(),
-        "execution_arn": None,
-    }
-    try:
-        service.store.put(KIND, record, None)
-    except StoreConflict:  # the schedule's retry, or a rerun of the same date: one entry per night
-        existing = service.store.get(KIND, record["id"])
-        return existing.record if existing is not None else record
-    return record
-
-
-def queued(service: BatchService) -> list[dict[str, Any]]:
-    return [r for r in service.store.records(KIND) if r["status"] == "queued"]
-
-
-def claim(service: BatchService, night_id: str, execution_arn: str | None) -> bool:
-    """Mark the entry started by `execution_arn` if it is still queued (compare-and-swap); whether it was."""
-    found = service.store.get(KIND, night_id)
-    if found is None or found.record["status"] != "queued":
-        return False
-    record = {**found.record, "status": "started", "started_at": service.now(), "execution_arn": execution_arn}
-    try:
-        service.store.put(KIND, record, found.version)
-    except StoreConflict:  # taken by another tick or execution since it was read
-        return False
-    return True
-
-
-def sweep(service: BatchService, now: int) -> None:
-    """Started entries go after the retention, as finished batches do."""
-    for record in service.store.records(KIND):
-        if record["status"] == "started" and now >= record.get("started_at", now) + service.limits.retention_s:
-            service.store.delete(KIND, record["id"])
-
-
-def unclaim(service: BatchService, night_id: str) -> None:
-    """Back to `queued`: its start found the GPUs taken after all (the execution that holds them takes it)."""
-
-    def requeue(record: dict[str, Any]) -> None:
-        if record["status"] == "started" and record["execution_arn"] is None:
-            record["status"] = "queued"
-
-    _change(service, night_id, requeue)
-
-
-def started_by(service: BatchService, night_id: str, execution_arn: str) -> None:
-    _change(service, night_id, lambda record: record.update(execution_arn=execution_arn))
-
-
 class _Gone(LookupError):
     """The entry went (swept) before the change: nothing to change."""
 
 
-def _change(service: BatchService, night_id: str, change: Callable[[dict[str, Any]], None]) -> None:
-    # The store's compare-and-swap loop (bounded, re-read on a lost race), as the batches' changes use.
-    with contextlib.suppress(_Gone):
-        update_record(service.store, KIND, night_id, change, _Gone(night_id))
+class Nights:
+    def __init__(self, records: Records, retention_s: int) -> None:
+        self.records, self.retention_s = records, retention_s
+
+    def enqueue(self, scheduled_time: str) -> NightEntry:
+        """Queue the night of `scheduled_time` (EventBridge Scheduler's `<aws.scheduler.scheduled-time>`, UTC, or a
+        bare date); the entry (the one already queued for that date, if any)."""
+        found = _DATE.match(str(scheduled_time))
+        if found is None:
+            raise ApiError(400, f"enqueue_night: {scheduled_time!r} is not a UTC time or date (YYYY-MM-DD...)")
+        date = found.group(0)
+        entry = NightEntry(id=entry_id(date), date=date, created_at=self.records.now(), seq=self.records.seq())
+        try:
+            self.records.create(entry)
+        except StoreConflict:  # the schedule's retry, or a rerun of the same date: one entry per night
+            return self.records.get(NightEntry, entry.id) or entry
+        return entry
+
+    def queued(self) -> list[NightEntry]:
+        return [entry for entry in self.records.all(NightEntry) if entry.status == "queued"]
+
+    def claim(self, night_id: str, execution_arn: str | None) -> bool:
+        """Mark the entry started by `execution_arn` if it is still queued (compare-and-swap); whether it was."""
+
+        def start(entry: NightEntry) -> None:
+            if entry.status != "queued":
+                raise StoreConflict("taken")
+            entry.status, entry.started_at, entry.execution_arn = "started", self.records.now(), execution_arn
+
+        try:
+            self.records.update(NightEntry, night_id, start, _Gone(night_id))
+        except (StoreConflict, _Gone):  # taken by another tick or execution since it was read, or gone
+            return False
+        return True
+
+    def unclaim(self, night_id: str) -> None:
+        """Back to `queued`: its start found the GPUs taken after all (the execution that holds them takes it)."""
+
+        def requeue(entry: NightEntry) -> None:
+            if entry.status == "started" and entry.execution_arn is None:
+                entry.status = "queued"
+
+        self._change(night_id, requeue)
+
+    def started_by(self, night_id: str, execution_arn: str) -> None:
+        def name(entry: NightEntry) -> None:
+            entry.execution_arn = execution_arn
+
+        self._change(night_id, name)
+
+    def sweep(self, now: int) -> None:
+        """Started entries go after the retention, as finished batches do."""
+        for entry in self.records.all(NightEntry):
+            if entry.status == "started" and now >= (entry.started_at or now) + self.retention_s:
+                self.records.delete(NightEntry, entry.id)
+
+    def _change(self, night_id: str, change: Callable[[NightEntry], None]) -> None:
+        with contextlib.suppress(_Gone):
+            self.records.update(NightEntry, night_id, change, _Gone(night_id))

@@ -1,8 +1,9 @@
-"""OpenAI's File and Batch objects as this API returns them, its error body, and the limits it enforces.
+"""OpenAI's shapes and limits as this API serves them: its error body, ids, pages, a batch's errors and GPU share,
+and the limits the server enforces.
 
-Records in the store are these objects plus private fields (leading underscore: the owner, ordering, where the
-body or the job's output lives); `public()` drops them, so a response can never leak one. The shapes follow the
-official client's types (openai.types.FileObject, Batch, BatchRequestCounts, BatchError, FileDeleted).
+The records themselves (OpenAI's objects plus the private fields that never leave the server) are typed in
+models.py. The shapes follow the official client's types (openai.types.FileObject, Batch, BatchRequestCounts,
+BatchError, FileDeleted).
 """
 
 from __future__ import annotations
@@ -78,65 +79,6 @@ def new_id(kind: str) -> str:
     (unguessable: 96 bits)."""
     prefix = {"file": "file-", "batch": "batch_", "upload": "upload_", "part": "part_"}[kind]
     return prefix + secrets.token_hex(12)
-
-
-def public(record: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in record.items() if not key.startswith("_")}
-
-
-def file_record(
-    file_id: str, filename: str, purpose: str, size: int, created_at: int, expires_at: int | None, **private: Any
-) -> dict[str, Any]:
-    return {
-        "id": file_id,
-        "object": "file",
-        "bytes": size,
-        "created_at": created_at,
-        "expires_at": expires_at,
-        "filename": filename,
-        "purpose": purpose,
-        "status": "processed",  # deprecated in OpenAI's API, still required by its type
-        "status_details": None,
-        **{f"_{key}": value for key, value in private.items()},
-    }
-
-
-def batch_record(
-    batch_id: str,
-    input_file_id: str,
-    endpoint: str,
-    completion_window: str,
-    created_at: int,
-    metadata: dict[str, str] | None,
-    model: str,
-    **private: Any,
-) -> dict[str, Any]:
-    return {
-        "id": batch_id,
-        "object": "batch",
-        "endpoint": endpoint,
-        "model": model,
-        "errors": None,
-        "input_file_id": input_file_id,
-        "completion_window": completion_window,
-        "status": "validating",
-        "output_file_id": None,
-        "error_file_id": None,
-        "created_at": created_at,
-        "in_progress_at": None,
-        "expires_at": created_at + COMPLETION_WINDOWS[completion_window],
-        "finalizing_at": None,
-        "completed_at": None,
-        "failed_at": None,
-        "expired_at": None,
-        "cancelling_at": None,
-        "cancelled_at": None,
-        "request_counts": {"total": 0, "completed": 0, "failed": 0},
-        "usage": None,
-        "metadata": metadata,
-        SIDE_FIELD: None,  # the job's GPU time and cost, once it closes with the job's summary (gpu_share)
-        **{f"_{key}": value for key, value in private.items()},
-    }
 
 
 def gpu_share(summary: dict[str, Any] | None) -> dict[str, Any] | None:

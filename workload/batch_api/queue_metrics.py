@@ -15,7 +15,7 @@ What is published (names: workload.contract.metric_names; the `Stack` dimension 
   (0 when none, so the graph shows the quiet ticks).
 - after a request of the HTTP function that closed a batch (created failed: its file holds no request, or too
   many): that request's `BatchApiFailed`, alone.
-Each close is counted by the service whose write closed the batch (BatchService.closed), and each line takes what
+Each close is counted by the service whose write closed the batch (batches.BatchBook), and each line takes what
 it counts (`take_closed`), so a batch is counted once: never by two ticks, nor by a tick and a request.
 """
 
@@ -57,7 +57,7 @@ class QueueMetrics:
 
     def after_tick(self, service: BatchService) -> str:
         """The tick's line: the queue as the tick left it, and the batches it closed failed or expired."""
-        statuses = [record["status"] for record in service.store.records("batch")]
+        statuses = service.statuses()
         closed = service.take_closed()
         values = {
             mn.BATCH_API_QUEUED: statuses.count("validating"),

@@ -1,6 +1,6 @@
 """The Batch API's store on the AWS tiers: the stack's bucket, under one prefix (`batch-api/` by default).
 
-The same keys as `LocalStore` (store.py), so the service, the lifecycle and the job see one layout:
+The same keys as `LocalStore` (store.py), so the service, its scheduler and the job see one layout:
 - a record is one JSON object; its version is the object's ETag, and `put` is an S3 conditional write
   (`IfNoneMatch="*"` creates, `IfMatch=<ETag>` changes). Two fronts (two Lambda invocations, or a front and the
   scheduled tick) changing one batch never lose each other's write: the loser gets `PreconditionFailed` (412) or

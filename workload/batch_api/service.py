@@ -1,13 +1,14 @@
-"""The Batch API's rules, with no HTTP and no engine in them: what the routes do, and how a batch moves on.
+"""The Batch API's one surface: what the routes (app.py), the Lambda front (lambda_front.py) and the local
+server's ticker (cli.py) call, with no HTTP and no engine in it.
 
-The routes (app.py) call the first half: upload, list, read and delete files; create, read, list and cancel
-batches. Every record carries its owner (`_owner`); a caller sees only records with the owner its key maps to
-(app.py decides the mapping: one project for every key, as OpenAI's keys of one project, or one tenant per key).
+The first half answers the routes: files (files.py), uploads (uploads.py), and batches: create, read, list,
+cancel (here). Every record carries its owner; a caller sees only records with the owner its key maps to (app.py
+decides the mapping: one project for every key, as OpenAI's keys of one project, or one tenant per key).
 
-`tick()` is the second half, called every second by the local server (and by the tiers' scheduler there): it
-expires and deletes what is past its time, follows the batch that runs, and starts the oldest queued batch when
-none runs and the executor is not `occupied` (on the tiers an execution holding the GPUs takes the queue itself:
-lifecycle.next_run). Statuses are OpenAI's:
+The second half is the scheduler's (scheduler.py), called every second by the local server and by the tiers'
+schedule and state machine there: `tick` expires and deletes what is past its time, follows the batch that runs,
+and starts the oldest queued batch when none runs and the executor is not `occupied` (on the tiers an execution
+holding the GPUs takes the queue itself: `next_run`). Statuses are OpenAI's:
 
     validating --(its turn: the executor starts the job)--> in_progress --(every request answered)--> finalizing
         --(the job wrote its files)--> completed
@@ -17,46 +18,43 @@ lifecycle.next_run). Statuses are OpenAI's:
     any open status --(expires_at passed)--> expired (the job is stopped the same way; its finished part kept)
 
 A queued batch is `validating` until its turn (OpenAI's batches also sit in `validating` until they start).
-Every change is a compare-and-swap on the record's version (`_update`), so two fronts (or a front and the
-scheduler) changing one batch never lose each other's write; the change that closes a batch is counted where its
-write wins (`closed`), once, for the queue's metrics (queue_metrics.py).
+Every change goes through the records layer's compare-and-swap (records.py), batches through `BatchBook`
+(batches.py), which counts each close once, where its write won, for the queue's metrics (queue_metrics.py).
+The scheduler is the executor's only caller: a cancel asks it to stop the run.
+
+Layers inside the package, each importing only those below it: service -> scheduler -> uploads -> files ->
+paging, batches, nights -> records -> models -> objects; the store (store.py, s3_store.py) and the executor
+(executor.py, sfn_executor.py) are handed in by the front that builds the service.
 """
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from workload.batch_api.executor import BatchRun, Executor
+from workload.batch_api.batches import BatchBook
+from workload.batch_api.executor import Executor
+from workload.batch_api.files import Files
+from workload.batch_api.models import BatchRecord
 from workload.batch_api.objects import (
     COMPLETION_WINDOWS,
-    EXPIRES_AFTER_RANGE_S,
     METADATA_KEY_CHARS,
     METADATA_PAIRS,
     METADATA_VALUE_CHARS,
-    TERMINAL,
-    UPLOAD_PURPOSES,
     ApiError,
     Limits,
     batch_errors,
-    batch_record,
-    file_record,
-    list_page,
     new_id,
-    not_found,
-    public,
 )
-from workload.batch_api.store import Store, update_record
+from workload.batch_api.paging import checked_limit, page
+from workload.batch_api.records import Records
+from workload.batch_api.scheduler import Scheduler
+from workload.batch_api.store import Store
+from workload.batch_api.uploads import Uploads
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions")  # what the job answers (workload/files/openai_batch.py)
-_ORDER = itertools.count()
-
-
-def _sort_key(record: dict[str, Any]) -> tuple[int, int]:
-    return record["created_at"], record["_seq"]
 
 
 class BatchService:
@@ -70,86 +68,55 @@ class BatchService:
     ) -> None:
         self.store, self.executor, self.model = store, executor, model
         self.limits = limits or Limits()
-        self.clock = clock
-        # Batches this service closed, by the status it wrote, since the front last took them (`take_closed`): the
-        # queue's failed/expired counts (queue_metrics.py). Counted where the write that closed one won, so a batch
-        # is counted once however many fronts race to close it.
-        self.closed: Counter[str] = Counter()
+        self.records = Records(store, clock)
+        self.batches = BatchBook(self.records)
+        self.files = Files(self.records, self.limits)
+        self.uploads = Uploads(self.records, self.files)
+        self.scheduler = Scheduler(self.records, self.batches, executor, self.files, self.uploads)
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self.records.clock
 
     def now(self) -> int:
-        return int(self.clock())
-
-    def _seq(self) -> int:
-        # Orders records created within one second (created_at's resolution): oldest first, and a stable cursor.
-        return time.time_ns() * 1000 + next(_ORDER) % 1000
+        return self.records.now()
 
     # ---- files -------------------------------------------------------------------------------------------------
 
     def upload_file(
         self, owner: str, filename: str, purpose: str, chunks: Iterable[bytes], expires_after_s: int | None = None
     ) -> dict[str, Any]:
-        if purpose not in UPLOAD_PURPOSES:
-            raise ApiError(400, f"purpose {purpose!r} not served here; upload batch input as 'batch'", "purpose")
-        if expires_after_s is not None and not EXPIRES_AFTER_RANGE_S[0] <= expires_after_s <= EXPIRES_AFTER_RANGE_S[1]:
-            low, high = EXPIRES_AFTER_RANGE_S
-            raise ApiError(400, f"expires_after.seconds must be between {low} and {high}", "expires_after.seconds")
-        file_id = new_id("file")
-        key = f"files/{file_id}.jsonl"
-        size = self.store.write_blob(key, self._capped(chunks))
-        created = self.now()
-        keep = min(expires_after_s or self.limits.retention_s, self.limits.retention_s)
-        record = file_record(
-            file_id, filename, purpose, size, created, created + keep, owner=owner, seq=self._seq(), key=key
-        )
-        self.store.put("file", record, None)
-        return public(record)
-
-    def _capped(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
-        size = 0
-        for chunk in chunks:
-            size += len(chunk)
-            if size > self.limits.max_file_bytes:
-                raise ApiError(
-                    413, f"the file is larger than this server's limit of {self.limits.max_file_bytes} bytes", "file"
-                )
-            yield chunk
-
-    def _file(self, owner: str, file_id: str) -> dict[str, Any]:
-        found = self.store.get("file", file_id)
-        if found is None or found.record["_owner"] != owner:
-            raise not_found("File", file_id)
-        return found.record
+        return self.files.upload(owner, filename, purpose, chunks, expires_after_s)
 
     def get_file(self, owner: str, file_id: str) -> dict[str, Any]:
-        return public(self._file(owner, file_id))
+        return self.files.owned(owner, file_id).public()
 
     def file_content(self, owner: str, file_id: str) -> Iterator[bytes]:
-        record = self._file(owner, file_id)
-        body = self.store.read_blob(record["_key"])
-        if body is None:
-            raise not_found("File", file_id)
-        return body
+        return self.files.content(owner, file_id)
 
     def file_redirect(self, owner: str, file_id: str) -> str | None:
         """Where to send a download too large for the front (`Limits.inline_download_bytes`); None: answer inline."""
-        record = self._file(owner, file_id)
-        presign = getattr(self.store, "download_url", None)
-        inline = self.limits.inline_download_bytes
-        if presign is None or inline is None or record["bytes"] <= inline:
-            return None
-        return str(presign(record["_key"]))
+        return self.files.redirect(owner, file_id)
 
     def delete_file(self, owner: str, file_id: str) -> dict[str, Any]:
-        record = self._file(owner, file_id)
-        self.store.delete("file", file_id)
-        self.store.delete_blobs(record["_key"])
-        return {"id": file_id, "object": "file", "deleted": True}
+        return self.files.delete(owner, file_id)
 
     def list_files(self, owner: str, after: str | None, limit: int, order: str, purpose: str | None) -> dict[str, Any]:
-        if order not in ("asc", "desc"):
-            raise ApiError(400, f"order must be 'asc' or 'desc', got {order!r}", "order")
-        mine = [r for r in self.store.records("file") if r["_owner"] == owner and purpose in (None, r["purpose"])]
-        return _page(mine, after, _limit(limit, 10_000), descending=order == "desc")
+        return self.files.list(owner, after, limit, order, purpose)
+
+    # ---- uploads -----------------------------------------------------------------------------------------------
+
+    def create_upload(self, owner: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.uploads.create(owner, body)
+
+    def add_upload_part(self, owner: str, upload_id: str, chunks: Iterable[bytes]) -> dict[str, Any]:
+        return self.uploads.add_part(owner, upload_id, chunks)
+
+    def complete_upload(self, owner: str, upload_id: str, part_ids: Any, md5: Any) -> dict[str, Any]:
+        return self.uploads.complete(owner, upload_id, part_ids, md5)
+
+    def cancel_upload(self, owner: str, upload_id: str) -> dict[str, Any]:
+        return self.uploads.cancel(owner, upload_id)
 
     # ---- batches -----------------------------------------------------------------------------------------------
 
@@ -170,39 +137,24 @@ class BatchService:
         if completion_window not in COMPLETION_WINDOWS:
             raise ApiError(400, f"completion_window must be '24h', got {completion_window!r}", "completion_window")
         _check_metadata(metadata)
-        found = self.store.get("file", input_file_id)
-        if found is None or found.record["_owner"] != owner:
-            raise not_found("File", input_file_id, "input_file_id")
-        if found.record["purpose"] != "batch":
+        source = self.files.owned(owner, input_file_id, "input_file_id")
+        if source.purpose != "batch":
             raise ApiError(
-                400,
-                f"file {input_file_id} has purpose {found.record['purpose']!r}; a batch needs 'batch'",
-                "input_file_id",
+                400, f"file {input_file_id} has purpose {source.purpose!r}; a batch needs 'batch'", "input_file_id"
             )
-        batch_id = new_id("batch")
-        record = batch_record(
-            batch_id,
-            input_file_id,
-            endpoint,
-            completion_window,
-            self.now(),
-            metadata,
-            self.model,
-            owner=owner,
-            seq=self._seq(),
-            input_key=found.record["_key"],
-            output_key=f"batches/{batch_id}/output",
-            stop=None,
-        )
-        problems, total = self._validate_input(found.record["_key"])
-        record["request_counts"]["total"] = total
+        batch_id, created = new_id("batch"), self.now()
+        record = BatchRecord(
+            id=batch_id, endpoint=endpoint, model=self.model, input_file_id=input_file_id,
+            completion_window=completion_window, created_at=created,
+            expires_at=BatchRecord.window_end(created, completion_window), metadata=metadata, owner=owner,
+            seq=self.records.seq(), input_key=source.key, output_key=f"batches/{batch_id}/output",
+        )  # fmt: skip
+        problems, record.request_counts.total = self._validate_input(source.key)
         if problems:
-            failed_at = record["created_at"]
-            record.update(status="failed", failed_at=failed_at, errors=batch_errors(problems), _done_at=failed_at)
-        self.store.put("batch", record, None)
-        if problems:
-            self.closed["failed"] += 1
-        return public(record)
+            record.status, record.failed_at, record.done_at = "failed", created, created
+            record.errors = batch_errors(problems)
+        self.batches.create(record)
+        return record.public()
 
     def _validate_input(self, key: str) -> tuple[list[dict[str, Any]], int]:
         """What fails a batch before it runs (OpenAI's batch-level errors); a bad line is the job's error line."""
@@ -222,79 +174,55 @@ class BatchService:
             return [{"code": "too_many_requests", "message": message}], total
         return [], total
 
-    def _batch(self, owner: str, batch_id: str) -> dict[str, Any]:
-        found = self.store.get("batch", batch_id)
-        if found is None or found.record["_owner"] != owner:
-            raise not_found("Batch", batch_id)
-        return found.record
-
     def get_batch(self, owner: str, batch_id: str) -> dict[str, Any]:
-        return public(self._batch(owner, batch_id))
+        return self.batches.owned(owner, batch_id).public()
 
     def list_batches(self, owner: str, after: str | None, limit: int) -> dict[str, Any]:
-        mine = [r for r in self.store.records("batch") if r["_owner"] == owner]
-        return _page(mine, after, _limit(limit, 100), descending=True)
+        mine = [record for record in self.batches.all() if record.owner == owner]
+        return page(mine, after, checked_limit(limit, 100), descending=True)
 
     def cancel_batch(self, owner: str, batch_id: str) -> dict[str, Any]:
-        self._batch(owner, batch_id)
+        self.batches.owned(owner, batch_id)
 
-        def cancel(record: dict[str, Any]) -> None:
-            if record["status"] in TERMINAL or record["status"] == "cancelling":
-                raise ApiError(409, f"batch {batch_id} is {record['status']}; it cannot be cancelled", "batch_id")
+        def cancel(record: BatchRecord) -> None:
+            if record.closed or record.status == "cancelling":
+                raise ApiError(409, f"batch {batch_id} is {record.status}; it cannot be cancelled", "batch_id")
             now = self.now()
-            if record["status"] == "validating":  # queued: nothing runs, nothing to stop
-                record.update(status="cancelled", cancelling_at=now, cancelled_at=now, _done_at=now)
+            record.cancelling_at = now
+            if record.status == "validating":  # queued: nothing runs, nothing to stop
+                record.status, record.cancelled_at, record.done_at = "cancelled", now, now
             else:
-                record.update(status="cancelling", cancelling_at=now, _stop="cancelled")
+                record.status, record.stop = "cancelling", "cancelled"
 
-        record = self._update(batch_id, cancel)
-        if record["status"] == "cancelling":
-            self.executor.stop(batch_id)
-        return public(record)
-
-    def _update(self, batch_id: str, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-        """Apply `change` to the stored batch by compare-and-swap; the record as written. A change that closes
-        the batch is counted in `closed` once it is the one written (a try that lost its race is redone on the
-        record read again, and counts only if it still closes it there)."""
-        closing: list[str] = []
-
-        def tracked(record: dict[str, Any]) -> None:
-            before = record["status"]
-            change(record)
-            closing[:] = [record["status"]] if record["status"] != before and record["status"] in TERMINAL else []
-
-        written = update_record(self.store, "batch", batch_id, tracked, not_found("Batch", batch_id))
-        for status in closing:
-            self.closed[status] += 1
-        return written
+        record = self.batches.update(batch_id, cancel)
+        if record.status == "cancelling":
+            self.scheduler.stop(batch_id)
+        return record.public()
 
     def take_closed(self) -> Counter[str]:
         """The batches closed since the last call, by status; the count starts again from zero."""
-        taken, self.closed = self.closed, Counter()
-        return taken
+        return self.batches.take_closed()
+
+    def statuses(self) -> list[str]:
+        """Every batch's status: the queue's gauges (queue_metrics.py)."""
+        return [record.status for record in self.batches.all()]
 
     # ---- the scheduler -----------------------------------------------------------------------------------------
 
     def tick(self) -> None:
-        from workload.batch_api import lifecycle
+        self.scheduler.tick()
 
-        lifecycle.tick(self)
+    def start_now(self, batch_id: str) -> str:
+        return self.scheduler.start_now(batch_id)
 
+    def next_run(
+        self, execution_arn: str, polls: int, max_polls: int, poll_budget: int, asked: str | None = None
+    ) -> dict[str, Any]:
+        return self.scheduler.next_run(execution_arn, polls, max_polls, poll_budget, asked)
 
-def _limit(limit: int, most: int) -> int:
-    if not 1 <= limit <= most:
-        raise ApiError(400, f"limit must be between 1 and {most}, got {limit}", "limit")
-    return limit
-
-
-def _page(records: list[dict[str, Any]], after: str | None, limit: int, descending: bool) -> dict[str, Any]:
-    ordered = sorted(records, key=_sort_key, reverse=descending)
-    if after is not None:
-        ids = [r["id"] for r in ordered]
-        if after not in ids:
-            raise ApiError(400, f"after: no object {after!r} to page from", "after")
-        ordered = ordered[ids.index(after) + 1 :]
-    return list_page([public(r) for r in ordered[:limit]], has_more=len(ordered) > limit)
+    def enqueue_night(self, scheduled_time: str) -> str:
+        """Queue the schedule's night; the id of its entry."""
+        return self.scheduler.enqueue_night(scheduled_time).id
 
 
 def _check_metadata(metadata: Any) -> None:
@@ -314,4 +242,4 @@ def _check_metadata(metadata: Any) -> None:
             )
 
 
-__all__ = ["ENDPOINTS", "BatchRun", "BatchService"]
+__all__ = ["ENDPOINTS", "BatchService"]

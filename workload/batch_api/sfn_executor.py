@@ -7,13 +7,13 @@ its exactly-once resume on the output and its stop (commit what finished, partia
 
 One execution may run several batches back to back on one GPU boot (the Batch API's queue drain,
 infra/statemachines/queue.py): `start` begins an execution when none runs, and a running execution takes the
-next queued batch itself (`adopt`, from lifecycle.next_run). So a batch's state is its own output's markers first
-(summary.json, _failed.json), the execution's status only while its run is open, and `stop` stops the execution
-only while it is on that batch.
+next queued batch itself (`adopt`, from the scheduler's next_run: this executor is its own `ExecutionChain`). So a
+batch's state is its own output's markers first (summary.json, _failed.json), the execution's status only while
+its run is open, and `stop` stops the execution only while it is on that batch.
 
 The front is stateless (a Lambda function), so what this executor knows lives in the store:
 `batches/<id>/execution.json` holds the execution's ARN and the batch's output (or `busy`: its start found the
-GPUs taken, and the lifecycle asks again on its next tick), `executions/<name>.json` the run the execution is on,
+GPUs taken, and the scheduler asks again on its next tick), `executions/<name>.json` the run the execution is on,
 its runs and the polls they spent. Never two jobs on one GPU group: a start while an execution runs is `busy`.
 """
 
@@ -24,7 +24,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from workload.batch_api.executor import BatchRun, RunState
+from workload.batch_api.executor import BatchRun, ExecutionChain, RunState
 from workload.batch_api.store import Store
 
 _STATES = {"RUNNING": "running", "PENDING_REDRIVE": "running", "SUCCEEDED": "succeeded", "ABORTED": "stopped"}
@@ -88,8 +88,15 @@ class StepFunctionsExecutor:
 
     def occupied(self) -> bool:
         """Whether an execution runs: it holds the GPUs and, when its run ends, takes the oldest queued entry
-        itself (its NextBatch step, `lifecycle.next_run`), so the tick starts nothing beside it."""
+        itself (its NextBatch step, the scheduler's `next_run`), so the tick starts nothing beside it."""
         return bool(self._running())
+
+    def chain(self) -> ExecutionChain:
+        """This executor: its executions take the queue's next run themselves."""
+        return self
+
+    def execution_input(self, run: BatchRun) -> dict[str, Any]:
+        return run_input(run)
 
     def adopt(self, run: BatchRun, execution_arn: str) -> None:
         """`run` is the next one of the running execution `execution_arn` (claimed by its NextBatch step)."""

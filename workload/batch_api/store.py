@@ -1,12 +1,13 @@
 """Where the Batch API keeps its records (File and Batch objects) and bodies (uploads, the job's output).
 
-`Store` is the one interface the service needs; `LocalStore` keeps everything under one folder. The AWS front's
-store (the next issue) keeps the same keys in the stack's bucket: a record's version is then its ETag, and `put`
-is a conditional write (`IfNoneMatch="*"` to create, `IfMatch=version` to change), which is why every change here
-goes through compare-and-swap on a version too, even though one process owns the folder.
+`Store` is the one interface the records layer (records.py) needs; `LocalStore` keeps everything under one
+folder. The AWS front's store (s3_store.py) keeps the same keys in the stack's bucket: a record's version is then
+its ETag, and `put` is a conditional write (`IfNoneMatch="*"` to create, `IfMatch=version` to change), which is
+why every change here goes through compare-and-swap on a version too, even though one process owns the folder.
 
 Layout (keys are the same in both):
-    records/file/<id>.json, records/batch/<id>.json   one object each, with its private fields
+    records/<kind>/<id>.json                            one object each (file, batch, upload, night), with its
+                                                        private fields (models.py types them)
     files/<file id>.jsonl                               an uploaded body
     batches/<batch id>/output/                          the job's output folder (output.jsonl, errors.jsonl, ...)
 """

@@ -19,7 +19,7 @@ import io
 import os
 from typing import Any
 
-from workload.files.storage import Location, StorageError, _s3_client
+from workload.files.storage import Location, StorageError, s3_client
 
 EXIT_INPUT_CHANGED = 3
 
@@ -55,7 +55,7 @@ def _s3_get(location: Location, version: str, byte_range: str | None = None) -> 
     if byte_range is not None:
         kwargs["Range"] = byte_range
     try:
-        return _s3_client().get_object(Bucket=location.bucket, Key=location.key, **kwargs)
+        return s3_client().get_object(Bucket=location.bucket, Key=location.key, **kwargs)
     except ClientError as error:
         code = str(error.response.get("Error", {}).get("Code", ""))
         if code in {"PreconditionFailed", "412"}:

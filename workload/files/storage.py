@@ -52,7 +52,8 @@ def s3_client_config() -> Any:
 
 
 @cache
-def _s3_client() -> Any:
+def s3_client() -> Any:
+    """The process's one S3 client (its connection pool shared by every read and listing)."""
     import boto3
 
     return boto3.client("s3", config=s3_client_config())
@@ -126,7 +127,7 @@ def exists(location: Location) -> bool:
     from botocore.exceptions import ClientError
 
     try:
-        _s3_client().head_object(Bucket=location.bucket, Key=location.key)
+        s3_client().head_object(Bucket=location.bucket, Key=location.key)
         return True
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
@@ -147,7 +148,7 @@ def list_files(location: Location) -> list[Location]:
 
     prefix = location.key
     try:
-        pages = _s3_client().get_paginator("list_objects_v2").paginate(Bucket=location.bucket, Prefix=prefix)
+        pages = s3_client().get_paginator("list_objects_v2").paginate(Bucket=location.bucket, Prefix=prefix)
         keys = [obj["Key"] for page in pages for obj in page.get("Contents", [])]
     except (BotoCoreError, ClientError) as error:
         raise _s3_error("list", location, error) from error
@@ -172,7 +173,7 @@ def list_versions(uri: str) -> list[tuple[Location, int, str]]:
 
     prefix = location.key
     try:
-        pages = _s3_client().get_paginator("list_objects_v2").paginate(Bucket=location.bucket, Prefix=prefix)
+        pages = s3_client().get_paginator("list_objects_v2").paginate(Bucket=location.bucket, Prefix=prefix)
         objects = {obj["Key"]: obj for page in pages for obj in page.get("Contents", [])}
     except (BotoCoreError, ClientError) as error:
         raise _s3_error("list", location, error) from error
@@ -204,7 +205,7 @@ def read_many(locations: list[Location], threads: int = 32) -> list[bytes]:
 def size_of(location: Location) -> int:
     if not location.is_s3:
         return Path(location.path).stat().st_size
-    return int(_s3_client().head_object(Bucket=location.bucket, Key=location.key)["ContentLength"])
+    return int(s3_client().head_object(Bucket=location.bucket, Key=location.key)["ContentLength"])
 
 
 def content_version(location: Location) -> tuple[int, str]:
@@ -216,7 +217,7 @@ def content_version(location: Location) -> tuple[int, str]:
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
-        head = _s3_client().head_object(Bucket=location.bucket, Key=location.key)
+        head = s3_client().head_object(Bucket=location.bucket, Key=location.key)
     except (BotoCoreError, ClientError) as error:
         raise _s3_error("check", location, error) from error
     return int(head["ContentLength"]), f"etag:{head['ETag'].strip(chr(34))}"
@@ -226,7 +227,7 @@ def read_bytes(location: Location) -> bytes:
     try:
         if not location.is_s3:
             return Path(location.path).read_bytes()
-        return bytes(_s3_client().get_object(Bucket=location.bucket, Key=location.key)["Body"].read())
+        return bytes(s3_client().get_object(Bucket=location.bucket, Key=location.key)["Body"].read())
     except Exception as error:
         raise _s3_error("read", location, error) from error
 
@@ -239,7 +240,7 @@ def write_bytes_atomic(location: Location, data: bytes, metadata: dict[str, str]
     """
     try:
         if location.is_s3:
-            _s3_client().put_object(Bucket=location.bucket, Key=location.key, Body=data, Metadata=metadata or {})
+            s3_client().put_object(Bucket=location.bucket, Key=location.key, Body=data, Metadata=metadata or {})
             return
         target = Path(location.path)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -265,7 +266,7 @@ def move(source: Location, target: Location, before_delete: Callable[[], None] |
     try:
         if source.is_s3:
             copy_source = {"Bucket": source.bucket, "Key": source.key}
-            _s3_client().copy_object(Bucket=target.bucket, Key=target.key, CopySource=copy_source)
+            s3_client().copy_object(Bucket=target.bucket, Key=target.key, CopySource=copy_source)
         else:
             Path(target.path).parent.mkdir(parents=True, exist_ok=True)
             os.replace(source.path, target.path)
@@ -279,7 +280,7 @@ def move(source: Location, target: Location, before_delete: Callable[[], None] |
 
 def delete_file(location: Location) -> None:
     if location.is_s3:
-        _s3_client().delete_object(Bucket=location.bucket, Key=location.key)  # no error when absent
+        s3_client().delete_object(Bucket=location.bucket, Key=location.key)  # no error when absent
         return
     with contextlib.suppress(FileNotFoundError):
         Path(location.path).unlink()
@@ -323,7 +324,7 @@ def read_versioned(location: Location) -> tuple[bytes, str] | None:
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
-        response = _s3_client().get_object(Bucket=location.bucket, Key=location.key)
+        response = s3_client().get_object(Bucket=location.bucket, Key=location.key)
         return bytes(response["Body"].read()), str(response["ETag"])
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
@@ -352,7 +353,7 @@ def write_if(location: Location, data: bytes, version: str | None, metadata: dic
 
         condition = {"IfNoneMatch": "*"} if version is None else {"IfMatch": version}
         try:
-            response = _s3_client().put_object(
+            response = s3_client().put_object(
                 Bucket=location.bucket, Key=location.key, Body=data, Metadata=metadata or {}, **condition
             )
         except ClientError as error:
@@ -383,7 +384,7 @@ def delete_if(location: Location, version: str) -> None:
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            _s3_client().delete_object(Bucket=location.bucket, Key=location.key, IfMatch=version)
+            s3_client().delete_object(Bucket=location.bucket, Key=location.key, IfMatch=version)
         except ClientError as error:
             if _precondition_failed(error):
                 raise WriteConflict(f"{location.uri} changed under a conditional delete: {error}") from error

@@ -1,0 +1,32 @@
+"""OpenAI's cursor pages over records: `after` an id, at most `limit`, oldest or newest first.
+
+The SDK's SyncCursorPage reads `data` and `has_more` and asks for the next page `after` the last id, so the
+order must be stable: by creation, then by the record's sequence (records.oldest_first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from workload.batch_api.models import Record
+from workload.batch_api.objects import ApiError, list_page
+from workload.batch_api.records import oldest_first
+
+
+def checked_limit(limit: int, most: int) -> int:
+    if not 1 <= limit <= most:
+        raise ApiError(400, f"limit must be between 1 and {most}, got {limit}", "limit")
+    return limit
+
+
+def page(records: Sequence[Record], after: str | None, limit: int, descending: bool) -> dict[str, Any]:
+    ordered = oldest_first(records)
+    if descending:
+        ordered.reverse()
+    if after is not None:
+        ids = [record.id for record in ordered]
+        if after not in ids:
+            raise ApiError(400, f"after: no object {after!r} to page from", "after")
+        ordered = ordered[ids.index(after) + 1 :]
+    return list_page([record.public() for record in ordered[:limit]], has_more=len(ordered) > limit)

@@ -1,0 +1,333 @@
+"""How a batch moves on (service.py's diagram), and the only caller of the executor.
+
+One `tick` expires, follows the running batch, starts the next, and deletes what is past its retention;
+`next_run` hands the next queued entry (a batch, or a night of nights.py) to the tiers' execution that holds the
+GPUs, so a night's queue runs on one boot; `stop` carries out a cancel at once (the tick repeats it until the run
+has stopped). Everything it knows of a run comes from the executor's `state` and the job's output folder in the
+store, so it resumes correctly after any restart of the server.
+
+What it reads of the job's output (workload/job/output.py's layout): `_commits/*.json` (the shard markers, for
+request counts while the job runs), `summary.json` (written last: totals and tokens), and the OpenAI files the job
+writes on completion and on a stop (`output.jsonl`, `errors.jsonl`).
+
+Nights and a run handed over inside an execution exist only where the executor has an execution chain (the
+tiers' state machine: `Executor.chain()`); locally every run is one the scheduler started, and a queued night
+is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from typing import Any
+
+from workload.batch_api import objects
+from workload.batch_api.batches import BatchBook
+from workload.batch_api.executor import BatchRun, ExecutionChain, Executor
+from workload.batch_api.files import Files
+from workload.batch_api.models import BatchRecord, NightEntry, Record
+from workload.batch_api.nights import Nights
+from workload.batch_api.objects import ACTIVE, ApiError, batch_errors, not_found
+from workload.batch_api.records import Records, oldest_first
+from workload.batch_api.store import StoreConflict
+from workload.batch_api.uploads import Uploads
+
+OUTPUTS = (("output.jsonl", "output_file_id", "output"), ("errors.jsonl", "error_file_id", "error"))
+STAMPS = {"completed": "completed_at", "failed": "failed_at", "expired": "expired_at", "cancelled": "cancelled_at"}
+
+
+def _output_file_id(batch_id: str, kind: str) -> str:
+    # Derived from the batch: finishing twice (a restart between the two writes) makes the same file, not two.
+    return "file-" + hashlib.sha256(f"{batch_id}:{kind}".encode()).hexdigest()[:24]
+
+
+class Scheduler:
+    def __init__(
+        self, records: Records, batches: BatchBook, executor: Executor, files: Files, uploads: Uploads
+    ) -> None:
+        self.records, self.store, self.batches, self.executor = records, records.store, batches, executor
+        self.files, self.uploads = files, uploads
+        self.retention_s = files.limits.retention_s
+        self.nights = Nights(records, self.retention_s)
+
+    # ---- the tick ----------------------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        now = self.records.now()
+        running = False
+        for record in self.batches.all():
+            if record.status == "validating" and now >= record.expires_at:
+                self._expire_queued(record.id)
+            elif record.status in ACTIVE:
+                running = self._follow(record, now) or running
+        # An execution that holds the GPUs (a night's, or one on a batch that just ended) takes the next entry
+        # itself when its run ends (`next_run`): starting one beside it would be a second boot.
+        if not running and not self.executor.occupied():
+            self._start_next()
+        self._sweep(now)
+
+    def stop(self, batch_id: str) -> None:
+        """Ask the batch's run to stop (a cancel): at once here, and again on every tick until it has."""
+        self.executor.stop(batch_id)
+
+    def _expire_queued(self, batch_id: str) -> None:
+        def expire(record: BatchRecord) -> None:
+            if record.status == "validating":
+                record.status, record.expired_at, record.done_at = "expired", self.records.now(), self.records.now()
+
+        self.batches.update(batch_id, expire)
+
+    def _batch_run(self, record: BatchRecord) -> BatchRun:
+        return BatchRun(record.id, self.store.uri(record.input_key), self.store.uri(record.output_key), record.endpoint)
+
+    def _queue(self) -> list[Record]:
+        """What waits for the GPUs, oldest first: queued batches and the schedule's queued nights (nights.py)."""
+        waiting: list[Record] = [r for r in self.batches.all() if r.status == "validating"]
+        return oldest_first([*waiting, *self.nights.queued()])
+
+    def _claim(self, record: BatchRecord) -> BatchRecord | None:
+        """Take a queued batch for a run (validating -> in_progress, by compare-and-swap); None: it is gone (its
+        file deleted: failed), expired, or taken or cancelled since it was listed."""
+        if self.records.now() >= record.expires_at:
+            self._expire_queued(record.id)
+            return None
+        if self.store.blob_size(record.input_key) is None:  # its file was deleted while it waited
+            self._finish(record.id, "failed", "input_file_deleted: the batch's input file was deleted")
+            return None
+
+        def begin(current: BatchRecord) -> None:
+            if current.status != "validating":
+                raise StoreConflict("changed")
+            current.status, current.in_progress_at = "in_progress", self.records.now()
+
+        try:
+            return self.batches.update(record.id, begin)
+        except StoreConflict:  # cancelled (or taken) since it was listed
+            return None
+
+    def _start_next(self) -> None:
+        for entry in self._queue():
+            if isinstance(entry, NightEntry):
+                chain = self._chain()
+                if self.nights.claim(entry.id, None):
+                    arn = chain.start_night(entry.id, entry.date)
+                    if arn is None:
+                        self.nights.unclaim(entry.id)
+                    else:
+                        self.nights.started_by(entry.id, arn)
+                return
+            assert isinstance(entry, BatchRecord)
+            claimed = self._claim(entry)
+            if claimed is not None:
+                self.executor.start(self._batch_run(claimed))
+                return
+
+    def _chain(self) -> ExecutionChain:
+        """Nights are queued, and runs handed over, only on the tiers, whose executor chains its runs."""
+        chain = self.executor.chain()
+        if chain is None:
+            raise TypeError("a queued night or a handed-over run needs an executor that chains runs (the tiers')")
+        return chain
+
+    # ---- the execution's next run, a start ahead of the queue, a night queued ----------------------------------
+
+    def next_run(
+        self, execution_arn: str, polls: int, max_polls: int, poll_budget: int, asked: str | None = None
+    ) -> dict[str, Any]:
+        """The running execution's NextBatch step: its run ended well (or was skipped) and it still holds the GPUs.
+
+        Claims the oldest queued entry for it and answers `{"run": <the execution input of that run>}` (a batch's
+        `{"batch": ...}`, a night's `{"date": ...}`), so the same boot runs it; or `{"none": why}`, and the
+        execution releases the GPUs. `polls`: what the run that ended spent; the execution takes another run only
+        while its polls so far plus a whole run's (`max_polls`) stay within `poll_budget`, which keeps it inside
+        Step Functions' history limit (the machine's own timeout is set from the same budget,
+        infra/components/nightly.py). `asked`: when the execution entered its NextBatch step; a retry of that step
+        (the answer lost on its way) gets the answer already given, so no entry is claimed twice and none is left
+        claimed by a run that never comes."""
+        chain = self._chain()
+        again = chain.answered(execution_arn, asked)
+        if again is not None:
+            return again
+        answer = self._next_run(chain, execution_arn, polls, max_polls, poll_budget)
+        chain.remember(execution_arn, asked, answer)
+        return answer
+
+    def _next_run(
+        self, chain: ExecutionChain, execution_arn: str, polls: int, max_polls: int, poll_budget: int
+    ) -> dict[str, Any]:
+        spent = chain.spend(execution_arn, polls)
+        if spent + max_polls > poll_budget:
+            spent_note = f"this execution has spent {spent} of its {poll_budget} polls; the next tick starts another"
+            return {"none": spent_note}
+        for entry in self._queue():
+            if isinstance(entry, NightEntry):
+                if self.nights.claim(entry.id, execution_arn):
+                    chain.turn(execution_arn, entry.id)
+                    return {"run": {"date": entry.date}}
+                continue
+            assert isinstance(entry, BatchRecord)
+            claimed = self._claim(entry)
+            if claimed is not None:
+                run = self._batch_run(claimed)
+                chain.adopt(run, execution_arn)
+                return {"run": chain.execution_input(run)}
+        return {"none": "no batch is queued"}
+
+    def start_now(self, batch_id: str) -> str:
+        """Start one queued batch at once, ahead of its turn (`python -m infra.run STACK --batch ID`, through the
+        front's function): the tick's own start, so the same executor path. Returns how the run stands
+        (`running`, or `busy` when a run took the GPUs in between, which the next tick retries); refuses, in one
+        line, a batch that is not queued, or a start while another run holds the GPUs (one job on them at a
+        time; the execution that holds them runs the queue next, oldest first)."""
+        records = self.batches.all()
+        mine = next((r for r in records if r.id == batch_id), None)
+        if mine is None:
+            raise not_found("Batch", batch_id)
+        others = [r.id for r in records if r.status in ACTIVE and r.id != batch_id]
+        if others:
+            raise ApiError(409, f"batch {others[0]} is running; {batch_id} starts after it (one job on the GPUs)")
+        if mine.status == "validating" and self.executor.occupied():
+            # The execution on the GPUs takes the queue, oldest first, when its run ends: the same boot.
+            raise ApiError(409, f"a run holds the GPUs; {batch_id} stays queued and runs after it on the same boot")
+
+        def begin(record: BatchRecord) -> None:
+            if record.status != "validating":
+                raise ApiError(409, f"batch {batch_id} is {record.status}, not queued: only a queued batch starts")
+            record.status, record.in_progress_at = "in_progress", self.records.now()
+
+        self.executor.start(self._batch_run(self.batches.update(batch_id, begin)))
+        state = self.executor.state(batch_id)
+        return state.name if state.reason is None else f"{state.name}: {state.reason}"
+
+    def enqueue_night(self, scheduled_time: str) -> NightEntry:
+        return self.nights.enqueue(scheduled_time)
+
+    # ---- following a run ---------------------------------------------------------------------------------------
+
+    def _follow(self, record: BatchRecord, now: int) -> bool:
+        """Look at the running batch and move it on; whether a job still runs (or should) for it."""
+        batch_id, stop = record.id, record.stop
+        if stop is None and now >= record.expires_at:
+
+            def expire(current: BatchRecord) -> None:
+                current.stop = current.stop or "expired"
+
+            self.batches.update(batch_id, expire)
+            stop = "expired"
+        if stop is not None:
+            self.executor.stop(batch_id)  # again on every tick: idempotent, and it survives a server restart
+        state = self.executor.state(batch_id)
+        if state.name == "running":
+            self._count(record)
+            return True
+        if state.name == "succeeded":
+            self._finish(batch_id, stop or "completed")
+            return False
+        finished = self.store.blob_size(f"{record.output_key}/summary.json") is not None
+        if state.name == "failed" and not finished:
+            self._finish(batch_id, "failed", f"job_failed: {state.reason}")
+            return False
+        if finished and state.name != "busy":  # the summary is written last: every request has its answer
+            self._finish(batch_id, stop or "completed")
+            return False
+        # stopped, refused (another attempt holds the output) or unknown to this executor (the server restarted)
+        if stop is not None and state.name != "busy":
+            self._finish(batch_id, stop)
+            return False
+        self.executor.start(self._batch_run(record))  # resume: the job redoes only what was not committed
+        return True
+
+    def _count(self, record: BatchRecord) -> None:
+        """request_counts from the shards committed so far (one marker per shard counts: the latest attempt's)."""
+        best: dict[int, dict[str, Any]] = {}
+        for key in self.store.list_blobs(f"{record.output_key}/_commits"):
+            body = self.store.read_blob(key)
+            if body is None or not key.endswith(".json"):
+                continue
+            marker = json.loads(b"".join(body))
+            shard = int(marker["shard"])
+            if shard not in best or marker.get("attempt", 0) >= best[shard].get("attempt", 0):
+                best[shard] = marker
+        completed = sum(int(m["rows_ok"]) for m in best.values())
+        failed = sum(int(m["rows_failed"]) for m in best.values())
+        if (record.request_counts.completed, record.request_counts.failed) == (completed, failed):
+            return
+
+        def progress(current: BatchRecord) -> None:
+            counts = current.request_counts
+            counts.completed, counts.failed = completed, failed
+            done = completed + failed >= counts.total
+            if done and current.status == "in_progress":  # every request answered: the job writes its files
+                current.status, current.finalizing_at = "finalizing", self.records.now()
+
+        self.batches.update(record.id, progress)
+
+    def _lines(self, key: str) -> int:
+        body = self.store.read_blob(key)
+        return 0 if body is None else sum(chunk.count(b"\n") for chunk in body)
+
+    def _finish(self, batch_id: str, status: str, reason: str | None = None) -> None:
+        """Close the batch as `status`, with the files the job wrote (whole or, after a stop, partial)."""
+        record = self.batches.get(batch_id)
+        if record is None or record.closed:
+            return
+        now = self.records.now()
+        ids: dict[str, str | None] = {"output_file_id": None, "error_file_id": None}
+        counts: dict[str, int] = {}
+        for name, field, kind in OUTPUTS:
+            key = f"{record.output_key}/{name}"
+            size = self.store.blob_size(key)
+            counts[kind] = self._lines(key) if size else 0
+            if not size:  # OpenAI leaves the id null when there is nothing in the file
+                continue
+            file_id = _output_file_id(batch_id, kind)
+            ids[field] = file_id
+            with contextlib.suppress(StoreConflict):  # made by an earlier finish that did not get to write the batch
+                self.files.record(record.owner, file_id, f"{batch_id}_{kind}.jsonl", "batch_output", size, key)
+        summary_body = self.store.read_blob(f"{record.output_key}/summary.json")
+        summary = json.loads(b"".join(summary_body)) if summary_body is not None else None
+
+        def close(current: BatchRecord) -> None:
+            if current.closed:
+                return
+            current.output_file_id, current.error_file_id = ids["output_file_id"], ids["error_file_id"]
+            current.status, current.done_at = status, now
+            setattr(current, STAMPS.get(status, "cancelled_at"), now)
+            if status == "completed" and current.finalizing_at is None:
+                current.finalizing_at = now
+            total = int(summary["rows_in"]) if summary else current.request_counts.total
+            if ids["output_file_id"] or ids["error_file_id"] or summary:
+                current.request_counts.total, current.request_counts.completed = total, counts["output"]
+                current.request_counts.failed = counts["error"]
+            current.llm_batch = objects.gpu_share(summary)  # the job's GPU time and cost: docs/batch-api.md
+            if summary:
+                current.usage = {
+                    "input_tokens": int(summary["input_tokens"]),
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens": int(summary["output_tokens"]),
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "total_tokens": int(summary["input_tokens"]) + int(summary["output_tokens"]),
+                }
+            if reason is not None:
+                code, _, message = reason.partition(": ")
+                current.errors = batch_errors([{"code": code, "message": message}])
+
+        self.batches.update(batch_id, close)
+
+    # ---- retention ---------------------------------------------------------------------------------------------
+
+    def _sweep(self, now: int) -> None:
+        """Retention: a file past its `expires_at` is deleted (record and body), and a finished batch's job output
+        folder once the retention has passed since it finished (its output files expire at the same moment)."""
+        self.uploads.sweep(now)
+        self.nights.sweep(now)
+        self.files.sweep(now)
+        for record in self.batches.all():
+            if record.done_at is not None and not record.output_deleted and now >= record.done_at + self.retention_s:
+                self.store.delete_blobs(record.output_key)
+
+                def deleted(current: BatchRecord) -> None:
+                    current.output_deleted = True
+
+                self.batches.update(record.id, deleted)
