@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from infra.components.batch_api import HTTP_HANDLER, PUBLIC_ENDPOINT_TAG
-from infra.ops.plan_view import Plan, Resource, Rule, Violation, label, of_type, require_matches
+from infra.ops.plan_view import Plan, Resource, Rule, Violation, label, of_type, refers_to, require_matches
 
 ROUTES = "api-routes"
 PUBLIC = "public-endpoints"
@@ -75,13 +75,15 @@ def _integration_problem(integration: Resource | None, fronts: set[str]) -> str 
 
 def check_api_routes(plan: Plan) -> list[Violation]:
     fronts = _front_functions(plan)
-    integrations = {str(item.get("id")): item for item in of_type(plan, INTEGRATION)}
+    integrations = of_type(plan, INTEGRATION)
     violations = _exported_without_api(plan, ROUTES)
     routes = of_type(plan, ROUTE)
     for route in routes:
         target = str(_inputs(route).get("target") or "")
         linked = target.startswith("integrations/")
-        integration = integrations.get(target.removeprefix("integrations/")) if linked else None
+        integration = next(
+            (i for i in integrations if linked and refers_to(route, "target", i, lambda t: str(t).split("/")[-1])), None
+        )
         problem = "has no target" if not target else _integration_problem(integration, fronts)
         if problem:
             violations.append(Violation(ROUTES, label(route), f"route {_inputs(route).get('routeKey')} {problem}"))

@@ -32,6 +32,7 @@ from infra.ops.plan_view import (
     is_node_class,
     label,
     of_type,
+    refers_to,
     require_matches,
 )
 
@@ -156,12 +157,13 @@ def check_eks_endpoint(plan: Plan) -> list[Violation]:
 def check_node_metadata(plan: Plan) -> list[Violation]:
     name = "node-metadata"
     violations: list[Violation] = []
-    templates = {str(item.get("id")): item for item in of_type(plan, "aws:ec2/launchTemplate:LaunchTemplate")}
+    templates = of_type(plan, "aws:ec2/launchTemplate:LaunchTemplate")
     matched = 0
     for group in (item for item in plan if item["type"] in NODE_GROUP_TYPES):
         matched += 1
-        template_id = str((group["inputs"].get("launchTemplate") or {}).get("id"))
-        template = templates.get(template_id)
+        template = next(
+            (t for t in templates if refers_to(group, "launchTemplate", t, lambda spec: (spec or {}).get("id"))), None
+        )
         if template is None:
             violations.append(Violation(name, label(group), "no launch template of this plan: IMDS left at defaults"))
             continue

@@ -48,6 +48,7 @@ from infra.ops.plan_view import (
     is_node_class,
     label,
     of_type,
+    refers_to,
     require_matches,
     tier_of,
 )
@@ -141,8 +142,8 @@ def check_cost_tags(plan: Plan) -> list[Violation]:
 # --- buckets ----------------------------------------------------------------------------------------------
 
 
-def _for_bucket(plan: Plan, type_token: str, bucket_id: Any) -> list[Resource]:
-    return [item for item in _of_type(plan, type_token) if item["inputs"].get("bucket") == bucket_id]
+def _for_bucket(plan: Plan, type_token: str, bucket: Resource) -> list[Resource]:
+    return [item for item in _of_type(plan, type_token) if refers_to(item, "bucket", bucket)]
 
 
 def _denies_insecure_transport(document: Any, bucket_arn: str) -> bool:
@@ -166,14 +167,14 @@ def check_buckets(plan: Plan) -> list[Violation]:
     violations: list[Violation] = []
     buckets = _of_type(plan, *checks_network.CHECKED_BUCKET_TYPES)
     for bucket in buckets:
-        label, bucket_id = _label(bucket), bucket["id"]
+        label = _label(bucket)
         arn = str(bucket.get("outputs", {}).get("arn", ""))
         rules = [
             rule
             for config in _for_bucket(
                 plan,
                 "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
-                bucket_id,
+                bucket,
             )
             for rule in _as_list(config["inputs"].get("rules"))
         ]
@@ -184,11 +185,11 @@ def check_buckets(plan: Plan) -> list[Violation]:
             for rule in rules
         ):
             violations.append(Violation(name, label, "not SSE-KMS with a customer key and the bucket key on"))
-        blocks = _for_bucket(plan, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", bucket_id)
+        blocks = _for_bucket(plan, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", bucket)
         flags = ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets")
         if not any(all(block["inputs"].get(flag) is True for flag in flags) for block in blocks):
             violations.append(Violation(name, label, "public access not fully blocked (all four flags)"))
-        policies = _for_bucket(plan, "aws:s3/bucketPolicy:BucketPolicy", bucket_id)
+        policies = _for_bucket(plan, "aws:s3/bucketPolicy:BucketPolicy", bucket)
         if not any(_denies_insecure_transport(policy["inputs"].get("policy"), arn) for policy in policies):
             violations.append(Violation(name, label, "no bucket policy denying requests without TLS"))
     _require_matches(name, len(buckets), "S3 bucket")

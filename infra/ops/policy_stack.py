@@ -1,0 +1,187 @@
+"""The rules as CrossGuard runs them: the engine's view of a stack (what `AnalyzeStack` hands a stack policy of
+infra/policy_pack/) read as a plan, and each rule's verdict over it.
+
+A real `pulumi preview` holds values nobody knows yet (a new bucket's id, a role's ARN). CrossGuard's own answer
+is that a policy which reads one is not judged at preview: its SDK raises `UnknownValueError` on the read and
+reports "can't run policy during preview" as advisory, and the policy runs on `up`, where every value is known.
+The plan here keeps that rule: unknown values stay in it, and reading one raises `UnknownValue`, which the pack
+turns into CrossGuard's error. A value merely passed along (`dict(inputs)`, `==` on a whole object) is not a
+read; the rules read the keys they judge, which is what the engine's unknowns are checked on.
+
+`preview_only(plan)` runs the same machinery over an offline plan with every value the mocks invent (ids and
+outputs) made unknown: the rules that read one could only be judged on a real preview or up.
+
+Imports no pulumi_policy (the dev virtualenv has none, see tools/locks.py): the pack hands its objects in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+from infra.ops.plan_view import NothingMatched, Plan, Rule, tier_of
+
+# pulumi_policy/proxy.py: what an unknown value of each kind is on the wire.
+UNKNOWNS = frozenset(
+    {
+        "1c4a061d-8072-4f0a-a4cb-0ff528b18fe7",  # boolean
+        "3eeb2bf0-c639-47a8-9e75-3b44932eb421",  # number
+        "04da6b54-80e4-46f7-96ec-b56ff0331ba9",  # string
+        "6a19a0b0-7e62-4c92-b797-7f8e31da9cc2",  # array
+        "030794c1-ac77-496b-92df-f27374a8bd58",  # asset
+        "e48ece36-62e2-4504-bad9-02848725956a",  # archive
+        "dd056dcd-154b-4c76-9bd3-c8f88648b5ff",  # object
+    }
+)
+UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+# The remote components the program builds: the engine names a provider for them as for a custom resource, and
+# the rules read them as components (`custom` false).
+REMOTE_COMPONENTS = frozenset({"eks:index:Cluster", "eks:index:ManagedNodeGroup", "kubernetes:helm.sh/v4:Chart"})
+
+
+class UnknownValue(Exception):
+    """A rule read a value that is unknown until the resource exists."""
+
+    def __init__(self, sentinel: str, path: list[str]) -> None:
+        super().__init__(f"the value at {'.'.join(path)} can't be known during preview")
+        self.sentinel = sentinel
+        self.path = path
+
+
+def _checked(value: Any, path: list[str]) -> Any:
+    if isinstance(value, str) and value in UNKNOWNS:
+        raise UnknownValue(value, path)
+    return value
+
+
+class _Known(dict[str, Any]):
+    """A dict (so the rules' isinstance checks hold) whose reads raise UnknownValue on an unknown value."""
+
+    def __init__(self, items: Mapping[str, Any], path: list[str]) -> None:
+        super().__init__(items)
+        self._path = path
+
+    def __getitem__(self, key: str) -> Any:
+        return _checked(super().__getitem__(key), [*self._path, str(key)])
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if dict.__contains__(self, key) else default
+
+    def values(self) -> Any:
+        return [self[key] for key in self]
+
+    def items(self) -> Any:
+        return [(key, self[key]) for key in self]
+
+
+class _KnownList(list[Any]):
+    def __init__(self, items: Sequence[Any], path: list[str]) -> None:
+        super().__init__(items)
+        self._path = path
+
+    def __getitem__(self, index: Any) -> Any:
+        return _checked(super().__getitem__(index), [*self._path, str(index)])
+
+    def __iter__(self) -> Iterator[Any]:
+        return (self[index] for index in range(len(self)))
+
+
+def known(value: Any, path: list[str] | None = None) -> Any:
+    """`value` as plain dicts and lists that raise UnknownValue on reading an unknown; CrossGuard's own proxies
+    (Mappings and Sequences that check on read too) are unwrapped through their `__target`."""
+    path = path or []
+    if isinstance(value, Mapping):
+        target = value if isinstance(value, dict) else value["__target"]
+        return _Known({key: known(item, [*path, str(key)]) for key, item in dict.items(target)}, path)
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        target = value if isinstance(value, list | tuple) else value["__target"]  # type: ignore[call-overload]
+        return _KnownList([known(item, [*path, str(index)]) for index, item in enumerate(target)], path)
+    return value
+
+
+class Ref(Protocol):
+    urn: str
+
+
+class StackResource(Protocol):
+    """What pulumi_policy's PolicyResource carries (the engine's AnalyzerResource, references resolved)."""
+
+    resource_type: str
+    props: Any
+    urn: str
+    name: str
+    provider: Ref | None
+    parent: Ref | None
+    dependencies: Sequence[Ref]
+    property_dependencies: Mapping[str, Sequence[Ref]]
+
+
+def plan_of(resources: Sequence[StackResource]) -> list[dict[str, Any]]:
+    """The engine's resources as plan items. The engine sends one property bag per resource (its outputs, which
+    echo its inputs), so `inputs` and `outputs` are the same; `custom` is what has a provider (the engine gives
+    every custom resource one, a default provider at least) or is one, less the remote components."""
+    plan: list[dict[str, Any]] = []
+    for resource in resources:
+        props = known(resource.props, [resource.urn])
+        custom = resource.resource_type.startswith("pulumi:providers:") or (
+            resource.provider is not None and resource.resource_type not in REMOTE_COMPONENTS
+        )
+        item = {
+            "urn": resource.urn,
+            "type": resource.resource_type,
+            "name": resource.name,
+            "parent": resource.parent.urn if resource.parent else None,
+            "custom": custom,
+            "provider": resource.provider.urn if resource.provider else None,
+            "inputs": props,
+            "outputs": props,
+            "id": dict.get(props, "id") if custom else None,
+            "dependencies": [dependency.urn for dependency in resource.dependencies],
+            "property_dependencies": {
+                key: [dependency.urn for dependency in refs] for key, refs in resource.property_dependencies.items()
+            },
+        }
+        plan.append(_Known(item, [resource.urn]))
+    return plan
+
+
+def verdict(rule: Rule, plan: Plan) -> list[str] | None:
+    """One rule's violations over the plan as messages (`resource: problem`, or what it failed to find);
+    None where the plan's tier is not the rule's. UnknownValue propagates: the caller says what it means."""
+    tier = tier_of(plan)
+    if tier is not None and tier not in rule.tiers:
+        return None
+    try:
+        return [f"{violation.resource}: {violation.problem}" for violation in rule.check(plan)]
+    except NothingMatched as error:
+        return [str(error)]
+
+
+def preview_only(plan: Plan, rules: Mapping[str, Rule]) -> dict[str, str]:
+    """{rule: the first invented value it read} for each rule that reads a value the offline plan's mocks
+    invent (a resource's id or outputs): the offline verdict rests on that invention, a real preview or up
+    judges it on the real value."""
+    unknowing = [
+        _Known(
+            {
+                **item,
+                "inputs": known(item.get("inputs") or {}, [item["urn"], "inputs"]),
+                "id": UNKNOWN if item.get("custom") else None,
+                "outputs": _Known(
+                    {key: UNKNOWN for key in item.get("outputs") or {}}
+                    if item["type"] != "pulumi:pulumi:Stack"
+                    else dict(item.get("outputs") or {}),
+                    [item["urn"], "outputs"],
+                ),
+            },
+            [item["urn"]],
+        )
+        for item in plan
+    ]
+    found: dict[str, str] = {}
+    for name, rule in rules.items():
+        try:
+            verdict(rule, unknowing)
+        except UnknownValue as unknown:
+            found[name] = ".".join(unknown.path)
+    return found

@@ -1,0 +1,129 @@
+"""The policy pack (infra/policy_pack/) gives the offline gate's verdicts, rule by rule, on every committed stack.
+
+No Pulumi CLI runs here, so the test is the CLI's side of the conversation: it starts the pack as the CLI does
+(its own virtualenv, from the policy-pack lock; `python -u __main__.py` in the pack's folder, which prints the
+port of its Analyzer service), then calls `GetAnalyzerInfo` and `AnalyzeStack` with each stack's resources as
+the engine sends them after an `up`: one property bag per resource (its inputs with the outputs over them), its
+provider (the engine gives every custom resource one: the default provider where the program named none),
+parent, dependencies and the URNs that fed each input. The plan is the offline one (mock outputs); the
+comparison is to the direct `verdict` of the same rules over it.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import empty_pb2, struct_pb2
+from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
+
+from infra.ops.plan_view import Plan
+from infra.ops.policy import RULES
+from infra.ops.policy_stack import verdict
+from infra.ops.stacks import ROOT, STACKS_DIR
+
+PACK = ROOT / "infra" / "policy_pack"
+PACK_PYTHON = ROOT / ".venv-policy-pack" / "bin" / "python"
+STACKS = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in STACKS_DIR.glob("Pulumi.*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def analyzer() -> Iterator[analyzer_pb2_grpc.AnalyzerStub]:
+    if not PACK_PYTHON.exists():
+        pytest.fail(f"{PACK_PYTHON} is missing: run `make policy-pack` (make test does it first)")
+    pack = subprocess.Popen(
+        [str(PACK_PYTHON), "-u", "__main__.py"], cwd=PACK, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert pack.stdout is not None
+        port = pack.stdout.readline().strip()
+        if not port.isdigit():
+            pytest.fail(f"the pack printed no port: {port!r} {pack.stderr.read() if pack.stderr else ''}")
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield analyzer_pb2_grpc.AnalyzerStub(channel)
+    finally:
+        pack.terminate()
+        pack.wait(timeout=10)
+
+
+def _struct(values: dict[str, Any]) -> struct_pb2.Struct:
+    struct = struct_pb2.Struct()
+    struct.update(values)
+    return struct
+
+
+def _engine_resource(item: dict[str, Any], stack: str) -> analyzer_pb2.AnalyzerResource:
+    package = item["type"].split(":")[0]
+    provider = item["provider"]
+    if item["custom"] and provider is None and package != "pulumi":
+        provider = f"urn:pulumi:{stack}::llm-batch::pulumi:providers:{package}::default"
+    properties = {**item["inputs"], **item["outputs"]}
+    if item["custom"]:
+        properties["id"] = item["id"]
+    return analyzer_pb2.AnalyzerResource(
+        type=item["type"],
+        properties=_struct(properties),
+        urn=item["urn"],
+        name=item["name"],
+        provider=analyzer_pb2.AnalyzerProviderResource(urn=provider) if provider else None,
+        parent=item["parent"] or "",
+        dependencies=item["dependencies"],
+        propertyDependencies={
+            key: analyzer_pb2.AnalyzerPropertyDependencies(urns=urns)
+            for key, urns in (item.get("property_dependencies") or {}).items()
+        },
+    )
+
+
+def _pack_verdicts(analyzer: analyzer_pb2_grpc.AnalyzerStub, plan: Plan, stack: str) -> dict[str, list[str]]:
+    request = analyzer_pb2.AnalyzeStackRequest(resources=[_engine_resource(dict(item), stack) for item in plan])
+    found: dict[str, list[str]] = {name: [] for name in RULES}
+    for diagnostic in analyzer.AnalyzeStack(request).diagnostics:
+        # CrossGuard puts the policy's description before the reported message; the fix follows it.
+        message = diagnostic.message.removeprefix(f"{diagnostic.description}\n")
+        found.setdefault(diagnostic.policyName, []).append(message.rpartition(" (fix: ")[0] or message)
+    return {name: sorted(messages) for name, messages in found.items()}
+
+
+def _offline_verdicts(plan: Plan) -> dict[str, list[str]]:
+    return {name: sorted(verdict(rule, plan) or []) for name, rule in RULES.items()}
+
+
+def test_the_pack_serves_every_rule(analyzer: analyzer_pb2_grpc.AnalyzerStub) -> None:
+    info = analyzer.GetAnalyzerInfo(empty_pb2.Empty())
+    assert info.name == "llm-batch"
+    assert {policy.name for policy in info.policies} == set(RULES)
+    levels = {policy.name: policy.enforcementLevel for policy in info.policies}
+    assert levels == {
+        name: analyzer_pb2.EnforcementLevel.Value(rule.enforcement.upper()) for name, rule in RULES.items()
+    }
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_pack_judges_a_stack_as_the_offline_gate(
+    analyzer: analyzer_pb2_grpc.AnalyzerStub, plan_for: Callable[[str], Plan], stack: str
+) -> None:
+    plan = plan_for(stack)
+    assert _pack_verdicts(analyzer, plan, stack) == _offline_verdicts(plan)
+
+
+def test_the_pack_fails_what_the_gate_fails(
+    analyzer: analyzer_pb2_grpc.AnalyzerStub, plan_for: Callable[[str], Plan]
+) -> None:
+    """A broken plan (IMDSv1 on the small node, its data bucket's public-access block loosened) fails the same
+    rules with the same messages through the pack."""
+    plan = copy.deepcopy(list(plan_for("small")))
+    for item in plan:
+        if item["type"] == "aws:ec2/launchTemplate:LaunchTemplate":
+            item["inputs"]["metadataOptions"]["httpTokens"] = "optional"
+            item["outputs"].pop("metadataOptions", None)
+        if item["type"] == "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock":
+            item["inputs"]["blockPublicPolicy"] = False
+            item["outputs"].pop("blockPublicPolicy", None)
+    offline = _offline_verdicts(plan)
+    assert offline["launch-templates"] and offline["buckets"]
+    assert _pack_verdicts(analyzer, plan, "small") == offline
