@@ -116,27 +116,53 @@ class StackResource(Protocol):
     property_dependencies: Mapping[str, Sequence[Ref]]
 
 
+def _inside_remote(resources: Sequence[StackResource]) -> set[str]:
+    """The URNs a remote component's provider registers under it, at any depth (pulumi-eks's own cluster, roles
+    and security groups; a chart's objects). The mocks build none of them, so the offline gate judges the
+    component's inputs alone; the pack leaves them out to judge the same resources."""
+    by_urn = {resource.urn: resource for resource in resources}
+    inside: set[str] = set()
+    for resource in resources:
+        parent = resource.parent.urn if resource.parent else None
+        while parent is not None and parent in by_urn:
+            if by_urn[parent].resource_type in REMOTE_COMPONENTS:
+                inside.add(resource.urn)
+                break
+            ancestor = by_urn[parent].parent
+            parent = ancestor.urn if ancestor else None
+    return inside
+
+
 def plan_of(resources: Sequence[StackResource]) -> list[dict[str, Any]]:
     """The engine's resources as plan items. The engine sends one property bag per resource (its outputs, which
     echo its inputs), so `inputs` and `outputs` are the same; `custom` is what has a provider (the engine gives
-    every custom resource one, a default provider at least) or is one, less the remote components."""
+    every custom resource one, a default provider at least) or is one, less the remote components, which are
+    `remote` as in the offline plan. `dependencies` holds the parent too, as the offline plan's does: the engine
+    sends it apart, and a child is registered only once its parent is."""
     plan: list[dict[str, Any]] = []
+    inside = _inside_remote(resources)
     for resource in resources:
+        if resource.urn in inside:
+            continue
         props = known(resource.props, [resource.urn])
         custom = resource.resource_type.startswith("pulumi:providers:") or (
             resource.provider is not None and resource.resource_type not in REMOTE_COMPONENTS
         )
+        parent = resource.parent.urn if resource.parent else None
         item = {
             "urn": resource.urn,
             "type": resource.resource_type,
             "name": resource.name,
-            "parent": resource.parent.urn if resource.parent else None,
+            "parent": parent,
             "custom": custom,
+            "remote": resource.resource_type in REMOTE_COMPONENTS,
             "provider": resource.provider.urn if resource.provider else None,
             "inputs": props,
             "outputs": props,
             "id": dict.get(props, "id") if custom else None,
-            "dependencies": [dependency.urn for dependency in resource.dependencies],
+            "dependencies": sorted(
+                {dependency.urn for dependency in resource.dependencies} | ({parent} if parent else set())
+            ),
             "property_dependencies": {
                 key: [dependency.urn for dependency in refs] for key, refs in resource.property_dependencies.items()
             },

@@ -23,7 +23,7 @@ from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
 from infra.ops.plan_view import Plan
 from infra.ops.policy import RULES
-from infra.ops.policy_stack import verdict
+from infra.ops.policy_stack import REMOTE_COMPONENTS, verdict
 from infra.ops.stacks import ROOT, STACKS_DIR
 
 PACK = ROOT / "infra" / "policy_pack"
@@ -59,7 +59,7 @@ def _struct(values: dict[str, Any]) -> struct_pb2.Struct:
 def _engine_resource(item: dict[str, Any], stack: str) -> analyzer_pb2.AnalyzerResource:
     package = item["type"].split(":")[0]
     provider = item["provider"]
-    if item["custom"] and provider is None and package != "pulumi":
+    if (item["custom"] or item.get("remote")) and provider is None and package != "pulumi":
         provider = f"urn:pulumi:{stack}::llm-batch::pulumi:providers:{package}::default"
     properties = {**item["inputs"], **item["outputs"]}
     if item["custom"]:
@@ -71,7 +71,8 @@ def _engine_resource(item: dict[str, Any], stack: str) -> analyzer_pb2.AnalyzerR
         name=item["name"],
         provider=analyzer_pb2.AnalyzerProviderResource(urn=provider) if provider else None,
         parent=item["parent"] or "",
-        dependencies=item["dependencies"],
+        # The engine sends the parent apart from the dependencies (the SDK's `dependencies`); the pack joins them.
+        dependencies=[urn for urn in item["dependencies"] if urn != item["parent"]],
         propertyDependencies={
             key: analyzer_pb2.AnalyzerPropertyDependencies(urns=urns)
             for key, urns in (item.get("property_dependencies") or {}).items()
@@ -127,3 +128,59 @@ def test_the_pack_fails_what_the_gate_fails(
     offline = _offline_verdicts(plan)
     assert offline["launch-templates"] and offline["buckets"]
     assert _pack_verdicts(analyzer, plan, "small") == offline
+
+
+def _child(parent: dict[str, Any], type_token: str, name: str, inputs: dict[str, Any]) -> dict[str, Any]:
+    """A resource as a remote component's provider registers it under the component in a real run."""
+    parent_type = parent["urn"].split("::")[2]
+    return {
+        "urn": f"{parent['urn'].rsplit('::', 2)[0]}::{parent_type}${type_token}::{name}",
+        "type": type_token,
+        "name": name,
+        "parent": parent["urn"],
+        "custom": True,
+        "provider": None,
+        "inputs": inputs,
+        "outputs": {},
+        "id": f"{name}-id",
+        "dependencies": [parent["urn"]],
+    }
+
+
+def test_what_a_remote_component_builds_is_left_to_its_inputs(
+    analyzer: analyzer_pb2_grpc.AnalyzerStub, plan_for: Callable[[str], Plan]
+) -> None:
+    """A real preview also holds what pulumi-eks and the helm chart register under their components, which the
+    mocks never build: an `aws:eks/cluster:Cluster` named as the component's cluster, its role, a node group
+    under a node group, a chart's Deployment; untagged and public, as no rule would pass them. The pack leaves
+    them to the component's inputs, as the offline gate does, so the access entries still wait for "the"
+    cluster and no rule sees a resource the gate never saw."""
+    plan = list(plan_for("large"))
+    children: list[dict[str, Any]] = []
+    for item in plan:
+        if item["type"] == "eks:index:Cluster":
+            cluster = _child(
+                item,
+                "aws:eks/cluster:Cluster",
+                f"{item['name']}-eksCluster",
+                {
+                    "name": item["inputs"]["name"],
+                    "vpcConfig": {"endpointPublicAccess": True},
+                    "tags": {},
+                },
+            )
+            role = _child(cluster, "aws:iam/role:Role", f"{item['name']}-eksRole", {"tags": {}})
+            children += [cluster, role]
+        if item["type"] == "eks:index:ManagedNodeGroup":
+            children.append(_child(item, "aws:eks/nodeGroup:NodeGroup", item["name"], {"tags": {}}))
+        if item["type"] == "kubernetes:helm.sh/v4:Chart":
+            children.append(_child(item, "kubernetes:apps/v1:Deployment", f"{item['name']}-deployment", {}))
+    assert len(children) >= 4
+    assert _pack_verdicts(analyzer, [*plan, *children], "large") == _offline_verdicts(plan)
+
+
+def test_the_pack_knows_every_remote_component_of_the_program(plan_for: Callable[[str], Plan]) -> None:
+    """The engine does not say which resources are components: the pack's list of remote ones (custom false,
+    `remote`) must hold every remote type the program registers."""
+    remote = {item["type"] for stack in STACKS for item in plan_for(stack) if item.get("remote")}
+    assert remote <= REMOTE_COMPONENTS
