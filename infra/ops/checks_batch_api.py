@@ -19,6 +19,7 @@ targets, and where a function URL would be added), so neither rule passes by see
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from infra.components.batch_api import HTTP_HANDLER, PUBLIC_ENDPOINT_TAG
@@ -35,8 +36,9 @@ FUNCTION = "aws:lambda/function:Function"
 STACK = "pulumi:pulumi:Stack"
 
 
-def _inputs(item: Resource) -> dict[str, Any]:
-    return dict(item.get("inputs") or {})
+def _inputs(item: Resource) -> Mapping[str, Any]:
+    # The plan's own mapping, not a copy: under the policy pack its reads are what catch a value unknown at preview.
+    return item.get("inputs") or {}
 
 
 def _stacks(plan: Plan) -> list[Resource]:

@@ -240,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         # A missing price should not hide the plan: show it, say what is missing and how to add it.
         print(render_tree(plan, details=args.details))
         print(summary(plan))
+        _print_preview_line(plan, args.no_checks)
         print(f"\nwarning: no cost estimate: {error}")
         print(f"warning: no cost estimate: {error}", file=sys.stderr)
         return checked
@@ -255,11 +256,21 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(render_tree(plan, details=args.details))
         print(summary(plan))
+        _print_preview_line(plan, args.no_checks)
         print()
         print(format_estimate(cost))
         print()
         print(format_per_token(per_token))
     return checked
+
+
+def _print_preview_line(plan: list[dict[str, Any]], no_checks: bool) -> None:
+    """Which rules only a real `pulumi up` can judge (infra.ops.policy.preview_line), under the plan it gated."""
+    from infra.ops.policy import preview_line
+
+    line = None if no_checks else preview_line(plan)
+    if line:
+        print(line)
 
 
 def _engine_fit(stack: str, overrides: Mapping[str, Any]) -> int:

@@ -483,6 +483,18 @@ def report(plan: Plan) -> tuple[list[str], bool]:
     return lines, clean
 
 
+def preview_line(plan: Plan) -> str | None:
+    """The rules of the plan's tier that read a value unknown until its resources exist (`policy_stack.
+    preview_only`), as one line; None when there are none. Offline they judge what the mocks invented; the
+    policy pack judges them on `pulumi up`, and on a first `pulumi preview` reports them as not yet judged."""
+    from infra.ops.policy_stack import preview_only
+
+    found = preview_only(plan, rules_for(plan))
+    if not found:
+        return None
+    return f"judged here on mock ids/ARNs, for real only by the policy pack on `pulumi up`: {', '.join(found)}"
+
+
 def gate(plan: Plan) -> None:
     """Raise PolicyError naming every violation (resource, rule, fix) when the plan breaks a rule."""
     lines, clean = report(plan)
@@ -521,6 +533,9 @@ def main(argv: list[str] | None = None) -> int:
         plan = capture_plan(args.stack)
     lines, clean = report(plan)
     print("\n".join(lines))
+    line = preview_line(plan)
+    if line:
+        print(line)
     return 0 if clean else 1
 
 

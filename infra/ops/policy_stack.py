@@ -5,11 +5,14 @@ A real `pulumi preview` holds values nobody knows yet (a new bucket's id, a role
 is that a policy which reads one is not judged at preview: its SDK raises `UnknownValueError` on the read and
 reports "can't run policy during preview" as advisory, and the policy runs on `up`, where every value is known.
 The plan here keeps that rule: unknown values stay in it, and reading one raises `UnknownValue`, which the pack
-turns into CrossGuard's error. A value merely passed along (`dict(inputs)`, `==` on a whole object) is not a
-read; the rules read the keys they judge, which is what the engine's unknowns are checked on.
+turns into CrossGuard's error. As with CrossGuard's proxies, copying a dict (`dict(inputs)`, `{**inputs}`),
+iterating a list, `in` on a list and `==` on a whole object read what they touch: an unknown cannot leave the
+plan as a plain string and pass (or fail) a rule as if it were a value. (Two reads escape a Python-level
+check, as they escape CrossGuard's: `json.dumps` and `str` of a list holding an unknown string print it.)
 
-`preview_only(plan)` runs the same machinery over an offline plan with every value the mocks invent (ids and
-outputs) made unknown: the rules that read one could only be judged on a real preview or up.
+`preview_only(plan)` runs the same machinery over the offline plan as a first preview would show it
+(`at_first_preview`: every value the mocks invent unknown, and every input built from one): the rules that
+read one could only be judged on a real preview or up.
 
 Imports no pulumi_policy (the dev virtualenv has none, see tools/locks.py): the pack hands its objects in.
 """
@@ -64,6 +67,11 @@ class _Known(dict[str, Any]):
     def __getitem__(self, key: str) -> Any:
         return _checked(super().__getitem__(key), [*self._path, str(key)])
 
+    # Defined here, not inherited: a dict subclass with dict's own iterator is copied (`dict(x)`, `{**x}`) by
+    # CPython straight from its storage, past __getitem__; with this one the copy reads each value.
+    def __iter__(self) -> Iterator[str]:
+        return dict.__iter__(self)
+
     def get(self, key: str, default: Any = None) -> Any:
         return self[key] if dict.__contains__(self, key) else default
 
@@ -73,6 +81,14 @@ class _Known(dict[str, Any]):
     def items(self) -> Any:
         return [(key, self[key]) for key in self]
 
+    def __eq__(self, other: object) -> bool:
+        return dict(self.items()) == other
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = None  # type: ignore[assignment]
+
 
 class _KnownList(list[Any]):
     def __init__(self, items: Sequence[Any], path: list[str]) -> None:
@@ -80,10 +96,23 @@ class _KnownList(list[Any]):
         self._path = path
 
     def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return _KnownList(super().__getitem__(index), self._path)
         return _checked(super().__getitem__(index), [*self._path, str(index)])
 
     def __iter__(self) -> Iterator[Any]:
         return (self[index] for index in range(len(self)))
+
+    def __contains__(self, value: object) -> bool:
+        return any(item == value for item in self)
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == other
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def known(value: Any, path: list[str] | None = None) -> Any:
@@ -183,27 +212,76 @@ def verdict(rule: Rule, plan: Plan) -> list[str] | None:
         return [str(error)]
 
 
-def preview_only(plan: Plan, rules: Mapping[str, Rule]) -> dict[str, str]:
-    """{rule: the first invented value it read} for each rule that reads a value the offline plan's mocks
-    invent (a resource's id or outputs): the offline verdict rests on that invention, a real preview or up
-    judges it on the real value."""
-    unknowing = [
+# Shorter invented strings ("true", a region) would match inputs that merely share the text.
+_MIN_INVENTED = 8
+
+
+def _invented(item: Mapping[str, Any]) -> set[str]:
+    """The strings the mocks invent for a resource: its id and the outputs that do not echo an input. An id or
+    output equal to one of its own inputs (a role's id is its name) is left out: a reference to it may be the
+    known input."""
+    inputs = item.get("inputs") or {}
+    own = {value for value in inputs.values() if isinstance(value, str)}
+    found = {
+        value
+        for key, value in (item.get("outputs") or {}).items()
+        if isinstance(value, str) and inputs.get(key) != value and value not in own
+    }
+    if item.get("custom") and isinstance(item.get("id"), str) and item["id"] not in own:
+        found.add(item["id"])
+    return {value for value in found if len(value) >= _MIN_INVENTED}
+
+
+def _unknown_where_derived(value: Any, invented: set[str]) -> Any:
+    """`value` with each string that holds an invented value made unknown: at a first preview an input built
+    from another resource's output (an ARN in a policy document, a cluster's name) is unknown as a whole."""
+    if isinstance(value, dict):
+        return {key: _unknown_where_derived(item, invented) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_unknown_where_derived(item, invented) for item in value]
+    if isinstance(value, str) and any(made in value for made in invented):
+        return UNKNOWN
+    return value
+
+
+def at_first_preview(plan: Plan) -> list[dict[str, Any]]:
+    """The offline plan as a first `pulumi preview` of the stack would show it, nothing created yet: every id
+    and every output the mocks invent unknown (the sentinel strings), and so every input built from one of those
+    (by the resources it waits for); outputs that echo an input are that input. The stack's exports stay as the
+    program set them. Plain dicts: `known_plan` makes them raise on reading an unknown."""
+    invented = {item["urn"]: _invented(item) for item in plan}
+    unknowing: list[dict[str, Any]] = []
+    for item in plan:
+        feeders = set().union(*(invented.get(urn, set()) for urn in item.get("dependencies") or []))
+        raw = item.get("inputs") or {}
+        inputs = _unknown_where_derived(dict(raw), feeders)
+        outputs = dict(item.get("outputs") or {})
+        if item["type"] != "pulumi:pulumi:Stack":
+            outputs = {key: inputs[key] if raw.get(key) == value else UNKNOWN for key, value in outputs.items()}
+        unknowing.append({**item, "inputs": inputs, "id": UNKNOWN if item.get("custom") else None, "outputs": outputs})
+    return unknowing
+
+
+def known_plan(plan: Plan) -> list[dict[str, Any]]:
+    """Plan items whose reads (the item's keys, inputs, outputs, at any depth) raise UnknownValue on an unknown."""
+    return [
         _Known(
             {
                 **item,
                 "inputs": known(item.get("inputs") or {}, [item["urn"], "inputs"]),
-                "id": UNKNOWN if item.get("custom") else None,
-                "outputs": _Known(
-                    {key: UNKNOWN for key in item.get("outputs") or {}}
-                    if item["type"] != "pulumi:pulumi:Stack"
-                    else dict(item.get("outputs") or {}),
-                    [item["urn"], "outputs"],
-                ),
+                "outputs": known(item.get("outputs") or {}, [item["urn"], "outputs"]),
             },
             [item["urn"]],
         )
         for item in plan
     ]
+
+
+def preview_only(plan: Plan, rules: Mapping[str, Rule]) -> dict[str, str]:
+    """{rule: the first unknown value it read} for each rule that reads, in `at_first_preview(plan)`, a value
+    unknown until the resources exist: the offline verdict rests on what the mocks invented, and the pack can
+    only judge that rule once the engine knows the value (on `up`, or a preview of a stack that exists)."""
+    unknowing = known_plan(at_first_preview(plan))
     found: dict[str, str] = {}
     for name, rule in rules.items():
         try:

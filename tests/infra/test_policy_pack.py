@@ -23,7 +23,7 @@ from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
 from infra.ops.plan_view import Plan
 from infra.ops.policy import RULES
-from infra.ops.policy_stack import REMOTE_COMPONENTS, verdict
+from infra.ops.policy_stack import REMOTE_COMPONENTS, UNKNOWN, at_first_preview, preview_only, verdict
 from infra.ops.stacks import ROOT, STACKS_DIR
 
 PACK = ROOT / "infra" / "policy_pack"
@@ -80,10 +80,14 @@ def _engine_resource(item: dict[str, Any], stack: str) -> analyzer_pb2.AnalyzerR
     )
 
 
-def _pack_verdicts(analyzer: analyzer_pb2_grpc.AnalyzerStub, plan: Plan, stack: str) -> dict[str, list[str]]:
+def _diagnostics(analyzer: analyzer_pb2_grpc.AnalyzerStub, plan: Plan, stack: str) -> list[Any]:
     request = analyzer_pb2.AnalyzeStackRequest(resources=[_engine_resource(dict(item), stack) for item in plan])
+    return list(analyzer.AnalyzeStack(request).diagnostics)
+
+
+def _pack_verdicts(analyzer: analyzer_pb2_grpc.AnalyzerStub, plan: Plan, stack: str) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {name: [] for name in RULES}
-    for diagnostic in analyzer.AnalyzeStack(request).diagnostics:
+    for diagnostic in _diagnostics(analyzer, plan, stack):
         # CrossGuard puts the policy's description before the reported message; the fix follows it.
         message = diagnostic.message.removeprefix(f"{diagnostic.description}\n")
         found.setdefault(diagnostic.policyName, []).append(message.rpartition(" (fix: ")[0] or message)
@@ -184,3 +188,46 @@ def test_the_pack_knows_every_remote_component_of_the_program(plan_for: Callable
     `remote`) must hold every remote type the program registers."""
     remote = {item["type"] for stack in STACKS for item in plan_for(stack) if item.get("remote")}
     assert remote <= REMOTE_COMPONENTS
+
+
+def _not_judged(diagnostics: list[Any]) -> dict[str, str]:
+    """{rule: message} of CrossGuard's "can't run policy ... during preview" diagnostics (advisory)."""
+    advisory = analyzer_pb2.EnforcementLevel.Value("ADVISORY")
+    found = {d.policyName: d.message for d in diagnostics if "during preview: " in d.message}
+    assert all(d.enforcementLevel == advisory for d in diagnostics if d.policyName in found)
+    return found
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_at_a_first_preview_the_pack_defers_the_rules_the_plan_names(
+    analyzer: analyzer_pb2_grpc.AnalyzerStub, plan_for: Callable[[str], Plan], stack: str
+) -> None:
+    """The stack as a first `pulumi preview` sends it (ids, ARNs and inputs built from them as pulumi's unknown
+    sentinels inside the Struct): the rules `preview_only` names (the plan command's line) are exactly those
+    CrossGuard reports as not judged during preview, advisory; every other rule gives the offline verdict."""
+    plan = plan_for(stack)
+    deferred = preview_only(plan, RULES)
+    assert deferred, "no rule reads a value unknown at preview: the test proves nothing"
+    diagnostics = _diagnostics(analyzer, at_first_preview(plan), stack)
+    assert set(_not_judged(diagnostics)) == set(deferred)
+    judged = {d.policyName: [] for d in diagnostics if d.policyName not in deferred}
+    assert {name: v for name, v in _offline_verdicts(plan).items() if name not in deferred and v} == judged
+
+
+def test_an_unknown_property_defers_its_rule_rather_than_pass_or_fail(
+    analyzer: analyzer_pb2_grpc.AnalyzerStub, plan_for: Callable[[str], Plan]
+) -> None:
+    """One unknown in one resource's properties, as the CLI sends it at preview ("04da6b54-..." for a string):
+    the rule that judges it is reported as not judged during preview (CrossGuard's documented behaviour), not
+    passed on a value nobody knows, not failed on the sentinel as if it were one, and the pack does not crash."""
+    plan = copy.deepcopy(list(plan_for("small")))
+    template = next(item for item in plan if item["type"] == "aws:ec2/launchTemplate:LaunchTemplate")
+    template["inputs"]["metadataOptions"]["httpTokens"] = UNKNOWN
+    template["outputs"].pop("metadataOptions", None)
+    diagnostics = _diagnostics(analyzer, plan, "small")
+    not_judged = _not_judged(diagnostics)
+    # secret-values reads every string of the plan, so it too waits for the value.
+    assert set(not_judged) == {"launch-templates", "secret-values"}
+    message = not_judged["launch-templates"]
+    assert "::gpu-node-template.metadataOptions.httpTokens can't be known during preview" in message
+    assert sorted(d.policyName for d in diagnostics) == ["launch-templates", "secret-values"]
