@@ -12,15 +12,20 @@ comparison is to the direct `verdict` of the same rules over it.
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
 import pytest
+import yaml
 from google.protobuf import empty_pb2, struct_pb2
 from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
+from infra import deploy_route
+from infra.config import load_stack_config
 from infra.ops.plan_view import Plan
 from infra.ops.policy import RULES
 from infra.ops.policy_stack import REMOTE_COMPONENTS, UNKNOWN, at_first_preview, preview_only, verdict
@@ -35,8 +40,14 @@ STACKS = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in ST
 def analyzer() -> Iterator[analyzer_pb2_grpc.AnalyzerStub]:
     if not PACK_PYTHON.exists():
         pytest.fail(f"{PACK_PYTHON} is missing: run `make policy-pack` (make test does it first)")
+    # As the CLI's pulumi-analyzer-policy-python does: `python -u -m pulumi.policy ENGINE .` in the pack's folder
+    # (with the virtualenv PulumiPolicy.yaml names); the engine's address is only for logs, none here.
     pack = subprocess.Popen(
-        [str(PACK_PYTHON), "-u", "__main__.py"], cwd=PACK, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [str(PACK_PYTHON), "-u", "-m", "pulumi.policy", "127.0.0.1:0", "."],
+        cwd=PACK,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert pack.stdout is not None
@@ -96,6 +107,12 @@ def _pack_verdicts(analyzer: analyzer_pb2_grpc.AnalyzerStub, plan: Plan, stack: 
 
 def _offline_verdicts(plan: Plan) -> dict[str, list[str]]:
     return {name: sorted(verdict(rule, plan) or []) for name, rule in RULES.items()}
+
+
+def test_the_pack_runs_in_the_virtualenv_the_tests_use() -> None:
+    runtime = yaml.safe_load((PACK / "PulumiPolicy.yaml").read_text())["runtime"]
+    assert runtime["name"] == "python"
+    assert (PACK / runtime["options"]["virtualenv"]).resolve() == PACK_PYTHON.parent.parent.resolve()
 
 
 def test_the_pack_serves_every_rule(analyzer: analyzer_pb2_grpc.AnalyzerStub) -> None:
@@ -231,3 +248,61 @@ def test_an_unknown_property_defers_its_rule_rather_than_pass_or_fail(
     message = not_judged["launch-templates"]
     assert "::gpu-node-template.metadataOptions.httpTokens can't be known during preview" in message
     assert sorted(d.policyName for d in diagnostics) == ["launch-templates", "secret-values"]
+
+
+# --- a stack that requires the pack -------------------------------------------------------------------------
+
+
+def test_a_stack_that_requires_the_pack_names_how_to_attach_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The program sees the pack only through PULUMI_OPTION_POLICY_PACK, which the CLI reads as --policy-pack."""
+    required = load_stack_config("small", {"cost_center": "ml", "policy_pack_required": "true"})
+    assert deploy_route.policy_pack_problem(load_stack_config("small", {"cost_center": "ml"}), {}) is None
+    problem = deploy_route.policy_pack_problem(required, {})
+    assert problem is not None and "\n" not in problem
+    assert problem.startswith("llm-batch:policy_pack_required is true")
+    assert "PULUMI_OPTION_POLICY_PACK=infra/policy_pack pulumi up" in problem
+    monkeypatch.chdir(ROOT / "infra")  # where Pulumi runs the program
+    for value, pwd in (
+        ("infra/policy_pack", str(ROOT)),
+        ("./infra/policy_pack/", "/elsewhere"),  # relative to the repository root
+        (str(PACK), "/elsewhere"),
+        ("policy_pack", str(ROOT / "infra")),
+        ("/opt/org-pack,infra/policy_pack", str(ROOT)),
+    ):
+        assert deploy_route.policy_pack_problem(required, {"PULUMI_OPTION_POLICY_PACK": value, "PWD": pwd}) is None
+    for value in ("", "/opt/org-pack", "infra", "tests/policy_pack"):
+        assert deploy_route.policy_pack_problem(required, {"PULUMI_OPTION_POLICY_PACK": value, "PWD": "/x"})
+
+
+_REAL_UP_WITHOUT_PACK = """
+import json, os
+from infra import deploy_route
+from infra.ops import plan
+from infra.ops.plan_mocks import PlanMocks
+
+os.environ.pop("PULUMI_OPTION_POLICY_PACK", None)
+deploy_route.under_offline_plan = lambda: False  # as under `pulumi up`: a real engine, not the mocks
+created = []
+mocks = PlanMocks(region="us-east-1")
+new_resource = mocks.new_resource
+mocks.new_resource = lambda args: (created.append(args.typ), new_resource(args))[1]
+try:
+    # A real address, so the e-mail guard (which runs first) lets the run reach this one.
+    overrides = {"policy_pack_required": True, "alert_email": "ml-oncall@acme.com"}
+    plan.run_program("small", overrides=overrides, mocks=mocks)
+except Exception as error:
+    print(json.dumps({"error": type(error).__name__, "message": str(error), "created": created}))
+"""
+
+
+def test_a_real_up_without_the_required_pack_stops_before_creating_anything() -> None:
+    """The small stack with the key on, run as `pulumi up` would (dry_run off, not the offline plan), with no
+    pack in its environment."""
+    result = subprocess.run(
+        [sys.executable, "-c", _REAL_UP_WITHOUT_PACK], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert result.stdout.strip(), result.stderr[-3000:]
+    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    assert outcome["error"] == "RunError"
+    assert outcome["message"].startswith("llm-batch:policy_pack_required is true")
+    assert outcome["created"] == []
