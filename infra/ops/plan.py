@@ -4,7 +4,7 @@
     python -m infra.plan large --json   # a list of {type, name, parent, inputs, dependencies, ...} objects
     python -m infra.plan large --estimate-json   # the cost estimate's line items as JSON
 
-Every plan shown is gated by the policy rules (`infra.ops.policy.gate`): a violation is printed (resource,
+Every plan shown is gated by the policy rules (`infra.rules.registry.gate`): a violation is printed (resource,
 rule, fix) and the command exits 1, after printing the plan so the mistake can be seen in it.
 `--no-checks` skips that, for callers that run the checks themselves (`capture_plan`, `infra.policy`).
 
@@ -265,8 +265,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print_preview_line(plan: list[dict[str, Any]], no_checks: bool) -> None:
-    """Which rules only a real `pulumi up` can judge (infra.ops.policy.preview_line), under the plan it gated."""
-    from infra.ops.policy import preview_line
+    """Which rules only a real `pulumi up` can judge (infra.rules.registry.preview_line), under the plan it gated."""
+    from infra.rules.registry import preview_line
 
     line = None if no_checks else preview_line(plan)
     if line:
@@ -308,8 +308,8 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
 
 def _gate(plan: list[dict[str, Any]]) -> int:
     """1 (and the violations on stderr) when the plan breaks a policy rule, else 0."""
-    from infra.ops.plan_view import NothingMatched
-    from infra.ops.policy import PolicyError, gate
+    from infra.rules.plan_view import NothingMatched
+    from infra.rules.registry import PolicyError, gate
 
     try:
         gate(plan)

@@ -1,8 +1,8 @@
-"""The policy pack: every rule of `infra.ops.policy.RULES` as one CrossGuard stack policy, run by the Pulumi CLI on
+"""The policy pack: every rule of `infra.rules.registry.RULES` as one CrossGuard stack policy, run by the Pulumi CLI on
 `pulumi preview/up --policy-pack infra/policy_pack` over the engine's resources (docs/security.md).
 
 The rules are the offline gate's own functions (imported from the repo two folders up, as the program's are),
-over the engine's resources read as a plan by `infra.ops.policy_stack`. A rule that reads a value unknown at
+over the engine's resources read as a plan by `infra.rules.policy_stack`. A rule that reads a value unknown at
 preview is reported by CrossGuard as "can't run during preview" (advisory) and judged on `up`.
 """
 
@@ -23,9 +23,9 @@ from pulumi_policy import (
 )
 from pulumi_policy.proxy import UnknownValueError
 
-from infra.ops.plan_view import Rule
-from infra.ops.policy import RULES
-from infra.ops.policy_stack import UnknownValue, plan_of, verdict
+from infra.rules.plan_view import Rule
+from infra.rules.policy_stack import UnknownValue, plan_of, verdict
+from infra.rules.registry import RULES
 
 NAME = "llm-batch"
 

@@ -26,10 +26,10 @@ from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
 from infra import deploy_route
 from infra.config import load_stack_config
-from infra.ops.plan_view import Plan
-from infra.ops.policy import RULES
-from infra.ops.policy_stack import REMOTE_COMPONENTS, UNKNOWN, at_first_preview, preview_only, verdict
 from infra.ops.stacks import ROOT, STACKS_DIR
+from infra.rules.plan_view import Plan
+from infra.rules.policy_stack import REMOTE_COMPONENTS, UNKNOWN, at_first_preview, preview_only, verdict
+from infra.rules.registry import RULES
 
 PACK = ROOT / "infra" / "policy_pack"
 PACK_PYTHON = ROOT / ".venv-policy-pack" / "bin" / "python"

@@ -1,4 +1,4 @@
-"""Values unknown at preview in the rules' plan (infra/ops/policy_stack.py), without the pack: what counts as
+"""Values unknown at preview in the rules' plan (infra/rules/policy_stack.py), without the pack: what counts as
 reading one, and which inputs a first preview cannot know. tests/infra/test_policy_pack.py drives the pack."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from infra.ops.policy import RULES
-from infra.ops.policy_stack import UNKNOWN, UnknownValue, at_first_preview, known, known_plan, verdict
+from infra.rules.policy_stack import UNKNOWN, UnknownValue, at_first_preview, known, known_plan, verdict
+from infra.rules.registry import RULES
 
 Plan = list[dict[str, Any]]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-from infra.ops.plan_view import NothingMatched, Plan, Rule, tier_of
+from infra.rules.plan_view import NothingMatched, Plan, Rule, tier_of
 
 # pulumi_policy/proxy.py: what an unknown value of each kind is on the wire.
 UNKNOWNS = frozenset(

@@ -20,8 +20,8 @@ import ipaddress
 import re
 from typing import Any
 
-from infra.ops.checks_iam import own_account
-from infra.ops.plan_view import (
+from infra.rules.checks_iam import own_account
+from infra.rules.plan_view import (
     CLUSTER_TIERS,
     Plan,
     Rule,
@@ -39,7 +39,7 @@ from infra.ops.plan_view import (
 CLUSTER_TYPES = ("eks:index:Cluster", "aws:eks/cluster:Cluster")
 NODE_GROUP_TYPES = ("eks:index:ManagedNodeGroup", "aws:eks/nodeGroup:NodeGroup")
 WIDEST_PREFIX = 16
-# Every type token that creates a bucket; `buckets` (infra/ops/policy.py) checks each of these kinds.
+# Every type token that creates a bucket; `buckets` (infra/rules/registry.py) checks each of these kinds.
 BUCKET_TYPES = (
     "aws:s3/bucket:Bucket",
     "aws:s3/bucketV2:BucketV2",

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from infra.components.batch_api import HTTP_HANDLER, PUBLIC_ENDPOINT_TAG
-from infra.ops.plan_view import Plan, Resource, Rule, Violation, label, of_type, refers_to, require_matches
+from infra.rules.plan_view import Plan, Resource, Rule, Violation, label, of_type, refers_to, require_matches
 
 ROUTES = "api-routes"
 PUBLIC = "public-endpoints"

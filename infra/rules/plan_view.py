@@ -1,5 +1,5 @@
 """What every plan check shares: the violation it reports, the failure when it saw nothing, and small readers
-of a captured plan (`infra.ops.plan.capture_plan`). Lower than `infra.ops.policy` and the check modules that
+of a captured plan (`infra.ops.plan.capture_plan`). Lower than `infra.rules.registry` and the check modules that
 it wires in, so they can all import it without a circle.
 """
 

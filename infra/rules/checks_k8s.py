@@ -21,7 +21,7 @@ from typing import Any
 
 from infra.k8s.common import COMPONENT_LABEL, WORKER_COMPONENT
 from infra.k8s.network_policy import RAY_NODE_TYPE, SERVE_PORT
-from infra.ops.plan_view import CLUSTER_TIERS, Plan, Resource, Rule, Violation, label, require_matches
+from infra.rules.plan_view import CLUSTER_TIERS, Plan, Resource, Rule, Violation, label, require_matches
 
 SCHEME = "service.beta.kubernetes.io/aws-load-balancer-scheme"
 IN_TREE_INTERNAL = "service.beta.kubernetes.io/aws-load-balancer-internal"

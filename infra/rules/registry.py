@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from functools import cache
 from typing import Any
 
-from infra.ops import (
+from infra.rules import (
     checks_batch_api,
     checks_costs,
     checks_credentials,
@@ -36,7 +36,7 @@ from infra.ops import (
     checks_stores,
     iam_allowlist,
 )
-from infra.ops.plan_view import (
+from infra.rules.plan_view import (
     CLUSTER_TIERS,
     NothingMatched,
     Plan,
@@ -58,7 +58,7 @@ OPEN_CIDRS = frozenset({"0.0.0.0/0", "::/0"})
 # Instances and volumes launched from a template are tagged by the template, not by provider default tags.
 LAUNCHED_KINDS = ("instance", "volume")
 
-# The plan readers every check module shares (infra/ops/plan_view.py), under the names this module's checks use;
+# The plan readers every check module shares (infra/rules/plan_view.py), under the names this module's checks use;
 # NothingMatched, Plan, Resource and Violation are re-exported from here.
 _label = label
 _require_matches = require_matches
@@ -231,7 +231,7 @@ def _documents(item: Resource) -> Iterator[Any]:
 
 
 def statement_problems(statement: Mapping[str, Any], document_type: str) -> list[str]:
-    """What is wrong with one statement under the IAM rules (see infra.ops.iam_allowlist)."""
+    """What is wrong with one statement under the IAM rules (see infra.rules.iam_allowlist)."""
     if statement.get("Effect") != "Allow":
         return []  # Deny statements only take permissions away
     problems: list[str] = []
@@ -406,14 +406,14 @@ RULES: dict[str, Rule] = {
         "blocked, a policy denying aws:SecureTransport false",
     ),
     "iam": Rule(
-        check_iam, "name actions and resources; a needed exception goes in infra/ops/iam_allowlist.py with its reason"
+        check_iam, "name actions and resources; a needed exception goes in infra/rules/iam_allowlist.py with its reason"
     ),
     "launch-templates": Rule(check_launch_templates, "httpTokens required, encrypted volumes, no key pair"),
     "security-groups": Rule(check_security_groups, "allow ingress from security groups or the VPC, never 0.0.0.0/0"),
     "images": Rule(check_images, "immutable tags, scan on push, the stack key, a lifecycle policy, pinned tags"),
     "volume-keys": Rule(
         checks_kms.check_volume_keys,
-        "put node volumes on the stack key and let the launching role use it (infra/ops/checks_kms.py)",
+        "put node volumes on the stack key and let the launching role use it (infra/rules/checks_kms.py)",
     ),
     "alert-keys": Rule(
         checks_kms.check_alert_keys,
@@ -487,7 +487,7 @@ def preview_line(plan: Plan) -> str | None:
     """The rules of the plan's tier that read a value unknown until its resources exist (`policy_stack.
     preview_only`), as one line; None when there are none. Offline they judge what the mocks invented; the
     policy pack judges them on `pulumi up`, and on a first `pulumi preview` reports them as not yet judged."""
-    from infra.ops.policy_stack import preview_only
+    from infra.rules.policy_stack import preview_only
 
     found = preview_only(plan, rules_for(plan))
     if not found:
