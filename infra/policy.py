@@ -1,6 +1,6 @@
-"""`python -m infra.policy`: the operator tool lives in `infra/rules/registry.py`; this name is kept as its command."""
+"""`python -m infra.policy`: the operator tool lives in `infra/ops/policy.py`; this name is kept as its command."""
 
-from infra.rules.registry import main
+from infra.ops.policy import main
 from workload.contract.cli_errors import run_command
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 MODULE_MAINS = {
     "infra.plan": "infra.ops.plan",
-    "infra.policy": "infra.rules.registry",
+    "infra.policy": "infra.ops.policy",
     "infra.preflight": "infra.ops.preflight",
     "infra.run": "infra.ops.run",
     "infra.status": "infra.ops.status",

@@ -110,7 +110,7 @@ def _stack_exports(stack: str) -> dict[str, Any]:
     from pulumi.runtime.settings import get_root_resource
     from pulumi.runtime.sync_await import _sync_await
 
-    from infra.ops.plan_mocks import SECRET_MASK
+    from infra.rules.plan_view import SECRET_MASK
 
     root = get_root_resource()
     exports: dict[str, Any] = {}

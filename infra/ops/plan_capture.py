@@ -1,5 +1,5 @@
 """`capture_plan(stack)`: a stack's offline plan (`python -m infra.plan STACK --json`) made in a fresh
-interpreter, so each stack gets a fresh Pulumi runtime. Its own module so that `infra.rules.registry` can plan a
+interpreter, so each stack gets a fresh Pulumi runtime. Its own module so that `infra.ops.policy` can plan a
 stack without importing `infra.ops.plan`, which runs the policy gate (no import circle).
 """
 

@@ -23,8 +23,9 @@ from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.proto import provider_pb2
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
+from infra.rules.plan_view import SECRET_MASK
+
 ACCOUNT_ID = "123456789012"
-SECRET_MASK = "[secret]"
 
 
 def _hex(seed: str, length: int = 17) -> str:

@@ -1,7 +1,8 @@
-"""The policy pack: every rule of `infra.rules.registry.RULES` as one CrossGuard stack policy, run by the Pulumi CLI on
-`pulumi preview/up --policy-pack infra/policy_pack` over the engine's resources (docs/security.md).
+"""The policy pack: every rule of `infra.rules.registry.RULES` as one CrossGuard stack policy, run by the
+Pulumi CLI on `pulumi preview/up --policy-pack infra/policy_pack` over the engine's resources (docs/security.md).
 
-The rules are the offline gate's own functions (imported from the repo two folders up, as the program's are),
+The rules are the offline gate's own functions (the package infra/rules/, imported from the repository two
+folders up, as the program imports its modules),
 over the engine's resources read as a plan by `infra.rules.policy_stack`. A rule that reads a value unknown at
 preview is reported by CrossGuard as "can't run during preview" (advisory) and judged on `up`.
 """

@@ -19,10 +19,9 @@ from typing import Any
 
 import yaml
 
-from infra.ops.plan_mocks import SECRET_MASK
 from infra.rules import secret_scan
 from infra.rules.k8s_manifests import night_objects, pod_templates
-from infra.rules.plan_view import Plan, Rule, Violation, as_json, as_list, label, of_type, require_matches
+from infra.rules.plan_view import SECRET_MASK, Plan, Rule, Violation, as_json, as_list, label, of_type, require_matches
 from infra.rules.secret_scan import Finding
 
 USER_TYPES: dict[str, str] = {

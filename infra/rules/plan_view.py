@@ -13,6 +13,8 @@ from typing import Any
 
 Resource = Mapping[str, Any]
 Plan = Sequence[Resource]
+# What a captured plan shows for a Pulumi secret's value (infra.ops.plan_mocks masks them).
+SECRET_MASK = "[secret]"
 
 
 @dataclass(frozen=True)

@@ -1,22 +1,20 @@
-"""Plan-wide policy checks: plain functions over a captured plan (`infra.ops.plan.capture_plan`).
+"""Every policy rule by name (`RULES`), the checks that have no module of their own (cost tags, buckets, IAM,
+launch templates, security groups, images), and the gate over a plan (`report`, `gate`, `preview_line`).
+
+The one entry both places that run the rules use: the offline gate (`python -m infra.policy`, whose command is
+infra/ops/policy.py, and `python -m infra.plan`, over a plan captured under mocks) and the policy pack
+(infra/policy_pack/, over the engine's resources on a real preview or up, read as a plan by `policy_stack`).
 
 Each check returns the violations it found and raises `NothingMatched` when the plan held no resource it
 applies to, so a check can never pass by seeing nothing (a renamed type token would otherwise silence it).
-
-    python -m infra.policy small              # every rule for the stack's tier over its plan; exit 1 on a violation
-    python -m infra.policy --plan plan.json   # the same over a plan saved by `python -m infra.plan STACK --json`
-
-Each rule (`RULES`) declares the tiers it applies to and the fix its violations call for; `infra.plan` runs
-`gate` over every plan it shows, so `make plan` fails on a violation too. docs/security.md states the principles.
+Each rule declares the tiers it applies to, the fix its violations call for and what the pack does with a
+violation (mandatory or advisory). docs/security.md states the principles and where each rule runs.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import inspect
-import json
-import sys
 from collections.abc import Callable, Iterator, Mapping
 from functools import cache
 from typing import Any
@@ -501,43 +499,3 @@ def gate(plan: Plan) -> None:
     if not clean:
         failed = [line for line in lines if not line.startswith(("ok", "n/a"))]
         raise PolicyError("the plan breaks the security/policy rules:\n" + "\n".join(failed))
-
-
-def main(argv: list[str] | None = None) -> int:
-    from workload.contract.cli_errors import HELP_EPILOG
-
-    parser = argparse.ArgumentParser(
-        prog="python -m infra.policy",
-        description="Policy checks over a plan.",
-        epilog="examples: python -m infra.policy small; python -m infra.policy --plan out/plan-large.json. "
-        f"Exit 1: a check failed. {HELP_EPILOG}",
-    )
-    parser.add_argument("stack", nargs="?", help="stack name: stacks/Pulumi.<stack>.yaml holds its config")
-    parser.add_argument("--plan", metavar="FILE", help="a plan saved by `python -m infra.plan STACK --json`")
-    args = parser.parse_args(argv)
-    if bool(args.stack) == bool(args.plan):
-        parser.error("give a stack name or --plan FILE (one of them)")
-    if args.plan:
-        try:
-            with open(args.plan, encoding="utf-8") as handle:
-                plan = json.load(handle)
-        except (OSError, json.JSONDecodeError) as error:
-            print(f"error: cannot read plan {args.plan}: {error}", file=sys.stderr)
-            return 2
-        if not isinstance(plan, list):
-            print(f"error: {args.plan} is not a plan (a JSON list of resources)", file=sys.stderr)
-            return 2
-    else:
-        from infra.ops.plan_capture import capture_plan
-
-        plan = capture_plan(args.stack)
-    lines, clean = report(plan)
-    print("\n".join(lines))
-    line = preview_line(plan)
-    if line:
-        print(line)
-    return 0 if clean else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

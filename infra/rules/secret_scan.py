@@ -27,7 +27,7 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from infra.ops.plan_mocks import SECRET_MASK
+from infra.rules.plan_view import SECRET_MASK
 
 SHAPES: dict[str, re.Pattern[str]] = {
     "an AWS access key id": re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])"),

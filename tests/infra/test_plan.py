@@ -18,8 +18,8 @@ from infra.ops import plan as plan_module
 from infra.ops import stacks as stacks_module
 from infra.ops.plan import PlanError, capture_plan, render_tree, run_program, summary
 from infra.ops.plan_mocks import PlanMocks
+from infra.ops.policy import main as policy_main
 from infra.ops.stacks import ROOT
-from infra.rules.registry import main as policy_main
 from infra.rules.registry import preview_line
 from tests.infra.conftest import STACKS
 
