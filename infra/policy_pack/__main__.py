@@ -25,7 +25,7 @@ from pulumi_policy import (
 from pulumi_policy.proxy import UnknownValueError
 
 from infra.rules.plan_view import Rule
-from infra.rules.policy_stack import UnknownValue, plan_of, verdict
+from infra.rules.policy_stack import UnknownValue, validate_stack
 from infra.rules.registry import RULES
 
 NAME = "llm-batch"
@@ -34,11 +34,11 @@ NAME = "llm-batch"
 def _validate(rule: Rule) -> Any:
     def validate(args: StackValidationArgs, report_violation: ReportViolation) -> None:
         try:
-            messages = verdict(rule, plan_of(args.resources))
+            messages = validate_stack(rule, args.resources)
         except UnknownValue as unknown:
             raise UnknownValueError(unknown.sentinel, unknown.path) from None
-        for message in messages or []:
-            report_violation(f"{message} (fix: {rule.fix})", None)
+        for message in messages:
+            report_violation(message, None)
 
     return validate
 

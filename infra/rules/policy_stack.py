@@ -212,6 +212,13 @@ def verdict(rule: Rule, plan: Plan) -> list[str] | None:
         return [str(error)]
 
 
+def validate_stack(rule: Rule, resources: Sequence[StackResource]) -> list[str]:
+    """What the pack's stack policy for `rule` reports over the engine's resources, one message per violation
+    (`resource: problem (fix: ...)`); the pack's `validate` is this and CrossGuard's plumbing. UnknownValue
+    propagates: the pack raises CrossGuard's UnknownValueError for it."""
+    return [f"{message} (fix: {rule.fix})" for message in verdict(rule, plan_of(resources)) or []]
+
+
 # Shorter invented strings ("true", a region) would match inputs that merely share the text.
 _MIN_INVENTED = 8
 

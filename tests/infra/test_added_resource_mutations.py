@@ -24,6 +24,7 @@ import pytest
 from infra.rules import checks_credentials, checks_egress, checks_stores, registry
 from infra.rules.k8s_manifests import night_objects
 from infra.rules.plan_view import CLUSTER_TIERS
+from tests.infra import engine_view
 from tests.infra.conftest import STACKS
 from tests.infra.plan_select import stack_key
 
@@ -392,6 +393,10 @@ def test_added_mistake_is_caught_by_its_rule(plan_for: Callable[[str], Plan], st
     assert any(item["type"] == added.type_token for item in plan[before:]), "the mistake adds a resource of its type"
     violations = registry.RULES[added.rule].check(plan)
     assert any(added.resource in violation.resource for violation in violations), violations
+    # The pack's `validate`, called directly, reports the same (tests/infra/test_policy_pack.py drives its server).
+    assert engine_view.pack_reports(added.rule, plan, stack, plan_for(stack)) == engine_view.gate_reports(
+        added.rule, violations
+    )
     with pytest.raises(registry.PolicyError, match=f"(?s){added.rule}.*fix: "):
         registry.gate(plan)
 
@@ -515,5 +520,9 @@ def test_edited_mistake_is_caught_by_its_rule(plan_for: Callable[[str], Plan], e
     edited.mistake(plan)
     violations = registry.RULES[edited.rule].check(plan)
     assert any(edited.resource in violation.resource for violation in violations), violations
+    # The pack's `validate`, called directly, reports the same (tests/infra/test_policy_pack.py drives its server).
+    assert engine_view.pack_reports(
+        edited.rule, plan, edited.stack, plan_for(edited.stack)
+    ) == engine_view.gate_reports(edited.rule, violations)
     with pytest.raises(registry.PolicyError, match=f"(?s){edited.rule}.*fix: "):
         registry.gate(plan)

@@ -29,6 +29,7 @@ from infra.rules import (
     checks_stores,
     registry,
 )
+from tests.infra import engine_view
 
 KEYS_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:llm-batch-large/serve-api-keys-AbCdEf"
 
@@ -540,6 +541,10 @@ def test_mutation_is_caught_by_its_rule(plan_for: Callable[[str], Plan], mutatio
     mutation.mistake(plan)
     violations = registry.RULES[mutation.rule].check(plan)
     assert any(mutation.resource in violation.resource for violation in violations), violations
+    # The pack's `validate`, called directly, reports the same (tests/infra/test_policy_pack.py drives its server).
+    assert engine_view.pack_reports(
+        mutation.rule, plan, mutation.stack, plan_for(mutation.stack)
+    ) == engine_view.gate_reports(mutation.rule, violations)
     with pytest.raises(registry.PolicyError, match=f"(?s){mutation.rule}.*fix: "):
         registry.gate(plan)
 
