@@ -87,7 +87,7 @@ class _Known(dict[str, Any]):
     def __ne__(self, other: object) -> bool:
         return not self == other
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None
 
 
 class _KnownList(list[Any]):
@@ -112,7 +112,7 @@ class _KnownList(list[Any]):
     def __ne__(self, other: object) -> bool:
         return not self == other
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None
 
 
 def known(value: Any, path: list[str] | None = None) -> Any:
@@ -129,20 +129,30 @@ def known(value: Any, path: list[str] | None = None) -> Any:
 
 
 class Ref(Protocol):
-    urn: str
+    @property
+    def urn(self) -> str: ...
 
 
 class StackResource(Protocol):
-    """What pulumi_policy's PolicyResource carries (the engine's AnalyzerResource, references resolved)."""
+    """What pulumi_policy's PolicyResource carries (the engine's AnalyzerResource, references resolved); read-only
+    here, so any object with these attributes will do (tests/infra/engine_view.py builds them from a plan)."""
 
-    resource_type: str
-    props: Any
-    urn: str
-    name: str
-    provider: Ref | None
-    parent: Ref | None
-    dependencies: Sequence[Ref]
-    property_dependencies: Mapping[str, Sequence[Ref]]
+    @property
+    def resource_type(self) -> str: ...
+    @property
+    def props(self) -> Any: ...
+    @property
+    def urn(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def provider(self) -> Ref | None: ...
+    @property
+    def parent(self) -> Ref | None: ...
+    @property
+    def dependencies(self) -> Sequence[Ref]: ...
+    @property
+    def property_dependencies(self) -> Mapping[str, Sequence[Ref]]: ...
 
 
 def _inside_remote(resources: Sequence[StackResource]) -> set[str]:

@@ -15,7 +15,7 @@ import copy
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import grpc
@@ -143,7 +143,7 @@ def test_the_pack_fails_what_the_gate_fails(
     assert _pack_verdicts(analyzer, plan, "small") == offline
 
 
-def _child(parent: dict[str, Any], type_token: str, name: str, inputs: dict[str, Any]) -> dict[str, Any]:
+def _child(parent: Mapping[str, Any], type_token: str, name: str, inputs: dict[str, Any]) -> dict[str, Any]:
     """A resource as a remote component's provider registers it under the component in a real run."""
     parent_type = parent["urn"].split("::")[2]
     return {
@@ -219,7 +219,7 @@ def test_at_a_first_preview_the_pack_defers_the_rules_the_plan_names(
     assert deferred, "no rule reads a value unknown at preview: the test proves nothing"
     diagnostics = _diagnostics(analyzer, at_first_preview(plan), stack)
     assert set(_not_judged(diagnostics)) == set(deferred)
-    judged = {d.policyName: [] for d in diagnostics if d.policyName not in deferred}
+    judged: dict[str, list[str]] = {d.policyName: [] for d in diagnostics if d.policyName not in deferred}
     assert {name: v for name, v in _offline_verdicts(plan).items() if name not in deferred and v} == judged
 
 
