@@ -294,15 +294,16 @@ def known_plan(plan: Plan) -> list[dict[str, Any]]:
     ]
 
 
-def preview_only(plan: Plan, rules: Mapping[str, Rule]) -> dict[str, str]:
-    """{rule: the first unknown value it read} for each rule that reads, in `at_first_preview(plan)`, a value
-    unknown until the resources exist: the offline verdict rests on what the mocks invented, and the pack can
-    only judge that rule once the engine knows the value (on `up`, or a preview of a stack that exists)."""
+def preview_only(plan: Plan, rules: Mapping[str, Rule]) -> dict[str, list[str]]:
+    """{rule: the path of the first unknown value it read (the resource's URN, then the keys)} for each rule
+    that reads, in `at_first_preview(plan)`, a value unknown until the resources exist: the offline verdict
+    rests on what the mocks invented, and the pack can only judge that rule once the engine knows the value
+    (on `up`, or on a preview of a stack whose resources exist and do not change)."""
     unknowing = known_plan(at_first_preview(plan))
-    found: dict[str, str] = {}
+    found: dict[str, list[str]] = {}
     for name, rule in rules.items():
         try:
             verdict(rule, unknowing)
         except UnknownValue as unknown:
-            found[name] = ".".join(unknown.path)
+            found[name] = unknown.path
     return found

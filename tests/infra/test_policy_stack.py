@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from infra.ops.stacks import ROOT
 from infra.rules.policy_stack import UNKNOWN, UnknownValue, at_first_preview, known, known_plan, verdict
 from infra.rules.registry import RULES
 
@@ -70,3 +71,12 @@ def test_a_first_preview_knows_inputs_but_not_what_is_built_from_outputs(plan_fo
     assert preview["storage-bucket"]["inputs"]["bucket"] == offline["storage-bucket"]["inputs"]["bucket"]
     stack = next(item for item in preview.values() if item["type"] == "pulumi:pulumi:Stack")
     assert stack["outputs"]["tier"] == "small"
+
+
+def test_the_security_doc_says_where_each_rule_runs(plan_for: Callable[[str], Plan]) -> None:
+    """docs/security.md's table of where each rule runs is the one the committed stacks' plans give."""
+    from tools.rules_table import SECURITY_DOC, TIERS, table
+
+    written = (ROOT / SECURITY_DOC).read_text()
+    expected = table({stack: plan_for(stack) for stack in TIERS})  # each committed tier's stack is named after it
+    assert expected in written, f"run `python tools/rules_table.py --write` to update {SECURITY_DOC}"
