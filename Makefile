@@ -8,8 +8,11 @@ STACK ?= small
 # Outside checkers (parliament, checkov) live in their own virtualenv: their dependencies must not move the project's pins.
 CHECKERS_VENV := .venv-checkers
 CHECKERS_STAMP := $(CHECKERS_VENV)/.installed
+# The policy pack's own virtualenv, as `pulumi up --policy-pack infra/policy_pack` makes it (tests/infra/test_policy_pack.py).
+PACK_VENV := .venv-policy-pack
+PACK_STAMP := $(PACK_VENV)/.installed
 
-.PHONY: setup checkers demo test test-fast lint typecheck plan bench image requirements locks locks-check clean
+.PHONY: setup checkers policy-pack demo test test-fast lint typecheck plan bench image requirements locks locks-check clean
 
 setup: $(STAMP)
 
@@ -30,6 +33,14 @@ $(CHECKERS_STAMP): requirements/checkers.lock
 	$(CHECKERS_VENV)/bin/python -m pip install -q --require-hashes --no-deps -r requirements/checkers.lock
 	touch $(CHECKERS_STAMP)
 
+policy-pack: $(PACK_STAMP)
+
+$(PACK_STAMP): requirements/policy-pack.lock
+	rm -rf $(PACK_VENV)
+	$(PYTHON) -m venv $(PACK_VENV)
+	$(PACK_VENV)/bin/python -m pip install -q --require-hashes --no-deps -r requirements/policy-pack.lock
+	touch $(PACK_STAMP)
+
 demo: setup
 	$(PY) -m workload run --config examples/demo.yaml
 
@@ -42,7 +53,7 @@ typecheck: setup
 	$(VENV)/bin/mypy workload infra monitoring tools
 
 # Lint and types first (seconds), then the suite; Ray+vLLM tests hold 7-8 GiB each, so no parallel workers.
-test: lint typecheck checkers
+test: lint typecheck checkers policy-pack
 	$(VENV)/bin/pytest
 
 test-fast: setup

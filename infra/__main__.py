@@ -57,10 +57,11 @@ tags = naming.cost_tags(stack, config)
 if (price_warning := stack_costs.price_warning(config)) is not None:
     pulumi.log.warn(price_warning)
 # Before any resource: an `up` that could not reach the cluster's API must not create half a stack, nor one
-# whose alerts go to a placeholder address.
+# whose alerts go to a placeholder address, nor one that requires the policy pack and runs without it.
 offline, dry_run = deploy_route.under_offline_plan(), pulumi.runtime.is_dry_run()
 deploy_route.require_route(config, offline=offline, dry_run=dry_run)
 deploy_route.require_alert_email(config, offline=offline, dry_run=dry_run)
+deploy_route.require_policy_pack(config, offline=offline, dry_run=dry_run)
 # Facts that age: the version's support window, and tables not checked against their source for a while.
 for line in facts.calendar_warnings(None if config.tier == "small" else config.eks.version, datetime.now(UTC).date()):
     pulumi.log.warn(line)

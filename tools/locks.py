@@ -89,6 +89,8 @@ LOCKS = {
         Lock("cpu", "3.11", IMAGE_PLATFORM, cpu_torch=True),
         Lock("dev", "3.11", IMAGE_PLATFORM, cpu_torch=True, shares_pins_with="cpu"),
         Lock("deploy", "3.11", None, shares_pins_with="dev"),
+        # Alone, as the checkers: pulumi-policy 1.21 wants protobuf 5.29; the dev lock holds 6.33 (ray).
+        Lock("policy-pack", "3.11", None),
         Lock("lambda", "3.12", "aarch64-manylinux_2_28", only_binary=True, shares_pins_with="dev"),
         Lock("checkers", "3.11", None),
     )

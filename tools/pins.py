@@ -9,6 +9,8 @@ which is what actually installs.
 - requirements/deploy.txt: what the Pulumi program and the operator tools (plan, policy, preflight, run, status)
   import: the Pulumi SDKs, pydantic, PyYAML and boto3; no engine. `pulumi install` / `pulumi up` install its lock
   into the project's virtualenv through the root requirements.txt, which only includes it.
+- requirements/policy-pack.txt: the policy pack's own virtualenv (infra/policy_pack/requirements.txt includes its
+  lock): the deploy set and pulumi-policy.
 - requirements/checkers.txt: the outside checkers (parliament, checkov), in a virtualenv of their own.
 
 `python tools/pins.py` rewrites them; `python tools/pins.py --check` fails when they are stale.
@@ -45,6 +47,8 @@ def dependency_sets() -> dict[str, list[str]]:
         "gpu": core + extras["gpu"],
         "cpu": core + extras["cpu"],
         "deploy": [line for line in core if _name(line) in DEPLOY_FROM_CORE] + extras["infra"],
+        # The pack imports the rules, which import the program's modules: the deploy set plus CrossGuard.
+        "policy-pack": [line for line in core if _name(line) in DEPLOY_FROM_CORE] + extras["infra"] + extras["policy"],
         "lambda": [line for line in core if _name(line) in LAMBDA_FROM_CORE] + extras["lambda"],
         "checkers": list(extras["checkers"]),
     }

@@ -8,7 +8,7 @@ state machine; both log to one group on the stack key, and the API's access log 
 
 Why `$default` and no authoriser: the key check is the app's own (`workload/auth`), so every request but
 `/health` is refused with OpenAI's 401 in the function, the same answer locally and on AWS; the policy gate's
-rules (infra/ops/checks_batch_api.py) hold that every route goes to this function and that the endpoint, which
+rules (infra/rules/checks_batch_api.py) hold that every route goes to this function and that the endpoint, which
 an HTTP API always puts on the internet, is acknowledged in the stack's config.
 
 The code is built by `python tools/lambda_bundle.py` into build/batch-api-lambda/ (requirements/lambda.lock's
@@ -49,7 +49,7 @@ BATCH_INPUT_PREFIX = f"{API_PREFIX}files/"
 BATCH_OUTPUT_PREFIX = f"{API_PREFIX}batches/*/output/"
 HTTP_TIMEOUT_S = 29  # API Gateway's HTTP API waits at most 30 s for an integration
 TICK_TIMEOUT_S = 120
-# The stack's config said the internet may reach this API (infra/ops/checks_batch_api.py's `public-endpoints`).
+# The stack's config said the internet may reach this API (infra/rules/checks_batch_api.py's `public-endpoints`).
 PUBLIC_ENDPOINT_TAG = "llm-batch:public-endpoint"
 
 

@@ -96,7 +96,7 @@ def report_policy(context: AwsContext, topic_arn: str, key_arn: str, log_group_a
     return {
         "Version": "2012-10-17",
         "Statement": [
-            # Cost Explorer has no resource-level permissions (see infra/ops/iam_allowlist.py).
+            # Cost Explorer has no resource-level permissions (see infra/rules/iam_allowlist.py).
             {"Sid": "ReadCosts", "Effect": "Allow", "Action": "ce:GetCostAndUsage", "Resource": "*"},
             {"Sid": "PublishReport", "Effect": "Allow", "Action": "sns:Publish", "Resource": topic_arn},
             {

@@ -59,6 +59,11 @@ class StackConfig(_Section):
     owner: str = Field("ml-platform", description="The Owner tag: who answers for this stack.")
     environment: str = Field("production", description="The Environment tag.")
     alert_email: str | None = Field(None, description="E-mail subscribed to the alerts topic.")
+    policy_pack_required: bool = Field(
+        False,
+        description="A real `pulumi up` stops unless the policy pack (infra/policy_pack) is attached through "
+        "PULUMI_OPTION_POLICY_PACK (infra/deploy_route.py).",
+    )
     extra_tags: dict[str, str] = Field(default_factory=dict, description="More tags on every resource.")
     network: NetworkConfig = NetworkConfig()
     storage: StorageConfig = StorageConfig()

@@ -4,7 +4,7 @@
     python -m infra.plan large --json   # a list of {type, name, parent, inputs, dependencies, ...} objects
     python -m infra.plan large --estimate-json   # the cost estimate's line items as JSON
 
-Every plan shown is gated by the policy rules (`infra.ops.policy.gate`): a violation is printed (resource,
+Every plan shown is gated by the policy rules (`infra.rules.registry.gate`): a violation is printed (resource,
 rule, fix) and the command exits 1, after printing the plan so the mistake can be seen in it.
 `--no-checks` skips that, for callers that run the checks themselves (`capture_plan`, `infra.policy`).
 
@@ -110,7 +110,7 @@ def _stack_exports(stack: str) -> dict[str, Any]:
     from pulumi.runtime.settings import get_root_resource
     from pulumi.runtime.sync_await import _sync_await
 
-    from infra.ops.plan_mocks import SECRET_MASK
+    from infra.rules.plan_view import SECRET_MASK
 
     root = get_root_resource()
     exports: dict[str, Any] = {}
@@ -240,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         # A missing price should not hide the plan: show it, say what is missing and how to add it.
         print(render_tree(plan, details=args.details))
         print(summary(plan))
+        _print_preview_line(plan, args.no_checks)
         print(f"\nwarning: no cost estimate: {error}")
         print(f"warning: no cost estimate: {error}", file=sys.stderr)
         return checked
@@ -255,11 +256,21 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(render_tree(plan, details=args.details))
         print(summary(plan))
+        _print_preview_line(plan, args.no_checks)
         print()
         print(format_estimate(cost))
         print()
         print(format_per_token(per_token))
     return checked
+
+
+def _print_preview_line(plan: list[dict[str, Any]], no_checks: bool) -> None:
+    """Which rules only a real `pulumi up` can judge (infra.rules.registry.preview_line), under the plan it gated."""
+    from infra.rules.registry import preview_line
+
+    line = None if no_checks else preview_line(plan)
+    if line:
+        print(line)
 
 
 def _engine_fit(stack: str, overrides: Mapping[str, Any]) -> int:
@@ -297,8 +308,8 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
 
 def _gate(plan: list[dict[str, Any]]) -> int:
     """1 (and the violations on stderr) when the plan breaks a policy rule, else 0."""
-    from infra.ops.plan_view import NothingMatched
-    from infra.ops.policy import PolicyError, gate
+    from infra.rules.plan_view import NothingMatched
+    from infra.rules.registry import PolicyError, gate
 
     try:
         gate(plan)

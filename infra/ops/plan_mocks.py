@@ -23,8 +23,9 @@ from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.proto import provider_pb2
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
+from infra.rules.plan_view import SECRET_MASK
+
 ACCOUNT_ID = "123456789012"
-SECRET_MASK = "[secret]"
 
 
 def _hex(seed: str, length: int = 17) -> str:
@@ -459,6 +460,9 @@ class Registration:
     # What the engine makes it wait for: explicit `depends_on`, the resources whose outputs feed its inputs
     # (a component among them stands for its children) and its parent. Its provider is in `provider`.
     dependencies: list[str] = field(default_factory=list)
+    # Which resources fed each input, by URN, as the engine hands them to a policy pack: rules join on these,
+    # since ids are unknown until a real `up` has created the resource.
+    property_dependencies: dict[str, list[str]] = field(default_factory=dict)
     id: str | None = None
     outputs: dict[str, Any] = field(default_factory=dict)
 
@@ -540,6 +544,9 @@ class RecordingMonitor(MockMonitor):
                 ignore_changes=list(request.ignoreChanges),
                 remote=bool(request.remote),
                 dependencies=_dependencies(request, references),
+                property_dependencies={
+                    key: sorted(urns.urns) for key, urns in sorted(request.propertyDependencies.items()) if urns.urns
+                },
                 # Local components have no id or outputs of their own (the SDK's monitor mocks them anyway);
                 # remote ones (pulumi_eks.Cluster, helm Chart) have outputs, and only those under mocks.
                 id=self.resources[urn].id if has_state and urn in self.resources else None,

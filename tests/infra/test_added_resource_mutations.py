@@ -4,7 +4,7 @@ tier where the type can appear (AWS types on every tier, Kubernetes objects on t
 A rule that judges only the resources the program makes today (by name, or "the one topic") passes all of these;
 the rules judge by meaning over every resource of the type, whoever adds it. Each mistake is applied to a copy
 of the session's captured plan (`plan_for`), then the named rule must report the added resource and the gate
-(`policy.gate`, what `infra.plan` runs) must refuse the plan. `test_every_type_is_added_on_every_tier` keeps the
+(`registry.gate`, what `infra.plan` runs) must refuse the plan. `test_every_type_is_added_on_every_tier` keeps the
 list honest: every type a rule reads has a mutation that adds one. The AWS credential values are AWS's own
 documentation examples; the Hugging Face token and the PEM key are made up.
 """
@@ -21,9 +21,10 @@ from typing import Any
 
 import pytest
 
-from infra.ops import checks_credentials, checks_egress, checks_stores, policy
-from infra.ops.k8s_manifests import night_objects
-from infra.ops.plan_view import CLUSTER_TIERS
+from infra.rules import checks_credentials, checks_egress, checks_stores, registry
+from infra.rules.k8s_manifests import night_objects
+from infra.rules.plan_view import CLUSTER_TIERS
+from tests.infra import engine_view
 from tests.infra.conftest import STACKS
 from tests.infra.plan_select import stack_key
 
@@ -386,14 +387,18 @@ def _params() -> list[Any]:
 @pytest.mark.parametrize(("stack", "added"), _params())
 def test_added_mistake_is_caught_by_its_rule(plan_for: Callable[[str], Plan], stack: str, added: Added) -> None:
     plan = copy.deepcopy(plan_for(stack))
-    assert policy.RULES[added.rule].check(plan) == [], "the real plan must pass the rule before the mistake"
+    assert registry.RULES[added.rule].check(plan) == [], "the real plan must pass the rule before the mistake"
     before = len(plan)
     added.mistake(plan)
     assert any(item["type"] == added.type_token for item in plan[before:]), "the mistake adds a resource of its type"
-    violations = policy.RULES[added.rule].check(plan)
+    violations = registry.RULES[added.rule].check(plan)
     assert any(added.resource in violation.resource for violation in violations), violations
-    with pytest.raises(policy.PolicyError, match=f"(?s){added.rule}.*fix: "):
-        policy.gate(plan)
+    # The pack's `validate`, called directly, reports the same (tests/infra/test_policy_pack.py drives its server).
+    assert engine_view.pack_reports(added.rule, plan, stack, plan_for(stack)) == engine_view.gate_reports(
+        added.rule, violations
+    )
+    with pytest.raises(registry.PolicyError, match=f"(?s){added.rule}.*fix: "):
+        registry.gate(plan)
 
 
 def test_every_type_is_added_on_every_tier() -> None:
@@ -511,9 +516,13 @@ EDITS = [
 @pytest.mark.parametrize("edited", EDITS, ids=lambda m: f"{m.stack}-{m.mistake.__name__}")
 def test_edited_mistake_is_caught_by_its_rule(plan_for: Callable[[str], Plan], edited: Edited) -> None:
     plan = copy.deepcopy(plan_for(edited.stack))
-    assert policy.RULES[edited.rule].check(plan) == [], "the real plan must pass the rule before the mistake"
+    assert registry.RULES[edited.rule].check(plan) == [], "the real plan must pass the rule before the mistake"
     edited.mistake(plan)
-    violations = policy.RULES[edited.rule].check(plan)
+    violations = registry.RULES[edited.rule].check(plan)
     assert any(edited.resource in violation.resource for violation in violations), violations
-    with pytest.raises(policy.PolicyError, match=f"(?s){edited.rule}.*fix: "):
-        policy.gate(plan)
+    # The pack's `validate`, called directly, reports the same (tests/infra/test_policy_pack.py drives its server).
+    assert engine_view.pack_reports(
+        edited.rule, plan, edited.stack, plan_for(edited.stack)
+    ) == engine_view.gate_reports(edited.rule, violations)
+    with pytest.raises(registry.PolicyError, match=f"(?s){edited.rule}.*fix: "):
+        registry.gate(plan)

@@ -18,8 +18,8 @@ import pytest
 
 from infra import deploy_route, facts, versions
 from infra.config import StackConfigError, load_stack_config
-from infra.ops.checks_costs import check_eks_support
 from infra.ops.stacks import ROOT, stack_estimate
+from infra.rules.checks_costs import check_eks_support
 from tools import eks_ami_releases
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from infra import naming
 from infra.components import batch_api
-from infra.ops import checks_batch_api, policy
+from infra.rules import checks_batch_api, registry
 from tests.infra.plan_select import children, component, stack_key
 from tests.infra.test_added_resource_mutations import add
 from workload.contract import metric_names as mn
@@ -75,7 +75,7 @@ def test_the_front_routes_every_request_to_its_function_and_passes_the_gate(
     for name in ("batch-api-logs", "batch-api-access-logs"):
         group = _named(plan, "aws:cloudwatch/logGroup:LogGroup", name)["inputs"]
         assert group["kmsKeyId"] == stack_key(plan)["outputs"]["arn"] and group["retentionInDays"] > 0
-    policy.gate(plan)  # every rule of the tier: IAM allowlist, store keys, the two API rules
+    registry.gate(plan)  # every rule of the tier: IAM allowlist, store keys, the two API rules
 
 
 @pytest.mark.parametrize("tier", ["small", "large"])
@@ -140,12 +140,12 @@ def test_an_open_route_or_an_unacknowledged_endpoint_is_refused(
     front_plans: dict[str, Plan], mistake: Callable[[Plan], None], rule: str, resource: str
 ) -> None:
     plan = copy.deepcopy(front_plans["small"])
-    assert policy.RULES[rule].check(plan) == []
+    assert registry.RULES[rule].check(plan) == []
     mistake(plan)
-    violations = policy.RULES[rule].check(plan)
+    violations = registry.RULES[rule].check(plan)
     assert any(resource in violation.resource for violation in violations), violations
-    with pytest.raises(policy.PolicyError, match=f"(?s){rule}.*fix: "):
-        policy.gate(plan)
+    with pytest.raises(registry.PolicyError, match=f"(?s){rule}.*fix: "):
+        registry.gate(plan)
 
 
 def test_an_exported_url_without_an_api_is_refused(front_plans: dict[str, Plan]) -> None:

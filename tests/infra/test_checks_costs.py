@@ -1,4 +1,4 @@
-"""The cost checks (infra/ops/checks_costs.py) on real stacks' plans, each shown to fail on an injected mistake.
+"""The cost checks (infra/rules/checks_costs.py) on real stacks' plans, each shown to fail on an injected mistake.
 
 The plans are the Pulumi program run under mocks with the stack files (tests/infra/conftest.py); every
 stack passing every check is part of tests/infra/test_policy.py.
@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from infra.config import load_stack_config
-from infra.ops.checks_costs import check_cost_scope, check_cost_tag_activation, stack_of
 from infra.ops.stacks import ROOT
+from infra.rules.checks_costs import check_cost_scope, check_cost_tag_activation, stack_of
 from tests.infra.plan_select import component, only_child
 
 Plan = list[dict[str, Any]]

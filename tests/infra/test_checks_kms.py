@@ -1,4 +1,4 @@
-"""The node-volume key check (infra/ops/checks_kms.py), shown to fail on what it guards against.
+"""The node-volume key check (infra/rules/checks_kms.py), shown to fail on what it guards against.
 
 Each negative test breaks one thing in a copy of a real stack's plan (the Pulumi program run under mocks),
 the way tests/infra/test_policy.py does; every stack's plan passing it is part of test_policy. The same for
@@ -16,7 +16,7 @@ import pytest
 
 from infra.aws_context import AwsContext
 from infra.components.kms import key_policy
-from infra.ops.checks_kms import autoscaling_problems, check_alert_keys, check_volume_keys, eventbridge_key_problems
+from infra.rules.checks_kms import autoscaling_problems, check_alert_keys, check_volume_keys, eventbridge_key_problems
 from tests.infra import plan_select
 
 Plan = list[dict[str, Any]]

@@ -1,4 +1,4 @@
-"""The plan's dependency graph and the order checks over it (infra/ops/checks_order.py).
+"""The plan's dependency graph and the order checks over it (infra/rules/checks_order.py).
 
 The real medium and large plans pass (tests/infra/test_policy.py runs every check over every stack); here
 each rule is shown to fail on a copy of a real plan with exactly one edge of the graph taken away.
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from infra.ops import checks_order
-from infra.ops.plan_view import NothingMatched
+from infra.rules import checks_order
+from infra.rules.plan_view import NothingMatched
 
 Plan = list[dict[str, Any]]
 

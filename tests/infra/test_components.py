@@ -28,7 +28,8 @@ from infra.components.spot_node import SpotNode, SpotNodeArgs
 from infra.components.storage import DataBucket, DataBucketArgs
 from infra.config import load_stack_config
 from infra.ops.plan import run_under_mocks
-from infra.ops.plan_mocks import SECRET_MASK, _hex
+from infra.ops.plan_mocks import _hex
+from infra.rules.plan_view import SECRET_MASK
 
 Plan = list[dict[str, Any]]
 CONTEXT = AwsContext(account_id="123456789012", partition="aws", region="us-east-1", dns_suffix="amazonaws.com")

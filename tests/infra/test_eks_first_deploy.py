@@ -33,9 +33,9 @@ from infra.k8s.head_group import (
 )
 from infra.k8s.instance_types import InstanceShape, shape_of
 from infra.k8s.karpenter import DISCOVERY_TAG
-from infra.ops import iam_allowlist, policy
 from infra.ops.plan import run_under_mocks
 from infra.ops.stacks import ROOT
+from infra.rules import iam_allowlist, registry
 from tests.infra.crd_schema import assert_valid
 
 Plan = list[dict[str, Any]]
@@ -292,7 +292,7 @@ def test_the_charts_ask_for_what_the_head_group_sum_counts(plan_for: Callable[[s
 def test_no_ec2_tag_on_a_resource_whose_tags_the_plan_owns(plan_for: Callable[[str], Plan], stack: str) -> None:
     """The next `up` would strip it: the owning resource sets its whole tag set."""
     plan = plan_for(stack)
-    owned = {item["id"]: item["name"] for item in plan if item.get("custom") and policy.is_taggable(item["type"])}
+    owned = {item["id"]: item["name"] for item in plan if item.get("custom") and registry.is_taggable(item["type"])}
     tags = [item for item in plan if item["type"] == "aws:ec2/tag:Tag"]
     assert [
         (tag["name"], owned[tag["inputs"]["resourceId"]]) for tag in tags if tag["inputs"]["resourceId"] in owned
@@ -335,7 +335,7 @@ def test_karpenter_lists_instance_profiles_on_star_and_the_allowlist_says_why(
     assert statements["ReadInstanceProfiles"]["Action"] == "iam:GetInstanceProfile"  # still scoped
     assert "instance-profile/*" in statements["ReadInstanceProfiles"]["Resource"]
     assert "only on Resource *" in iam_allowlist.RESOURCE_STAR_ACTIONS["iam:ListInstanceProfiles"]
-    assert policy.check_iam(plan) == []
+    assert registry.check_iam(plan) == []
     # Without its allowlist entry the IAM check refuses the statement: the entry is what admits it.
     monkeypatch.delitem(iam_allowlist.RESOURCE_STAR_ACTIONS, "iam:ListInstanceProfiles")
-    assert any("ListInstanceProfiles" in str(violation) for violation in policy.check_iam(plan))
+    assert any("ListInstanceProfiles" in str(violation) for violation in registry.check_iam(plan))

@@ -18,8 +18,8 @@ from infra import versions
 from infra.build_context import content_tag
 from infra.components.image import DOCKERFILE, REPO_ROOT, WorkloadImageArgs, lifecycle_policy
 from infra.config import StackConfig, StackConfigError, decode_pulumi_values, load_stack_config
-from infra.ops import policy
 from infra.ops.stacks import PROGRAM_DIR, read_stack_config
+from infra.rules import registry
 from tests.infra.conftest import STACKS
 from tests.infra.plan_select import stack_key
 
@@ -171,12 +171,12 @@ def _break(plan: Plan, typ: str, change: Any) -> Plan:
     ],
 )
 def test_image_policy_catches_each_mistake(plan_for, typ: str, change: Any, problem: str) -> None:
-    assert policy.check_images(plan_for("small")) == []
-    violations = policy.check_images(_break(plan_for("small"), typ, change))
+    assert registry.check_images(plan_for("small")) == []
+    violations = registry.check_images(_break(plan_for("small"), typ, change))
     assert [v for v in violations if problem in v.problem], violations
 
 
 def test_image_policy_fails_when_the_plan_has_no_repository(plan_for) -> None:
     plan = [item for item in plan_for("small") if item["type"] != "aws:ecr/repository:Repository"]
-    with pytest.raises(policy.NothingMatched, match="no ECR repository"):
-        policy.check_images(plan)
+    with pytest.raises(registry.NothingMatched, match="no ECR repository"):
+        registry.check_images(plan)

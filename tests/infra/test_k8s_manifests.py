@@ -1,4 +1,4 @@
-"""The manifests the outside checkers read (infra/ops/k8s_manifests.py): every Kubernetes object of a stack's
+"""The manifests the outside checkers read (infra/rules/k8s_manifests.py): every Kubernetes object of a stack's
 plan and of the night's run, and every pod template inside a custom resource written out as a Pod.
 
 checkov itself runs over these in tests/infra/test_outside_checkers.py; here: nothing is missed, and a kind
@@ -11,7 +11,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from infra.ops.k8s_manifests import as_pods, stack_manifests
+from infra.rules.k8s_manifests import as_pods, stack_manifests
 
 Plan = list[dict[str, Any]]
 

@@ -23,8 +23,8 @@ from infra.k8s.rayjob import (
     render_ray_cluster_spec,
     render_rayjob,
 )
-from infra.ops.checks_k8s import pod_security_problems, pod_specs
 from infra.ops.stacks import offline_config
+from infra.rules.checks_k8s import pod_security_problems, pod_specs
 from tests.infra.crd_schema import assert_valid, crd_errors
 from tests.infra.k8s_fixtures import IMAGE, job_config, large_args, medium_args
 from workload.contract.config import build_config, load_config

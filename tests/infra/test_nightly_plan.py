@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from infra.config import decode_pulumi_values, load_stack_config
-from infra.ops import policy
 from infra.ops.stacks import read_stack_config
+from infra.rules import registry
 from infra.statemachines import graph, placeholders
 from tests.infra.conftest import STACKS
 from tests.infra.test_nightly_definitions import invalid
@@ -122,8 +122,8 @@ def test_the_roles_are_least_privilege(stack: str, plan_for: Callable[[str], Pla
             )
     # The policy checks every plan must pass, on this component's resources.
     nightly = [item for item in plan if item["name"].startswith("nightly-")]
-    assert policy.check_iam(nightly) == []
-    untagged = [v for v in policy.check_cost_tags(plan) if v.resource.split()[-1].startswith("nightly-")]
+    assert registry.check_iam(nightly) == []
+    untagged = [v for v in registry.check_cost_tags(plan) if v.resource.split()[-1].startswith("nightly-")]
     assert untagged == []
 
 

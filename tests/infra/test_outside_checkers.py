@@ -3,7 +3,7 @@ topic, queue, secret, repository and endpoint policies), checkov on every Kubern
 
 Both run in their own virtualenv (`make checkers`, from the hashed requirements/checkers.lock), once per stack over all
 that stack's documents (tests/infra/checkers/parliament_run.py) or manifests (checkov_run.py over the files
-`infra.ops.k8s_manifests.stack_manifests` gives: every Kubernetes object of the plan, the night's RayJob and
+`infra.rules.k8s_manifests.stack_manifests` gives: every Kubernetes object of the plan, the night's RayJob and
 ConfigMap, and every pod template inside a custom resource written out as a Pod). Every finding is either
 fixed or listed, with its reason, in tests/infra/checkers/suppressions.yaml; a listed suppression no finding
 matches fails too.
@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.ops import policy
-from infra.ops.k8s_manifests import stack_manifests
 from infra.ops.stacks import ROOT
+from infra.rules import registry
+from infra.rules.k8s_manifests import stack_manifests
 from tests.infra.conftest import STACKS
 
 Plan = list[dict[str, Any]]
@@ -38,12 +38,12 @@ def iam_documents(plan: Plan) -> Iterator[tuple[str, Any]]:
     for item in plan:
         if not item.get("custom"):
             continue
-        for key in policy._DOCUMENT_INPUTS.get(item["type"], ()):
+        for key in registry._DOCUMENT_INPUTS.get(item["type"], ()):
             if item["inputs"].get(key):
-                yield f"{item['type']} {item['name']} {key}", policy._json(item["inputs"][key])
+                yield f"{item['type']} {item['name']} {key}", registry._json(item["inputs"][key])
         if item["type"] == "aws:iam/role:Role":
-            for index, inline in enumerate(policy._as_list(item["inputs"].get("inlinePolicies"))):
-                yield f"{item['type']} {item['name']} inlinePolicies[{index}]", policy._json(inline["policy"])
+            for index, inline in enumerate(registry._as_list(item["inputs"].get("inlinePolicies"))):
+                yield f"{item['type']} {item['name']} inlinePolicies[{index}]", registry._json(inline["policy"])
 
 
 def parliament(documents: list[tuple[str, Any]]) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ from infra.ops.plan import PlanError, capture_plan, render_tree, run_program, su
 from infra.ops.plan_mocks import PlanMocks
 from infra.ops.policy import main as policy_main
 from infra.ops.stacks import ROOT
+from infra.rules.registry import preview_line
 from tests.infra.conftest import STACKS
 
 SHARED_COMPONENTS = {
@@ -58,8 +59,10 @@ def test_cli_prints_a_tree_and_json(plan_for) -> None:
     ).stdout
     # The tree, then the cost estimate (tests/infra/test_stack_costs.py checks that part).
     plan = plan_for("small")
+    deferred = preview_line(plan)
+    assert deferred is not None
     assert tree.startswith(
-        render_tree(plan, details=False) + "\n" + summary(plan) + "\n\nMonthly cost estimate for stack small"
+        f"{render_tree(plan, details=False)}\n{summary(plan)}\n{deferred}\n\nMonthly cost estimate for stack small"
     )
     assert "aws:s3/bucket:Bucket  storage-bucket" in tree
     listed = json.loads(
@@ -255,8 +258,13 @@ def test_policy_cli_reports_each_check(capsys: pytest.CaptureFixture[str]) -> No
         "eks-support",
         "ray-isolation",
     )
-    lines = [line.split()[:2] for line in out.splitlines()]
+    *verdicts, deferred = out.splitlines()
+    lines = [line.split()[:2] for line in verdicts]
     assert sorted(lines) == sorted([["ok", check] for check in ok] + [["n/a", check] for check in cluster_only])
+    # Last, the rules whose verdict rests on mock ids/ARNs: the policy pack judges them for real on `pulumi up`.
+    head, _, names = deferred.partition(": ")
+    assert head == "judged here on mock ids/ARNs, for real only by the policy pack on `pulumi up`"
+    assert {"buckets", "store-keys", "egress-path"} <= set(names.split(", ")) <= set(ok)
 
 
 def test_policy_cli_checks_a_saved_plan(

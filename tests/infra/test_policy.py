@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from infra.ops import checks_order, policy
-from infra.ops.policy import CHECKS, NothingMatched
+from infra.rules import checks_order, registry
+from infra.rules.registry import CHECKS, NothingMatched
 from tests.infra.conftest import STACKS
 
 Plan = list[dict[str, Any]]
@@ -26,8 +26,8 @@ def _params() -> list[Any]:
 
 @pytest.mark.parametrize(("stack", "check"), _params())
 def test_stack_passes_check(plan_for: Callable[[str], Plan], stack: str, check: str) -> None:
-    if stack not in policy.RULES[check].tiers:
-        pytest.skip(f"{check} applies to tiers {sorted(policy.RULES[check].tiers)}")
+    if stack not in registry.RULES[check].tiers:
+        pytest.skip(f"{check} applies to tiers {sorted(registry.RULES[check].tiers)}")
     violations = CHECKS[check](plan_for(stack))
     assert violations == [], "\n".join(str(violation) for violation in violations)
 
@@ -58,7 +58,7 @@ def test_every_check_fails_when_its_resources_are_gone(small: Plan) -> None:
     # Components only: what remains when every resource type a check knows is renamed away.
     components = [item for item in small if not item["custom"]]
     for name, check in CHECKS.items():
-        if name in checks_order.CHECKS or policy.RULES[name].tiers != {"small", "medium", "large"}:
+        if name in checks_order.CHECKS or registry.RULES[name].tiers != {"small", "medium", "large"}:
             continue  # they apply to the EKS tiers only: tests/infra/test_checks_order.py
         with pytest.raises(NothingMatched):
             check(components)
@@ -244,13 +244,13 @@ def test_security_groups_allow_egress_to_the_internet(small: Plan) -> None:
 def test_run_checks_lists_every_violation(small: Plan) -> None:
     _one(small, "aws:ec2/launchTemplate:LaunchTemplate")["inputs"]["metadataOptions"]["httpTokens"] = "optional"
     _one(small, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")["inputs"]["blockPublicAcls"] = False
-    assert {violation.check for violation in policy.run_checks(small)} == {"launch-templates", "buckets"}
+    assert {violation.check for violation in registry.run_checks(small)} == {"launch-templates", "buckets"}
 
 
 def test_is_taggable_reads_the_provider_schema() -> None:
-    assert policy.is_taggable("aws:s3/bucket:Bucket")
-    assert not policy.is_taggable("aws:s3/bucketPolicy:BucketPolicy")
-    assert not policy.is_taggable("kubernetes:core/v1:Namespace")
+    assert registry.is_taggable("aws:s3/bucket:Bucket")
+    assert not registry.is_taggable("aws:s3/bucketPolicy:BucketPolicy")
+    assert not registry.is_taggable("kubernetes:core/v1:Namespace")
 
 
 def test_cost_tags_check_karpenter_node_classes() -> None:

@@ -23,8 +23,8 @@ from infra import versions
 from infra.components.kuberay import OPERATOR_NAMESPACE
 from infra.k8s.network_policy import CLUSTER_LABEL, DASHBOARD_PORT, SERVE_PORT, SUBMITTER_COMPONENT
 from infra.k8s.ray_auth import MIN_KUBERAY, version_tuple
-from infra.ops import checks_ray
-from infra.ops.k8s_manifests import night_objects
+from infra.rules import checks_ray
+from infra.rules.k8s_manifests import night_objects
 from tests.infra.conftest import Plan
 from tests.infra.crd_schema import assert_valid
 

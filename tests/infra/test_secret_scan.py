@@ -1,4 +1,4 @@
-"""What `infra.ops.secret_scan` takes for a secret and what it leaves alone: the project's own references
+"""What `infra.rules.secret_scan` takes for a secret and what it leaves alone: the project's own references
 (ARNs, token files, IMDS session tokens, token counts) must never read as secrets, or the gate would cry wolf."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import gzip
 
 import pytest
 
-from infra.ops import secret_scan
+from infra.rules import secret_scan
 
 SECRET_ACCESS_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"  # AWS's documentation example
 

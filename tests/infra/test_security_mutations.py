@@ -2,7 +2,7 @@
 
 Every mutation starts from the plan `plan_for` captured (the Pulumi program under mocks with the stack's own
 config), breaks one thing a newcomer could plausibly write, and asserts that the named rule reports the named
-resource and that `policy.gate` (what `infra.plan` runs) refuses the plan. The last test makes sure every rule
+resource and that `registry.gate` (what `infra.plan` runs) refuses the plan. The last test makes sure every rule
 of the security modules is tripped by some mutation here or in test_added_resource_mutations.py: a rule no
 mistake trips does nothing.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from infra.ops import (
+from infra.rules import (
     checks_batch_api,
     checks_credentials,
     checks_egress,
@@ -27,8 +27,9 @@ from infra.ops import (
     checks_network,
     checks_ray,
     checks_stores,
-    policy,
+    registry,
 )
+from tests.infra import engine_view
 
 KEYS_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:llm-batch-large/serve-api-keys-AbCdEf"
 
@@ -449,7 +450,7 @@ def rayservice_without_the_token(plan: Plan) -> None:
 
 
 def rayjob_turning_the_token_off_in_its_head(plan: Plan) -> None:
-    from infra.ops.k8s_manifests import night_objects
+    from infra.rules.k8s_manifests import night_objects
 
     (rayjob,) = [copy.deepcopy(obj) for obj in night_objects(plan) if obj["kind"] == "RayJob"]
     rayjob["metadata"]["name"] = "adhoc"
@@ -536,12 +537,16 @@ MUTATIONS += [
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: f"{m.stack}-{m.mistake.__name__}")
 def test_mutation_is_caught_by_its_rule(plan_for: Callable[[str], Plan], mutation: Mutation) -> None:
     plan = copy.deepcopy(plan_for(mutation.stack))
-    assert policy.RULES[mutation.rule].check(plan) == [], "the real plan must pass the rule before the mistake"
+    assert registry.RULES[mutation.rule].check(plan) == [], "the real plan must pass the rule before the mistake"
     mutation.mistake(plan)
-    violations = policy.RULES[mutation.rule].check(plan)
+    violations = registry.RULES[mutation.rule].check(plan)
     assert any(mutation.resource in violation.resource for violation in violations), violations
-    with pytest.raises(policy.PolicyError, match=f"(?s){mutation.rule}.*fix: "):
-        policy.gate(plan)
+    # The pack's `validate`, called directly, reports the same (tests/infra/test_policy_pack.py drives its server).
+    assert engine_view.pack_reports(
+        mutation.rule, plan, mutation.stack, plan_for(mutation.stack)
+    ) == engine_view.gate_reports(mutation.rule, violations)
+    with pytest.raises(registry.PolicyError, match=f"(?s){mutation.rule}.*fix: "):
+        registry.gate(plan)
 
 
 def test_every_security_rule_is_tripped_by_a_mutation() -> None:

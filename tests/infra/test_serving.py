@@ -21,12 +21,12 @@ from infra.k8s.common import GPU_POOL, POOL_LABEL
 from infra.k8s.network_policy import SERVE_PORT
 from infra.k8s.rayjob import render_rayjob
 from infra.k8s.rayservice import INTERNAL_LB_ANNOTATIONS, SERVE_POOL, llm_deployment_name, serve_config_v2
-from infra.ops import checks_k8s
-from infra.ops.policy import gate
 from infra.ops.stacks import read_stack_config
 from infra.pricing.estimate import NIGHTS_PER_MONTH, estimate
 from infra.pricing.stack_costs import capacity_pools, estimate_inputs, run_hourly_usd
 from infra.pricing.table import load_prices
+from infra.rules import checks_k8s
+from infra.rules.registry import gate
 from monitoring.alarms import serve_alarms
 from tests.infra.conftest import SERVE_ON, SERVE_OVERRIDES, Plan
 from tests.infra.crd_schema import assert_valid

@@ -20,8 +20,8 @@ import ipaddress
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from infra.ops.checks_egress import Network, egress_problems, vpc_networks
-from infra.ops.plan_view import Plan, Resource, Rule, Violation, as_list, label, of_type, require_matches
+from infra.rules.checks_egress import Network, egress_problems, vpc_networks
+from infra.rules.plan_view import Plan, Resource, Rule, Violation, as_list, label, of_type, require_matches
 
 NAME = "egress-path"
 ANYWHERE = "0.0.0.0/0"

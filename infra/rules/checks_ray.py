@@ -2,7 +2,7 @@
 
 `ray-isolation` reads every Ray cluster the stack runs: the RayService, RayCluster and RayJob resources of the
 plan and the RayJob each night submits (rendered from the `rayjob_args` export as the nightly submitter renders
-it, `infra.ops.k8s_manifests.night_objects`). For each of its pods (head and every worker group) it takes the
+it, `infra.rules.k8s_manifests.night_objects`). For each of its pods (head and every worker group) it takes the
 labels the pod will carry (the template's plus KubeRay's: `ray.io/is-ray-node`, `ray.io/node-type`,
 `ray.io/group`, `ray.io/cluster`) and requires:
 
@@ -34,8 +34,8 @@ from infra.k8s.network_policy import (
     SERVE_PORT,
 )
 from infra.k8s.ray_auth import AUTH_ENV, MIN_KUBERAY, MIN_RAY, version_tuple
-from infra.ops.k8s_manifests import night_objects, pod_templates
-from infra.ops.plan_view import CLUSTER_TIERS, Plan, Resource, Rule, Violation, label, require_matches
+from infra.rules.k8s_manifests import night_objects, pod_templates
+from infra.rules.plan_view import CLUSTER_TIERS, Plan, Resource, Rule, Violation, label, require_matches
 
 NAME = "ray-isolation"
 NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"

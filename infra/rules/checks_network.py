@@ -20,8 +20,8 @@ import ipaddress
 import re
 from typing import Any
 
-from infra.ops.checks_iam import own_account
-from infra.ops.plan_view import (
+from infra.rules.checks_iam import own_account
+from infra.rules.plan_view import (
     CLUSTER_TIERS,
     Plan,
     Rule,
@@ -32,13 +32,14 @@ from infra.ops.plan_view import (
     is_node_class,
     label,
     of_type,
+    refers_to,
     require_matches,
 )
 
 CLUSTER_TYPES = ("eks:index:Cluster", "aws:eks/cluster:Cluster")
 NODE_GROUP_TYPES = ("eks:index:ManagedNodeGroup", "aws:eks/nodeGroup:NodeGroup")
 WIDEST_PREFIX = 16
-# Every type token that creates a bucket; `buckets` (infra/ops/policy.py) checks each of these kinds.
+# Every type token that creates a bucket; `buckets` (infra/rules/registry.py) checks each of these kinds.
 BUCKET_TYPES = (
     "aws:s3/bucket:Bucket",
     "aws:s3/bucketV2:BucketV2",
@@ -156,12 +157,13 @@ def check_eks_endpoint(plan: Plan) -> list[Violation]:
 def check_node_metadata(plan: Plan) -> list[Violation]:
     name = "node-metadata"
     violations: list[Violation] = []
-    templates = {str(item.get("id")): item for item in of_type(plan, "aws:ec2/launchTemplate:LaunchTemplate")}
+    templates = of_type(plan, "aws:ec2/launchTemplate:LaunchTemplate")
     matched = 0
     for group in (item for item in plan if item["type"] in NODE_GROUP_TYPES):
         matched += 1
-        template_id = str((group["inputs"].get("launchTemplate") or {}).get("id"))
-        template = templates.get(template_id)
+        template = next(
+            (t for t in templates if refers_to(group, "launchTemplate", t, lambda spec: (spec or {}).get("id"))), None
+        )
         if template is None:
             violations.append(Violation(name, label(group), "no launch template of this plan: IMDS left at defaults"))
             continue

@@ -19,10 +19,11 @@ targets, and where a function URL would be added), so neither rule passes by see
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from infra.components.batch_api import HTTP_HANDLER, PUBLIC_ENDPOINT_TAG
-from infra.ops.plan_view import Plan, Resource, Rule, Violation, label, of_type, require_matches
+from infra.rules.plan_view import Plan, Resource, Rule, Violation, label, of_type, refers_to, require_matches
 
 ROUTES = "api-routes"
 PUBLIC = "public-endpoints"
@@ -35,8 +36,9 @@ FUNCTION = "aws:lambda/function:Function"
 STACK = "pulumi:pulumi:Stack"
 
 
-def _inputs(item: Resource) -> dict[str, Any]:
-    return dict(item.get("inputs") or {})
+def _inputs(item: Resource) -> Mapping[str, Any]:
+    # The plan's own mapping, not a copy: under the policy pack its reads are what catch a value unknown at preview.
+    return item.get("inputs") or {}
 
 
 def _stacks(plan: Plan) -> list[Resource]:
@@ -75,13 +77,15 @@ def _integration_problem(integration: Resource | None, fronts: set[str]) -> str 
 
 def check_api_routes(plan: Plan) -> list[Violation]:
     fronts = _front_functions(plan)
-    integrations = {str(item.get("id")): item for item in of_type(plan, INTEGRATION)}
+    integrations = of_type(plan, INTEGRATION)
     violations = _exported_without_api(plan, ROUTES)
     routes = of_type(plan, ROUTE)
     for route in routes:
         target = str(_inputs(route).get("target") or "")
         linked = target.startswith("integrations/")
-        integration = integrations.get(target.removeprefix("integrations/")) if linked else None
+        integration = next(
+            (i for i in integrations if linked and refers_to(route, "target", i, lambda t: str(t).split("/")[-1])), None
+        )
         problem = "has no target" if not target else _integration_problem(integration, fronts)
         if problem:
             violations.append(Violation(ROUTES, label(route), f"route {_inputs(route).get('routeKey')} {problem}"))

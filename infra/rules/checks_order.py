@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from infra.ops.plan_view import NothingMatched, Plan, Resource, Violation, label, require_matches
+from infra.rules.plan_view import NothingMatched, Plan, Resource, Violation, label, require_matches
 
 CLUSTER_TIERS = ("medium", "large")
 CLUSTER_TYPES = ("eks:index:Cluster", "aws:eks/cluster:Cluster")

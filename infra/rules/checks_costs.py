@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from infra.naming import PROJECT, STACK_TAG_KEY
-from infra.ops.plan_view import Plan, Resource, Violation, as_json, label, of_type, require_matches
+from infra.rules.plan_view import Plan, Resource, Violation, as_json, label, of_type, require_matches
 
 BUDGET = "aws:budgets/budget:Budget"
 ANOMALY_MONITOR = "aws:costexplorer/anomalyMonitor:AnomalyMonitor"

@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from infra.ops.plan_view import (
+from infra.rules.plan_view import (
     Plan,
     Resource,
     Rule,

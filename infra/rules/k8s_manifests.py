@@ -22,7 +22,7 @@ from typing import Any
 from infra.eks_job import manifests_for_date
 from infra.k8s.common import Manifest
 from infra.k8s.rayjob import RayJobArgs
-from infra.ops.plan_view import Plan
+from infra.rules.plan_view import Plan
 
 # Any UTC date: the night's objects differ between nights only in names and URIs.
 SAMPLE_NIGHT = "2026-11-29"

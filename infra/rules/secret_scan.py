@@ -1,6 +1,6 @@
 """What a secret looks like: by its shape (the value) and by the name it is filed under (the key).
 
-Pure functions over values and text, no plan reading: `infra.ops.checks_credentials` decides where to look.
+Pure functions over values and text, no plan reading: `infra.rules.checks_credentials` decides where to look.
 A finding names what was found and where, never the value itself, so a report can be printed and kept.
 
 By shape (anywhere, whatever the key): AWS access key ids (`AKIA...` long-term, `ASIA...` temporary), AWS
@@ -27,7 +27,7 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from infra.ops.plan_mocks import SECRET_MASK
+from infra.rules.plan_view import SECRET_MASK
 
 SHAPES: dict[str, re.Pattern[str]] = {
     "an AWS access key id": re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])"),

@@ -1,5 +1,5 @@
 """What every plan check shares: the violation it reports, the failure when it saw nothing, and small readers
-of a captured plan (`infra.ops.plan.capture_plan`). Lower than `infra.ops.policy` and the check modules that
+of a captured plan (`infra.ops.plan.capture_plan`). Lower than `infra.rules.registry` and the check modules that
 it wires in, so they can all import it without a circle.
 """
 
@@ -13,6 +13,8 @@ from typing import Any
 
 Resource = Mapping[str, Any]
 Plan = Sequence[Resource]
+# What a captured plan shows for a Pulumi secret's value (infra.ops.plan_mocks masks them).
+SECRET_MASK = "[secret]"
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,17 @@ def label(resource: Resource) -> str:
 
 def of_type(plan: Plan, *types: str) -> list[Resource]:
     return [item for item in plan if item.get("custom") and item["type"] in types]
+
+
+def refers_to(item: Resource, key: str, target: Resource, by_id: Callable[[Any], Any] | None = None) -> bool:
+    """Whether `item`'s input `key` names `target`. By URN where the plan says which resources fed that input
+    (the engine does, at preview too, where every new resource's id is still unknown); else by the input's
+    value: `by_id(input)` (the input itself by default) equal to the target's id."""
+    fed_by = (item.get("property_dependencies") or {}).get(key)
+    if fed_by:
+        return str(target["urn"]) in fed_by
+    value = item["inputs"].get(key)
+    return target.get("id") is not None and (by_id(value) if by_id else value) == target.get("id")
 
 
 def require_matches(check: str, matched: int, what: str) -> None:
@@ -84,6 +97,9 @@ class Rule:
     check: Callable[[Plan], list[Violation]]
     fix: str
     tiers: frozenset[str] = ALL_TIERS
+    # What the policy pack does with a violation on a real preview/up (docs/security.md, "Where each rule runs"):
+    # "mandatory" stops the deploy, "advisory" warns. The offline gate fails on either.
+    enforcement: str = "mandatory"
 
 
 def tier_of(plan: Plan) -> str | None:

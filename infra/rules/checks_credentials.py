@@ -3,7 +3,7 @@
 - `iam-users`: no IAM user, access key, console password (login profile) or other per-user credential (SSH key,
   signing certificate, service-specific credential) of any type token that makes one. Everything the project
   runs assumes a role (EC2 instance profiles, IRSA, service principals); a user's keys never expire and leak.
-- `secret-values`: nothing secret-shaped written into the plan (`infra.ops.secret_scan`: AWS keys, Hugging Face
+- `secret-values`: nothing secret-shaped written into the plan (`infra.rules.secret_scan`: AWS keys, Hugging Face
   tokens, PEM private keys, by their shape in every input of every resource, base64 user data decoded) and no
   literal under a secret's name in the places a secret is most often pasted: Lambda environments, container
   and pod environments (every pod template of every Kubernetes object the plan declares, and the night's RayJob
@@ -19,11 +19,10 @@ from typing import Any
 
 import yaml
 
-from infra.ops import secret_scan
-from infra.ops.k8s_manifests import night_objects, pod_templates
-from infra.ops.plan_mocks import SECRET_MASK
-from infra.ops.plan_view import Plan, Rule, Violation, as_json, as_list, label, of_type, require_matches
-from infra.ops.secret_scan import Finding
+from infra.rules import secret_scan
+from infra.rules.k8s_manifests import night_objects, pod_templates
+from infra.rules.plan_view import SECRET_MASK, Plan, Rule, Violation, as_json, as_list, label, of_type, require_matches
+from infra.rules.secret_scan import Finding
 
 USER_TYPES: dict[str, str] = {
     "aws:iam/user:User": "an IAM user: a long-lived identity; use a role",

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from infra.ops.plan_view import (
+from infra.rules.plan_view import (
     Plan,
     Resource,
     Rule,

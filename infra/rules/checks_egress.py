@@ -16,7 +16,7 @@ import ipaddress
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from infra.ops.plan_view import Plan, Resource, Rule, Violation, as_list, label, of_type, require_matches
+from infra.rules.plan_view import Plan, Resource, Rule, Violation, as_list, label, of_type, require_matches
 
 NAME = "sg-egress"
 GROUP_TYPES = ("aws:ec2/securityGroup:SecurityGroup", "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup")

@@ -16,11 +16,12 @@ the renderer's tests instead of at night, when the API server refuses the pod.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from typing import Any
 
 from infra.k8s.common import COMPONENT_LABEL, WORKER_COMPONENT
 from infra.k8s.network_policy import RAY_NODE_TYPE, SERVE_PORT
-from infra.ops.plan_view import CLUSTER_TIERS, Plan, Resource, Rule, Violation, label, require_matches
+from infra.rules.plan_view import CLUSTER_TIERS, Plan, Resource, Rule, Violation, label, require_matches
 
 SCHEME = "service.beta.kubernetes.io/aws-load-balancer-scheme"
 IN_TREE_INTERNAL = "service.beta.kubernetes.io/aws-load-balancer-internal"
@@ -172,8 +173,8 @@ BINDINGS = (
 )
 
 
-def _metadata(item: Resource) -> dict[str, Any]:
-    return dict(item["inputs"].get("metadata") or {})
+def _metadata(item: Resource) -> Mapping[str, Any]:
+    return item["inputs"].get("metadata") or {}
 
 
 def _binds(subject: dict[str, Any], account: str, namespace: str) -> bool:

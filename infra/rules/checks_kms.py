@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from infra.ops.plan_view import (
+from infra.rules.plan_view import (
     Plan,
     Resource,
     Violation,
