@@ -170,10 +170,24 @@ def _secret_version(mocks: PlanMocks, args: MockResourceArgs) -> tuple[str, dict
     }
 
 
+# A CA certificate's DER is ~1 KiB; 780 bytes make 16 PEM lines of 64 and one of 16 characters whatever the name,
+# so no line is 40 characters standing alone (what `secret-values` takes for an AWS secret key).
+CA_DER_BYTES = 780
+
+
+def mock_certificate_authority(cluster_name: str) -> str:
+    """certificate-authority-data shaped as EKS returns it: a PEM certificate, base64-encoded as a whole."""
+    der = b"".join(hashlib.sha256(f"{cluster_name}:{index}".encode()).digest() for index in range(25))[:CA_DER_BYTES]
+    body = base64.b64encode(der).decode()
+    lines = [body[start : start + 64] for start in range(0, len(body), 64)]
+    pem = "\n".join(["-----BEGIN CERTIFICATE-----", *lines, "-----END CERTIFICATE-----", ""])
+    return base64.b64encode(pem.encode()).decode()
+
+
 def kubeconfig(cluster_name: str, region: str) -> dict[str, Any]:
     """A kubeconfig shaped like the one pulumi_eks returns (exec auth through `aws eks get-token`)."""
     server = f"https://{_hex(cluster_name, 32).upper()}.gr7.{region}.eks.amazonaws.com"
-    ca = base64.b64encode(f"mock CA of {cluster_name}".encode()).decode()
+    ca = mock_certificate_authority(cluster_name)
     return {
         "apiVersion": "v1",
         "kind": "Config",
@@ -234,7 +248,18 @@ def _docker_image(_: PlanMocks, args: MockResourceArgs) -> tuple[str, dict[str, 
     return digest, {"digest": digest, "ref": f"{tags[0]}@{digest}" if tags else "", "contextHash": _hex(digest)}
 
 
+def _http_api(mocks: PlanMocks, args: MockResourceArgs) -> tuple[str, dict[str, Any]]:
+    # The Lambda permission's sourceArn is built from executionArn: it names this account, as AWS's does.
+    api_id = _hex(args.name, 10).lower()
+    return api_id, {
+        "arn": mocks.arn("apigateway", f"/apis/{api_id}", account=False),
+        "executionArn": mocks.arn("execute-api", api_id),
+        "apiEndpoint": f"https://{api_id}.execute-api.{mocks.region}.amazonaws.com",
+    }
+
+
 _RESOURCE_OUTPUTS: dict[str, Builder] = {
+    "aws:apigatewayv2/api:Api": _http_api,
     "eks:index:Cluster": _eks_cluster,
     "aws:sqs/queue:Queue": _sqs_queue,
     "aws:s3/bucket:Bucket": _bucket,

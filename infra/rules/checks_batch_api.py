@@ -23,7 +23,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from infra.components.batch_api import HTTP_HANDLER, PUBLIC_ENDPOINT_TAG
-from infra.rules.plan_view import Plan, Resource, Rule, Violation, label, of_type, refers_to, require_matches
+from infra.rules.plan_view import (
+    Plan,
+    Resource,
+    Rule,
+    Violation,
+    as_list,
+    label,
+    of_type,
+    refers_to,
+    require_matches,
+)
 
 ROUTES = "api-routes"
 PUBLIC = "public-endpoints"
@@ -107,8 +117,9 @@ def check_api_routes(plan: Plan) -> list[Violation]:
 
 def _is_public(item: Resource) -> bool:
     if item["type"] == REST_API:
-        types = (_inputs(item).get("endpointConfiguration") or {}).get("types") or ["EDGE"]
-        return list(types) != ["PRIVATE"]
+        # pulumi_aws 7 takes `types` as one string ("PRIVATE"); older schemas as a list of one.
+        types = (_inputs(item).get("endpointConfiguration") or {}).get("types") or "EDGE"
+        return as_list(types) != ["PRIVATE"]
     return True
 
 

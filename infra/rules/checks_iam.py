@@ -25,7 +25,8 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from functools import cache
 from typing import Any
 
 from infra.rules.plan_view import (
@@ -54,6 +55,10 @@ RESOURCE_DOCUMENTS = (
     "aws:ecr/repositoryPolicy:RepositoryPolicy",
     "aws:ec2/vpcEndpoint:VpcEndpoint",
     "aws:kms/keyPolicy:KeyPolicy",
+    # A PRIVATE REST API is reachable only through VPC endpoints, but any account's endpoint will do unless the
+    # policy pins aws:SourceVpce (or the caller): `Principal: *` alone is every account's VPC.
+    "aws:apigateway/restApi:RestApi",
+    "aws:apigateway/restApiPolicy:RestApiPolicy",
 )
 # KMS actions that manage a key rather than use it: only the key policy's administrator statement grants them.
 KMS_ADMIN_ACTIONS = (
@@ -186,12 +191,62 @@ def _conditions(statement: Mapping[str, Any]) -> Iterator[tuple[str, str, list[s
 ENDPOINT_NARROWING_KEYS = NARROWING_KEYS | {"aws:resourceaccount"}
 
 
-def narrows_principal(statement: Mapping[str, Any], keys: frozenset[str] = NARROWING_KEYS) -> bool:
+# Keys whose value is an ARN: a wildcard in it still names known callers when its account is this one's (or, for
+# services whose ARNs carry no account, like S3, when the resource's name is whole).
+ARN_KEYS = frozenset({"aws:principalarn", "aws:sourcearn"})
+# A path of an organisation: `o-abc/r-root/ou-1/*` pins the organisation before the wildcard.
+PATH_KEYS = frozenset({"aws:principalorgpaths"})
+
+
+Account = Callable[[], "str | None"]
+
+
+def no_account() -> str | None:
+    return None
+
+
+def pins_arn(arn: str, account: Account = no_account) -> bool:
+    """Whether an ARN pattern names callers of known accounts: whole, or its account field this account's (or
+    whole, when the plan's account is unknown), or, in an ARN without an account, a resource named in full.
+    `account` is asked only for a pattern with a wildcard: the plan's account comes from its roles' ARNs, which
+    a first preview does not know, so a plan of whole ARNs is judged at preview (docs/security.md)."""
+    if not _wild(arn):
+        return True
+    parts = arn.split(":", 5)
+    if len(parts) < 6 or any(_wild(part) for part in parts[:3]):
+        return False  # `arn:*:...`, `arn:aws:*:...`: which service's ARN it is is unknown
+    owner = parts[4]
+    if owner:
+        if _wild(owner):
+            return False
+        mine = account()
+        return mine is None or owner == mine
+    return not _wild(re.split(r"[/:]", parts[5], maxsplit=1)[0])
+
+
+def pins_value(key: str, value: str, account: Account = no_account) -> bool:
+    """Whether one condition value names known callers: a wildcard in an account, organisation or principal
+    segment lets in anyone unless the rest pins this account, the organisation or one resource."""
+    if key in ARN_KEYS:
+        return pins_arn(value, account)
+    if key in PATH_KEYS:
+        return not _wild(value.split("/", 1)[0])
+    return not _wild(value)
+
+
+def plan_account(plan: Plan) -> Account:
+    """The plan's account, looked up the first time it is asked for."""
+    return cache(lambda: own_account(plan))
+
+
+def narrows_principal(
+    statement: Mapping[str, Any], keys: frozenset[str] = NARROWING_KEYS, account: Account = no_account
+) -> bool:
     """Whether a condition limits who may call to known accounts, ARNs, an organisation or a source."""
     for operator, key, values in _conditions(statement):
         if operator.endswith("IfExists") or operator.startswith("Not") or operator == "Null":
             continue  # absent keys pass IfExists; Not* and Null say who is excluded, not who is let in
-        if key in keys and values and not any(value.strip("*?") == "" for value in values):
+        if key in keys and values and all(pins_value(key, value, account) for value in values):
             return True
     return False
 
@@ -224,7 +279,7 @@ def _trust_problems(statement: Mapping[str, Any], account: str | None) -> list[s
             problems.append("web-identity trust without the audience sts.amazonaws.com")
     for principal in principals(statement, "AWS"):
         if principal == "*":
-            if not narrows_principal(statement):
+            if not narrows_principal(statement, account=lambda: account):
                 problems.append("trusts every AWS principal without a condition that narrows it")
             continue
         match = re.match(r"^(?:arn:[a-z-]+:iam::)?(\d{12})", principal)
@@ -254,13 +309,14 @@ def check_resource_principals(plan: Plan) -> list[Violation]:
     name = "resource-principals"
     violations: list[Violation] = []
     matched = 0
+    account = plan_account(plan)
     for item in of_type(plan, *RESOURCE_DOCUMENTS):
         for statement in statements(item["inputs"].get("policy")):
             matched += 1
             if statement.get("Effect") != "Allow" or "*" not in principals(statement, "AWS"):
                 continue
             endpoint = item["type"] == "aws:ec2/vpcEndpoint:VpcEndpoint"
-            if not narrows_principal(statement, ENDPOINT_NARROWING_KEYS if endpoint else NARROWING_KEYS):
+            if not narrows_principal(statement, ENDPOINT_NARROWING_KEYS if endpoint else NARROWING_KEYS, account):
                 violations.append(
                     Violation(
                         name,
@@ -277,15 +333,27 @@ def check_lambda_permissions(plan: Plan) -> list[Violation]:
     name = "lambda-permissions"
     violations: list[Violation] = []
     functions = of_type(plan, "aws:lambda/function:Function")
+    account = plan_account(plan)
     for item in of_type(plan, *LAMBDA_PERMISSIONS):
         inputs = item["inputs"]
         principal = str(inputs.get("principal", ""))
         if principal == "*":
             violations.append(Violation(name, label(item), "principal '*': anyone may invoke or use it"))
-        elif principal.endswith(".amazonaws.com") and not (inputs.get("sourceArn") or inputs.get("sourceAccount")):
-            violations.append(
-                Violation(name, label(item), f"service principal {principal} with no sourceArn or sourceAccount")
-            )
+        elif principal.endswith(".amazonaws.com"):
+            source_arn, source_account = str(inputs.get("sourceArn") or ""), str(inputs.get("sourceAccount") or "")
+            if not (source_arn or source_account):
+                violations.append(
+                    Violation(name, label(item), f"service principal {principal} with no sourceArn or sourceAccount")
+                )
+            elif not ((source_account and not _wild(source_account)) or (source_arn and pins_arn(source_arn, account))):
+                violations.append(
+                    Violation(
+                        name,
+                        label(item),
+                        f"service principal {principal} for {source_arn or source_account!r}: "
+                        "a wildcard in its account lets any account's resources invoke it",
+                    )
+                )
     for item in of_type(plan, FUNCTION_URL):
         if item["inputs"].get("authorizationType") != "AWS_IAM":
             violations.append(Violation(name, label(item), "function URL without IAM auth: public"))
@@ -304,11 +372,12 @@ def check_service_principals(plan: Plan) -> list[Violation]:
     name = "service-principals"
     violations: list[Violation] = []
     matched = 0
+    account = plan_account(plan)
     for item in of_type(plan, *SERVICE_DOCUMENTS):
         for statement in allow_statements(item["inputs"].get("policy")):
             matched += 1
             services = principals(statement, "Service")
-            if services and not narrows_principal(statement):
+            if services and not narrows_principal(statement, account=account):
                 violations.append(
                     Violation(name, label(item), f"{_sid(statement)}: {services} may act for any account")
                 )

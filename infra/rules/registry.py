@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import ipaddress
 from collections.abc import Callable, Iterator, Mapping
 from functools import cache
 from typing import Any
@@ -23,6 +24,7 @@ from infra.rules import (
     checks_batch_api,
     checks_costs,
     checks_credentials,
+    checks_cross_account,
     checks_egress,
     checks_egress_path,
     checks_iam,
@@ -297,7 +299,8 @@ def _ebs_problems(mappings: Any) -> list[str]:
 
 
 def check_launch_templates(plan: Plan) -> list[Violation]:
-    """Every launch template, instance and Karpenter EC2NodeClass: IMDSv2 required and encrypted volumes."""
+    """Every launch template, instance and Karpenter EC2NodeClass: IMDSv2 required and encrypted volumes; every
+    EBS volume declared on its own encrypted."""
     name = "launch-templates"
     violations: list[Violation] = []
     matched = 0
@@ -317,6 +320,9 @@ def check_launch_templates(plan: Plan) -> list[Violation]:
         volumes = [inputs.get("rootBlockDevice") or {}, *_as_list(inputs.get("ebsBlockDevices"))]
         if not all(_truthy(volume.get("encrypted")) for volume in volumes):
             violations.append(Violation(name, _label(item), "a volume is not encrypted"))
+    for item in _of_type(plan, "aws:ebs/volume:Volume"):
+        if not _truthy(item["inputs"].get("encrypted")):
+            violations.append(Violation(name, _label(item), "EBS volume not encrypted"))
     for item in plan:
         if item.get("custom") and _is_node_class(item["type"]):
             matched += 1
@@ -328,31 +334,56 @@ def check_launch_templates(plan: Plan) -> list[Violation]:
     return violations
 
 
-def _open_cidrs(rule: Mapping[str, Any]) -> set[str]:
+def _cidrs(rule: Mapping[str, Any]) -> list[str]:
     keys = ("cidrBlocks", "ipv6CidrBlocks", "cidrIpv4", "cidrIpv6")
-    return {str(cidr) for key in keys for cidr in _as_list(rule.get(key))} & OPEN_CIDRS
+    return [str(cidr) for key in keys for cidr in _as_list(rule.get(key))]
+
+
+def _open_cidrs(cidrs: list[str]) -> set[str]:
+    """The internet-wide blocks the CIDRs cover together: `0.0.0.0/1` + `128.0.0.0/1` is `0.0.0.0/0`."""
+    networks = [ipaddress.ip_network(cidr, strict=False) for cidr in cidrs]
+    v4 = ipaddress.collapse_addresses(net for net in networks if isinstance(net, ipaddress.IPv4Network))
+    v6 = ipaddress.collapse_addresses(net for net in networks if isinstance(net, ipaddress.IPv6Network))
+    return {str(net) for net in [*v4, *v6]} & OPEN_CIDRS
+
+
+def _ingress_by_group(plan: Plan) -> Iterator[tuple[Resource, list[str]]]:
+    """Each group with the CIDRs all its ingress admits (its own rules and the rule resources naming it, joined
+    by URN as `refers_to` does), and each rule resource naming no group of the plan on its own."""
+    groups = _of_type(plan, "aws:ec2/securityGroup:SecurityGroup", "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup")
+    rules = [
+        rule
+        for rule in _of_type(plan, "aws:ec2/securityGroupRule:SecurityGroupRule")
+        if rule["inputs"].get("type") == "ingress"
+    ] + _of_type(plan, "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
+    joined: set[str] = set()
+    for group in groups:
+        cidrs = [cidr for rule in _as_list(group["inputs"].get("ingress")) for cidr in _cidrs(rule)]
+        for rule in rules:
+            if refers_to(rule, "securityGroupId", group):
+                joined.add(rule["urn"])
+                cidrs += _cidrs(rule["inputs"])
+        yield group, cidrs
+    yield from ((rule, _cidrs(rule["inputs"])) for rule in rules if rule["urn"] not in joined)
+
+
+LOAD_BALANCERS = ("aws:lb/loadBalancer:LoadBalancer", "aws:alb/loadBalancer:LoadBalancer")
+CLASSIC_LOAD_BALANCER = "aws:elb/loadBalancer:LoadBalancer"
 
 
 def check_security_groups(plan: Plan) -> list[Violation]:
-    """No security group or rule admits traffic from 0.0.0.0/0 or ::/0."""
+    """No security group admits traffic from 0.0.0.0/0 or ::/0 (its rules' CIDRs collapsed together, wherever they
+    are declared), and no load balancer faces the internet."""
     name = "security-groups"
     violations: list[Violation] = []
     matched = 0
-    for item in _of_type(
-        plan, "aws:ec2/securityGroup:SecurityGroup", "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup"
-    ):
+    for item, cidrs in _ingress_by_group(plan):
         matched += 1
-        for rule in _as_list(item["inputs"].get("ingress")):
-            if _open_cidrs(rule):
-                violations.append(Violation(name, _label(item), f"ingress from {sorted(_open_cidrs(rule))}"))
-    for item in _of_type(plan, "aws:ec2/securityGroupRule:SecurityGroupRule"):
-        matched += 1
-        if item["inputs"].get("type") == "ingress" and _open_cidrs(item["inputs"]):
-            violations.append(Violation(name, _label(item), "ingress rule from the internet"))
-    for item in _of_type(plan, "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"):
-        matched += 1
-        if _open_cidrs(item["inputs"]):
-            violations.append(Violation(name, _label(item), "ingress rule from the internet"))
+        if _open_cidrs(cidrs):
+            violations.append(Violation(name, _label(item), f"ingress from {sorted(_open_cidrs(cidrs))} ({cidrs})"))
+    for item in _of_type(plan, *LOAD_BALANCERS, CLASSIC_LOAD_BALANCER):
+        if not _truthy(item["inputs"].get("internal")):
+            violations.append(Violation(name, _label(item), "internet-facing load balancer (internal is not true)"))
     _require_matches(name, matched, "security group or security group rule")
     return violations
 
@@ -407,7 +438,10 @@ RULES: dict[str, Rule] = {
         check_iam, "name actions and resources; a needed exception goes in infra/rules/iam_allowlist.py with its reason"
     ),
     "launch-templates": Rule(check_launch_templates, "httpTokens required, encrypted volumes, no key pair"),
-    "security-groups": Rule(check_security_groups, "allow ingress from security groups or the VPC, never 0.0.0.0/0"),
+    "security-groups": Rule(
+        check_security_groups,
+        "allow ingress from security groups or the VPC, never 0.0.0.0/0 (however split); load balancers internal",
+    ),
     "images": Rule(check_images, "immutable tags, scan on push, the stack key, a lifecycle policy, pinned tags"),
     "volume-keys": Rule(
         checks_kms.check_volume_keys,
@@ -437,6 +471,7 @@ RULES: dict[str, Rule] = {
     **checks_egress.RULES,
     **checks_egress_path.RULES,
     **checks_batch_api.RULES,
+    **checks_cross_account.RULES,
 }
 # Each check by name (every rule, whatever its tiers).
 CHECKS: dict[str, Callable[[Plan], list[Violation]]] = {name: rule.check for name, rule in RULES.items()}

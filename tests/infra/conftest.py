@@ -6,6 +6,9 @@ shared. Each item has `type`, `name`, `urn`, `parent`, `custom`, `provider`, `in
 `dependencies` (the URNs it waits for); secrets are masked.
 `serve_plan(tier) -> list[dict]`: the same with the online endpoint on (`SERVE_OVERRIDES`, as
 `python -m infra.plan --set` sets them), medium and large, also once per tier per session.
+`features_on(stack) -> list[dict]`: the stack's plan with every opt-in feature on: the Batch API's front on every
+tier and serving on the cluster tiers (`FEATURES_ON`), so the outside checkers and the mutation suites read those
+resources too.
 `STACKS`: every stack the repository ships; parametrize plan-wide tests over it.
 """
 
@@ -58,5 +61,25 @@ def serve_plan() -> Callable[[str], Plan]:
         if tier not in cache:
             cache[tier] = capture_plan(tier, SERVE_OVERRIDES[tier])
         return cache[tier]
+
+    return plan
+
+
+def features_overrides(stack: str) -> dict[str, Any]:
+    """The `--set` overrides that turn on every opt-in feature the stack's tier has."""
+    from infra.ops.deployer_policy import OPT_IN
+
+    return {**OPT_IN["small"], **SERVE_OVERRIDES.get(stack, {})}
+
+
+@pytest.fixture(scope="session")
+def features_on() -> Callable[[str], Plan]:
+    """A callable stack -> plan with the Batch API (and, on the cluster tiers, serving) on, cached per session."""
+    cache: dict[str, Plan] = {}
+
+    def plan(stack: str) -> Plan:
+        if stack not in cache:
+            cache[stack] = capture_plan(stack, features_overrides(stack))
+        return cache[stack]
 
     return plan

@@ -1,5 +1,7 @@
-"""Outside checkers over every stack's plan: parliament on every IAM document (identity, trust, key, bucket,
-topic, queue, secret, repository and endpoint policies), checkov on every Kubernetes manifest.
+"""Outside checkers over every stack's plan, with every opt-in feature on (the Batch API's front, serving: the
+`features_on` fixture, so their policies and manifests are read too): parliament on every IAM document
+(identity, trust, key, bucket, topic, queue, secret, repository and endpoint policies), checkov on every
+Kubernetes manifest.
 
 Both run in their own virtualenv (`make checkers`, from the hashed requirements/checkers.lock), once per stack over all
 that stack's documents (tests/infra/checkers/parliament_run.py) or manifests (checkov_run.py over the files
@@ -71,15 +73,18 @@ def _suppression_for(finding: dict[str, Any], suppressions: list[dict[str, str]]
 
 
 @pytest.fixture(scope="module")
-def parliament_findings(plan_for: Callable[[str], Plan]) -> dict[str, list[dict[str, Any]]]:
-    return {stack: parliament(list(iam_documents(plan_for(stack)))) for stack in STACKS}
+def parliament_findings(features_on: Callable[[str], Plan]) -> dict[str, list[dict[str, Any]]]:
+    return {stack: parliament(list(iam_documents(features_on(stack)))) for stack in STACKS}
 
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_parliament_finds_nothing_unexplained(
-    parliament_findings: dict[str, list[dict[str, Any]]], plan_for: Callable[[str], Plan], stack: str
+    parliament_findings: dict[str, list[dict[str, Any]]], features_on: Callable[[str], Plan], stack: str
 ) -> None:
-    kinds = {where.split()[0] for where, _ in iam_documents(plan_for(stack))}
+    documents = [where for where, _ in iam_documents(features_on(stack))]
+    kinds = {where.split()[0] for where in documents}
+    # The Batch API's roles and policies reach the checker on every tier (serving adds manifests, not documents).
+    assert any(" batch-api-policy " in where for where in documents), documents
     # Every kind of document the issue names reaches the checker (queues exist on the Karpenter tier only).
     assert {
         "aws:iam/role:Role",
@@ -145,21 +150,21 @@ def _checkov_suppression(stack: str, finding: dict[str, Any], suppressions: list
 
 @pytest.fixture(scope="module")
 def checkov_findings(
-    plan_for: Callable[[str], Plan], tmp_path_factory: pytest.TempPathFactory
+    features_on: Callable[[str], Plan], tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, list[dict[str, Any]]]:
     found = {}
     for stack in STACKS:
-        manifests = stack_manifests(plan_for(stack))
+        manifests = stack_manifests(features_on(stack))
         found[stack] = checkov(manifests, tmp_path_factory.mktemp(f"k8s-{stack}"))["findings"] if manifests else []
     return found
 
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_checkov_finds_nothing_unexplained(
-    checkov_findings: dict[str, list[dict[str, Any]]], plan_for: Callable[[str], Plan], stack: str
+    checkov_findings: dict[str, list[dict[str, Any]]], features_on: Callable[[str], Plan], stack: str
 ) -> None:
-    manifests = stack_manifests(plan_for(stack))
-    if not any(item["type"].startswith("kubernetes:") for item in plan_for(stack)):
+    manifests = stack_manifests(features_on(stack))
+    if not any(item["type"].startswith("kubernetes:") for item in features_on(stack)):
         # The small tier has no cluster: nothing to check, and nothing is silently skipped on an EKS tier.
         assert manifests == [] and checkov_findings[stack] == []
         return
@@ -168,6 +173,7 @@ def test_checkov_finds_nothing_unexplained(
     # NetworkPolicy, the namespace and the service accounts.
     assert {"RayJob", "ConfigMap", "Pod", "Namespace", "ServiceAccount", "Role", "RoleBinding"} <= kinds
     assert "NetworkPolicy" in kinds
+    assert "RayService" in kinds  # serving's endpoint, on with the features
     suppressions = yaml.safe_load(SUPPRESSIONS.read_text())["checkov"]
     unexplained = [f for f in checkov_findings[stack] if _checkov_suppression(stack, f, suppressions) is None]
     assert unexplained == [], json.dumps(unexplained, indent=1)[:4000]

@@ -20,6 +20,7 @@ import pytest
 from infra.rules import (
     checks_batch_api,
     checks_credentials,
+    checks_cross_account,
     checks_egress,
     checks_egress_path,
     checks_iam,
@@ -550,10 +551,12 @@ def test_mutation_is_caught_by_its_rule(plan_for: Callable[[str], Plan], mutatio
 
 
 def test_every_security_rule_is_tripped_by_a_mutation() -> None:
-    """Here, in tests/infra/test_added_resource_mutations.py (mistakes added as new resources, every tier) or in
-    tests/infra/test_batch_api_component.py (the Batch API's front, on a plan that has one)."""
+    """Here, in tests/infra/test_added_resource_mutations.py (mistakes added as new resources, every tier), in
+    tests/infra/test_batch_api_component.py (the Batch API's front, on a plan that has one) or in
+    tests/infra/test_review_mutations.py (the security review's findings)."""
     from tests.infra.test_added_resource_mutations import ADDED, EDITS
     from tests.infra.test_batch_api_component import MUTATIONS as FRONT_MUTATIONS
+    from tests.infra.test_review_mutations import MUTATIONS as REVIEW_MUTATIONS
 
     rules = {*checks_iam.RULES, *checks_network.RULES, *checks_k8s.RULES, *checks_ray.RULES}
     rules |= {
@@ -562,7 +565,9 @@ def test_every_security_rule_is_tripped_by_a_mutation() -> None:
         *checks_egress.RULES,
         *checks_egress_path.RULES,
         *checks_batch_api.RULES,
+        *checks_cross_account.RULES,
     }
     classic = {"cost-tags", "buckets", "iam", "launch-templates", "security-groups", "images", "volume-keys"}
-    tripped = {mutation.rule for mutation in [*MUTATIONS, *ADDED, *EDITS]} | {rule for _, rule, _ in FRONT_MUTATIONS}
+    tripped = {mutation.rule for mutation in [*MUTATIONS, *ADDED, *EDITS, *REVIEW_MUTATIONS]}
+    tripped |= {rule for _, rule, _ in FRONT_MUTATIONS}
     assert (rules | classic) - tripped == set()
