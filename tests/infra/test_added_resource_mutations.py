@@ -1,12 +1,13 @@
 """Mutation suite, second half: each mistake arrives as a NEW resource of its type, added to a real plan on every
 tier where the type can appear (AWS types on every tier, Kubernetes objects on the tiers with a cluster).
 
-A rule that judges only the resources the program makes today (by name, or "the one topic") passes all of these;
-the rules judge by meaning over every resource of the type, whoever adds it. Each mistake is applied to a copy
-of the session's captured plan (`plan_for`), then the named rule must report the added resource and the gate
-(`registry.gate`, what `infra.plan` runs) must refuse the plan. `test_every_type_is_added_on_every_tier` keeps the
-list honest: every type a rule reads has a mutation that adds one. The AWS credential values are AWS's own
-documentation examples; the Hugging Face token and the PEM key are made up.
+A rule that judges only the resources the program makes today (by name, or "the one topic") passes all of these; the
+rules judge by meaning over every resource of the type, whoever adds it. Each mistake is applied to a copy of the
+session's captured plan with every opt-in feature on (`features_on`), then the named rule must report the added
+resource and the gate (`registry.gate`, what `infra.plan` runs) must refuse the plan.
+`test_every_type_is_added_on_every_tier` keeps the list honest: every type a rule reads has a mutation that adds
+one. The AWS credential values are AWS's own documentation examples; the Hugging Face token and the PEM key are made
+up.
 """
 
 from __future__ import annotations
@@ -385,8 +386,8 @@ def _params() -> list[Any]:
 
 
 @pytest.mark.parametrize(("stack", "added"), _params())
-def test_added_mistake_is_caught_by_its_rule(plan_for: Callable[[str], Plan], stack: str, added: Added) -> None:
-    plan = copy.deepcopy(plan_for(stack))
+def test_added_mistake_is_caught_by_its_rule(features_on: Callable[[str], Plan], stack: str, added: Added) -> None:
+    plan = copy.deepcopy(features_on(stack))
     assert registry.RULES[added.rule].check(plan) == [], "the real plan must pass the rule before the mistake"
     before = len(plan)
     added.mistake(plan)
@@ -394,7 +395,7 @@ def test_added_mistake_is_caught_by_its_rule(plan_for: Callable[[str], Plan], st
     violations = registry.RULES[added.rule].check(plan)
     assert any(added.resource in violation.resource for violation in violations), violations
     # The pack's `validate`, called directly, reports the same (tests/infra/test_policy_pack.py drives its server).
-    assert engine_view.pack_reports(added.rule, plan, stack, plan_for(stack)) == engine_view.gate_reports(
+    assert engine_view.pack_reports(added.rule, plan, stack, features_on(stack)) == engine_view.gate_reports(
         added.rule, violations
     )
     with pytest.raises(registry.PolicyError, match=f"(?s){added.rule}.*fix: "):
@@ -515,15 +516,15 @@ EDITS = [
 
 
 @pytest.mark.parametrize("edited", EDITS, ids=lambda m: f"{m.stack}-{m.mistake.__name__}")
-def test_edited_mistake_is_caught_by_its_rule(plan_for: Callable[[str], Plan], edited: Edited) -> None:
-    plan = copy.deepcopy(plan_for(edited.stack))
+def test_edited_mistake_is_caught_by_its_rule(features_on: Callable[[str], Plan], edited: Edited) -> None:
+    plan = copy.deepcopy(features_on(edited.stack))
     assert registry.RULES[edited.rule].check(plan) == [], "the real plan must pass the rule before the mistake"
     edited.mistake(plan)
     violations = registry.RULES[edited.rule].check(plan)
     assert any(edited.resource in violation.resource for violation in violations), violations
     # The pack's `validate`, called directly, reports the same (tests/infra/test_policy_pack.py drives its server).
     assert engine_view.pack_reports(
-        edited.rule, plan, edited.stack, plan_for(edited.stack)
+        edited.rule, plan, edited.stack, features_on(edited.stack)
     ) == engine_view.gate_reports(edited.rule, violations)
     with pytest.raises(registry.PolicyError, match=f"(?s){edited.rule}.*fix: "):
         registry.gate(plan)

@@ -1,10 +1,10 @@
 """Mutation suite: realistic mistakes injected into a real stack's plan, each caught by the rule meant for it.
 
-Every mutation starts from the plan `plan_for` captured (the Pulumi program under mocks with the stack's own
-config), breaks one thing a newcomer could plausibly write, and asserts that the named rule reports the named
-resource and that `registry.gate` (what `infra.plan` runs) refuses the plan. The last test makes sure every rule
-of the security modules is tripped by some mutation here or in test_added_resource_mutations.py: a rule no
-mistake trips does nothing.
+Every mutation starts from the plan `features_on` captured (the Pulumi program under mocks with the stack's own
+config and every opt-in feature on: the Batch API's front, serving), breaks one thing a newcomer could plausibly
+write, and asserts that the named rule reports the named resource and that `registry.gate` (what `infra.plan` runs)
+refuses the plan. The last test makes sure every rule of the security modules is tripped by some mutation here or in
+test_added_resource_mutations.py: a rule no mistake trips does nothing.
 """
 
 from __future__ import annotations
@@ -494,7 +494,7 @@ MUTATIONS = [
     Mutation("large", ray_head_open_to_every_namespace, "ray-network-policy", "job-identity-ray-head-ingress"),
     Mutation("medium", endpoint_without_policy, "endpoint-policies", "network-ecr-dkr"),
     Mutation("large", endpoint_policy_for_any_account, "endpoint-policies", "network-sts"),
-    Mutation("medium", s3_endpoint_off_a_node_route_table, "endpoint-policies", "nodes-"),
+    Mutation("medium", s3_endpoint_off_a_node_route_table, "endpoint-policies", "ManagedNodeGroup "),
     Mutation("medium", nat_instance_open_to_the_internet, "egress-path", "network-nat-0"),
     Mutation("large", nat_instance_forwards_another_port, "egress-path", "network-nat-2"),
     Mutation("medium", imds_v1_on_the_nat_instance, "egress-path", "network-nat-0"),
@@ -536,15 +536,15 @@ MUTATIONS += [
 
 
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: f"{m.stack}-{m.mistake.__name__}")
-def test_mutation_is_caught_by_its_rule(plan_for: Callable[[str], Plan], mutation: Mutation) -> None:
-    plan = copy.deepcopy(plan_for(mutation.stack))
+def test_mutation_is_caught_by_its_rule(features_on: Callable[[str], Plan], mutation: Mutation) -> None:
+    plan = copy.deepcopy(features_on(mutation.stack))
     assert registry.RULES[mutation.rule].check(plan) == [], "the real plan must pass the rule before the mistake"
     mutation.mistake(plan)
     violations = registry.RULES[mutation.rule].check(plan)
     assert any(mutation.resource in violation.resource for violation in violations), violations
     # The pack's `validate`, called directly, reports the same (tests/infra/test_policy_pack.py drives its server).
     assert engine_view.pack_reports(
-        mutation.rule, plan, mutation.stack, plan_for(mutation.stack)
+        mutation.rule, plan, mutation.stack, features_on(mutation.stack)
     ) == engine_view.gate_reports(mutation.rule, violations)
     with pytest.raises(registry.PolicyError, match=f"(?s){mutation.rule}.*fix: "):
         registry.gate(plan)
