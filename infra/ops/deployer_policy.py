@@ -25,10 +25,15 @@ from infra.ops.stacks import ROOT
 
 DOCUMENT = ROOT / "docs" / "deployer-policy.json"
 STACKS = ("small", "medium", "large")
-# Opt-in features whose resources no default plan shows: each is planned once more with it on (same types on
-# every tier), so the deployer of a stack that turns one on has its services too.
+# Opt-in features whose resources no default plan shows: every stack is planned once more with all of its tier's
+# features on (the Batch API everywhere, serving on the cluster tiers), so the deployer of a stack that turns one on
+# has its services too. The medium plan also asks for serving's internal load balancer.
+BATCH_API_ON: Mapping[str, Any] = {"batch_api.enabled": True, "batch_api.public_endpoint_acknowledged": True}
+SERVE_ON: Mapping[str, Any] = {"serve.enabled": True, "eks.head_instance_type": "m5.2xlarge"}
 OPT_IN: Mapping[str, Mapping[str, Any]] = {
-    "small": {"batch_api.enabled": True, "batch_api.public_endpoint_acknowledged": True},
+    "small": BATCH_API_ON,
+    "medium": {**BATCH_API_ON, **SERVE_ON, "serve.internal_load_balancer": True},
+    "large": {**BATCH_API_ON, **SERVE_ON},
 }
 
 # Provider module of a type token (`aws:<module>/<resource>:<Name>`) -> the IAM prefixes that manage it.

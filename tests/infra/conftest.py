@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from infra.ops import deployer_policy
 from infra.ops.plan import capture_plan
 from infra.ops.stacks import STACKS_DIR
 
@@ -27,7 +28,7 @@ STACKS = sorted(path.name.removeprefix("Pulumi.").removesuffix(".yaml") for path
 Plan = list[dict[str, Any]]
 # What a stack sets to serve: the endpoint, and a head node with room for its head beside the nightly one's. The
 # medium plan also asks for the internal load balancer; the large one keeps the default ClusterIP Service.
-SERVE_ON = {"serve.enabled": True, "eks.head_instance_type": "m5.2xlarge"}
+SERVE_ON = dict(deployer_policy.SERVE_ON)
 SERVE_OVERRIDES = {"medium": {**SERVE_ON, "serve.internal_load_balancer": True}, "large": SERVE_ON}
 
 
@@ -47,9 +48,7 @@ def plan_for() -> Callable[[str], Plan]:
 @pytest.fixture(scope="session")
 def front_plans() -> dict[str, Plan]:
     """The small and large plans with the Batch API's front on (infra/components/batch_api.py)."""
-    from infra.ops.deployer_policy import OPT_IN
-
-    return {tier: capture_plan(tier, OPT_IN["small"]) for tier in ("small", "large")}
+    return {tier: capture_plan(tier, deployer_policy.BATCH_API_ON) for tier in ("small", "large")}
 
 
 @pytest.fixture(scope="session")
@@ -66,10 +65,8 @@ def serve_plan() -> Callable[[str], Plan]:
 
 
 def features_overrides(stack: str) -> dict[str, Any]:
-    """The `--set` overrides that turn on every opt-in feature the stack's tier has."""
-    from infra.ops.deployer_policy import OPT_IN
-
-    return {**OPT_IN["small"], **SERVE_OVERRIDES.get(stack, {})}
+    """The `--set` overrides that turn on every opt-in feature the stack's tier has (as the deployer policy plans)."""
+    return dict(deployer_policy.OPT_IN[stack])
 
 
 @pytest.fixture(scope="session")

@@ -15,20 +15,24 @@ Plan = list[dict[str, Any]]
 
 
 def test_the_committed_document_is_the_one_the_plans_need(
-    plan_for: Callable[[str], Plan], front_plans: dict[str, Plan]
+    plan_for: Callable[[str], Plan], features_on: Callable[[str], Plan]
 ) -> None:
-    assert set(deployer_policy.OPT_IN) == {"small"}  # the opt-in plan below is front_plans' small one
-    plans = [plan_for(stack) for stack in deployer_policy.STACKS] + [front_plans["small"]]
+    """Every stack with its features off and on (the Batch API, serving: `features_on` plans `OPT_IN`)."""
+    assert set(deployer_policy.OPT_IN) == set(deployer_policy.STACKS)
+    plans = [plan_for(stack) for stack in deployer_policy.STACKS]
+    plans += [features_on(stack) for stack in deployer_policy.STACKS]
     committed = json.loads(deployer_policy.DOCUMENT.read_text())
     assert committed == document_for(plans), "stale: run python -m infra.ops.deployer_policy"
 
 
-def test_every_aws_service_in_the_plans_is_granted(plan_for: Callable[[str], Plan]) -> None:
+def test_every_aws_service_in_the_plans_is_granted(
+    plan_for: Callable[[str], Plan], features_on: Callable[[str], Plan]
+) -> None:
     granted = {
         action.split(":")[0] for action in json.loads(deployer_policy.DOCUMENT.read_text())["Statement"][0]["Action"]
     }
     for stack in deployer_policy.STACKS:
-        for item in plan_for(stack):
+        for item in [*plan_for(stack), *features_on(stack)]:
             if item["type"].startswith("aws:"):
                 assert services_for([item["type"]]) <= granted, item["type"]
 
