@@ -347,24 +347,27 @@ def _open_cidrs(cidrs: list[str]) -> set[str]:
     return {str(net) for net in [*v4, *v6]} & OPEN_CIDRS
 
 
+SECURITY_GROUPS = ("aws:ec2/securityGroup:SecurityGroup", "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup")
+
+
 def _ingress_by_group(plan: Plan) -> Iterator[tuple[Resource, list[str]]]:
     """Each group with the CIDRs all its ingress admits (its own rules and the rule resources naming it, joined
     by URN as `refers_to` does), and each rule resource naming no group of the plan on its own."""
-    groups = _of_type(plan, "aws:ec2/securityGroup:SecurityGroup", "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup")
+    groups = _of_type(plan, *SECURITY_GROUPS)
     rules = [
         rule
         for rule in _of_type(plan, "aws:ec2/securityGroupRule:SecurityGroupRule")
         if rule["inputs"].get("type") == "ingress"
     ] + _of_type(plan, "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
-    joined: set[str] = set()
+    joined: set[int] = set()
     for group in groups:
         cidrs = [cidr for rule in _as_list(group["inputs"].get("ingress")) for cidr in _cidrs(rule)]
         for rule in rules:
             if refers_to(rule, "securityGroupId", group):
-                joined.add(rule["urn"])
+                joined.add(id(rule))
                 cidrs += _cidrs(rule["inputs"])
         yield group, cidrs
-    yield from ((rule, _cidrs(rule["inputs"])) for rule in rules if rule["urn"] not in joined)
+    yield from ((rule, _cidrs(rule["inputs"])) for rule in rules if id(rule) not in joined)
 
 
 LOAD_BALANCERS = ("aws:lb/loadBalancer:LoadBalancer", "aws:alb/loadBalancer:LoadBalancer")
@@ -379,8 +382,14 @@ def check_security_groups(plan: Plan) -> list[Violation]:
     matched = 0
     for item, cidrs in _ingress_by_group(plan):
         matched += 1
-        if _open_cidrs(cidrs):
-            violations.append(Violation(name, _label(item), f"ingress from {sorted(_open_cidrs(cidrs))} ({cidrs})"))
+        wide = sorted(_open_cidrs(cidrs))
+        if not wide:
+            continue
+        together = "" if set(wide) <= set(cidrs) else f" (together: {sorted(set(cidrs))})"
+        if item["type"] in SECURITY_GROUPS:
+            violations.append(Violation(name, _label(item), f"ingress from {wide}{together}"))
+        else:
+            violations.append(Violation(name, _label(item), f"ingress rule from the internet{together}"))
     for item in _of_type(plan, *LOAD_BALANCERS, CLASSIC_LOAD_BALANCER):
         if not _truthy(item["inputs"].get("internal")):
             violations.append(Violation(name, _label(item), "internet-facing load balancer (internal is not true)"))

@@ -245,6 +245,7 @@ def test_policy_cli_reports_each_check(capsys: pytest.CaptureFixture[str]) -> No
         "endpoint-policies",  # the S3 gateway endpoint every tier has
         "api-routes",
         "public-endpoints",
+        "cross-account",
     )
     cluster_only = (
         "eks-access-order",
