@@ -3,24 +3,40 @@
     python -m infra.ops.deployer_policy            # rewrites docs/deployer-policy.json from the plans
     python -m infra.ops.deployer_policy --check    # exit 1 when the committed document is stale
 
-Each resource type maps to the IAM service prefixes that create, update and delete it; remote components
-(pulumi-eks' Cluster and ManagedNodeGroup, the image build) whose inner resources a plan never shows map to
-the services those inner resources use. The document grants each such service, and nothing else: a deployer
-must create and delete what the program declares, so it is a power user of exactly these services. Identity
-is the sharp edge: `iam:*` lets the deployer create roles, so an organisation that needs more attach a
-permissions boundary to the deploying role (docs/deploy.md). A type the table does not know fails the check,
-naming the type, so a new resource type cannot ship without its permission.
+Each resource type maps, in infra/ops/deployer_actions.py, to the calls that create, read, update, delete and
+tag it (remote components, whose inner resources a plan never shows, to those inner resources' calls). The document
+grants their union, grouped by scope: each service's writes on the stack's `llm-batch-*` names; IAM roles and KMS
+keys, whose names are generated, by the `Project` cost tag (on create, the tag the request carries); `iam:PassRole`
+only on the project's tagged roles and only to the services that take them; Describe/List calls and the services
+that name resources by generated ids (EC2, EKS, Cost Explorer) on `*`. A type the table does not know fails the
+check, naming the type, so a new resource type cannot ship without its permission.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from infra.ops.deployer_actions import (
+    ACTIONS,
+    ANYWHERE,
+    LOOKUPS,
+    NAMED,
+    PASSED_TO,
+    PREFIX,
+    PROJECT,
+    PROJECT_TAG,
+    REQUEST_PROJECT,
+    SERVICE_LINKED,
+    TAGGED,
+    TAGGED_PROJECT,
+    UNSCOPED,
+)
 from infra.ops.stacks import ROOT
 
 DOCUMENT = ROOT / "docs" / "deployer-policy.json"
@@ -36,81 +52,111 @@ OPT_IN: Mapping[str, Mapping[str, Any]] = {
     "large": {**BATCH_API_ON, **SERVE_ON},
 }
 
-# Provider module of a type token (`aws:<module>/<resource>:<Name>`) -> the IAM prefixes that manage it.
-AWS_MODULE_SERVICES: Mapping[str, tuple[str, ...]] = {
-    "apigatewayv2": ("apigateway",),  # HTTP APIs, routes, integrations, stages: apigateway:* on /apis/...
-    "autoscaling": ("autoscaling",),
-    "budgets": ("budgets",),
-    "cloudwatch": ("cloudwatch", "logs", "events"),  # alarms and dashboards, log groups, EventBridge rules
-    "costexplorer": ("ce",),
-    "ec2": ("ec2",),
-    "ecr": ("ecr",),
-    "eks": ("eks",),
-    "iam": ("iam",),
-    "kms": ("kms",),
-    "lambda": ("lambda",),
-    "s3": ("s3",),
-    "scheduler": ("scheduler",),
-    "secretsmanager": ("secretsmanager",),
-    "sfn": ("states",),
-    "sns": ("sns",),
-    "sqs": ("sqs",),
-    "vpc": ("ec2",),  # VPC endpoint policies and the like live under EC2's API
-}
-# Remote components and other providers' resources: the AWS services their inner resources or calls use.
-COMPONENT_SERVICES: Mapping[str, tuple[str, ...]] = {
-    # pulumi-eks: the cluster, its security groups, OIDC provider, IAM roles, secrets-encryption key grants.
-    "eks:index:Cluster": ("eks", "ec2", "iam", "kms", "ssm"),
-    "eks:index:ManagedNodeGroup": ("eks", "ec2", "iam", "autoscaling"),
-    "docker-build:index:Image": ("ecr",),  # pushes to the stack's repository
-}
-# Read-only look-ups the program makes (caller identity, region, SSM GPU AMI parameter, route tables).
-LOOKUPS: tuple[str, ...] = ("sts:GetCallerIdentity", "ssm:GetParameter", "ec2:Describe*", "iam:GetRole")
 # Types that create nothing in AWS: Kubernetes objects (the cluster's API), providers, components.
 NOT_AWS_PREFIXES = ("kubernetes:", "pulumi:", "llmbatch:")
 
 
 class UnknownResourceType(ValueError):
-    """A type in a plan that no entry of the tables covers."""
+    """A type in a plan that the action table (infra/ops/deployer_actions.py) does not cover."""
 
 
-def services_for(types: Iterable[str]) -> set[str]:
-    """The IAM service prefixes the given resource types need; UnknownResourceType names any type not covered."""
-    services: set[str] = set()
+def actions_for(types: Iterable[str]) -> set[str]:
+    """The IAM actions the given resource types need; UnknownResourceType names any type the table lacks."""
+    actions: set[str] = set(LOOKUPS)
     unknown = []
     for type_token in types:
         if type_token.startswith(NOT_AWS_PREFIXES):
             continue
-        if type_token in COMPONENT_SERVICES:
-            services.update(COMPONENT_SERVICES[type_token])
-            continue
-        provider, _, rest = type_token.partition(":")
-        module = rest.split("/", 1)[0]
-        if provider == "aws" and module in AWS_MODULE_SERVICES:
-            services.update(AWS_MODULE_SERVICES[module])
+        if type_token in ACTIONS:
+            actions.update(ACTIONS[type_token])
         else:
             unknown.append(type_token)
     if unknown:
         raise UnknownResourceType(
-            f"no deployer permission known for {sorted(set(unknown))}: add its module to AWS_MODULE_SERVICES or "
-            "COMPONENT_SERVICES in infra/ops/deployer_policy.py"
+            f"no deployer permission known for {sorted(set(unknown))}: add the type, with the calls the provider "
+            "makes to create, read, update, delete and tag it, to ACTIONS in infra/ops/deployer_actions.py"
         )
-    return services
+    return actions
 
 
-def policy_document(services: Iterable[str]) -> dict[str, Any]:
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
+def _iam_statement(action: str) -> str:
+    """Which IAM statement an iam: action belongs to: roles by tag, policies and profiles by name, OIDC providers."""
+    verb = action.split(":", 1)[1]
+    if verb == "PassRole":
+        return "PassStackRoles"
+    if verb == "CreateServiceLinkedRole":
+        return "ServiceLinkedRoles"
+    if verb == "CreateRole":
+        return "CreateTaggedRoles"
+    if "OpenIDConnectProvider" in verb:
+        return "ClusterOidcProvider"
+    if "InstanceProfile" in verb and verb != "ListInstanceProfilesForRole":
+        return "NamedInstanceProfiles"
+    if "Policy" in verb and "Role" not in verb:
+        return "NamedPolicies"
+    return "ManageTaggedRoles"
+
+
+def statement_for(action: str) -> str:
+    """The Sid of the statement that grants `action`."""
+    service, verb = action.split(":", 1)
+    if action in ANYWHERE or verb.startswith(("Describe", "List")) or service in UNSCOPED:
+        return "Anywhere"
+    if service == "iam":
+        return _iam_statement(action)
+    if service == "kms":
+        if verb == "CreateKey":
+            return "CreateTaggedKeys"
+        return "KeyAliases" if "Alias" in verb else "ManageTaggedKeys"
+    if service not in NAMED:
+        raise UnknownResourceType(f"{action}: its service has no scope in NAMED, TAGGED or UNSCOPED")
+    return f"Named{service.capitalize()}"
+
+
+def _resources_and_condition(sid: str) -> tuple[list[str] | str, dict[str, Any] | None]:
+    fixed: dict[str, tuple[list[str] | str, dict[str, Any] | None]] = {
+        "Anywhere": ("*", None),
+        "CreateTaggedRoles": (list(TAGGED["iam"]), dict(REQUEST_PROJECT)),
+        "ManageTaggedRoles": (list(TAGGED["iam"]), dict(TAGGED_PROJECT)),
+        "PassStackRoles": (
+            list(TAGGED["iam"]),
             {
-                "Sid": "ManageWhatThePlansCreate",
-                "Effect": "Allow",
-                "Action": sorted(f"{service}:*" for service in set(services)),
-                "Resource": "*",
+                "StringEquals": {f"aws:ResourceTag/{PROJECT_TAG}": PROJECT},
+                "ForAllValues:StringEquals": {"iam:PassedToService": list(PASSED_TO)},
             },
-            {"Sid": "LookUps", "Effect": "Allow", "Action": sorted(LOOKUPS), "Resource": "*"},
-        ],
+        ),
+        "ServiceLinkedRoles": (
+            "arn:aws:iam::*:role/aws-service-role/*",
+            {"StringEquals": {"iam:AWSServiceName": list(SERVICE_LINKED)}},
+        ),
+        "ClusterOidcProvider": ("arn:aws:iam::*:oidc-provider/oidc.eks.*", None),
+        "NamedInstanceProfiles": (f"arn:aws:iam::*:instance-profile/{PREFIX}*", None),
+        "NamedPolicies": (f"arn:aws:iam::*:policy/{PREFIX}*", None),
+        "CreateTaggedKeys": ("*", dict(REQUEST_PROJECT)),
+        "ManageTaggedKeys": (list(TAGGED["kms"]), dict(TAGGED_PROJECT)),
+        # An alias call names both the alias and its key; the key carries no tag condition here because the
+        # alias, which the same condition would be tested against, has no tags.
+        "KeyAliases": ([f"arn:aws:kms:*:*:alias/{PREFIX.rstrip('-')}*", *TAGGED["kms"]], None),
     }
+    if sid in fixed:
+        return fixed[sid]
+    service = sid.removeprefix("Named").lower()
+    return list(NAMED[service]), None
+
+
+def policy_document(actions: Iterable[str]) -> dict[str, Any]:
+    grouped: dict[str, set[str]] = {}
+    for action in set(actions):
+        grouped.setdefault(statement_for(action), set()).add(action)
+    statements = []
+    for sid in sorted(grouped):
+        resources, condition = _resources_and_condition(sid)
+        statement: dict[str, Any] = {"Sid": sid, "Effect": "Allow", "Action": sorted(grouped[sid])}
+        statement["Resource"] = resources
+        if condition:
+            statement["Condition"] = condition
+        statements.append(statement)
+    return {"Version": "2012-10-17", "Statement": statements}
 
 
 def plan_types(plans: Sequence[Sequence[Mapping[str, Any]]]) -> set[str]:
@@ -118,7 +164,27 @@ def plan_types(plans: Sequence[Sequence[Mapping[str, Any]]]) -> set[str]:
 
 
 def document_for(plans: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
-    return policy_document(services_for(plan_types(plans)))
+    return policy_document(actions_for(plan_types(plans)))
+
+
+def missing_actions(document: Mapping[str, Any], types: Iterable[str]) -> dict[str, set[str]]:
+    """Type -> the actions it needs (`ACTIONS`) that no Allow statement of `document` names, wildcards expanded."""
+    granted = [
+        pattern.lower()
+        for statement in document["Statement"]
+        if statement["Effect"] == "Allow"
+        for pattern in ([statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"])
+    ]
+    missing: dict[str, set[str]] = {}
+    for type_token in types:
+        lacking = {action for action in actions_for([type_token]) if not _granted(action, granted)}
+        if lacking:
+            missing[type_token] = lacking
+    return missing
+
+
+def _granted(action: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(action.lower(), pattern) for pattern in patterns)
 
 
 def render(document: Mapping[str, Any]) -> str:
