@@ -120,10 +120,8 @@ def _resources_and_condition(sid: str) -> tuple[list[str] | str, dict[str, Any] 
         "ManageTaggedRoles": (list(TAGGED["iam"]), dict(TAGGED_PROJECT)),
         "PassStackRoles": (
             list(TAGGED["iam"]),
-            {
-                "StringEquals": {f"aws:ResourceTag/{PROJECT_TAG}": PROJECT},
-                "ForAllValues:StringEquals": {"iam:PassedToService": list(PASSED_TO)},
-            },
+            # iam:PassedToService is single-valued: StringEquals, not ForAllValues (which a missing key satisfies).
+            {"StringEquals": {f"aws:ResourceTag/{PROJECT_TAG}": PROJECT, "iam:PassedToService": list(PASSED_TO)}},
         ),
         "ServiceLinkedRoles": (
             "arn:aws:iam::*:role/aws-service-role/*",

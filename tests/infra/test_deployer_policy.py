@@ -85,8 +85,10 @@ def test_no_service_is_granted_whole_and_identity_writes_are_scoped() -> None:
 def test_pass_role_only_for_the_projects_roles_and_services() -> None:
     [statement] = [s for s in committed()["Statement"] if "iam:PassRole" in s["Action"]]
     assert statement["Action"] == ["iam:PassRole"]
-    assert statement["Condition"]["StringEquals"] == {"aws:ResourceTag/Project": "llm-batch"}
-    assert "iam:PassedToService" in statement["Condition"]["ForAllValues:StringEquals"]
+    assert list(statement["Condition"]) == ["StringEquals"]
+    condition = statement["Condition"]["StringEquals"]
+    assert condition["aws:ResourceTag/Project"] == "llm-batch"
+    assert "lambda.amazonaws.com" in condition["iam:PassedToService"]
 
 
 def test_parliament_findings_are_each_explained() -> None:
