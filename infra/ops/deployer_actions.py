@@ -41,6 +41,17 @@ _S3_READ_ALL = (
 )
 _ROLE_READ = ("iam:GetRole", "iam:ListRolePolicies", "iam:ListAttachedRolePolicies")
 _EKS_TAGS = ("eks:TagResource", "eks:UntagResource", "eks:ListTagsForResource")
+# Calls on the stack's key that AWS makes as the caller when a resource names it: EBS volumes (RunInstances),
+# ECR repositories, Lambda environment variables and Secrets Manager values. The key statement scopes them to
+# keys tagged as the project's.
+_KMS_EBS = (
+    "kms:CreateGrant",
+    "kms:Decrypt",
+    "kms:DescribeKey",
+    "kms:GenerateDataKeyWithoutPlaintext",
+    "kms:ReEncryptFrom",
+    "kms:ReEncryptTo",
+)
 
 ACTIONS: Mapping[str, tuple[str, ...]] = {
     "aws:apigatewayv2/api:Api": _APIGATEWAY,
@@ -137,6 +148,7 @@ ACTIONS: Mapping[str, tuple[str, ...]] = {
         "ec2:ModifyInstanceAttribute",
         "ec2:ModifyInstanceMetadataOptions",
         *_EC2_TAGS,
+        *_KMS_EBS,  # its root volume is encrypted with the stack's key
     ),
     "aws:ec2/internetGateway:InternetGateway": (
         "ec2:CreateInternetGateway",
@@ -201,6 +213,9 @@ ACTIONS: Mapping[str, tuple[str, ...]] = {
         "ecr:TagResource",
         "ecr:UntagResource",
         "ecr:ListTagsForResource",
+        "kms:CreateGrant",  # a repository encrypted with the stack's key
+        "kms:RetireGrant",
+        "kms:DescribeKey",
     ),
     "aws:eks/accessEntry:AccessEntry": (
         "eks:CreateAccessEntry",
@@ -253,6 +268,12 @@ ACTIONS: Mapping[str, tuple[str, ...]] = {
         "iam:DeleteRole",
         "iam:TagRole",
         "iam:UntagRole",
+        # A role's own inline and managed policy inputs, which the provider writes with the role.
+        "iam:PutRolePolicy",
+        "iam:GetRolePolicy",
+        "iam:DeleteRolePolicy",
+        "iam:AttachRolePolicy",
+        "iam:DetachRolePolicy",
     ),
     "aws:iam/rolePolicy:RolePolicy": ("iam:PutRolePolicy", "iam:GetRolePolicy", "iam:DeleteRolePolicy", *_ROLE_READ),
     "aws:iam/rolePolicyAttachment:RolePolicyAttachment": ("iam:AttachRolePolicy", "iam:DetachRolePolicy", *_ROLE_READ),
@@ -287,6 +308,9 @@ ACTIONS: Mapping[str, tuple[str, ...]] = {
         "lambda:UntagResource",
         "lambda:ListTags",
         "iam:PassRole",
+        "kms:CreateGrant",  # environment variables encrypted with the stack's key, read back on refresh
+        "kms:Encrypt",
+        "kms:Decrypt",
     ),
     "aws:lambda/permission:Permission": ("lambda:AddPermission", "lambda:RemovePermission", "lambda:GetPolicy"),
     "aws:s3/bucket:Bucket": (
@@ -326,6 +350,8 @@ ACTIONS: Mapping[str, tuple[str, ...]] = {
         "secretsmanager:GetSecretValue",  # the provider reads the version back to diff it
         "secretsmanager:UpdateSecretVersionStage",
         "secretsmanager:ListSecretVersionIds",
+        "kms:GenerateDataKey",  # the value is encrypted with the stack's key
+        "kms:Decrypt",
     ),
     "aws:sfn/stateMachine:StateMachine": (
         "states:CreateStateMachine",
