@@ -5,8 +5,8 @@ for remote components, the component's inner resources) makes for it; `infra.ops
 union and fails on a type this table lacks. `SCOPES` narrows each service's actions to the stack's resources:
 by the `llm-batch-` name prefix every stack's names carry (`infra.naming`), or, where names are generated
 (IAM roles, KMS keys), by the `Project` cost tag the provider's default tags put on everything. A service whose
-resources are named by AWS-generated ids and whose tags the provider sets after creating (EC2, EKS, API Gateway,
-Cost Explorer, CloudWatch Logs query definitions) keeps `*`; docs/deploy.md says so.
+resources are named by AWS-generated ids and whose tags the provider sets after creating (EC2, Cost Explorer,
+CloudWatch Logs query definitions) keeps `*`; docs/deploy.md says so.
 """
 
 from __future__ import annotations
@@ -472,6 +472,8 @@ NAMED: Mapping[str, tuple[str, ...]] = {
     "states": (f"arn:aws:states:*:*:stateMachine:{PREFIX}*",),
     "apigateway": ("arn:aws:apigateway:*::/apis", "arn:aws:apigateway:*::/apis/*", "arn:aws:apigateway:*::/tags/*"),
     "autoscaling": (f"arn:aws:autoscaling:*:*:autoScalingGroup:*:autoScalingGroupName/{PREFIX}*",),
+    # Clusters are named llm-batch-<stack>; node groups, add-ons and access entries sit under the cluster's name.
+    "eks": tuple(f"arn:aws:eks:*:*:{kind}/{PREFIX}*" for kind in ("cluster", "nodegroup", "addon", "access-entry")),
     "ssm": ("arn:aws:ssm:*:*:parameter/aws/service/*",),  # the public AMI parameters only (account part empty)
 }
 TAGGED_PROJECT: Mapping[str, Any] = {"StringEquals": {f"aws:ResourceTag/{PROJECT_TAG}": PROJECT}}
@@ -481,9 +483,9 @@ TAGGED: Mapping[str, tuple[str, ...]] = {
     "iam": ("arn:aws:iam::*:role/*",),
     "kms": ("arn:aws:kms:*:*:key/*",),
 }
-# Services left on `*`: EC2 and EKS name resources by generated ids and accept tags only on some calls; Cost
-# Explorer's anomaly resources and CloudWatch Logs' query definitions take no resource ARN on create.
-UNSCOPED = ("ec2", "eks", "ce")
+# Services left on `*`: EC2 names resources by generated ids and accepts tags only on some calls; Cost Explorer's
+# anomaly resources take no resource ARN on create.
+UNSCOPED = ("ec2", "ce")
 # The services the stack's roles are handed to; PassRole is granted for these only.
 PASSED_TO = (
     "ec2.amazonaws.com",
@@ -503,6 +505,7 @@ SERVICE_LINKED = (
 # Calls that take no resource ARN (or that the program makes on resources it does not own).
 ANYWHERE = (
     "sts:GetCallerIdentity",
+    "eks:CreateCluster",  # takes no resource ARN; every later call on the cluster is scoped by its name
     "iam:GetRole",
     "ecr:GetAuthorizationToken",
     "ec2:GetLaunchTemplateData",
