@@ -1,6 +1,6 @@
 """The IAM policy the identity that runs `pulumi up` needs, derived from what the three plans create.
 
-    python -m infra.ops.deployer_policy            # rewrites docs/deployer-policy.json from the plans
+    python -m infra.ops.deployer_policy            # rewrites docs/deployer-policy.json and its parts from the plans
     python -m infra.ops.deployer_policy --check    # exit 1 when the committed document is stale
 
 Each resource type maps, in infra/ops/deployer_actions.py, to the calls that create, read, update, delete and
@@ -41,6 +41,8 @@ from infra.ops.stacks import ROOT
 
 DOCUMENT = ROOT / "docs" / "deployer-policy.json"
 STACKS = ("small", "medium", "large")
+# IAM's limit on a customer-managed policy, in characters without whitespace; a role may hold 10 (20 on request).
+MANAGED_POLICY_LIMIT = 6144
 # Opt-in features whose resources no default plan shows: every stack is planned once more with all of its tier's
 # features on (the Batch API everywhere, serving on the cluster tiers), so the deployer of a stack that turns one on
 # has its services too. The medium plan also asks for serving's internal load balancer.
@@ -189,23 +191,60 @@ def render(document: Mapping[str, Any]) -> str:
     return json.dumps(document, indent=2) + "\n"
 
 
+def policy_size(document: Mapping[str, Any]) -> int:
+    """The size IAM counts against a managed policy's limit: the document without whitespace."""
+    return len(json.dumps(document, separators=(",", ":")))
+
+
+def parts(document: Mapping[str, Any], limit: int = MANAGED_POLICY_LIMIT) -> list[dict[str, Any]]:
+    """The document's statements, in order, packed into as few managed policies of at most `limit` as that allows.
+
+    The whole document is larger than one managed policy may be, so the deploying role takes it as these parts.
+    """
+    packed: list[dict[str, Any]] = []
+    for statement in document["Statement"]:
+        alone = {"Version": document["Version"], "Statement": [statement]}
+        if policy_size(alone) > limit:
+            raise ValueError(f"statement {statement['Sid']} alone is over the {limit}-character managed policy limit")
+        if packed and policy_size({**packed[-1], "Statement": [*packed[-1]["Statement"], statement]}) <= limit:
+            packed[-1]["Statement"].append(statement)
+        else:
+            packed.append(alone)
+    return packed
+
+
+def part_path(index: int) -> Path:
+    return DOCUMENT.with_name(f"{DOCUMENT.stem}-part-{index}.json")
+
+
+def outputs(plans: Sequence[Sequence[Mapping[str, Any]]]) -> dict[Path, str]:
+    """Each file the command writes -> its text: the whole document (to review) and its parts (to attach)."""
+    document = document_for(plans)
+    files = {DOCUMENT: render(document)}
+    files.update({part_path(index): render(part) for index, part in enumerate(parts(document), start=1)})
+    return files
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.ops.deployer_policy", description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 when docs/deployer-policy.json is stale")
+    parser.add_argument("--check", action="store_true", help="exit 1 when docs/deployer-policy*.json are stale")
     args = parser.parse_args(argv)
     from infra.ops.plan_capture import capture_plan
 
     plans = [capture_plan(stack) for stack in STACKS]
     plans += [capture_plan(stack, overrides) for stack, overrides in OPT_IN.items()]
-    text = render(document_for(plans))
+    files = outputs(plans)
+    leftover = set(DOCUMENT.parent.glob(f"{DOCUMENT.stem}-part-*.json")) - set(files)
     if args.check:
-        current = DOCUMENT.read_text() if DOCUMENT.is_file() else ""
-        if current != text:
-            print(f"{DOCUMENT.relative_to(ROOT)} is stale: run python -m infra.ops.deployer_policy", file=sys.stderr)
-            return 1
-        return 0
-    DOCUMENT.write_text(text)
-    print(f"wrote {Path(DOCUMENT).relative_to(ROOT)}")
+        stale = [path for path, text in files.items() if not path.is_file() or path.read_text() != text]
+        for path in [*stale, *sorted(leftover)]:
+            print(f"{path.relative_to(ROOT)} is stale: run python -m infra.ops.deployer_policy", file=sys.stderr)
+        return 1 if stale or leftover else 0
+    for path in leftover:
+        path.unlink()
+    for path, text in files.items():
+        path.write_text(text)
+        print(f"wrote {path.relative_to(ROOT)}")
     return 0
 
 

@@ -16,7 +16,16 @@ import yaml
 
 from infra.ops import deployer_policy
 from infra.ops.deployer_actions import ANYWHERE, LOOKUPS
-from infra.ops.deployer_policy import UnknownResourceType, actions_for, document_for, missing_actions, plan_types
+from infra.ops.deployer_policy import (
+    UnknownResourceType,
+    actions_for,
+    document_for,
+    missing_actions,
+    outputs,
+    parts,
+    plan_types,
+    policy_size,
+)
 from infra.ops.stacks import ROOT
 
 Plan = list[dict[str, Any]]
@@ -40,6 +49,27 @@ def committed() -> dict[str, Any]:
 
 def test_the_committed_document_is_the_one_the_plans_need(all_plans: list[Plan]) -> None:
     assert committed() == document_for(all_plans), "stale: run python -m infra.ops.deployer_policy"
+
+
+def test_the_committed_parts_are_the_document_in_managed_policy_sizes(all_plans: list[Plan]) -> None:
+    """The whole document is over IAM's 6,144-character managed policy limit: the role takes it as parts."""
+    expected = outputs(all_plans)
+    committed_parts = sorted(deployer_policy.DOCUMENT.parent.glob("deployer-policy-part-*.json"))
+    assert committed_parts == sorted(path for path in expected if path != deployer_policy.DOCUMENT)
+    for path in committed_parts:
+        assert path.read_text() == expected[path], f"{path.name} stale: run python -m infra.ops.deployer_policy"
+        assert policy_size(json.loads(path.read_text())) <= deployer_policy.MANAGED_POLICY_LIMIT, path.name
+    together = [statement for path in committed_parts for statement in json.loads(path.read_text())["Statement"]]
+    assert together == committed()["Statement"]
+
+
+def test_a_statement_too_large_for_one_managed_policy_fails_naming_it() -> None:
+    document = {
+        "Version": "2012-10-17",
+        "Statement": [{"Sid": "Huge", "Effect": "Allow", "Action": ["s3:GetObject"] * 500}],
+    }
+    with pytest.raises(ValueError, match="statement Huge alone is over"):
+        parts(document)
 
 
 def test_every_action_a_plan_type_needs_is_granted(all_plans: list[Plan]) -> None:
