@@ -463,6 +463,9 @@ class Registration:
     # Which resources fed each input, by URN, as the engine hands them to a policy pack: rules join on these,
     # since ids are unknown until a real `up` has created the resource.
     property_dependencies: dict[str, list[str]] = field(default_factory=dict)
+    # Its `aliases` as the SDK sends them: `{"urn": ...}` or a spec (`name`, `type`, `parentUrn`, `noParent`, ...);
+    # a resource moved under a new parent keeps its old URN through one (tests/infra/test_plan_urns.py).
+    aliases: list[dict[str, Any]] = field(default_factory=list)
     id: str | None = None
     outputs: dict[str, Any] = field(default_factory=dict)
 
@@ -502,6 +505,13 @@ def _dependencies(request: Any, references: set[str]) -> list[str]:
     if request.parent:
         urns.add(request.parent)
     return sorted(urns)
+
+
+def _alias(alias: Any) -> dict[str, Any]:
+    """One alias of a registration as plain data: a full URN, or the spec the engine turns into one."""
+    if alias.HasField("urn"):
+        return {"urn": alias.urn}
+    return json_format.MessageToDict(alias.spec)
 
 
 class RecordingMonitor(MockMonitor):
@@ -547,6 +557,7 @@ class RecordingMonitor(MockMonitor):
                 property_dependencies={
                     key: sorted(urns.urns) for key, urns in sorted(request.propertyDependencies.items()) if urns.urns
                 },
+                aliases=[_alias(alias) for alias in request.aliases],
                 # Local components have no id or outputs of their own (the SDK's monitor mocks them anyway);
                 # remote ones (pulumi_eks.Cluster, helm Chart) have outputs, and only those under mocks.
                 id=self.resources[urn].id if has_state and urn in self.resources else None,
