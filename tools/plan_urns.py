@@ -2,7 +2,9 @@
 nothing: a resource whose URN changes is, to Pulumi, a new resource (the old one is deleted) unless an alias
 names its old URN. tests/infra/test_plan_urns.py checks a later plan against the file this writes.
 
-    python tools/plan_urns.py            # writes tests/infra/data/plan_urns_<commit>.json
+    python tools/plan_urns.py [COMMIT]   # writes tests/infra/data/plan_urns_<COMMIT>.json
+
+COMMIT names the program the plans were made from (default: HEAD); run it on that program, before the change.
 
 The variants are the plans the infra tests already build (tests/infra/conftest.py: `plan_for`, `front_plans`,
 `serve_plan`), so the check adds no plan of its own to `make test`.
@@ -43,10 +45,8 @@ def plan_urns(stack: str, overrides: Mapping[str, Any]) -> list[str]:
     return sorted(item["urn"] for item in capture_plan(stack, overrides))
 
 
-def main() -> int:
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.strip()
+def main(argv: list[str]) -> int:
+    commit = argv[0] if argv else _head()
     with ThreadPoolExecutor(max_workers=2) as pool:  # each plan runs in an interpreter of its own
         urns = dict(zip(VARIANTS, pool.map(lambda variant: plan_urns(*variant), VARIANTS.values()), strict=True))
     path = DATA / f"plan_urns_{commit}.json"
@@ -56,5 +56,10 @@ def main() -> int:
     return 0
 
 
+def _head() -> str:
+    git = ["git", "rev-parse", "--short", "HEAD"]
+    return subprocess.run(git, cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -21,6 +21,7 @@ from google.protobuf import json_format
 from pulumi.runtime import MockCallArgs, MockResourceArgs, Mocks, rpc
 from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.proto import provider_pb2
+from pulumi.runtime.settings import get_project, get_stack
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 from infra.rules.plan_view import SECRET_MASK
@@ -520,6 +521,16 @@ class RecordingMonitor(MockMonitor):
     def __init__(self, mocks: Mocks) -> None:
         super().__init__(mocks)
         self.registrations: list[Registration] = []
+
+    def make_urn(self, parent: str, type_: str, name: str) -> str:
+        """The URN the engine gives it: its type after the parent's whole type chain, none for the stack's children.
+
+        The SDK's mock prefixes only the parent's last type, and the stack's own for top-level resources; a real
+        `up` does neither, and a resource moved under a new parent must be checked against the URNs it really had.
+        """
+        if parent and parent.split("::")[2] != "pulumi:pulumi:Stack":
+            type_ = parent.split("::")[2] + "$" + type_
+        return "urn:pulumi:" + "::".join([get_stack(), get_project(), type_, name])
 
     def Call(self, request: Any) -> Any:
         """Method calls on components (pulumi_eks `Cluster.get_kubeconfig()`): the SDK's monitor has none."""
