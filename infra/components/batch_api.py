@@ -28,6 +28,7 @@ import pulumi_aws as aws
 from infra import naming
 from infra.aws_context import AwsContext
 from infra.components.iam import function_identity, policy_document, service_role, via_services
+from infra.config import StackConfig
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 BUNDLE_DIR = ROOT / "build" / "batch-api-lambda"
@@ -180,6 +181,36 @@ class BatchApiArgs:
     group_name: str | None = None  # the small tier's GPU group; None on EKS (the GPU sweep releases nodes)
     # batch_api.public_endpoint_acknowledged: carried on the API as PUBLIC_ENDPOINT_TAG, which the gate reads.
     public_endpoint_acknowledged: bool = False
+
+    @classmethod
+    def from_config(
+        cls,
+        stack: str,
+        config: StackConfig,
+        context: AwsContext,
+        bucket_name: pulumi.Input[str],
+        key_arn: pulumi.Input[str],
+        keys_secret_arn: pulumi.Input[str],
+        state_machine_arn: pulumi.Input[str],
+        code: pulumi.Archive,
+    ) -> BatchApiArgs:
+        return cls(
+            stack=stack,
+            context=context,
+            bucket_name=bucket_name,
+            key_arn=key_arn,
+            keys_secret_arn=keys_secret_arn,
+            state_machine_arn=state_machine_arn,
+            # The served name is the job's: a batch's `model` must match what the nightly job loads.
+            model_name=config.job_config("s3://b/in/{date}/", "s3://b/out/{date}/", stack=stack).model.name,
+            code=code,
+            metrics_namespace=config.monitoring.metrics_namespace,
+            log_retention_days=config.monitoring.log_retention_days,
+            tick_minutes=config.batch_api.tick_minutes,
+            memory_mb=config.batch_api.memory_mb,
+            group_name=naming.gpu_group_name(stack) if config.tier == "small" else None,
+            public_endpoint_acknowledged=config.batch_api.public_endpoint_acknowledged,
+        )
 
 
 class BatchApi(pulumi.ComponentResource):

@@ -19,6 +19,7 @@ import pulumi_docker_build as docker_build
 
 from infra import naming, versions
 from infra.build_context import content_tag
+from infra.config import StackConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO_ROOT / "workload" / "Dockerfile"
@@ -42,6 +43,16 @@ class WorkloadImageArgs:
     platform: str = versions.WORKLOAD_IMAGE_PLATFORM
     context_dir: Path = REPO_ROOT
     dockerfile: Path = DOCKERFILE
+
+    @classmethod
+    def from_config(cls, stack: str, config: StackConfig, key_arn: pulumi.Input[str]) -> WorkloadImageArgs:
+        return cls(
+            stack=stack,
+            key_arn=key_arn,
+            keep_last_images=config.image.keep_last_images,
+            repository_name=config.image.repository_name,
+            force_delete=config.image.force_delete,
+        )
 
     def __post_init__(self) -> None:
         if self.keep_last_images < 1:

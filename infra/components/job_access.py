@@ -16,7 +16,11 @@ import pulumi_aws as aws
 
 from infra import naming
 from infra.aws_context import AwsContext
+from infra.components.batch_api import BATCH_INPUT_PREFIX, BATCH_OUTPUT_PREFIX
 from infra.components.iam import via_services
+from infra.components.nightly import RUN_REQUEST_KEY
+from infra.components.storage import CHECKPOINT_PREFIX, MODEL_PREFIX
+from infra.config import StackConfig
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,41 @@ class JobAccessArgs:
     image_repository_arn: pulumi.Input[str]
     metrics_namespace: str
     log_retention_days: int
+
+    @classmethod
+    def from_config(
+        cls,
+        stack: str,
+        config: StackConfig,
+        context: AwsContext,
+        bucket_arn: pulumi.Input[str],
+        key_arn: pulumi.Input[str],
+        secret_arns: Sequence[pulumi.Input[str]],
+        image_repository_arn: pulumi.Input[str],
+    ) -> JobAccessArgs:
+        """The prefixes the job reads and writes, from the stack's job prefixes and whether the Batch API is on."""
+        batch_api = config.batch_api.enabled
+        return cls(
+            stack=stack,
+            context=context,
+            bucket_arn=bucket_arn,
+            key_arn=key_arn,
+            secret_arns=secret_arns,
+            read_prefixes=[
+                static_prefix(config.job.input_prefix),
+                MODEL_PREFIX,
+                static_prefix(RUN_REQUEST_KEY),  # the small node reads the night's date there
+                *([BATCH_INPUT_PREFIX] if batch_api else []),  # a batch's file
+            ],
+            write_prefixes=[
+                static_prefix(config.job.output_prefix),
+                CHECKPOINT_PREFIX,
+                *([BATCH_OUTPUT_PREFIX] if batch_api else []),  # a batch's output, only
+            ],
+            image_repository_arn=image_repository_arn,
+            metrics_namespace=config.monitoring.metrics_namespace,
+            log_retention_days=config.monitoring.log_retention_days,
+        )
 
 
 def static_prefix(template: str) -> str:

@@ -20,6 +20,8 @@ import pulumi_aws as aws
 from infra import naming
 from infra.aws_context import AwsContext
 from infra.components.nat_instance import nat_instances, nat_security_group
+from infra.config import StackConfig
+from infra.k8s.karpenter import DISCOVERY_TAG
 from infra.zones import choose_zones, offered_by_zone
 
 HTTPS = 443
@@ -45,6 +47,32 @@ class NetworkArgs:
     # none: the first zones by name.
     required_instance_types: Sequence[str] = ()
     preferred_instance_types: Sequence[str] = ()
+
+    @classmethod
+    def from_config(
+        cls, stack: str, config: StackConfig, context: AwsContext, key_arn: pulumi.Input[str]
+    ) -> NetworkArgs:
+        network = config.network
+        return cls(
+            stack=stack,
+            context=context,
+            vpc_cidr=network.vpc_cidr,
+            az_count=network.az_count,
+            single_nat_gateway=network.single_nat_gateway,
+            interface_endpoints=network.interface_endpoints,
+            egress=network.egress,
+            nat_instance_type=network.nat_instance_type,
+            key_arn=key_arn,
+            existing_vpc_id=network.existing_vpc_id,
+            existing_private_subnet_ids=network.existing_private_subnet_ids,
+            # Karpenter finds the subnets it may use by this tag (on the cluster's name); on subnets the
+            # program creates it is theirs.
+            private_subnet_tags=(
+                {DISCOVERY_TAG: naming.prefix(stack)} if config.tier != "small" and config.eks.karpenter_enabled else {}
+            ),
+            required_instance_types=config.zone_instance_types[0],
+            preferred_instance_types=config.zone_instance_types[1],
+        )
 
 
 # Which of this account's condition keys each interface endpoint's policy pins. sts: IRSA's

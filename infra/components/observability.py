@@ -22,7 +22,7 @@ from infra.aws_context import AwsContext
 from infra.components.alerts import Alerts, AlertsArgs
 from infra.components.kms import EncryptionKey, EncryptionKeyArgs
 from infra.components.providers import BILLING_REGION
-from infra.config import MonitoringConfig
+from infra.config import MonitoringConfig, StackConfig
 from monitoring import events
 from monitoring.alarms import AlarmSpec, ServeWatch, batch_api_alarms, billing_alarm, job_alarms, serve_alarms
 from monitoring.dashboard import dashboard_body
@@ -45,6 +45,30 @@ class ObservabilityArgs:
     serve: ServeWatch | None = None
     # The Batch API queue's alarms and graphs (batch_api.enabled).
     batch_api: bool = False
+
+    @classmethod
+    def from_config(
+        cls,
+        stack: str,
+        config: StackConfig,
+        context: AwsContext,
+        topic_arn: pulumi.Input[str],
+        log_group_name: pulumi.Input[str],
+        billing_provider: aws.Provider,
+    ) -> ObservabilityArgs:
+        return cls(
+            stack=stack,
+            context=context,
+            topic_arn=topic_arn,
+            log_group_name=log_group_name,
+            monitoring=config.monitoring,
+            billing_limit_usd=config.monitoring.billing_alarm_usd or config.cost.monthly_budget_usd,
+            alert_email=config.alert_email,
+            billing_provider=billing_provider,
+            account_billing_alarm=config.monitoring.account_billing_alarm,
+            serve=config.serve.watch if config.serve.enabled else None,
+            batch_api=config.batch_api.enabled,
+        )
 
 
 def _alarm_args(spec: AlarmSpec, name: str, topic_arn: pulumi.Input[str]) -> dict[str, Any]:

@@ -12,6 +12,9 @@ import pulumi
 import pulumi_aws as aws
 
 from infra import naming
+from infra.config import StackConfig
+from infra.pricing import stack_costs
+from workload.contract.config import render_config
 
 # A destroyed stack's secret names stay reserved this long; short, so a stack can be recreated soon after.
 RECOVERY_WINDOW_DAYS = 7
@@ -28,6 +31,31 @@ class JobSecretsArgs:
     # The endpoint's API keys secret's name (serve.api_keys_secret_name or its default); None: no endpoint. Created
     # without a value: keys never pass through Pulumi's state; the operator puts them (docs/serve.md).
     serve_api_keys_name: str | None = None
+
+    @classmethod
+    def from_config(
+        cls, stack: str, config: StackConfig, key_arn: pulumi.Input[str], bucket_name: pulumi.Output[str]
+    ) -> JobSecretsArgs:
+        """The job's settings rendered for this stack's bucket; the hub token from the stack's secret config."""
+        job_settings = bucket_name.apply(
+            lambda bucket: render_config(
+                config.job_config(
+                    f"s3://{bucket}/{config.job.input_prefix}",
+                    f"s3://{bucket}/{config.job.output_prefix}",
+                    stack=stack,
+                    price_per_hour_usd=stack_costs.run_price_per_hour_usd(config),
+                )
+            )
+        )
+        # The endpoint's keys are the Batch API's too (one secret, one set of keys per stack).
+        keyed = config.serve.enabled or config.batch_api.enabled
+        return cls(
+            stack=stack,
+            key_arn=key_arn,
+            job_settings=job_settings,
+            hub_token=pulumi.Config().get_secret("hub_token"),
+            serve_api_keys_name=serve_api_keys_name(stack, config.serve.api_keys_secret_name) if keyed else None,
+        )
 
 
 def serve_api_keys_name(stack: str, configured: str | None) -> str:

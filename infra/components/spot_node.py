@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 import pulumi_aws as aws
@@ -18,6 +18,7 @@ import pulumi_aws as aws
 from infra import naming
 from infra.aws_context import AwsContext
 from infra.components.iam import policy_document, service_trust
+from infra.components.nightly import RUN_REQUEST_KEY
 from infra.components.user_data import (
     DEFAULT_GRACE_PERIOD_S,
     BootSettings,
@@ -25,6 +26,11 @@ from infra.components.user_data import (
     render_user_data,
     stop_timeout_s,
 )
+from infra.config import StackConfig
+from infra.statemachines import timing
+
+if TYPE_CHECKING:
+    from infra.components.foundation import Foundation
 
 HTTPS = 443
 ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 AMIs boot from xvda
@@ -55,6 +61,37 @@ class SpotNodeArgs:
     job_grace_period_s: float = DEFAULT_GRACE_PERIOD_S
     # With the Batch API: how long the node waits for the queue's next run request (user_data.BootSettings).
     next_run_hold_s: int = 0
+
+    @classmethod
+    def from_config(
+        cls, stack: str, config: StackConfig, context: AwsContext, tags: Mapping[str, str], base: Foundation
+    ) -> SpotNodeArgs:
+        """The small tier's node, on the foundation's network, image, secrets and job policy."""
+        small, bucket = config.small, base.data.bucket_name
+        return cls(
+            stack=stack,
+            context=context,
+            tags=tags,
+            instance_type=small.instance_type,
+            root_volume_gib=small.root_volume_gib,
+            ami_ssm_parameter=small.gpu_ami_ssm_parameter,
+            max_spot_price=small.max_spot_price,
+            vpc_id=base.network.vpc_id,
+            subnet_ids=base.network.private_subnet_ids,
+            key_arn=base.key.key_arn,
+            job_policy_arn=base.job_access.policy_arn,
+            image=base.image.image_ref,
+            job_settings_secret_arn=base.secrets.job_settings_arn,
+            hub_token_secret_arn=base.secrets.hub_token_arn,
+            log_group_name=base.job_access.log_group_name,
+            output_prefix_uri=bucket.apply(lambda name: f"s3://{name}/{config.job.output_prefix}"),
+            run_request_uri=bucket.apply(lambda name: f"s3://{name}/{RUN_REQUEST_KEY}"),
+            job_grace_period_s=config.job_grace_period_s,
+            # With the Batch API the machine drains its queue on this boot: wait for its next run request.
+            next_run_hold_s=(
+                timing.next_run_hold_s(config.schedule.run_deadline_minutes) if config.batch_api.enabled else 0
+            ),
+        )
 
 
 def session_manager_statements(context: AwsContext) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ import pulumi_aws as aws
 from infra import naming
 from infra.aws_context import AwsContext
 from infra.components.iam import deny_insecure_transport
+from infra.config import StackConfig
 
 # Where things live in the bucket; the job's IAM policy grants exactly these.
 INPUT_PREFIX = "input/"
@@ -32,6 +33,21 @@ class DataBucketArgs:
     force_destroy: bool = False
     # The name's suffix: another concern needing a bucket (e.g. reports) reuses this component with its own.
     purpose: str = "data"
+
+    @classmethod
+    def from_config(
+        cls, stack: str, config: StackConfig, context: AwsContext, key_arn: pulumi.Input[str]
+    ) -> DataBucketArgs:
+        """The stack's data bucket: input, output, checkpoints and models, under the stack key."""
+        return cls(
+            stack=stack,
+            context=context,
+            key_arn=key_arn,
+            glacier_after_days=config.storage.glacier_after_days,
+            noncurrent_expire_days=config.storage.noncurrent_expire_days,
+            archive_prefixes=config.storage.archive_prefixes,
+            force_destroy=config.storage.force_destroy,
+        )
 
 
 def tls_only_policy(bucket_arn: str) -> dict[str, Any]:

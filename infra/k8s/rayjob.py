@@ -33,6 +33,7 @@ from infra.k8s.common import (
 from infra.k8s.head_group import RAY_AUTOSCALER, RAYJOB_SUBMITTER
 from infra.k8s.network_policy import SUBMITTER_COMPONENT, cluster_labels
 from infra.k8s.ray_auth import auth_options
+from infra.k8s.ray_head import head_template
 from workload.contract import entrypoint
 from workload.contract.config import JobConfig, build_config, render_config
 from workload.contract.entrypoint import MODELS_DIR
@@ -381,44 +382,31 @@ def _with_hub_token(args: RayJobArgs, pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def _head_template(args: RayJobArgs) -> dict[str, Any]:
-    container = {
-        "name": "ray-head",
-        "image": args.image,
-        "imagePullPolicy": "IfNotPresent",
-        "ports": [
-            {"name": "gcs-server", "containerPort": 6379},
-            {"name": "dashboard", "containerPort": 8265},
-            {"name": "client", "containerPort": 10001},
+    template = head_template(
+        metadata=_pod_metadata(args, "ray-head"),
+        image=args.image,
+        resources=args.head.size.resources(),
+        container_security=entrypoint.container_security_context(),
+        env=entrypoint.k8s_env(),
+        mounts=_ray_mounts(),
+        volumes=[
+            _config_volume(args),
+            _shm_volume(),
+            _models_volume(args.head.models_volume),
+            entrypoint.k8s_scratch_volume(SCRATCH_VOLUME),
         ],
-        "resources": args.head.size.resources(),
-        "securityContext": entrypoint.container_security_context(),
-        "env": entrypoint.k8s_env(),
-        "volumeMounts": _ray_mounts(),
-    }
-    return {
-        "metadata": _pod_metadata(args, "ray-head"),
-        "spec": _with_hub_token(
-            args,
-            {
-                "serviceAccountName": args.service_account,
-                # A Kubernetes API token only for KubeRay's autoscaler sidecar (it scales the worker group
-                # through the API as this account); Ray itself never calls the API, and the IRSA token is a
-                # separate projected volume.
-                "automountServiceAccountToken": args.autoscaling,
-                "nodeSelector": dict(args.head.node_selector),
-                "tolerations": [head_toleration()],
-                "terminationGracePeriodSeconds": args.termination_grace_s,
-                "securityContext": _pod_security(),
-                "containers": [container],
-                "volumes": [
-                    _config_volume(args),
-                    _shm_volume(),
-                    _models_volume(args.head.models_volume),
-                    entrypoint.k8s_scratch_volume(SCRATCH_VOLUME),
-                ],
-            },
-        ),
-    }
+        service_account=args.service_account,
+        node_selector=args.head.node_selector,
+        pod_options={
+            # A Kubernetes API token only for KubeRay's autoscaler sidecar (it scales the worker group through
+            # the API as this account); Ray itself never calls the API, and the IRSA token is a separate
+            # projected volume.
+            "automountServiceAccountToken": args.autoscaling,
+            "terminationGracePeriodSeconds": args.termination_grace_s,
+        },
+    )
+    template["spec"] = _with_hub_token(args, template["spec"])
+    return template
 
 
 def _worker_template(args: RayJobArgs) -> dict[str, Any]:

@@ -38,12 +38,12 @@ from infra.k8s.common import (
     check_labels,
     check_quantity,
     gpu_toleration,
-    head_toleration,
     quantity_value,
 )
 from infra.k8s.head_group import RAY_AUTOSCALER, SERVE_REPORTER
 from infra.k8s.network_policy import SERVE_PORT, cluster_labels
 from infra.k8s.ray_auth import auth_options
+from infra.k8s.ray_head import head_template
 from infra.k8s.rayjob import (
     RAY_API_VERSION,
     PodSize,
@@ -237,35 +237,23 @@ def _with_hub_token(args: RayServiceArgs, pod: dict[str, Any]) -> dict[str, Any]
 
 
 def _head_template(args: RayServiceArgs) -> dict[str, Any]:
-    container = {
-        "name": "ray-head",
-        "image": args.image,
-        "imagePullPolicy": "IfNotPresent",
-        "ports": [
-            {"name": "gcs-server", "containerPort": 6379},
-            {"name": "dashboard", "containerPort": 8265},
-            {"name": "client", "containerPort": 10001},
+    # No model volume and no hub token: the head builds the app from the model's label and runs no engine.
+    return head_template(
+        metadata=_metadata(args, "ray-head"),
+        image=args.image,
+        resources=args.head_size.resources(),
+        container_security=_container_security(),
+        env=_env(args),
+        mounts=[_shm_mount()],
+        volumes=[_shm_volume()],
+        service_account=args.service_account,
+        node_selector={POOL_LABEL: HEAD_POOL},
+        extra_ports=[
             {"name": "serve", "containerPort": SERVE_PORT},
             {"name": "metrics", "containerPort": METRICS_PORT},
         ],
-        "env": _env(args),
-        "resources": args.head_size.resources(),
-        "securityContext": _container_security(),
-        "volumeMounts": [_shm_mount()],
-    }
-    return {
-        "metadata": _metadata(args, "ray-head"),
-        # No model volume and no hub token: the head builds the app from the model's label and runs no engine.
-        "spec": {
-            "serviceAccountName": args.service_account,
-            "nodeSelector": {POOL_LABEL: HEAD_POOL},
-            "tolerations": [head_toleration()],
-            "securityContext": _pod_security(),
-            # KubeRay treats the first container as Ray's; the reporter comes after it.
-            "containers": [container, _reporter(args)],
-            "volumes": [_shm_volume()],
-        },
-    }
+        sidecars=[_reporter(args)],
+    )
 
 
 def _reporter(args: RayServiceArgs) -> dict[str, Any]:

@@ -132,13 +132,17 @@ def _stack_exports(stack: str) -> dict[str, Any]:
     }
 
 
+_GROUPS = ("pulumi:pulumi:Stack", "llmbatch:foundation:Foundation", "llmbatch:eks_tier:EksTier")
+
+
 def summary(plan: list[dict[str, Any]]) -> str:
     """One line: resources by top-level component, then by type (most first), so a reader sees the plan's shape."""
     by_urn = {item["urn"]: item for item in plan}
 
     def component_of(item: dict[str, Any]) -> str:
-        # The component directly under the stack: walk up the parents until the next one up is the stack.
-        while (parent := by_urn.get(item["parent"])) is not None and parent["type"] != "pulumi:pulumi:Stack":
+        # The concern's component: walk up the parents until the next one up is the stack or a grouping of
+        # concerns (the foundation, the EKS tier), which would hide the concerns' shares.
+        while (parent := by_urn.get(item["parent"])) is not None and parent["type"] not in _GROUPS:
             item = parent
         return str(item["name"]) if not item["custom"] else "(stack)"
 

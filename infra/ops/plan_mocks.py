@@ -21,6 +21,7 @@ from google.protobuf import json_format
 from pulumi.runtime import MockCallArgs, MockResourceArgs, Mocks, rpc
 from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.proto import provider_pb2
+from pulumi.runtime.settings import get_project, get_stack
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 from infra.rules.plan_view import SECRET_MASK
@@ -488,6 +489,9 @@ class Registration:
     # Which resources fed each input, by URN, as the engine hands them to a policy pack: rules join on these,
     # since ids are unknown until a real `up` has created the resource.
     property_dependencies: dict[str, list[str]] = field(default_factory=dict)
+    # Its `aliases` as the SDK sends them: `{"urn": ...}` or a spec (`name`, `type`, `parentUrn`, `noParent`, ...);
+    # a resource moved under a new parent keeps its old URN through one (tests/infra/test_plan_urns.py).
+    aliases: list[dict[str, Any]] = field(default_factory=list)
     id: str | None = None
     outputs: dict[str, Any] = field(default_factory=dict)
 
@@ -529,12 +533,29 @@ def _dependencies(request: Any, references: set[str]) -> list[str]:
     return sorted(urns)
 
 
+def _alias(alias: Any) -> dict[str, Any]:
+    """One alias of a registration as plain data: a full URN, or the spec the engine turns into one."""
+    if alias.HasField("urn"):
+        return {"urn": alias.urn}
+    return json_format.MessageToDict(alias.spec)
+
+
 class RecordingMonitor(MockMonitor):
     """The SDK's mock monitor, keeping each registration's parent, provider and inputs in order."""
 
     def __init__(self, mocks: Mocks) -> None:
         super().__init__(mocks)
         self.registrations: list[Registration] = []
+
+    def make_urn(self, parent: str, type_: str, name: str) -> str:
+        """The URN the engine gives it: its type after the parent's whole type chain, none for the stack's children.
+
+        The SDK's mock prefixes only the parent's last type, and the stack's own for top-level resources; a real
+        `up` does neither, and a resource moved under a new parent must be checked against the URNs it really had.
+        """
+        if parent and parent.split("::")[2] != "pulumi:pulumi:Stack":
+            type_ = parent.split("::")[2] + "$" + type_
+        return "urn:pulumi:" + "::".join([get_stack(), get_project(), type_, name])
 
     def Call(self, request: Any) -> Any:
         """Method calls on components (pulumi_eks `Cluster.get_kubeconfig()`): the SDK's monitor has none."""
@@ -572,6 +593,7 @@ class RecordingMonitor(MockMonitor):
                 property_dependencies={
                     key: sorted(urns.urns) for key, urns in sorted(request.propertyDependencies.items()) if urns.urns
                 },
+                aliases=[_alias(alias) for alias in request.aliases],
                 # Local components have no id or outputs of their own (the SDK's monitor mocks them anyway);
                 # remote ones (pulumi_eks.Cluster, helm Chart) have outputs, and only those under mocks.
                 id=self.resources[urn].id if has_state and urn in self.resources else None,

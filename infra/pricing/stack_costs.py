@@ -45,7 +45,7 @@ def karpenter_choice(config: StackConfig, prices: PriceTable) -> tuple[str, int]
 
     Karpenter launches the cheapest type of its NodePool that fits the pending pods (Spot's
     price-capacity-optimized strategy may pick a slightly dearer pool with more capacity). Kubelet's
-    reserve is the one the config model checks fits with (infra/config.py).
+    reserve is the one the config model checks fits with (infra/config/eks.py).
     """
     worker = config.eks.worker_size
     cpus = quantity_value(worker.cpu)

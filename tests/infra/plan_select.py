@@ -35,5 +35,5 @@ def only_child(plan: Plan, parent: dict[str, Any], typ: str) -> dict[str, Any]:
 
 
 def stack_key(plan: Plan) -> dict[str, Any]:
-    """The stack's own KMS key: the one in the program's top-level `kms` EncryptionKey component."""
+    """The stack's own KMS key: the one in the `kms` EncryptionKey component (infra/components/foundation.py)."""
     return only_child(plan, component(plan, "llmbatch:kms:EncryptionKey", "kms"), KEY)

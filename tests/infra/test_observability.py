@@ -173,7 +173,7 @@ def test_log_group_queries_and_dashboard(stack_plan: tuple[str, Plan]) -> None:
     job_metrics = config.job_config("s3://b/i/", "s3://b/o/", stack=stack).metrics
     assert group["name"] == naming.job_log_group(stack) == job_metrics.log_group
     assert group["retentionInDays"] == config.monitoring.log_retention_days
-    # The stack's own key: the one in the program's top-level `kms` component.
+    # The stack's own key: the one in the foundation's `kms` component.
     assert group["kmsKeyId"] == stack_key(plan)["outputs"]["arn"]
 
     saved = {
