@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pulumi
 
-from infra import aws_context, deploy_route, facts, naming
+from infra import aws_context, deploy_route, facts, naming, role_boundary
 from infra.components.batch_api import BatchApi, BatchApiArgs, bundle_archive
 from infra.components.eks_tier import EksTier, EksTierArgs
 from infra.components.foundation import Foundation, FoundationArgs
@@ -40,6 +40,7 @@ for line in facts.calendar_warnings(None if config.tier == "small" else config.e
 providers = Providers("providers", ProvidersArgs(region=config.region, tags=tags))
 aws_opts = pulumi.ResourceOptions(provider=providers.aws)
 context = aws_context.lookup(providers.aws)
+role_boundary.require_boundary(context)  # before any component: every role it creates gets the boundary
 base = Foundation("foundation", FoundationArgs(stack, config, context, providers), aws_opts)
 key, data, secrets = base.key, base.data, base.secrets
 

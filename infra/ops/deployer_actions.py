@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from infra.role_boundary import BOUNDARY_POLICY_NAME
+
 PREFIX = "llm-batch-"
 PROJECT_TAG = "Project"
 PROJECT = "llm-batch"
@@ -274,6 +276,7 @@ ACTIONS: Mapping[str, tuple[str, ...]] = {
         "iam:DeleteRolePolicy",
         "iam:AttachRolePolicy",
         "iam:DetachRolePolicy",
+        "iam:PutRolePermissionsBoundary",  # a role made before the boundary existed gets it on its next update
     ),
     "aws:iam/rolePolicy:RolePolicy": ("iam:PutRolePolicy", "iam:GetRolePolicy", "iam:DeleteRolePolicy", *_ROLE_READ),
     "aws:iam/rolePolicyAttachment:RolePolicyAttachment": ("iam:AttachRolePolicy", "iam:DetachRolePolicy", *_ROLE_READ),
@@ -417,6 +420,7 @@ ACTIONS: Mapping[str, tuple[str, ...]] = {
         "iam:TagRole",
         "iam:AttachRolePolicy",
         "iam:DetachRolePolicy",
+        "iam:PutRolePermissionsBoundary",
         "iam:PassRole",
         "iam:CreateOpenIDConnectProvider",
         "iam:GetOpenIDConnectProvider",
@@ -478,6 +482,30 @@ NAMED: Mapping[str, tuple[str, ...]] = {
 }
 TAGGED_PROJECT: Mapping[str, Any] = {"StringEquals": {f"aws:ResourceTag/{PROJECT_TAG}": PROJECT}}
 REQUEST_PROJECT: Mapping[str, Any] = {"StringEquals": {f"aws:RequestTag/{PROJECT_TAG}": PROJECT}}
+# The permissions boundary every stack role carries (infra/role_boundary.py), in the deployer's own account: the
+# document names no account, and a role's boundary can only be a policy of its own account.
+BOUNDARY_ARN = f"arn:aws:iam::${{aws:PrincipalAccount}}:policy/{BOUNDARY_POLICY_NAME}"
+BOUNDARY_POLICY = f"arn:aws:iam::*:policy/{BOUNDARY_POLICY_NAME}"
+# The role writes that could give a role more than the deployer holds: allowed only with the boundary on the role
+# (AWS sets iam:PermissionsBoundary for exactly these calls).
+BOUNDED_ROLE_WRITES = (
+    "iam:CreateRole",
+    "iam:PutRolePolicy",
+    "iam:AttachRolePolicy",
+    "iam:DetachRolePolicy",
+    "iam:DeleteRolePolicy",
+    "iam:PutRolePermissionsBoundary",
+)
+REQUIRE_BOUNDARY: Mapping[str, Any] = {"StringEquals": {"iam:PermissionsBoundary": BOUNDARY_ARN}}
+# Writes that would loosen the boundary itself: never the deployer's, whatever else allows them (the boundary's
+# name matches the llm-batch-* policies the deployer manages). The administrator creates it (docs/deploy.md).
+BOUNDARY_WRITES = (
+    "iam:CreatePolicy",
+    "iam:CreatePolicyVersion",
+    "iam:DeletePolicy",
+    "iam:DeletePolicyVersion",
+    "iam:SetDefaultPolicyVersion",
+)
 # Services whose resources are scoped by the Project tag rather than by name (generated names).
 TAGGED: Mapping[str, tuple[str, ...]] = {
     "iam": ("arn:aws:iam::*:role/*",),

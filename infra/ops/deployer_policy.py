@@ -1,13 +1,16 @@
 """The IAM policy the identity that runs `pulumi up` needs, derived from what the three plans create.
 
-    python -m infra.ops.deployer_policy            # rewrites docs/deployer-policy.json and its parts from the plans
-    python -m infra.ops.deployer_policy --check    # exit 1 when the committed document is stale
+    python -m infra.ops.deployer_policy            # rewrites docs/deployer-policy.json and its parts from the plans,
+                                                   # and docs/role-boundary.json (infra/ops/role_boundary_document.py)
+    python -m infra.ops.deployer_policy --check    # exit 1 when a committed document is stale
 
 Each resource type maps, in infra/ops/deployer_actions.py, to the calls that create, read, update, delete and
 tag it (remote components, whose inner resources a plan never shows, to those inner resources' calls). The document
 grants their union, grouped by scope: each service's writes on the stack's `llm-batch-*` names; IAM roles and KMS
 keys, whose names are generated, by the `Project` cost tag (on create, the tag the request carries); `iam:PassRole`
-only on the project's tagged roles and only to the services that take them; Describe/List calls and the services
+only on the project's tagged roles and only to the services that take them; the role writes that could give a
+role more than the deployer holds only when the role carries the permissions boundary (infra/role_boundary.py),
+which the deployer may neither remove nor rewrite; Describe/List calls and the services
 that name resources by generated ids (EC2, EKS, Cost Explorer) on `*`. A type the table does not know fails the
 check, naming the type, so a new resource type cannot ship without its permission.
 """
@@ -25,6 +28,9 @@ from typing import Any
 from infra.ops.deployer_actions import (
     ACTIONS,
     ANYWHERE,
+    BOUNDARY_POLICY,
+    BOUNDARY_WRITES,
+    BOUNDED_ROLE_WRITES,
     LOOKUPS,
     NAMED,
     PASSED_TO,
@@ -32,11 +38,14 @@ from infra.ops.deployer_actions import (
     PROJECT,
     PROJECT_TAG,
     REQUEST_PROJECT,
+    REQUIRE_BOUNDARY,
     SERVICE_LINKED,
     TAGGED,
     TAGGED_PROJECT,
     UNSCOPED,
 )
+from infra.ops.role_boundary_document import DOCUMENT as BOUNDARY_DOCUMENT
+from infra.ops.role_boundary_document import boundary_document
 from infra.ops.stacks import ROOT
 
 DOCUMENT = ROOT / "docs" / "deployer-policy.json"
@@ -90,6 +99,8 @@ def _iam_statement(action: str) -> str:
         return "ServiceLinkedRoles"
     if verb == "CreateRole":
         return "CreateTaggedRoles"
+    if action in BOUNDED_ROLE_WRITES:
+        return "WriteBoundedRolePolicies"
     if "OpenIDConnectProvider" in verb:
         return "ClusterOidcProvider"
     if "InstanceProfile" in verb and verb != "ListInstanceProfilesForRole":
@@ -115,10 +126,24 @@ def statement_for(action: str) -> str:
     return f"Named{service.capitalize()}"
 
 
+def _with_boundary(condition: Mapping[str, Any]) -> dict[str, Any]:
+    """`condition` and the permissions boundary on the role (both StringEquals: every key must match)."""
+    return {"StringEquals": {**condition["StringEquals"], **REQUIRE_BOUNDARY["StringEquals"]}}
+
+
+# Denies that hold whatever the Allow statements grant: a role's boundary cannot be removed, nor the boundary
+# policy created, changed or deleted by the deployer (docs/deploy.md: an administrator creates it once).
+BOUNDARY_DENIES: tuple[dict[str, Any], ...] = (
+    {"Sid": "DenyBoundaryRemoval", "Effect": "Deny", "Action": ["iam:DeleteRolePermissionsBoundary"], "Resource": "*"},
+    {"Sid": "DenyBoundaryPolicyWrites", "Effect": "Deny", "Action": list(BOUNDARY_WRITES), "Resource": BOUNDARY_POLICY},
+)
+
+
 def _resources_and_condition(sid: str) -> tuple[list[str] | str, dict[str, Any] | None]:
     fixed: dict[str, tuple[list[str] | str, dict[str, Any] | None]] = {
         "Anywhere": ("*", None),
-        "CreateTaggedRoles": (list(TAGGED["iam"]), dict(REQUEST_PROJECT)),
+        "CreateTaggedRoles": (list(TAGGED["iam"]), _with_boundary(REQUEST_PROJECT)),
+        "WriteBoundedRolePolicies": (list(TAGGED["iam"]), _with_boundary(TAGGED_PROJECT)),
         "ManageTaggedRoles": (list(TAGGED["iam"]), dict(TAGGED_PROJECT)),
         "PassStackRoles": (
             list(TAGGED["iam"]),
@@ -156,7 +181,7 @@ def policy_document(actions: Iterable[str]) -> dict[str, Any]:
         if condition:
             statement["Condition"] = condition
         statements.append(statement)
-    return {"Version": "2012-10-17", "Statement": statements}
+    return {"Version": "2012-10-17", "Statement": [*statements, *(dict(deny) for deny in BOUNDARY_DENIES)]}
 
 
 def plan_types(plans: Sequence[Sequence[Mapping[str, Any]]]) -> set[str]:
@@ -222,12 +247,13 @@ def outputs(plans: Sequence[Sequence[Mapping[str, Any]]]) -> dict[Path, str]:
     document = document_for(plans)
     files = {DOCUMENT: render(document)}
     files.update({part_path(index): render(part) for index, part in enumerate(parts(document), start=1)})
+    files[BOUNDARY_DOCUMENT] = render(boundary_document())
     return files
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.ops.deployer_policy", description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 when docs/deployer-policy*.json are stale")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a generated document is stale")
     args = parser.parse_args(argv)
     from infra.ops.plan_capture import capture_plan
 

@@ -62,7 +62,8 @@ def run_under_mocks(
     from pulumi.runtime.stack import run_pulumi_func
     from pulumi.runtime.sync_await import _sync_await
 
-    from infra.ops.plan_mocks import PlanMocks, RecordingMonitor
+    from infra.ops.plan_mocks import PlanMocks
+    from infra.ops.plan_monitor import RecordingMonitor
 
     set_all_config(dict(config or {}), list(secret_keys))
     mocks = mocks or PlanMocks(region=region)

@@ -16,7 +16,8 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from infra.aws_context import AwsContext
-from infra.ops.plan_mocks import ACCOUNT_ID, PlanMocks, RecordingMonitor
+from infra.ops.plan_mocks import ACCOUNT_ID, PlanMocks
+from infra.ops.plan_monitor import RecordingMonitor
 
 REGION = "us-east-1"
 CONTEXT = AwsContext(account_id=ACCOUNT_ID, partition="aws", region=REGION, dns_suffix="amazonaws.com")
