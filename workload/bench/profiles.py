@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -72,7 +72,8 @@ class JobSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     batch_size: int = Field(ge=1)
-    max_concurrent_batches: int = Field(ge=1)
+    # `auto`: the job's own feed, sized from the engine (workload/contract/feed.py); a number pins it.
+    max_concurrent_batches: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"
     stages: StagesConfig = StagesConfig(tokenize_on_cpu=False)
 
 
