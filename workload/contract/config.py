@@ -365,7 +365,7 @@ class JobConfig(_Strict):
         description="If set, engine replicas autoscale from `replicas` up to this (e.g. Karpenter).",
     )
     batch_size: int = Field(32, ge=1, description="Rows per batch sent to an engine replica.")
-    max_concurrent_batches: int | Literal["auto"] = Field(
+    max_concurrent_batches: int | str = Field(
         "auto",
         description="Batches in flight per replica. 'auto': enough for 4x the engine's max_num_seqs (a pinned "
         "value, 128 on the CPU, on a GPU the 1,024 that sizing settles on at most), bounded by an eighth of the "
