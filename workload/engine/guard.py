@@ -170,7 +170,7 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         mark("engine_ready")
         self._calibration = self._log_calibration(plan) if plan is not None else ""
         # vLLM's KV-cache use, preemptions, running and waiting requests, to CloudWatch (engine_stats.py).
-        self._engine_stats = EngineStats()
+        self._engine_stats = EngineStats(self.llm.get_scheduler_config().max_num_seqs)
         attach(self.llm.engine, self._engine_stats)
         self._engine_reporter = engine_reporter(metrics, self._engine_stats)
         self._rows_in_flight = 0  # rows of the batches this stage holds: the job's feed, as the engine sees it
