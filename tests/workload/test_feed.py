@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -76,3 +77,14 @@ def test_a_number_from_the_command_line_is_a_number() -> None:
 def test_no_driver_memory_is_an_error() -> None:
     with pytest.raises(ValueError, match="driver memory must be positive"):
         plan_feed(_config(), 0)
+
+
+def test_the_gpu_15min_profile_runs_the_job_on_the_products_feed() -> None:
+    """The GPU profile for one 15-minute machine: the job's feed is the product's, sized from the pinned 512."""
+    from workload.bench.profiles import get_profile
+
+    profile = get_profile("gpu-15min")
+    assert [label for label, _ in profile.points()] == ["bimodal", "long=1000"]
+    config = profile.job_config("/models/shape", Path("/tmp/run"))
+    assert config.max_concurrent_batches == "auto" and config.device == "gpu"
+    assert plan_feed(config, 64 * GIB).rows_in_flight == 4 * 512
