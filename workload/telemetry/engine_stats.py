@@ -22,7 +22,7 @@ class EngineInterval:
     running_requests: int  # at the interval's last step
     waiting_requests: int
     preemptions: int  # in the interval
-    free_slots_mean: float = 0.0  # max_num_seqs less running, over the interval's steps (0 where unknown)
+    free_slots_mean: float = 0.0  # max_num_seqs less each step's busy slots, mean over the interval (0: unknown)
 
 
 class EngineStats:
