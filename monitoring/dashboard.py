@@ -106,6 +106,7 @@ def dashboard_body(
             yAxis={"left": {"min": 0, "max": 100}},
             annotations={"horizontal": [{"label": "low-utilisation alarm", "value": thresholds.gpu_util_min_percent}]},
         ),
+        engine_feed_widget(stack, namespace, region),
         _graph(
             "Cost per million output tokens (USD, each run)",
             region,
@@ -136,11 +137,34 @@ def dashboard_body(
         widgets[-1:-1] = serve_widgets(stack, namespace, region, serve)
     if batch_api:
         widgets[-1:-1] = batch_api_widgets(stack, namespace, region)
-    # Two widgets a row, in the order above.
-    for index, widget in enumerate(widgets):
-        widget["x"] = (index % 2) * _WIDTH
-        widget["y"] = (index // 2) * _HEIGHT
+    # Two widgets a row, in the order above; a full-width one (the log table) starts a row of its own.
+    x = y = 0
+    for widget in widgets:
+        if x + widget["width"] > 2 * _WIDTH:
+            x, y = 0, y + _HEIGHT
+        widget["x"], widget["y"] = x, y
+        x += widget["width"]
     return {"start": "-P7D", "periodOverride": "inherit", "widgets": widgets}
+
+
+def engine_feed_widget(stack: str, namespace: str, region: str) -> dict[str, Any]:
+    """Rows waiting in the job while the engine has free slots: each engine's empty sequence slots (mean over its
+    steps), drawn only in periods where the run still processed rows, beside vLLM's running and waiting counts.
+    A line well above 0 mid-run is a starved engine: the job's feed, not the GPU, bounds the night
+    (docs/benchmark.md: the feed); a queue (waiting) with free slots is the KV cache instead (preemptions)."""
+    period = mn.ALARM_PERIOD_S
+    return _graph(
+        "Engine: free slots while rows wait",
+        region,
+        [
+            _metric(namespace, stack, mn.ENGINE_FREE_SLOTS, "Average", period, id="free", visible=False),
+            _metric(namespace, stack, mn.ROWS_PROCESSED, "Sum", period, id="rows", visible=False),
+            [{"expression": "IF(rows > 0, free)", "id": "starved", "label": "free slots while rows wait"}],
+            _metric(namespace, stack, mn.ENGINE_RUNNING, "Average", period, label="running", yAxis="right"),
+            _metric(namespace, stack, mn.ENGINE_WAITING, "Average", period, label="waiting", yAxis="right"),
+        ],
+        yAxis={"left": {"min": 0}, "right": {"min": 0}},
+    )
 
 
 def serve_widgets(stack: str, namespace: str, region: str, serve: ServeWatch) -> list[dict[str, Any]]:

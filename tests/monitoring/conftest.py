@@ -77,7 +77,7 @@ def published_run(moto_reset: str) -> PublishedRun:
 
     from workload.telemetry.engine_stats import EngineStats
 
-    stats = EngineStats()
+    stats = EngineStats(max_num_seqs=256)
     step = IterationStats()
     step.num_preempted_reqs = 80
     stats.record(SchedulerStats(num_running_reqs=55, num_waiting_reqs=200, kv_cache_usage=0.97), step)

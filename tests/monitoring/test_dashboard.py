@@ -74,3 +74,29 @@ def test_cloudwatch_stores_the_dashboard(moto_reset: str) -> None:
     body = json.dumps(_body())
     client.put_dashboard(DashboardName=f"{STACK}-batch", DashboardBody=body)
     assert json.loads(client.get_dashboard(DashboardName=f"{STACK}-batch")["DashboardBody"]) == json.loads(body)
+
+
+def test_a_starved_engine_shows_as_free_slots_while_rows_wait() -> None:
+    """The feed's line: each engine's empty slots, drawn only in periods where the run still had rows."""
+    widget = _by_title(_body())["Engine: free slots while rows wait"]
+    lines = widget["properties"]["metrics"]
+    ids = {line[-1].get("id"): line[1] for line in lines if not isinstance(line[0], dict) and "id" in line[-1]}
+    assert ids == {"free": mn.ENGINE_FREE_SLOTS.name, "rows": mn.ROWS_PROCESSED.name}
+    (expression,) = [line[0] for line in lines if isinstance(line[0], dict)]
+    assert expression["expression"] == "IF(rows > 0, free)"
+
+
+def test_free_slots_are_max_num_seqs_less_each_steps_busy_slots_averaged() -> None:
+    """vLLM's own stats objects: a step's busy slots are its running requests plus those it ended."""
+    from vllm.v1.metrics.stats import FinishedRequestStats, IterationStats, SchedulerStats
+
+    from workload.telemetry.engine_stats import EngineStats
+
+    stats = EngineStats(max_num_seqs=512)
+    ended = IterationStats()
+    ended.finished_requests = [FinishedRequestStats(finish_reason=None) for _ in range(12)]
+    stats.record(SchedulerStats(num_running_reqs=500, num_waiting_reqs=0), ended)  # full: 500 + 12 ended
+    stats.record(SchedulerStats(num_running_reqs=256, num_waiting_reqs=0), IterationStats())  # starved: 256 free
+    interval = stats.take()
+    assert interval is not None and interval.free_slots_mean == 128.0
+    assert EngineStats().take() is None  # no step, nothing to publish

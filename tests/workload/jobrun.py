@@ -36,6 +36,8 @@ def write_config(path: Path, input_uri: str, output_uri: str, cache_dir: Path, *
         "stages": {"batch_size": 4},
         **extra,
     }
+    # A key given as None is left out: the product's default, not this file's.
+    config = {key: value for key, value in config.items() if value is not None}
     path.write_text(yaml.safe_dump(config))
     return path
 

@@ -16,7 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.workload.bad_text import expected_outcomes, mixed_file_bytes, strict_chat_model
-from tests.workload.jobrun import run_job, write_config, write_jsonl
+from tests.workload.feed_checks import feed_verdict
+from tests.workload.jobrun import ENGINE, run_job, write_config, write_jsonl
+from workload.telemetry.feed_trace import read_samples
 
 pytestmark = pytest.mark.slow
 
@@ -150,9 +152,26 @@ def test_local_folder_of_jsonl_and_parquet_every_bad_row_recorded(
     assert "the engine died and was rebuilt" in log
 
 
+# The feed's count test rides on the S3 test's engine start: an engine of 512 sequences and more rows than it holds.
+FEED_ROWS = 2048
+# A step's token budget that admits 512 short prompts at once: the test counts the feed, not vLLM's prefill pace
+# (an H100's sized engine gets 16,384 too: docs/gpu.md).
+FEED_ENGINE = {**ENGINE, "max_num_seqs": 512, "max_num_batched_tokens": 16384}
+
+
+def _feed_row(i: int) -> dict:
+    """Bimodal, as the benchmark's point: 7 in 10 rows short, 3 long; every row runs its whole length (the tiny
+    model's EOS would end rows after a step or two, and vLLM's frontend, not the feed, would then bound the count)."""
+    sampling = {"max_tokens": 64 if i % 10 >= 7 else 16, "ignore_eos": True}
+    return {"id": f"f-{i:04d}", "prompt": f"Row {i} of the feed", "sampling_params": sampling}
+
+
 def test_s3_in_and_out_through_a_real_s3_server(
     tmp_path: Path, model_cache: Path, strict_model: dict, moto_endpoint: str
 ) -> None:
+    """Also the feed's count test: at max_num_seqs 512 with the product's default feed (batch_size 32,
+    max_concurrent_batches auto), the rows in flight reach 2x max_num_seqs, and once vLLM first runs 512 sequences
+    it runs min(512, rows left) at every step while rows wait (its own scheduler stats, LLM_BATCH_FEED_TRACE)."""
     bucket = f"data-{uuid.uuid4().hex[:8]}"
     s3 = boto3.client("s3")
     s3.create_bucket(Bucket=bucket)
@@ -160,7 +179,21 @@ def test_s3_in_and_out_through_a_real_s3_server(
     s3.put_object(Bucket=bucket, Key="input/2026-11-29/part-0.jsonl", Body="\n".join(map(json.dumps, rows[:-1])))
     s3.put_object(Bucket=bucket, Key="input/2026-11-29/part-1.jsonl", Body=rows[-1])
     s3.put_object(Bucket=bucket, Key="input/2026-11-29/part-2.jsonl", Body=mixed_file_bytes())
-    config = write_config(tmp_path / "job.yaml", "unused", "unused", model_cache, model=strict_model)
+    feed_rows = "\n".join(json.dumps(_feed_row(i)) for i in range(FEED_ROWS))
+    s3.put_object(Bucket=bucket, Key="input/2026-11-29/part-3.jsonl", Body=feed_rows)
+    config = write_config(
+        tmp_path / "job.yaml",
+        "unused",
+        "unused",
+        model_cache,
+        model=strict_model,
+        output={"uri": "unused", "shard_rows": 256},  # several shards still, not 258 of them
+        engine=FEED_ENGINE,
+        batch_size=32,
+        max_concurrent_batches=None,  # the product's default
+        stages={"batch_size": 32},
+    )
+    trace = tmp_path / "feed"
 
     code, log = run_job(
         [
@@ -171,7 +204,8 @@ def test_s3_in_and_out_through_a_real_s3_server(
             f"s3://{bucket}/input/2026-11-29/",
             "--output",
             f"s3://{bucket}/output/2026-11-29",
-        ]
+        ],
+        env={"LLM_BATCH_FEED_TRACE": str(trace)},
     )
     assert code == 0, log
 
@@ -190,5 +224,13 @@ def test_s3_in_and_out_through_a_real_s3_server(
     assert {f"s-{i:03d}" for i in range(10)} <= set(result_ids)
     assert {key: outcomes[key] for key in expected_outcomes()} == expected_outcomes()
     summary = json.loads(s3.get_object(Bucket=bucket, Key="output/2026-11-29/summary.json")["Body"].read())
-    assert summary["rows_in"] == 21 and summary["rows_ok"] == 14
+    assert summary["rows_in"] == 21 + FEED_ROWS and summary["rows_ok"] == 14 + FEED_ROWS
     assert summary["errors_by_type"] == {"malformed_json": 1, "invalid_text": 4, "chat_template_error": 2}
+
+    (samples,) = read_samples(trace).values()  # one engine
+    verdict = feed_verdict(samples, summary["rows_ok"])
+    assert verdict["max_num_seqs"] == 512 and verdict["answered"] == summary["rows_ok"], verdict
+    assert verdict["max_rows_in_flight"] >= 2 * 512, verdict
+    assert verdict["filled"], f"vLLM never ran 512 sequences at once: {verdict}"
+    assert not verdict["starved"], verdict
+    assert "[llm-batch] engine feed: 2048 rows in flight per engine (64 batches of 32) = 4.0x max_num_seqs 512" in log

@@ -55,13 +55,14 @@ def record_from_row(row: dict[str, Any], request: BenchRequest, offset: float) -
 def _run_point(config: JobConfig, model_path: str, point: str, spec: WorkloadSpec, device: str) -> ModeRun:
     import ray.data
 
-    from workload.engine.pipeline import build_pipeline
+    from workload.engine.pipeline import build_pipeline, engine_feed
 
     requests = generate(spec)
     by_id = {request.bench_id: request for request in requests}
     blocks = engine_blocks(requests, spec.detokenize, config.batch_size)
     # Plain prompts only, as the job runs them: no chat-template stage.
     pipeline = build_pipeline(ray.data.from_arrow(blocks), config, model_path, keep_metrics=True, chat_template=False)
+    feed = engine_feed(config)
     records: list[RequestRecord] = []
     step = max(1, int(len(requests) * _PROGRESS_EVERY))
     with PeakMemory("gpu" if device == "gpu" else "cpu") as memory:
@@ -89,7 +90,8 @@ def _run_point(config: JobConfig, model_path: str, point: str, spec: WorkloadSpe
         records=records,
         notes={
             "batch_size": config.batch_size,
-            "max_concurrent_batches": config.max_concurrent_batches,
+            "max_concurrent_batches": feed.batches,
+            "rows_in_flight_per_engine": feed.rows_in_flight,
             "cpu_seconds_by_process": memory.cpu_seconds,
             "peak_pss_mib_by_process": memory.peak_mib_by_role,
         },

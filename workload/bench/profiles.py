@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -72,7 +72,8 @@ class JobSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     batch_size: int = Field(ge=1)
-    max_concurrent_batches: int = Field(ge=1)
+    # `auto`: the job's own feed, sized from the engine (workload/contract/feed.py); a number pins it.
+    max_concurrent_batches: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"
     stages: StagesConfig = StagesConfig(tokenize_on_cpu=False)
 
 
@@ -189,6 +190,33 @@ PROFILES: dict[str, BenchProfile] = {
         ),
         sweep_long_tokens=[250, 500, 1000, 2000],
         job=JobSettings(batch_size=64, max_concurrent_batches=8),
+    ),
+    "gpu-15min": BenchProfile(
+        name="gpu-15min",
+        description="Llama-3.1-8B shape, dummy weights, one GPU, about 15 minutes: the bimodal point and one "
+        "long-decode point (1,000-token traces) at max_num_seqs 512, the job on the product's default feed.",
+        device="gpu",
+        model=ModelSpec(kind="shape", shape=LLAMA_3_1_8B_SHAPE, name="llama-3.1-8b-shape"),
+        # Pinned, not `auto`: the bare engine modes run unsized (workload/engine/auto_settings.py), and every mode
+        # must get the same engine; 512 is what `auto` gives an 8B on an A100-80GB, below an H100's ~737.
+        engine=EngineConfig(
+            max_model_len=4096,
+            max_num_seqs=512,
+            max_num_batched_tokens=8192,
+            gpu_memory_utilization=0.90,
+            dtype="bfloat16",
+        ),
+        workload=WorkloadSpec(
+            num_requests=2048,
+            seed=0,
+            long_fraction=0.3,
+            short_tokens=TokenRange(min=30, max=70),
+            long_tokens=TokenRange(min=100, max=2000),
+            prompt_words_max=400,
+            detokenize=False,
+        ),
+        sweep_long_tokens=[1000],
+        job=JobSettings(batch_size=32, max_concurrent_batches="auto"),
     ),
     "smoke": BenchProfile(
         name="smoke",

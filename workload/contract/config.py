@@ -365,11 +365,23 @@ class JobConfig(_Strict):
         description="If set, engine replicas autoscale from `replicas` up to this (e.g. Karpenter).",
     )
     batch_size: int = Field(32, ge=1, description="Rows per batch sent to an engine replica.")
-    max_concurrent_batches: int = Field(
-        8, ge=1, description="Batches in flight per replica: keeps the engine's continuous batching fed."
+    max_concurrent_batches: int | str = Field(
+        "auto",
+        description="Batches in flight per replica. 'auto': enough for 4x the engine's max_num_seqs (a pinned "
+        "value, 128 on the CPU, on a GPU the 1,024 that sizing settles on at most), bounded by an eighth of the "
+        "driver's memory (workload/contract/feed.py, docs/benchmark.md: the feed). A number pins it.",
     )
     metrics: MetricsConfig = MetricsConfig()
     resume: ResumeConfig = ResumeConfig()
+
+    @field_validator("max_concurrent_batches", mode="before")
+    @classmethod
+    def _batches_or_auto(cls, value: Any) -> Any:
+        # One message for every wrong shape (a union would list each branch's complaint).
+        number = int(value) if isinstance(value, str) and value.strip().isdigit() else value
+        if value == "auto" or (isinstance(number, int) and not isinstance(number, bool) and number >= 1):
+            return value if value == "auto" else number
+        raise ValueError(f"must be 'auto' or an integer of at least 1, got {value!r}")
 
     @model_validator(mode="after")
     def _output_apart_from_input(self) -> JobConfig:

@@ -70,7 +70,12 @@ ENGINE_PREEMPTIONS = MetricName(
 )
 ENGINE_RUNNING = MetricName("EngineRunningRequests", "Count", Scope.STACK, "requests an engine was decoding")
 ENGINE_WAITING = MetricName("EngineWaitingRequests", "Count", Scope.STACK, "requests waiting for a place")
-ENGINE_METRICS = (KV_CACHE_USAGE, ENGINE_PREEMPTIONS, ENGINE_RUNNING, ENGINE_WAITING)
+# max_num_seqs less running, averaged over the interval's steps: with rows still to process, an engine the job
+# starves (docs/benchmark.md: the feed); monitoring/dashboard.py charts it while the run has rows.
+ENGINE_FREE_SLOTS = MetricName(
+    "EngineFreeSlots", "Count", Scope.STACK, "sequence slots an engine left empty, mean over the interval's steps"
+)
+ENGINE_METRICS = (KV_CACHE_USAGE, ENGINE_PREEMPTIONS, ENGINE_RUNNING, ENGINE_WAITING, ENGINE_FREE_SLOTS)
 
 # Published once, when the run ends.
 OUTPUT_TOKENS_PER_SECOND = MetricName(

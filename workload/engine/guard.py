@@ -67,6 +67,7 @@ from workload.files.results import (
     EngineCrashLoopError,
 )
 from workload.telemetry.engine_stats import EngineStats, attach, engine_reporter
+from workload.telemetry.feed_trace import attach_trace
 from workload.telemetry.startup_trace import mark
 
 HANG_POLL_S = 1.0  # how often a pending request checks whether its engine has stalled
@@ -169,9 +170,11 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         mark("engine_ready")
         self._calibration = self._log_calibration(plan) if plan is not None else ""
         # vLLM's KV-cache use, preemptions, running and waiting requests, to CloudWatch (engine_stats.py).
-        self._engine_stats = EngineStats()
+        self._engine_stats = EngineStats(self.llm.get_scheduler_config().max_num_seqs)
         attach(self.llm.engine, self._engine_stats)
         self._engine_reporter = engine_reporter(metrics, self._engine_stats)
+        self._rows_in_flight = 0  # rows of the batches this stage holds: the job's feed, as the engine sees it
+        attach_trace(self.llm.engine, self.llm.get_scheduler_config().max_num_seqs, lambda: self._rows_in_flight)
         self._keep_metrics = keep_metrics
         self._crash_retries = crash_retries
         self._max_consecutive_crashes = max_consecutive_crashes
@@ -307,6 +310,7 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         args, kwargs = self._engine_args
         vLLMEngineStageUDF.__init__(self, *args, **kwargs)
         attach(self.llm.engine, self._engine_stats)
+        attach_trace(self.llm.engine, self.llm.get_scheduler_config().max_num_seqs, lambda: self._rows_in_flight)
         self._guard_engine()
 
     def _died(self, crash: _Crash) -> None:
@@ -418,7 +422,11 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
             self._first_request_at = time.time()
         rebuilt: list[str] = []
         _rebuilt_for_this_batch.set(rebuilt)  # this call runs in its own asyncio task, with its own context
-        outputs = await self._answer(batch)
+        self._rows_in_flight += len(batch)
+        try:
+            outputs = await self._answer(batch)
+        finally:
+            self._rows_in_flight -= len(batch)
         # The driver learns of engine deaths from the rows (actor logs may never reach it): the engine rebuilds this
         # batch made ride on its first row, so each is counted once.
         for index, output in enumerate(outputs):

@@ -13,12 +13,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psutil
 import pyarrow as pa
 import ray.data
 from ray.data.llm import Processor, build_processor, vLLMEngineProcessorConfig
 
 from workload import failpoints
 from workload.contract.config import JobConfig, ModelConfig
+from workload.contract.feed import Feed, plan_feed
 from workload.engine.auto_settings import without_gpu_sizing
 from workload.engine.choices import CHOICES_COLUMN, FINISH_COLUMN
 from workload.engine.guard import GuardedEngineUDF
@@ -30,7 +32,7 @@ from workload.files.results import (
     ENGINE_FIRST_REQUEST_COLUMN,
     ENGINE_RESTARTS_COLUMN,
 )
-from workload.telemetry import startup_trace
+from workload.telemetry import feed_trace, startup_trace
 
 # Columns the driver needs back; the rest (token ids, prompts) is dropped before it crosses to the driver.
 RESULT_COLUMNS = (
@@ -168,16 +170,23 @@ def engine_env(config: JobConfig) -> dict[str, str]:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(config.engine.cpu_kvcache_space_gib)
         env.update(CPU_ONE_PROCESS_ENGINE)
     # Set by a test or the benchmark, they must reach the engine actors: an injected engine crash
-    # (failpoints.ENGINE_CRASH_ON_ROW) and the start-up marks of the engine's build
-    # (workload/telemetry/startup_trace.py).
-    for variable in (failpoints.VARIABLE, startup_trace.VARIABLE):
+    # (failpoints.ENGINE_CRASH_ON_ROW), the start-up marks of the engine's build
+    # (workload/telemetry/startup_trace.py) and the feed's samples (workload/telemetry/feed_trace.py).
+    for variable in (failpoints.VARIABLE, startup_trace.VARIABLE, feed_trace.VARIABLE):
         value = os.environ.get(variable)
         if value:
             env[variable] = value
     return env
 
 
-def processor_config(config: JobConfig, model: ModelConfig, seeded: bool | None = None) -> vLLMEngineProcessorConfig:
+def engine_feed(config: JobConfig) -> Feed:
+    """Rows in flight per engine (workload/contract/feed.py), bounded by this driver's memory."""
+    return plan_feed(config, psutil.virtual_memory().total)
+
+
+def processor_config(
+    config: JobConfig, model: ModelConfig, seeded: bool | None = None, feed: Feed | None = None
+) -> vLLMEngineProcessorConfig:
     """Ray Data LLM's config; `model_source` is only a label here: each stage actor fetches `model` on its own
     node (`fetch_model_on_each_node`), so the driver never downloads anything."""
     stages = config.stages
@@ -191,11 +200,16 @@ def processor_config(config: JobConfig, model: ModelConfig, seeded: bool | None 
     # fixed-size cluster the second GPU got its engine only after the first was up. (n, n) starts all n at once;
     # with max_replicas, `replicas` start at once and the rest as nodes come.
     concurrency = (config.replicas, config.max_replicas or config.replicas)
+    feed = feed or engine_feed(config)
     return vLLMEngineProcessorConfig(
         model_source=model_label(model),
         engine_kwargs=engine_kwargs(config, seeded, keep_auto=True),
         batch_size=config.batch_size,
-        max_concurrent_batches=config.max_concurrent_batches,
+        max_concurrent_batches=feed.batches,
+        # The engine's own queue takes every row in flight. Ray's default (1.1x max_num_seqs) left a step that
+        # ended many rows at once with few queued behind them: the next ones were still waiting on Ray's
+        # semaphore, not in vLLM's scheduler, and the freed slots stayed empty for a step or more.
+        max_pending_requests=feed.rows_in_flight,
         concurrency=concurrency,
         # On the CPU the engine actor must not ask Ray for a GPU it will never get.
         placement_group_config={"bundles": [{"CPU": 1}]} if config.device == "cpu" else None,
@@ -365,9 +379,16 @@ def build_pipeline(
             batch_format="pyarrow",
         )
     columns = RESULT_COLUMNS + (("metrics",) if keep_metrics else ())
+    feed = engine_feed(config)
+    print(feed.line(), flush=True)
+    # One block per batch: Ray Data runs an actor task per block, and inside it up to 4 of the block's batches at
+    # once (ray/data/_internal/planner/plan_udf_map_op.py, DEFAULT_ASYNC_BATCH_UDF_MAX_CONCURRENCY), so rows in
+    # flight depended on how the read cut its blocks. With one batch a block, the engine actor runs exactly
+    # `feed.batches` batches (its max_concurrency) and the feed is the line's number.
+    templated = templated.repartition(target_num_rows_per_block=config.batch_size)
     with usage_telemetry_off_when_disabled():
         processor = build_processor(
-            processor_config(config, model, seeded),
+            processor_config(config, model, seeded, feed),
             postprocess=_keep(columns),
             preprocess_map_kwargs={"num_cpus": stages.num_cpus},
             postprocess_map_kwargs={"num_cpus": stages.num_cpus},

@@ -260,6 +260,7 @@ class CloudWatchMetrics:
                 datums += self._datums(mn.ENGINE_PREEMPTIONS, engine.preemptions)
                 datums += self._datums(mn.ENGINE_RUNNING, engine.running_requests)
                 datums += self._datums(mn.ENGINE_WAITING, engine.waiting_requests)
+                datums += self._datums(mn.ENGINE_FREE_SLOTS, engine.free_slots_mean)
             self._put(datums)
             if self._shipper is not None:
                 self._shipper.flush()

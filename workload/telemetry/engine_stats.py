@@ -22,13 +22,16 @@ class EngineInterval:
     running_requests: int  # at the interval's last step
     waiting_requests: int
     preemptions: int  # in the interval
+    free_slots_mean: float = 0.0  # max_num_seqs less each step's busy slots, mean over the interval (0: unknown)
 
 
 class EngineStats:
     """A vLLM stat logger (the interface StatLoggerManager calls); `take()` returns and resets an interval."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_num_seqs: int = 0) -> None:
         self._lock = threading.Lock()  # vLLM records from its output handler; the publisher takes from its thread
+        self._max_num_seqs = max_num_seqs  # the engine's settled value; 0: unknown, no free slots counted
+        self._free_slots = 0  # summed over the interval's steps
         self._kv_max = 0.0
         self._running = 0
         self._waiting = 0
@@ -43,6 +46,9 @@ class EngineStats:
                 self._kv_max = max(self._kv_max, float(scheduler_stats.kv_cache_usage))
                 self._running = int(scheduler_stats.num_running_reqs)
                 self._waiting = int(scheduler_stats.num_waiting_reqs)
+                # A step's busy slots include the requests it ended: vLLM counts running after dropping them.
+                finished = len(getattr(iteration_stats, "finished_requests", None) or ())
+                self._free_slots += max(0, self._max_num_seqs - self._running - finished)
                 self._steps += 1
             if iteration_stats is not None:
                 self._preemptions += int(getattr(iteration_stats, "num_preempted_reqs", 0))
@@ -52,8 +58,9 @@ class EngineStats:
         with self._lock:
             if not self._steps and not self._preemptions:
                 return None
-            interval = EngineInterval(self._kv_max, self._running, self._waiting, self._preemptions)
-            self._kv_max, self._preemptions, self._steps = 0.0, 0, 0
+            free = self._free_slots / self._steps if self._steps else 0.0
+            interval = EngineInterval(self._kv_max, self._running, self._waiting, self._preemptions, free)
+            self._kv_max, self._preemptions, self._steps, self._free_slots = 0.0, 0, 0, 0
             return interval
 
     # The rest of the interface StatLoggerManager calls: nothing to do.

@@ -1,0 +1,82 @@
+"""Per-step samples of an engine's feed, for tests and the benchmark: set LLM_BATCH_FEED_TRACE to a folder and each
+engine actor appends one JSON line per vLLM step to `engine-<pid>.jsonl` there.
+
+A line: `rows_in_flight` (rows the job has handed this engine's stage and not yet had back), vLLM's own `running`
+and `waiting` after the step, `finished` (requests that ended in the step), and the engine's settled `max_num_seqs`.
+The step's busy slots are `running + finished`: vLLM counts running after it drops the step's finished requests
+(vllm/v1/core/sched/scheduler.py, `make_stats` in `update_from_output`, vLLM 0.32).
+
+Fed like workload/telemetry/engine_stats.py: appended to the engine's own stat loggers, so vLLM calls `record` with
+every step's stats. Off unless the variable is set; a run never pays for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+VARIABLE = "LLM_BATCH_FEED_TRACE"
+
+
+class FeedTrace:
+    """A vLLM stat logger (the interface StatLoggerManager calls) that writes one line per step."""
+
+    def __init__(self, folder: str, max_num_seqs: int, rows_in_flight: Callable[[], int]) -> None:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        self._file: IO[str] = open(Path(folder) / f"engine-{os.getpid()}.jsonl", "a", buffering=1)  # noqa: SIM115
+        self._lock = threading.Lock()
+        self._max_num_seqs = max_num_seqs
+        self._rows_in_flight = rows_in_flight
+
+    def record(
+        self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None, engine_idx: int = 0
+    ) -> None:
+        if scheduler_stats is None:
+            return
+        finished = len(getattr(iteration_stats, "finished_requests", None) or ())
+        sample = {
+            "t": time.monotonic(),
+            "rows_in_flight": self._rows_in_flight(),
+            "running": int(scheduler_stats.num_running_reqs),
+            "waiting": int(scheduler_stats.num_waiting_reqs),
+            "finished": finished,
+            "max_num_seqs": self._max_num_seqs,
+        }
+        with self._lock:
+            self._file.write(json.dumps(sample) + "\n")
+
+    # The rest of the interface StatLoggerManager calls: nothing to do.
+    def log(self) -> None:
+        pass
+
+    def log_engine_initialized(self) -> None:
+        pass
+
+    def record_sleep_state(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def record_admission_rejection(self, reason: str) -> None:
+        pass
+
+
+def attach_trace(async_engine: Any, max_num_seqs: int, rows_in_flight: Callable[[], int]) -> bool:
+    """Trace this engine's steps where LLM_BATCH_FEED_TRACE is set; False where it is not (or vLLM keeps no stats)."""
+    folder = os.environ.get(VARIABLE)
+    manager = getattr(async_engine, "logger_manager", None)
+    if not folder or manager is None:
+        return False
+    manager.stat_loggers.append(FeedTrace(folder, max_num_seqs, rows_in_flight))
+    return True
+
+
+def read_samples(folder: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every engine's samples in a trace folder, by file name, in step order."""
+    return {
+        path.name: [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        for path in sorted(folder.glob("engine-*.jsonl"))
+    }
