@@ -31,6 +31,9 @@ anything the successor relies on. Three rules make every such request harmless:
   of older generations, which nobody trusts once that manifest exists. A reset paused mid-way and woken after a
   successor took over can only delete files the successor also ignores.
 summary.json and the notes are also written and deleted only conditionally, on the version this attempt saw.
+A conditional write or delete whose reply is lost (a read timeout, a reset) is retried by the S3 client with the
+same condition and finds this attempt's own change: storage recognises it by the nonce each write carries in the
+object's metadata (and a delete by the file being gone), so a slow reply never reads as another attempt's write.
 """
 
 from __future__ import annotations
