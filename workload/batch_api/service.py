@@ -23,8 +23,8 @@ Every change goes through the records layer's compare-and-swap (records.py), bat
 The scheduler is the executor's only caller: a cancel asks it to stop the run.
 
 Layers inside the package, each importing only those below it: service -> scheduler -> uploads -> files ->
-paging, batches, nights -> records -> models -> objects; the store (store.py, s3_store.py) and the executor
-(executor.py, sfn_executor.py) are handed in by the front that builds the service.
+paging, batches, nights, idempotency -> records -> models -> objects; the store (store.py, s3_store.py) and the
+executor (executor.py, sfn_executor.py) are handed in by the front that builds the service.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from typing import Any
 from workload.batch_api.batches import BatchBook
 from workload.batch_api.executor import Executor
 from workload.batch_api.files import Files
+from workload.batch_api.idempotency import Claims, check_key, params_hash
 from workload.batch_api.models import BatchRecord
 from workload.batch_api.objects import (
     COMPLETION_WINDOWS,
@@ -51,7 +52,7 @@ from workload.batch_api.objects import (
 from workload.batch_api.paging import checked_limit, page
 from workload.batch_api.records import Records
 from workload.batch_api.scheduler import Scheduler
-from workload.batch_api.store import Store
+from workload.batch_api.store import Store, StoreConflict
 from workload.batch_api.uploads import Uploads
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions")  # what the job answers (workload/files/openai_batch.py)
@@ -69,6 +70,7 @@ class BatchService:
         self.store, self.executor, self.model = store, executor, model
         self.limits = limits or Limits()
         self.records = Records(store, clock)
+        self.claims = Claims(self.records)
         self.batches = BatchBook(self.records)
         self.files = Files(self.records, self.limits)
         self.uploads = Uploads(self.records, self.files)
@@ -127,7 +129,11 @@ class BatchService:
         endpoint: Any,
         completion_window: Any,
         metadata: Any = None,
+        idempotency_key: Any = None,
     ) -> dict[str, Any]:
+        """A new batch; with `idempotency_key` (the header), a retry answers the batch the first try made
+        (idempotency.py)."""
+        key = check_key(idempotency_key)
         if not isinstance(input_file_id, str) or not input_file_id:
             raise ApiError(400, "input_file_id is required", "input_file_id")
         if endpoint not in ENDPOINTS:
@@ -142,7 +148,14 @@ class BatchService:
             raise ApiError(
                 400, f"file {input_file_id} has purpose {source.purpose!r}; a batch needs 'batch'", "input_file_id"
             )
-        batch_id, created = new_id("batch"), self.now()
+        batch_id, fresh = new_id("batch"), True
+        if key is not None:
+            params = {"input_file_id": input_file_id, "endpoint": endpoint, "window": completion_window}
+            batch_id, fresh = self.claims.claim(owner, key, params_hash({**params, "metadata": metadata}))
+            made = None if fresh else self.batches.get(batch_id)
+            if made is not None:
+                return made.public()
+        created = self.now()
         record = BatchRecord(
             id=batch_id, endpoint=endpoint, model=self.model, input_file_id=input_file_id,
             completion_window=completion_window, created_at=created,
@@ -153,7 +166,13 @@ class BatchService:
         if problems:
             record.status, record.failed_at, record.done_at = "failed", created, created
             record.errors = batch_errors(problems)
-        self.batches.create(record)
+        try:
+            self.batches.create(record)
+        except StoreConflict:
+            made = self.batches.get(batch_id) if key is not None else None
+            if made is None:
+                raise
+            return made.public()  # a racing retry with the same key made it first
         return record.public()
 
     def _validate_input(self, key: str) -> tuple[list[dict[str, Any]], int]:
@@ -182,7 +201,9 @@ class BatchService:
         return page(mine, after, checked_limit(limit, 100), descending=True)
 
     def cancel_batch(self, owner: str, batch_id: str) -> dict[str, Any]:
-        self.batches.owned(owner, batch_id)
+        found = self.batches.owned(owner, batch_id)
+        if found.status == "cancelling":  # a retried cancel (its reply lost): the stop is under way
+            return found.public()
 
         def cancel(record: BatchRecord) -> None:
             if record.closed or record.status == "cancelling":
