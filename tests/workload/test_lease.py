@@ -17,7 +17,15 @@ from datetime import UTC, datetime, timedelta
 import boto3
 import pytest
 
-from workload.files.storage import Location, list_files, locate, read_bytes, read_versioned, write_bytes_atomic
+from workload.files.storage import (
+    Location,
+    StorageError,
+    list_files,
+    locate,
+    read_bytes,
+    read_versioned,
+    write_bytes_atomic,
+)
 from workload.job import lease as lease_module
 from workload.job.lease import LEASE, LeaseHeldError, LeaseLostError, LeaseRecord, OutputLease, hold_lease
 from workload.job.output import OutputStore
@@ -114,11 +122,22 @@ def test_a_holder_killed_on_this_machine_frees_the_lease_at_once(root: Location)
     assert _holder(root).token == lease.token
 
 
-def test_the_holder_stops_before_its_expiry_even_if_nobody_took_over(root: Location) -> None:
+def test_a_late_holder_renews_a_lease_still_its_own_and_stops_when_it_cannot(
+    root: Location, monkeypatch: pytest.MonkeyPatch
+) -> None:
     lease = OutputLease(root, ttl_s=0.5, clock_skew_s=0.0)
     lease.acquire()
     lease.check()
-    time.sleep(0.4)  # past three quarters of the TTL without a renewal: too close to expiry to start a write
+    first = _holder(root).renewed_at
+    time.sleep(0.6)  # past the TTL without a renewal (a laptop asleep); nobody took the lease meanwhile
+    lease.check()  # still its own: renewed, not lost
+    assert _holder(root).renewed_at != first and _holder(root).token == lease.token
+    time.sleep(0.4)  # late again, and now the store cannot be reached: too close to expiry to start a write
+
+    def unreachable(*args: object, **kwargs: object) -> str:
+        raise StorageError("connection refused")
+
+    monkeypatch.setattr(lease_module, "write_if", unreachable)
     with pytest.raises(LeaseLostError, match="not renewed"):
         lease.check()
 
