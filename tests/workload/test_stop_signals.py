@@ -1,18 +1,22 @@
 """SIGTERM at any moment of the job's life is an interruption: exit 143 and `_interrupted.json`, so a cancel or a
 node's stop resumes later instead of failing. The moment tested here is the hardest one: inside `ray.init`, where
 Ray's own handlers (a Python `sys.exit(15)` and the core worker's C++ failure-signal handler) used to end the job
-with 15 or an abort. Real Ray; the job stops before any engine starts, so no vLLM is loaded."""
+with 15 or an abort. The stop is the local Batch API's executor's, called as its tick calls it (again on every
+pass), which must signal once only. Real Ray and the real job; it stops before any engine starts, so no vLLM."""
 
 from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.workload.jobrun import finish, start_job, write_config, write_jsonl
+from tests.workload.jobrun import ENGINE
+from workload.batch_api.executor import CHAT_URL, BatchRun, LocalJobExecutor
 from workload.telemetry.startup_trace import VARIABLE, read_marks
 
 pytestmark = pytest.mark.slow
@@ -27,18 +31,41 @@ def _wait_for(trace: Path, event: str, deadline_s: float) -> bool:
     return False
 
 
-def test_a_sigterm_during_rays_start_is_an_interruption(tmp_path: Path) -> None:
-    source = write_jsonl(tmp_path / "in.jsonl", [{"id": f"r-{i}", "prompt": f"p {i}"} for i in range(8)])
+def _chat_line(custom_id: str) -> str:
+    body = {"model": "llm-batch", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    return json.dumps({"custom_id": custom_id, "method": "POST", "url": CHAT_URL, "body": body}) + "\n"
+
+
+def test_a_stop_during_rays_start_signals_once_and_is_an_interruption(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(_chat_line(f"r-{i}") for i in range(8)))
     out = tmp_path / "out"
-    config = write_config(tmp_path / "job.yaml", str(source), str(out), tmp_path / "models")
     trace = tmp_path / "trace.jsonl"
-    job = start_job(["run", "--config", str(config)], {VARIABLE: str(trace)})
-    assert _wait_for(trace, "ray_start", 120), "the job never reached Ray's start"
+    monkeypatch.setenv(VARIABLE, str(trace))  # the job inherits the environment: its startup marks land here
+    signalled: list[tuple[subprocess.Popen[Any], int]] = []
+    send_signal = subprocess.Popen.send_signal
+
+    def counted(child: subprocess.Popen[Any], number: int) -> None:  # the real call, counted
+        signalled.append((child, number))
+        send_signal(child, number)
+
+    monkeypatch.setattr(subprocess.Popen, "send_signal", counted)
+    base = {"model": {"cache_dir": str(tmp_path / "models")}, "engine": ENGINE, "sampling": {"max_tokens": 4}}
+    executor = LocalJobExecutor(base, tmp_path / "runs")
+    executor.start(BatchRun("batch_stop", str(source), str(out), CHAT_URL))
+    assert _wait_for(trace, "ray_start", 120), (tmp_path / "runs/batch_stop/job.log").read_text()[-3000:]
     time.sleep(0.5)  # inside ray.init: its GCS and raylet take seconds to come up
     signalled_at = time.time()
-    job.send_signal(signal.SIGTERM)  # to the driver alone, as the kubelet and the local executor send it
-    code, log = finish(job, timeout=180)
-    assert code == 143, log[-3000:]
+    executor.stop("batch_stop")
+    deadline = time.monotonic() + 180
+    while executor.state("batch_stop").name == "running" and time.monotonic() < deadline:
+        executor.stop("batch_stop")  # the tick's next passes: no second signal
+        time.sleep(0.5)
+    log = (tmp_path / "runs/batch_stop/job.log").read_text()
+    assert [number for _, number in signalled] == [signal.SIGTERM], log[-3000:]
+    assert signalled[0][0].returncode == 143, log[-3000:]
     ready = [mark["t"] for mark in read_marks(trace) if mark["event"] == "ray_ready"]
     assert not ready or signalled_at < ready[0], "the signal came after Ray had started: not the moment tested"
     note = json.loads((out / "_interrupted.json").read_text())
