@@ -139,6 +139,16 @@ class UploadRecord(Owned):
     completed_parts: list[str] | None = Field(default=None, alias="_completed_parts")
 
 
+class Tombstone(Owned):
+    """Where a deleted File stood in the listing's order (its `created_at` and `_seq`, under its id), kept
+    TOMBSTONE_TTL_S: a client paging with `after=<that id>` goes on from there (the SDK's own list-and-delete loop
+    asks for the page after a file it just deleted). Never answered to a client."""
+
+    KIND: ClassVar[str] = "tombstone"
+
+    expires_at: int
+
+
 class NightEntry(Record):
     """The schedule's night in the queue (nights.py): the stack's, so it has no owner and no API key sees it."""
 

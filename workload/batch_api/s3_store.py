@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from workload.batch_api.store import CHUNK, StoreConflict, Versioned
+from workload.batch_api.store import CHUNK, StoreConflict, Versioned, check_id
 
 PART_BYTES = 8 * 1024 * 1024  # S3's multipart minimum is 5 MiB (but the last part); 8 MiB keeps memory small
 READERS = 16
@@ -59,9 +59,7 @@ class S3Store:
         return self.prefix + key
 
     def _record_key(self, kind: str, object_id: str) -> str:
-        if not object_id or "/" in object_id or object_id.startswith("."):
-            raise ValueError(f"not an id: {object_id!r}")
-        return f"{self.prefix}records/{kind}/{object_id}.json"
+        return f"{self.prefix}records/{kind}/{check_id(object_id)}.json"
 
     # ---- records -----------------------------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ executor (executor.py, sfn_executor.py) are handed in by the front that builds t
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -162,7 +163,7 @@ class BatchService:
             expires_at=BatchRecord.window_end(created, completion_window), metadata=metadata, owner=owner,
             seq=self.records.seq(), input_key=source.key, output_key=f"batches/{batch_id}/output",
         )  # fmt: skip
-        problems, record.request_counts.total = self._validate_input(source.key)
+        problems, record.request_counts.total = self._validate_input(source.key, endpoint)
         if problems:
             record.status, record.failed_at, record.done_at = "failed", created, created
             record.errors = batch_errors(problems)
@@ -175,22 +176,44 @@ class BatchService:
             return made.public()  # a racing retry with the same key made it first
         return record.public()
 
-    def _validate_input(self, key: str) -> tuple[list[dict[str, Any]], int]:
-        """What fails a batch before it runs (OpenAI's batch-level errors); a bad line is the job's error line."""
+    def _validate_input(self, key: str, endpoint: str) -> tuple[list[dict[str, Any]], int]:
+        """What fails a batch before it runs (OpenAI's batch-level errors): no request, too many, or no line that
+        could run at all (not JSONL, e.g. a CSV; or every line for another url than the batch's). A file with
+        some runnable lines runs, and each bad line is the job's error line."""
         body = self.store.read_blob(key)
         if body is None:
             return [{"code": "file_not_found", "message": "the input file's content is gone"}], 0
-        total, tail = 0, b""
+        total, tail, runnable = 0, b"", False
+        first_problem: dict[str, Any] | None = None
+
+        def judge(line: bytes, number: int) -> None:
+            nonlocal runnable, first_problem
+            if runnable:
+                return  # one runnable line is enough: the rest are only counted
+            problem = _line_problem(line, endpoint)
+            if problem is None:
+                runnable = True
+            elif first_problem is None:  # the first is the one reported
+                first_problem = {**problem, "line": number}
+
         for chunk in body:
             lines = (tail + chunk).split(b"\n")
             tail = lines.pop()
-            total += sum(1 for line in lines if line.strip())
-        total += 1 if tail.strip() else 0
+            for line in lines:
+                if line.strip():
+                    total += 1
+                    judge(line, total)
+        if tail.strip():
+            total += 1
+            judge(tail, total)
         if total == 0:
             return [{"code": "empty_file", "message": "the input file holds no request"}], 0
         if total > self.limits.max_requests:
             message = f"the input file holds {total} requests; a batch takes at most {self.limits.max_requests}"
             return [{"code": "too_many_requests", "message": message}], total
+        if not runnable and first_problem is not None:
+            first_problem["message"] += "; no line of the file could run, so no job was started"
+            return [first_problem], total
         return [], total
 
     def get_batch(self, owner: str, batch_id: str) -> dict[str, Any]:
@@ -244,6 +267,21 @@ class BatchService:
     def enqueue_night(self, scheduled_time: str) -> str:
         """Queue the schedule's night; the id of its entry."""
         return self.scheduler.enqueue_night(scheduled_time).id
+
+
+def _line_problem(line: bytes, endpoint: str) -> dict[str, Any] | None:
+    """Why one input line cannot run as a request of `endpoint` (OpenAI's BatchError fields), or None."""
+    try:
+        value = json.loads(line)
+    except ValueError as error:  # also UnicodeDecodeError
+        return {"code": "invalid_json_line", "message": f"the line is not JSON ({error}): a batch input is JSONL"}
+    if not isinstance(value, dict):
+        return {"code": "invalid_json_line", "message": "the line is not a JSON object: a batch input is JSONL"}
+    url = value.get("url")
+    if url != endpoint:
+        message = f"the line's url {url!r} is not the batch's endpoint {endpoint!r}"
+        return {"code": "invalid_url", "message": message, "param": "url"}
+    return None
 
 
 def _check_metadata(metadata: Any) -> None:

@@ -25,7 +25,7 @@ from workload.batch_api.files import Files, body_key, check_expires_after, check
 from workload.batch_api.models import UploadRecord
 from workload.batch_api.objects import ApiError, new_id, not_found
 from workload.batch_api.records import Records
-from workload.batch_api.store import StoreConflict
+from workload.batch_api.store import StoreConflict, is_id
 
 UPLOAD_TTL_S = 3600  # "Uploads ... expire after an hour" (OpenAI's Uploads API reference)
 MAX_PART_BYTES = 64 * 1024 * 1024  # OpenAI's part limit (openai.resources.uploads: DEFAULT_PART_SIZE is 64 MiB)
@@ -111,7 +111,7 @@ class Uploads:
         store, prefix = self.store, _parts_prefix(upload_id)
         total = 0
         for part_id in part_ids:
-            named = part_id.startswith("part_") and "/" not in part_id
+            named = part_id.startswith("part_") and is_id(part_id)
             size = store.blob_size(f"{prefix}/{part_id}") if named else None
             if size is None:
                 raise ApiError(400, f"part {part_id!r} is not a part of upload {upload_id}", "part_ids")
