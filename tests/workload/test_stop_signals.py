@@ -2,11 +2,13 @@
 node's stop resumes later instead of failing. The moment tested here is the hardest one: inside `ray.init`, where
 Ray's own handlers (a Python `sys.exit(15)` and the core worker's C++ failure-signal handler) used to end the job
 with 15 or an abort. The stop is the local Batch API's executor's, called as its tick calls it (again on every
-pass), which must signal once only. Real Ray and the real job; it stops before any engine starts, so no vLLM."""
+pass), which must signal once only, and it comes from a restarted server, which must adopt the job a killed server
+left running rather than race it. Real Ray and the real job; it stops before any engine starts, so no vLLM."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -16,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.workload.jobrun import ENGINE
+from workload.batch_api import executor as executor_module
 from workload.batch_api.executor import CHAT_URL, BatchRun, LocalJobExecutor
 from workload.telemetry.startup_trace import VARIABLE, read_marks
 
@@ -36,7 +39,7 @@ def _chat_line(custom_id: str) -> str:
     return json.dumps({"custom_id": custom_id, "method": "POST", "url": CHAT_URL, "body": body}) + "\n"
 
 
-def test_a_stop_during_rays_start_signals_once_and_is_an_interruption(
+def test_a_restarted_server_adopts_the_job_and_stops_it_once_during_rays_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     source = tmp_path / "in.jsonl"
@@ -44,28 +47,45 @@ def test_a_stop_during_rays_start_signals_once_and_is_an_interruption(
     out = tmp_path / "out"
     trace = tmp_path / "trace.jsonl"
     monkeypatch.setenv(VARIABLE, str(trace))  # the job inherits the environment: its startup marks land here
-    signalled: list[tuple[subprocess.Popen[Any], int]] = []
-    send_signal = subprocess.Popen.send_signal
+    started: list[subprocess.Popen[Any]] = []
+    popen = subprocess.Popen
 
-    def counted(child: subprocess.Popen[Any], number: int) -> None:  # the real call, counted
-        signalled.append((child, number))
-        send_signal(child, number)
+    def recorded(*args: Any, **kwargs: Any) -> subprocess.Popen[Any]:  # the real call, its process kept
+        started.append(popen(*args, **kwargs))
+        return started[-1]
 
-    monkeypatch.setattr(subprocess.Popen, "send_signal", counted)
+    signalled: list[tuple[int, int]] = []
+    kill = os.kill
+
+    def counted(pid: int, number: int) -> None:  # the real call, counted
+        signalled.append((pid, number))
+        kill(pid, number)
+
+    monkeypatch.setattr(executor_module.subprocess, "Popen", recorded)
+    monkeypatch.setattr(executor_module.os, "kill", counted)
     base = {"model": {"cache_dir": str(tmp_path / "models")}, "engine": ENGINE, "sampling": {"max_tokens": 4}}
-    executor = LocalJobExecutor(base, tmp_path / "runs")
-    executor.start(BatchRun("batch_stop", str(source), str(out), CHAT_URL))
-    assert _wait_for(trace, "ray_start", 120), (tmp_path / "runs/batch_stop/job.log").read_text()[-3000:]
+    first = LocalJobExecutor(base, tmp_path / "runs")
+    first.start(BatchRun("batch_stop", str(source), str(out), CHAT_URL))
+    log_file = tmp_path / "runs/batch_stop/job.log"
+    assert _wait_for(trace, "ray_start", 120), log_file.read_text()[-3000:]
     time.sleep(0.5)  # inside ray.init: its GCS and raylet take seconds to come up
+    # The server is killed and restarted: the job runs on in its own session; the new server must adopt it
+    # (not `absent`, which would relaunch an attempt every tick while the old one holds the lease).
+    restarted = LocalJobExecutor(base, tmp_path / "runs")
+    assert restarted.state("batch_stop").name == "running"
     signalled_at = time.time()
-    executor.stop("batch_stop")
+    restarted.stop("batch_stop")
     deadline = time.monotonic() + 180
-    while executor.state("batch_stop").name == "running" and time.monotonic() < deadline:
-        executor.stop("batch_stop")  # the tick's next passes: no second signal
+    state = restarted.state("batch_stop")
+    while state.name == "running" and time.monotonic() < deadline:
+        restarted.stop("batch_stop")  # the tick's next passes: no second signal
         time.sleep(0.5)
-    log = (tmp_path / "runs/batch_stop/job.log").read_text()
-    assert [number for _, number in signalled] == [signal.SIGTERM], log[-3000:]
-    assert signalled[0][0].returncode == 143, log[-3000:]
+        state = restarted.state("batch_stop")
+    log = log_file.read_text()
+    assert state.name == "stopped", (state, log[-3000:])
+    job = started[0]
+    assert signalled == [(job.pid, signal.SIGTERM)], log[-3000:]
+    assert job.wait(30) == 143, log[-3000:]
     ready = [mark["t"] for mark in read_marks(trace) if mark["event"] == "ray_ready"]
     assert not ready or signalled_at < ready[0], "the signal came after Ray had started: not the moment tested"
     note = json.loads((out / "_interrupted.json").read_text())

@@ -19,6 +19,7 @@ the job's grace period and a margin (`stop_timeout_s`, as a container's stop tim
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -39,6 +40,7 @@ EXIT_STOPPED = 143  # the job's exit after SIGTERM (workload.runtime.StopSignal.
 CHAT_URL = "/v1/chat/completions"
 EXIT_LEASE_HELD = 4  # another live attempt holds the output (workload/cli/commands.py): try again later
 EXIT_LEASE_LOST = 5  # the attempt lost the output's lease mid-run (workload/cli/commands.py)
+PID_FILE = "job.pid.json"  # beside job.yaml: the running job's pid, start time and output
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,18 @@ class Executor(Protocol):
         ...
 
 
+def _process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (None: no such process, or a zombie): with the pid it
+    names one process even after the pid is reused (the same reading as the job's lease, which this layer may
+    not import)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()  # the command name, in parentheses, may hold spaces
+    return None if fields[0] == "Z" else fields[19]
+
+
 def job_config(base: dict[str, Any], run: BatchRun) -> dict[str, Any]:
     """The job config of one batch: the server's base config with the batch's input, endpoint and output."""
     config = yaml.safe_load(yaml.safe_dump(base)) or {}
@@ -154,12 +168,17 @@ class LocalJobExecutor:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own group: Ray and the engine go with it, nothing else does
             )
+            pid = self._children[run.batch_id].pid
+        # Who runs it and where it writes: a server restarted after a crash (kill -9 of its group leaves the job,
+        # in a session of its own, running) adopts the job from this instead of racing it with a new attempt.
+        record = {"pid": pid, "started": _process_start(pid), "output": run.output_uri}
+        (folder / PID_FILE).write_text(json.dumps(record))
 
     def state(self, batch_id: str) -> RunState:
         with self._lock:
             child = self._children.get(batch_id)
         if child is None:
-            return RunState("absent")
+            return self._orphan_state(batch_id)
         code = child.poll()
         if code is None:
             return RunState("running")
@@ -180,6 +199,37 @@ class LocalJobExecutor:
             return RunState("stopped") if stopping else RunState("busy", self._reason(batch_id, code))
         return RunState("failed", self._reason(batch_id, code))
 
+    def _orphan(self, batch_id: str) -> dict[str, Any] | None:
+        """The job a previous server started for this batch, if it still runs (same pid, same start time)."""
+        try:
+            record = json.loads((self.runs / batch_id / PID_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        pid, started = record.get("pid"), record.get("started")
+        if not isinstance(pid, int) or started is None or _process_start(pid) != started:
+            return None
+        return dict(record)
+
+    def _orphan_state(self, batch_id: str) -> RunState:
+        """A run this server did not start: `running` while a previous server's job still runs it (adopted: it
+        is followed and stopped like our own); once that ends, what its output says; `absent` with no trace."""
+        orphan = self._orphan(batch_id)
+        if orphan is not None:
+            return RunState("running")
+        pid_file = self.runs / batch_id / PID_FILE
+        try:
+            output = Path(json.loads(pid_file.read_text())["output"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return RunState("absent")
+        pid_file.unlink(missing_ok=True)
+        with self._lock:
+            self._stopping.pop(batch_id, None)
+        if (output / "summary.json").is_file():
+            return RunState("succeeded")
+        if (output / "_interrupted.json").is_file():
+            return RunState("stopped")
+        return RunState("absent")  # ended without a word (killed): the scheduler resumes it
+
     def _reap(self, batch_id: str, child: subprocess.Popen[bytes]) -> None:
         # The driver is gone; whatever it left in its group (Ray workers, engine processes) goes too.
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -188,6 +238,7 @@ class LocalJobExecutor:
             if self._children.get(batch_id) is child:
                 del self._children[batch_id]
                 self._stopping.pop(batch_id, None)
+                (self.runs / batch_id / PID_FILE).unlink(missing_ok=True)
 
     def _reason(self, batch_id: str, code: int) -> str:
         """The job's own one-line error (`llm-batch: ...` or `python -m workload: ...`), else its exit code."""
@@ -210,17 +261,25 @@ class LocalJobExecutor:
         cut the job's own stop short (exit -15, and none of the partial files the first one was writing)."""
         with self._lock:
             child = self._children.get(batch_id)
-            if child is None or child.poll() is not None:
+        if child is not None:
+            pid = child.pid
+            if child.poll() is not None:
                 return
+        else:
+            orphan = self._orphan(batch_id)  # a previous server's job, adopted
+            if orphan is None:
+                return
+            pid = int(orphan["pid"])
+        with self._lock:
             deadline = self._stopping.get(batch_id)
             if deadline is None:
                 self._stopping[batch_id] = time.monotonic() + stop_timeout_s(self.grace_s)
         if deadline is None:
             with contextlib.suppress(ProcessLookupError):
-                child.send_signal(signal.SIGTERM)  # the driver alone: it stops its own engine after committing
+                os.kill(pid, signal.SIGTERM)  # the driver alone: it stops its own engine after committing
         elif time.monotonic() >= deadline:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(child.pid, signal.SIGKILL)
+                os.killpg(pid, signal.SIGKILL)  # its own session's group: the job's driver leads it
 
     def close(self) -> None:
         with self._lock:
