@@ -237,8 +237,10 @@ def test_the_successor_replaces_a_stale_attempts_summary_and_files(output_uri: s
     assert read_bytes(root.child("output.jsonl")) == b"fresh\n"
     assert json.loads(read_bytes(root.child("summary.json")))["rows_ok"] == 2
     assert not exists(root.child("_failed.json"))
+    successor.write_interrupted("SIGTERM", 1)
     with pytest.raises(OutputFencedError):
         stale.write_summary({"rows_ok": 3})  # the successor's is there now, and the manifest is not the stale one's
+    assert exists(root.child("_interrupted.json"))  # the stale attempt took none of its successor's notes away
     third = OutputStore(output_uri)  # and once a later attempt starts, the successor is the stale one
     third.read_manifest()
     third.write_manifest({"attempts": [1, 2, 3]})

@@ -210,6 +210,9 @@ class OutputStore:
             expected = self._versions[relative]
             if expected is None:
                 return
+            # Someone wrote it since: only the output's owner may take it away (a stale attempt must not delete
+            # its successor's note).
+            self._still_owner(relative, WriteConflict(f"{self._at(relative).uri} appeared since this attempt looked"))
         self._guard()
         try:
             delete_if(self._at(relative), expected)
