@@ -146,7 +146,8 @@ def start(upstream: str) -> tuple[LostReplyProxy, ThreadingHTTPServer]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(proxy))
     server.daemon_threads = True
     proxy.url = f"http://127.0.0.1:{server.server_address[1]}"
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # A short poll: the fixture's shutdown waits for it (0.5 s by default, in every test that uses the proxy).
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     return proxy, server
 
 
