@@ -108,12 +108,24 @@ def _signals_kept() -> Iterator[None]:
     ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
     if not had_faulthandler:
         faulthandler.enable()
+    # A caller with no SIGTERM handler of its own (the benchmark) keeps what Ray would have given it: an exit
+    # that runs the cleanup (this session's `finally`), not the default action's instant death.
+    main = threading.current_thread() is threading.main_thread()
+    default = main and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    if default:
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         yield
     finally:
         ray_utils.set_sigterm_handler, ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = saved
         if not had_faulthandler:
             faulthandler.disable()
+        if default:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _exit_on_sigterm(number: int, frame: FrameType | None) -> None:
+    sys.exit(number)  # what Ray's own handler does
 
 
 def _stop_data_executors() -> None:
