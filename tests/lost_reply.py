@@ -37,6 +37,7 @@ class Seen:
 class _Rule:
     matches: Callable[[Seen], bool]
     times: int
+    after: int = 0  # matching requests still to pass before the rule fires
 
 
 @dataclass
@@ -56,9 +57,11 @@ class LostReplyProxy:
         *,
         header: str | None = None,
         times: int = 1,
+        after: int = 0,
     ) -> None:
         """Lose the reply of the next `times` requests with this method whose path contains `path_contains` (and,
-        if `header` is given, that carry that header, e.g. "If-Match" to pick the conditional write only)."""
+        if `header` is given, that carry that header, e.g. "If-Match" to pick the conditional write only), once
+        `after` such requests have passed (to pick a later write of a file written several times)."""
 
         def matches(seen: Seen) -> bool:
             if seen.method != method or path_contains not in seen.path:
@@ -66,12 +69,15 @@ class LostReplyProxy:
             return header is None or header.lower() in seen.headers
 
         with self._lock:
-            self._rules.append(_Rule(matches, times))
+            self._rules.append(_Rule(matches, times, after))
 
     def _should_drop(self, seen: Seen) -> bool:
         with self._lock:
             for rule in self._rules:
                 if rule.times > 0 and rule.matches(seen):
+                    if rule.after > 0:
+                        rule.after -= 1
+                        continue
                     rule.times -= 1
                     self.dropped.append(seen)
                     return True
