@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.lost_reply import LostReplyProxy, serving
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CRDS_DIR = REPO_ROOT.parent / "shared" / "crds"
 
@@ -79,3 +81,11 @@ def crds_dir() -> Path:
     if not CRDS_DIR.is_dir():
         pytest.skip(f"CRD schemas not found at {CRDS_DIR} (they come with the workplace's shared/ folder)")
     return CRDS_DIR
+
+
+@pytest.fixture
+def lost_reply(moto_reset: str) -> Iterator[LostReplyProxy]:
+    """A proxy in front of a freshly reset moto server that lets chosen requests apply and loses their replies
+    (tests/lost_reply.py); the job's S3 client talks through it for the test."""
+    with serving(moto_reset) as proxy:
+        yield proxy

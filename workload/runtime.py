@@ -30,12 +30,16 @@ _SCRATCH_VARIABLES = ("TMPDIR", "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR")
 
 @contextmanager
 def ray_session(
-    device: str, runtime_env: dict[str, Any] | None = None, preload: tuple[str, ...] = ()
+    device: str,
+    runtime_env: dict[str, Any] | None = None,
+    preload: tuple[str, ...] = (),
+    stopped: threading.Event | None = None,
 ) -> Iterator[None]:
     """Connect to the cluster in RAY_ADDRESS, or start a private local Ray with scratch folders of its own.
 
     `runtime_env` is the job-level Ray runtime environment (every worker of this driver gets it). `preload`:
-    modules to import while Ray starts (see `_import_in_background`)."""
+    modules to import while Ray starts (see `_import_in_background`), not waited for once `stopped` is set (a
+    stopping job needs none of them)."""
     # Ray's socket paths must stay under ~107 characters: keep the scratch root short.
     scratch = tempfile.mkdtemp(prefix="llmb-", dir="/tmp")
     saved = {name: os.environ.get(name) for name in (*_SCRATCH_VARIABLES, "VLLM_LOGGING_LEVEL", *RAY_NODE_SETTINGS)}
@@ -46,37 +50,82 @@ def ray_session(
     for variable, setting in RAY_NODE_SETTINGS.items():  # what every tier's node sets (workload/contract/entrypoint.py)
         os.environ.setdefault(variable, setting)
     address = os.environ.get("RAY_ADDRESS")
+    with _signals_kept():
+        try:
+            mark("ray_start")
+            preloading = _import_in_background(preload)
+            if address:
+                ray.init(address=address, log_to_driver=True, runtime_env=runtime_env)
+            else:
+                # Worker logs stay in the scratch folder: failures still reach the driver as exceptions.
+                ray.init(
+                    include_dashboard=False,
+                    _temp_dir=os.path.join(scratch, "ray"),
+                    log_to_driver=False,
+                    runtime_env=runtime_env,
+                )
+            while preloading.is_alive() and not (stopped is not None and stopped.is_set()):
+                preloading.join(0.1)
+            mark("ray_ready")
+            context = DataContext.get_current()
+            context.enable_progress_bars = False  # the job prints its own progress line
+            context.enable_operator_progress_bars = False
+            yield
+        finally:
+            raylet = None if address else raylet_pid()
+            _stop_data_executors()
+            ray.shutdown()
+            if not address:  # the private Ray was ours: so is whatever its workers left running
+                stop_session_processes(os.environ["TMPDIR"], raylet)
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextmanager
+def _signals_kept() -> Iterator[None]:
+    """Keep the job's own SIGTERM/SIGINT handling (StopSignal) through Ray's start, its session and its shutdown.
+
+    Left alone, Ray takes SIGTERM twice over: every `ray.init` (ours, and the one Ray Data LLM's processor makes)
+    sets a Python handler that calls `sys.exit(15)`, and the driver's core worker installs a C++ failure-signal
+    handler (SIGTERM among its signals) that logs a stack and re-raises it. A SIGTERM in the 8-10 s of `ray.init`
+    then ended the job with 15 or an abort (-6) instead of 143 and `_interrupted.json`, so a local cancel failed
+    the batch and a node without a Spot notice failed its night. Within this block Ray's `set_sigterm_handler`
+    does nothing and the driver's core worker installs no failure handler (Ray's own switch,
+    RAY_DISABLE_FAILURE_SIGNAL_HANDLER; workers keep theirs, in their own processes); Python's faulthandler
+    stands in for the driver's crash stacks."""
+    import faulthandler
+
+    from ray._private import ray_constants
+    from ray._private import utils as ray_utils
+
+    saved = ray_utils.set_sigterm_handler, ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER
+    had_faulthandler = faulthandler.is_enabled()
+    ray_utils.set_sigterm_handler = lambda handler: None
+    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
+    if not had_faulthandler:
+        faulthandler.enable()
+    # A caller with no SIGTERM handler of its own (the benchmark) keeps what Ray would have given it: an exit
+    # that runs the cleanup (this session's `finally`), not the default action's instant death.
+    main = threading.current_thread() is threading.main_thread()
+    default = main and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    if default:
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        mark("ray_start")
-        preloading = _import_in_background(preload)
-        if address:
-            ray.init(address=address, log_to_driver=True, runtime_env=runtime_env)
-        else:
-            # Worker logs stay in the scratch folder: failures still reach the driver as exceptions.
-            ray.init(
-                include_dashboard=False,
-                _temp_dir=os.path.join(scratch, "ray"),
-                log_to_driver=False,
-                runtime_env=runtime_env,
-            )
-        preloading.join()
-        mark("ray_ready")
-        context = DataContext.get_current()
-        context.enable_progress_bars = False  # the job prints its own progress line
-        context.enable_operator_progress_bars = False
         yield
     finally:
-        raylet = None if address else raylet_pid()
-        _stop_data_executors()
-        ray.shutdown()
-        if not address:  # the private Ray was ours: so is whatever its workers left running
-            stop_session_processes(os.environ["TMPDIR"], raylet)
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        shutil.rmtree(scratch, ignore_errors=True)
+        ray_utils.set_sigterm_handler, ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = saved
+        if not had_faulthandler:
+            faulthandler.disable()
+        if default:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _exit_on_sigterm(number: int, frame: FrameType | None) -> None:
+    sys.exit(number)  # what Ray's own handler does
 
 
 def _stop_data_executors() -> None:
@@ -151,7 +200,7 @@ class StopSignal:
         return self.event.is_set()
 
     def install(self) -> None:
-        """Take SIGTERM/SIGINT; call again after `ray.init`, which installs a handler that just exits."""
+        """Take SIGTERM/SIGINT (again: harmless where they are ours already)."""
         if threading.current_thread() is not threading.main_thread():
             return
         for number in (signal.SIGTERM, signal.SIGINT):

@@ -35,6 +35,9 @@ def _line(custom_id: str, url: str = "/v1/chat/completions") -> str:
     return json.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body}) + "\n"
 
 
+CHAT_ENDPOINT = "/v1/chat/completions"  # the url of `_line`'s requests: a batch of them can run
+
+
 class Clock:
     """The service's wall clock, moved by the test (expiry is 24 h, retention 30 days: no test waits for them)."""
 
@@ -192,7 +195,7 @@ def test_batch_list_pages_newest_first_with_the_sdks_own_paging(server: Server) 
     made = []
     for _ in range(5):
         server.clock.now += 1
-        made.append(client.batches.create(input_file_id=source.id, endpoint="/v1/completions", completion_window="24h"))
+        made.append(client.batches.create(input_file_id=source.id, endpoint=CHAT_ENDPOINT, completion_window="24h"))
         client.batches.cancel(made[-1].id)
     first = client.batches.list(limit=2)
     assert [b.id for b in first.data] == [made[4].id, made[3].id] and first.has_more
@@ -215,7 +218,7 @@ def test_project_scope_every_key_sees_every_object(server: Server) -> None:
 def test_key_scope_a_key_sees_only_its_own(tenants: Server) -> None:
     team_a, team_b = tenants.client(KEY_A), tenants.client(KEY_B)
     theirs = _upload(team_a, _line("a"))
-    batch = team_a.batches.create(input_file_id=theirs.id, endpoint="/v1/completions", completion_window="24h")
+    batch = team_a.batches.create(input_file_id=theirs.id, endpoint=CHAT_ENDPOINT, completion_window="24h")
     # Another tenant's id answers as an unknown one: 404 with the same wording, so ids cannot be probed.
     for call in (
         lambda: team_b.files.retrieve(theirs.id),

@@ -1,10 +1,11 @@
 """The Batch API end to end: `python -m workload batch-api` as a user starts it, the official openai client
 (unchanged but for base_url and api_key), and the real job on the real local engine (Ray, vLLM, the tiny model).
 
-One module, three engine starts in all: batch A is interrupted by a server restart and resumed by the next
-server to `completed`; batch B, queued behind it, is cancelled once its job runs and keeps what finished. Both
-stops land while the job starts its engine: a 16-line file is one read block of the job, whose shards commit
-together, so a later stop would find all of them done (docs/batch-api.md, Statuses).
+One module, three engine starts in all: batch A is interrupted by a server restart (while the job starts its
+engine) and resumed by the next server to `completed`; batch B, queued behind it, is cancelled after its first
+shards have committed and closes `cancelled` with those lines in its output file. B is more than one read block of
+the job (1024 lines, docs/batch-api.md, Statuses): one-token answers, whose shards of 4 commit one after another,
+then long answers still running when the cancel lands.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from openai.types import Batch
 from openai.types.chat import ChatCompletion
 
 from tests.workload.jobrun import ENGINE
+from workload.job.input_stream import BLOCK_ROWS as BLOCK  # lines per read block: its shards commit together
 
 pytestmark = pytest.mark.slow
 
@@ -39,8 +41,9 @@ def _port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _line(custom_id: str, url: str = CHAT) -> str:
-    body = {"model": "llm-batch", "messages": [{"role": "user", "content": f"Say {custom_id}"}], "max_tokens": 48}
+def _line(custom_id: str, url: str = CHAT, max_tokens: int = 48) -> str:
+    messages = [{"role": "user", "content": f"Say {custom_id}"}]
+    body = {"model": "llm-batch", "messages": messages, "max_tokens": max_tokens}
     return json.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body}) + "\n"
 
 
@@ -117,9 +120,11 @@ def test_submit_restart_resume_complete_then_cancel(tmp_path: Path) -> None:
     batch_a = client.batches.create(
         input_file_id=upload_a.id, endpoint=CHAT, completion_window="24h", metadata={"night": "1"}
     )
-    upload_b = client.files.create(
-        file=("b.jsonl", "".join(_line(f"b-{i:02d}") for i in range(16)).encode()), purpose="batch"
-    )
+    # A first read block of one-token answers commits its shards of 4 quickly; the long answers after it are a
+    # second block, still running when the cancel lands.
+    ids_b = [f"b-{i:04d}" for i in range(BLOCK + 32)]
+    lines_b = [_line(i, max_tokens=1 if n < BLOCK else 48) for n, i in enumerate(ids_b)]
+    upload_b = client.files.create(file=("b.jsonl", "".join(lines_b).encode()), purpose="batch")
     batch_b = client.batches.create(input_file_id=upload_b.id, endpoint=CHAT, completion_window="24h")
     assert (batch_a.status, batch_b.status) == ("validating", "validating")
     assert batch_a.request_counts.total == 16  # type: ignore[union-attr]
@@ -147,18 +152,23 @@ def test_submit_restart_resume_complete_then_cancel(tmp_path: Path) -> None:
     assert output_file.purpose == "batch_output" and output_file.bytes > 0
     assert "resuming" in (data / "runs" / batch_a.id / "job.log").read_text() or running.request_counts.completed == 0  # type: ignore[union-attr]
 
-    in_b = _wait(client, batch_b.id, lambda b: b.status != "validating")
+    # Cancel once two shards have committed (the counts come from their commit markers).
+    in_b = _wait(client, batch_b.id, lambda b: b.request_counts is not None and b.request_counts.completed >= 8)
     cancelling = client.batches.cancel(batch_b.id)
-    assert cancelling.status in ("cancelling", "cancelled"), (in_b, cancelling)
-    cancelled = _wait(client, batch_b.id, lambda b: b.status == "cancelled")
-    assert cancelled.cancelling_at and cancelled.cancelled_at
-    partial = _lines(client, cancelled.output_file_id)
+    assert cancelling.status == "cancelling", (in_b, cancelling)
+    cancelled = _wait(client, batch_b.id, lambda b: b.status in ("cancelled", "completed", "failed"))
+    assert cancelled.status == "cancelled" and cancelled.cancelling_at and cancelled.cancelled_at, cancelled
+    partial, partial_errors = _lines(client, cancelled.output_file_id), _lines(client, cancelled.error_file_id)
     counts = cancelled.request_counts
-    # What finished is kept: the lines in the file are what the counts say. A file of 16 lines is one read block
-    # of the job (1024 rows), so its shards commit together and the cancel finds none or all of them committed.
-    assert counts is not None and counts.completed == len(partial) and counts.total == 16
+    # What committed is kept (issue 58, finding 6: a second SIGTERM from a later tick threw it away): the files
+    # hold what committed before the stop, each line once, and the counts are what the files say.
+    assert counts is not None and counts.total == len(ids_b), counts
+    assert (counts.completed, counts.failed) == (len(partial), len(partial_errors)), counts
+    assert 8 <= counts.completed < len(ids_b) and not partial_errors, counts  # the cancel landed mid-run
+    answered = [a["custom_id"] for a in partial]
+    assert len(set(answered)) == len(answered) and set(answered) <= set(ids_b)
     assert all(ChatCompletion.model_validate(a["response"]["body"]).choices for a in partial)
-    print(f"cancelled with {len(partial)} of 16 answered")
+    print(f"cancelled with {len(partial)} of {len(ids_b)} answered")
 
     page = client.batches.list(limit=1)
     assert [b.id for b in page.data] == [batch_b.id] and page.has_more

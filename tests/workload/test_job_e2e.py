@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.lost_reply import LostReplyProxy
 from tests.workload.bad_text import expected_outcomes, mixed_file_bytes, strict_chat_model
 from tests.workload.feed_checks import feed_verdict
 from tests.workload.jobrun import ENGINE, run_job, write_config, write_jsonl
@@ -167,11 +168,16 @@ def _feed_row(i: int) -> dict:
 
 
 def test_s3_in_and_out_through_a_real_s3_server(
-    tmp_path: Path, model_cache: Path, strict_model: dict, moto_endpoint: str
+    tmp_path: Path, model_cache: Path, strict_model: dict, lost_reply: LostReplyProxy
 ) -> None:
     """Also the feed's count test: at max_num_seqs 512 with the product's default feed (batch_size 32,
     max_concurrent_batches auto), the rows in flight reach 2x max_num_seqs, and once vLLM first runs 512 sequences
     it runs min(512, rows left) at every step while rows wait (its own scheduler stats, LLM_BATCH_FEED_TRACE)."""
+    # The job talks to S3 through the lost-reply proxy, and the reply to one conditional rewrite of the manifest
+    # during the run is lost: botocore's retry finds the write its first try applied (a 412), which is the job's
+    # own and must not stop it as another attempt's (issue 58, finding 1). The first rewrite is skipped: it is
+    # the attempt's claim, which reads the manifest again and retries on any conflict, so it would hide the bug.
+    lost_reply.lose("PUT", "/output/2026-11-29/_manifest.json", header="If-Match", after=1)
     bucket = f"data-{uuid.uuid4().hex[:8]}"
     s3 = boto3.client("s3")
     s3.create_bucket(Bucket=bucket)
@@ -208,6 +214,7 @@ def test_s3_in_and_out_through_a_real_s3_server(
         env={"LLM_BATCH_FEED_TRACE": str(trace)},
     )
     assert code == 0, log
+    assert lost_reply.armed() == 0 and lost_reply.dropped, "no manifest rewrite went through the proxy"
 
     keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="output/")["Contents"])
     result_keys = [k for k in keys if k.startswith("output/2026-11-29/results/")]

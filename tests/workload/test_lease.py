@@ -3,8 +3,6 @@ take, renew, expire, refuse, wait, lose; and an output store whose lease is lost
 
 from __future__ import annotations
 
-import http.client
-import http.server
 import json
 import subprocess
 import sys
@@ -17,7 +15,16 @@ from datetime import UTC, datetime, timedelta
 import boto3
 import pytest
 
-from workload.files.storage import Location, list_files, locate, read_bytes, read_versioned, write_bytes_atomic
+from tests.lost_reply import LostReplyProxy, serving
+from workload.files.storage import (
+    Location,
+    StorageError,
+    list_files,
+    locate,
+    read_bytes,
+    read_versioned,
+    write_bytes_atomic,
+)
 from workload.job import lease as lease_module
 from workload.job.lease import LEASE, LeaseHeldError, LeaseLostError, LeaseRecord, OutputLease, hold_lease
 from workload.job.output import OutputStore
@@ -114,11 +121,22 @@ def test_a_holder_killed_on_this_machine_frees_the_lease_at_once(root: Location)
     assert _holder(root).token == lease.token
 
 
-def test_the_holder_stops_before_its_expiry_even_if_nobody_took_over(root: Location) -> None:
+def test_a_late_holder_renews_a_lease_still_its_own_and_stops_when_it_cannot(
+    root: Location, monkeypatch: pytest.MonkeyPatch
+) -> None:
     lease = OutputLease(root, ttl_s=0.5, clock_skew_s=0.0)
     lease.acquire()
     lease.check()
-    time.sleep(0.4)  # past three quarters of the TTL without a renewal: too close to expiry to start a write
+    first = _holder(root).renewed_at
+    time.sleep(0.6)  # past the TTL without a renewal (a laptop asleep); nobody took the lease meanwhile
+    lease.check()  # still its own: renewed, not lost
+    assert _holder(root).renewed_at != first and _holder(root).token == lease.token
+    time.sleep(0.4)  # late again, and now the store cannot be reached: too close to expiry to start a write
+
+    def unreachable(*args: object, **kwargs: object) -> str:
+        raise StorageError("connection refused")
+
+    monkeypatch.setattr(lease_module, "write_if", unreachable)
     with pytest.raises(LeaseLostError, match="not renewed"):
         lease.check()
 
@@ -195,80 +213,22 @@ def test_a_broken_lease_is_noticed_by_the_renewals_and_the_store_writes_nothing_
 _STATS = {"rows_ok": 0, "rows_failed": 1, "input_tokens": 0, "output_tokens": 0, "error_types": {"x": 1}}
 
 
-class _LosesOneReply(http.server.ThreadingHTTPServer):
-    """A tiny HTTP proxy in front of the moto server: it forwards every request, and for the next `drops` PUTs of
-    the lease file it lets the PUT be applied upstream, then closes the client's connection without a reply, as a
-    connection reset after the server acted does. boto3 then retries the same request, condition and all."""
-
-    def __init__(self, upstream: str) -> None:
-        super().__init__(("127.0.0.1", 0), _Forward)
-        self.upstream = upstream.removeprefix("http://")
-        self.drops = 0
-        self.dropped = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _Forward(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _LosesOneReply
-
-    def _forward(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        upstream = http.client.HTTPConnection(self.server.upstream, timeout=30)
-        upstream.request(self.command, self.path, body=body, headers=dict(self.headers.items()))
-        reply = upstream.getresponse()
-        data = reply.read()
-        upstream.close()
-        if self.command == "PUT" and self.path.split("?")[0].endswith(LEASE) and self.server.drops:
-            self.server.drops -= 1
-            self.server.dropped += 1
-            self.close_connection = True  # applied upstream; the client never hears of it
-            return
-        self.send_response(reply.status)
-        for name, value in reply.getheaders():
-            if name.lower() not in {"content-length", "transfer-encoding", "connection", "server", "date"}:
-                self.send_header(name, value)
-        self.send_header(
-            "Content-Length", reply.getheader("Content-Length", "0") if self.command == "HEAD" else str(len(data))
-        )
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
-
-    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
-def lossy(root: Location, monkeypatch: pytest.MonkeyPatch) -> Iterator[_LosesOneReply | None]:
-    """Local: None (the lost reply is stood in for in the test). S3: the proxy, and boto3 pointed at it."""
+def lossy(root: Location) -> Iterator[LostReplyProxy | None]:
+    """Local: None (the lost reply is stood in for in the test). S3: the suite's lost-reply proxy
+    (tests/lost_reply.py), and boto3 pointed at it."""
     if not root.is_s3:
         yield None
         return
     import os
 
-    from workload.files import storage
-
-    proxy = _LosesOneReply(os.environ["AWS_ENDPOINT_URL"])
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
-    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
-    storage.s3_client.cache_clear()
-    try:
+    with serving(os.environ["AWS_ENDPOINT_URL"]) as proxy:
         yield proxy
-    finally:
-        proxy.shutdown()
-        monkeypatch.undo()
-        storage.s3_client.cache_clear()
 
 
-def _lose_next_reply(lossy: _LosesOneReply | None, monkeypatch: pytest.MonkeyPatch) -> None:
+def _lose_next_reply(lossy: LostReplyProxy | None, monkeypatch: pytest.MonkeyPatch) -> None:
     if lossy is not None:
-        lossy.drops = 1
+        lossy.lose("PUT", LEASE)
         return
     # A local write has no reply to lose: the next conditional write is applied, then answered as the retried
     # request would be (WriteConflict, the condition no longer holding). The S3 case loses a real reply.
@@ -285,7 +245,7 @@ def _lose_next_reply(lossy: _LosesOneReply | None, monkeypatch: pytest.MonkeyPat
 
 
 def test_a_lease_write_whose_reply_was_lost_is_recognised_as_its_own(
-    root: Location, lossy: _LosesOneReply | None, monkeypatch: pytest.MonkeyPatch
+    root: Location, lossy: LostReplyProxy | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lease = OutputLease(root, ttl_s=30)
     _lose_next_reply(lossy, monkeypatch)
@@ -300,6 +260,6 @@ def test_a_lease_write_whose_reply_was_lost_is_recognised_as_its_own(
     assert _holder(root).token == lease.token and _holder(root).renewed_at > before.renewed_at
     lease.renew()  # and its version is the one now stored: the next renewal succeeds too
     if lossy is not None:
-        assert lossy.dropped == 2
+        assert len(lossy.dropped) == 2 and lossy.armed() == 0
     lease.release()
     assert read_versioned(root.child(LEASE)) is None

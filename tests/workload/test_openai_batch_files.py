@@ -112,6 +112,12 @@ def test_a_refused_line_is_an_error_row_with_its_custom_id() -> None:
     result = validate_record(Record(0, Origin("f", 0, 1), raw), SamplingParams(), CHAT)
     assert isinstance(result, RowError) and (result.id, result.error_type) == ("c-9", "invalid_request")
     assert "(param: tools)" in result.error_message
+    line = _error_line(
+        {"input_file": "f", "input_row": 0, "input_line": 1, "id": "c-9", "error_type": result.error_type,
+         "error_message": result.error_message, "raw_input": ""}
+    )  # fmt: skip
+    error = line["response"]["body"]["error"]
+    assert error["param"] == "tools" and "(param:" not in error["message"]  # errors.jsonl names it as OpenAI does
     ok = validate_record(Record(1, Origin("f", 1, 2), json.dumps(_line()).encode()), SamplingParams(), CHAT)
     assert isinstance(ok, ValidRow) and ok.messages == [{"role": "user", "content": "Hi"}]
 

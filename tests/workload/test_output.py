@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from workload.contract.config import JobConfig
-from workload.files.storage import delete_file, list_files, locate, read_bytes, write_bytes_atomic
+from workload.files.storage import delete_file, exists, list_files, locate, read_bytes, write_bytes_atomic
 from workload.job.input_plan import InputPlan, plan_input
-from workload.job.output import OutputStore
+from workload.job.output import OutputFencedError, OutputStore
 
 STATS = {"rows_ok": 2, "rows_failed": 1, "input_tokens": 10, "output_tokens": 20, "error_types": {"x": 1}}
 
@@ -215,3 +215,36 @@ def test_an_output_made_before_generations_resumes(output_uri: str, tmp_path) ->
     assert _names(store, "results") == ["part-000000.parquet", "part-000001.g0a2.parquet"]
     assert set(OutputStore(output_uri).recover()) == {0, 1}
     assert store.read_interrupted() is None  # the old note was cleared by the new attempt
+
+
+def test_the_successor_replaces_a_stale_attempts_summary_and_files(output_uri: str) -> None:
+    """A stale attempt (it read the output before its successor started, and woke after) writes summary.json,
+    output.jsonl and a failure note into the gap; the successor, which owns the manifest, replaces them, and the
+    stale one is fenced at its next manifest write."""
+    stale = OutputStore(output_uri)
+    stale.read_manifest()
+    stale.write_manifest({"attempts": [1]})
+    successor = OutputStore(output_uri)
+    successor.read_manifest()
+    successor.write_manifest({"attempts": [1, 2]})
+    stale.write_summary({"rows_ok": 1})  # absent when it looked: its create goes through
+    stale.write_file("output.jsonl", b"stale\n")
+    stale.write_failure("Stale", "from the stale attempt")
+    successor.write_file("output.jsonl", b"fresh\n")
+    successor.write_summary({"rows_ok": 2})
+    successor.clear_notes()
+    root = locate(output_uri)
+    assert read_bytes(root.child("output.jsonl")) == b"fresh\n"
+    assert json.loads(read_bytes(root.child("summary.json")))["rows_ok"] == 2
+    assert not exists(root.child("_failed.json"))
+    successor.write_interrupted("SIGTERM", 1)
+    with pytest.raises(OutputFencedError):
+        stale.write_summary({"rows_ok": 3})  # the successor's is there now, and the manifest is not the stale one's
+    assert exists(root.child("_interrupted.json"))  # the stale attempt took none of its successor's notes away
+    third = OutputStore(output_uri)  # and once a later attempt starts, the successor is the stale one
+    third.read_manifest()
+    third.write_manifest({"attempts": [1, 2, 3]})
+    third.write_summary({"rows_ok": 4})
+    with pytest.raises(OutputFencedError):
+        successor.write_summary({"rows_ok": 5})
+    assert json.loads(read_bytes(root.child("summary.json")))["rows_ok"] == 4

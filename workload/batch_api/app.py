@@ -24,6 +24,7 @@ from starlette.types import ASGIApp
 
 from workload.auth.asgi import RequireApiKey
 from workload.auth.keys import ApiKeys
+from workload.batch_api.idempotency import HEADER as IDEMPOTENCY_HEADER
 from workload.batch_api.objects import ApiError
 from workload.batch_api.service import BatchService
 
@@ -171,6 +172,7 @@ def build_app(service: BatchService, keys: ApiKeys | None, scope: Scope = "proje
             body.get("endpoint"),
             body.get("completion_window"),
             body.get("metadata"),
+            request.headers.get(IDEMPOTENCY_HEADER),
         )
         return JSONResponse(created)
 

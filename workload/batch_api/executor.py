@@ -12,17 +12,20 @@ step the same) is `ExecutionChain`, which an executor returns from `chain()`, or
 the scheduler started (here).
 
 `LocalJobExecutor` runs one job at a time as a child process, each in its own process group, so a stop is a
-SIGTERM to the job's driver (as the kubelet sends it) and nothing the job started outlives it.
+SIGTERM to the job's driver (as the kubelet sends it) and nothing the job started outlives it: one SIGTERM, then
+the job's grace period and a margin (`stop_timeout_s`, as a container's stop timeout), then SIGKILL to the group.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -30,12 +33,14 @@ from typing import Any, Literal, Protocol
 import yaml
 
 from workload.contract.config import build_config
-from workload.contract.entrypoint import ENTRYPOINT, run_args
+from workload.contract.entrypoint import ENTRYPOINT, run_args, stop_timeout_s
 
 RunStateName = Literal["running", "succeeded", "stopped", "busy", "failed", "absent"]
 EXIT_STOPPED = 143  # the job's exit after SIGTERM (workload.runtime.StopSignal.EXIT_CODE)
 CHAT_URL = "/v1/chat/completions"
 EXIT_LEASE_HELD = 4  # another live attempt holds the output (workload/cli/commands.py): try again later
+EXIT_LEASE_LOST = 5  # the attempt lost the output's lease mid-run (workload/cli/commands.py)
+PID_FILE = "job.pid.json"  # beside job.yaml: the running job's pid, start time and output
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,18 @@ class Executor(Protocol):
         ...
 
 
+def _process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (None: no such process, or a zombie): with the pid it
+    names one process even after the pid is reused (the same reading as the job's lease, which this layer may
+    not import)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()  # the command name, in parentheses, may hold spaces
+    return None if fields[0] == "Z" else fields[19]
+
+
 def job_config(base: dict[str, Any], run: BatchRun) -> dict[str, Any]:
     """The job config of one batch: the server's base config with the batch's input, endpoint and output."""
     config = yaml.safe_load(yaml.safe_dump(base)) or {}
@@ -126,10 +143,16 @@ def check_base_config(base: dict[str, Any]) -> None:
 class LocalJobExecutor:
     """Each batch's job as `python -m workload run --config RUNS/<batch>/job.yaml`, its log beside the config."""
 
-    def __init__(self, base_config: dict[str, Any], runs_dir: str | Path, grace_s: float = 60.0) -> None:
+    def __init__(self, base_config: dict[str, Any], runs_dir: str | Path, grace_s: float | None = None) -> None:
+        """`grace_s`: how long a stopped job may take to commit and write its partial files; the job's own
+        `resume.grace_period_s` (from the base config) unless given."""
         self.base, self.runs = base_config, Path(runs_dir)
+        if grace_s is None:
+            probe = BatchRun("batch_check", "/nonexistent/input.jsonl", "/nonexistent/out", CHAT_URL)
+            grace_s = build_config(job_config(base_config, probe)).resume.grace_period_s
         self.grace_s = grace_s
         self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._stopping: dict[str, float] = {}  # batch id -> when its stop's bound runs out (time.monotonic)
         self._lock = threading.Lock()
 
     def start(self, run: BatchRun) -> None:
@@ -145,23 +168,67 @@ class LocalJobExecutor:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own group: Ray and the engine go with it, nothing else does
             )
+            pid = self._children[run.batch_id].pid
+        # Who runs it and where it writes: a server restarted after a crash (kill -9 of its group leaves the job,
+        # in a session of its own, running) adopts the job from this instead of racing it with a new attempt.
+        record = {"pid": pid, "started": _process_start(pid), "output": run.output_uri}
+        (folder / PID_FILE).write_text(json.dumps(record))
 
     def state(self, batch_id: str) -> RunState:
         with self._lock:
             child = self._children.get(batch_id)
         if child is None:
-            return RunState("absent")
+            return self._orphan_state(batch_id)
         code = child.poll()
         if code is None:
             return RunState("running")
+        with self._lock:
+            stopping = batch_id in self._stopping
         self._reap(batch_id, child)
         if code == 0:
             return RunState("succeeded")
         if code in (EXIT_STOPPED, -signal.SIGTERM):  # -SIGTERM: it ended after its summary, as our stop landed
             return RunState("stopped")
+        if code == -signal.SIGKILL and stopping:  # past its stop's bound: what it committed stays
+            return RunState("stopped")
         if code == EXIT_LEASE_HELD:
             return RunState("busy")
+        if code == EXIT_LEASE_LOST:
+            # Here nobody else writes the output: the lease lapsed (a laptop asleep, a stalled disk). Not a
+            # failure of the batch: the next start resumes what was committed (or, being stopped, it has stopped).
+            return RunState("stopped") if stopping else RunState("busy", self._reason(batch_id, code))
         return RunState("failed", self._reason(batch_id, code))
+
+    def _orphan(self, batch_id: str) -> dict[str, Any] | None:
+        """The job a previous server started for this batch, if it still runs (same pid, same start time)."""
+        try:
+            record = json.loads((self.runs / batch_id / PID_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        pid, started = record.get("pid"), record.get("started")
+        if not isinstance(pid, int) or started is None or _process_start(pid) != started:
+            return None
+        return dict(record)
+
+    def _orphan_state(self, batch_id: str) -> RunState:
+        """A run this server did not start: `running` while a previous server's job still runs it (adopted: it
+        is followed and stopped like our own); once that ends, what its output says; `absent` with no trace."""
+        orphan = self._orphan(batch_id)
+        if orphan is not None:
+            return RunState("running")
+        pid_file = self.runs / batch_id / PID_FILE
+        try:
+            output = Path(json.loads(pid_file.read_text())["output"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return RunState("absent")
+        pid_file.unlink(missing_ok=True)
+        with self._lock:
+            self._stopping.pop(batch_id, None)
+        if (output / "summary.json").is_file():
+            return RunState("succeeded")
+        if (output / "_interrupted.json").is_file():
+            return RunState("stopped")
+        return RunState("absent")  # ended without a word (killed): the scheduler resumes it
 
     def _reap(self, batch_id: str, child: subprocess.Popen[bytes]) -> None:
         # The driver is gone; whatever it left in its group (Ray workers, engine processes) goes too.
@@ -170,6 +237,8 @@ class LocalJobExecutor:
         with self._lock:
             if self._children.get(batch_id) is child:
                 del self._children[batch_id]
+                self._stopping.pop(batch_id, None)
+                (self.runs / batch_id / PID_FILE).unlink(missing_ok=True)
 
     def _reason(self, batch_id: str, code: int) -> str:
         """The job's own one-line error (`llm-batch: ...` or `python -m workload: ...`), else its exit code."""
@@ -187,11 +256,30 @@ class LocalJobExecutor:
         return None
 
     def stop(self, batch_id: str) -> None:
+        """One SIGTERM to the driver, then a bounded wait; past the bound, the whole group is killed. The tick
+        calls this on every pass, so a second call never signals again: a second SIGTERM a second after the first
+        cut the job's own stop short (exit -15, and none of the partial files the first one was writing)."""
         with self._lock:
             child = self._children.get(batch_id)
-        if child is not None and child.poll() is None:
+        if child is not None:
+            pid = child.pid
+            if child.poll() is not None:
+                return
+        else:
+            orphan = self._orphan(batch_id)  # a previous server's job, adopted
+            if orphan is None:
+                return
+            pid = int(orphan["pid"])
+        with self._lock:
+            deadline = self._stopping.get(batch_id)
+            if deadline is None:
+                self._stopping[batch_id] = time.monotonic() + stop_timeout_s(self.grace_s)
+        if deadline is None:
             with contextlib.suppress(ProcessLookupError):
-                child.send_signal(signal.SIGTERM)  # the driver alone: it stops its own engine after committing
+                os.kill(pid, signal.SIGTERM)  # the driver alone: it stops its own engine after committing
+        elif time.monotonic() >= deadline:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)  # its own session's group: the job's driver leads it
 
     def close(self) -> None:
         with self._lock:
@@ -199,6 +287,8 @@ class LocalJobExecutor:
         for batch_id in children:
             self.stop(batch_id)
         for batch_id, child in children.items():
+            with self._lock:
+                left = self._stopping.get(batch_id, time.monotonic()) - time.monotonic()
             with contextlib.suppress(subprocess.TimeoutExpired):
-                child.wait(timeout=self.grace_s + 30)
+                child.wait(timeout=max(0.0, left))
             self._reap(batch_id, child)

@@ -8,13 +8,17 @@ Every file expires at its `expires_at` (at most the server's retention) and is t
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from workload.batch_api.models import FileRecord
+from workload.batch_api.models import FileRecord, Tombstone
 from workload.batch_api.objects import EXPIRES_AFTER_RANGE_S, UPLOAD_PURPOSES, ApiError, Limits, new_id, not_found
 from workload.batch_api.paging import checked_limit, page
 from workload.batch_api.records import Records
+from workload.batch_api.store import StoreConflict
+
+TOMBSTONE_TTL_S = 24 * 3600  # a listing paged through within a day goes on past files deleted meanwhile
 
 
 def check_purpose(purpose: Any) -> None:
@@ -92,7 +96,13 @@ class Files:
         return str(presign(record.key))
 
     def forget(self, record: FileRecord) -> None:
-        """Delete the file: its record, then its body."""
+        """Delete the file: its record, then its body; a tombstone keeps its place in the listing's order."""
+        stone = Tombstone(
+            id=record.id, created_at=record.created_at, seq=record.seq, owner=record.owner,
+            expires_at=self.records.now() + TOMBSTONE_TTL_S,
+        )  # fmt: skip
+        with contextlib.suppress(StoreConflict):  # already there: deleted once before, by a racing call
+            self.records.create(stone)
         self.records.delete(FileRecord, record.id)
         self.store.delete_blobs(record.key)
 
@@ -104,10 +114,21 @@ class Files:
         if order not in ("asc", "desc"):
             raise ApiError(400, f"order must be 'asc' or 'desc', got {order!r}", "order")
         mine = [r for r in self.records.all(FileRecord) if r.owner == owner and purpose in (None, r.purpose)]
-        return page(mine, after, checked_limit(limit, 10_000), descending=order == "desc")
+
+        def gone(file_id: str) -> Tombstone | None:
+            try:
+                found = self.records.get(Tombstone, file_id)
+            except ValueError:  # not an id at all
+                return None
+            return found if found is not None and found.owner == owner else None
+
+        return page(mine, after, checked_limit(limit, 10_000), descending=order == "desc", gone=gone)
 
     def sweep(self, now: int) -> None:
-        """A file past its `expires_at`: record and body deleted."""
+        """A file past its `expires_at`: record and body deleted; a tombstone past its own, deleted."""
         for record in self.records.all(FileRecord):
             if record.expires_at is not None and now >= record.expires_at:
                 self.forget(record)
+        for tombstone in self.records.all(Tombstone):
+            if now >= tombstone.expires_at:
+                self.records.delete(Tombstone, tombstone.id)

@@ -121,9 +121,11 @@ class BatchRecord(Owned):
 
 
 class UploadRecord(Owned):
-    """openai.types.Upload, and how long the File it makes is to be kept (`_file_expires_after_s`)."""
+    """openai.types.Upload, how long the File it makes is to be kept (`_file_expires_after_s`), and the parts that
+    completed it (`_completed_parts`)."""
 
     KIND: ClassVar[str] = "upload"
+    LATE: ClassVar[tuple[str, ...]] = ("_completed_parts",)
 
     object: str = "upload"
     bytes: int
@@ -133,6 +135,18 @@ class UploadRecord(Owned):
     status: str = "pending"
     file: dict[str, Any] | None = None
     file_expires_after_s: int | None = Field(default=None, alias="_file_expires_after_s")
+    # The part ids that completed it: a retried complete with the same ones answers the same Upload (uploads.py).
+    completed_parts: list[str] | None = Field(default=None, alias="_completed_parts")
+
+
+class Tombstone(Owned):
+    """Where a deleted File stood in the listing's order (its `created_at` and `_seq`, under its id), kept
+    TOMBSTONE_TTL_S: a client paging with `after=<that id>` goes on from there (the SDK's own list-and-delete loop
+    asks for the page after a file it just deleted). Never answered to a client."""
+
+    KIND: ClassVar[str] = "tombstone"
+
+    expires_at: int
 
 
 class NightEntry(Record):

@@ -6,7 +6,7 @@ order must be stable: by creation, then by the record's sequence (records.oldest
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from workload.batch_api.models import Record
@@ -20,13 +20,28 @@ def checked_limit(limit: int, most: int) -> int:
     return limit
 
 
-def page(records: Sequence[Record], after: str | None, limit: int, descending: bool) -> dict[str, Any]:
+def page(
+    records: Sequence[Record],
+    after: str | None,
+    limit: int,
+    descending: bool,
+    gone: Callable[[str], Record | None] = lambda _: None,
+) -> dict[str, Any]:
+    """One page; `gone`: where a record deleted since stood (a tombstone), so a cursor naming it still works."""
     ordered = oldest_first(records)
     if descending:
         ordered.reverse()
     if after is not None:
         ids = [record.id for record in ordered]
-        if after not in ids:
-            raise ApiError(400, f"after: no object {after!r} to page from", "after")
-        ordered = ordered[ids.index(after) + 1 :]
+        if after in ids:
+            ordered = ordered[ids.index(after) + 1 :]
+        else:
+            stood = gone(after)
+            if stood is None:
+                raise ApiError(400, f"after: no object {after!r} to page from", "after")
+            mark = (stood.created_at, stood.seq)
+            later = [
+                r for r in ordered if ((r.created_at, r.seq) < mark if descending else (r.created_at, r.seq) > mark)
+            ]
+            ordered = later
     return list_page([record.public() for record in ordered[:limit]], has_more=len(ordered) > limit)

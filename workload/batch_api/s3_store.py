@@ -18,16 +18,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+import uuid
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from workload.batch_api.store import CHUNK, StoreConflict, Versioned
+from workload.batch_api.store import CHUNK, StoreConflict, Versioned, check_id
 
 PART_BYTES = 8 * 1024 * 1024  # S3's multipart minimum is 5 MiB (but the last part); 8 MiB keeps memory small
 READERS = 16
 _CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
 _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
+# The metadata key of each write's nonce; the same name as the job's (workload/files/storage.py), which this layer
+# may not import.
+WRITE_ID = "llm-batch-write-id"
 
 
 def _code(error: Exception) -> str:
@@ -55,9 +59,7 @@ class S3Store:
         return self.prefix + key
 
     def _record_key(self, kind: str, object_id: str) -> str:
-        if not object_id or "/" in object_id or object_id.startswith("."):
-            raise ValueError(f"not an id: {object_id!r}")
-        return f"{self.prefix}records/{kind}/{object_id}.json"
+        return f"{self.prefix}records/{kind}/{check_id(object_id)}.json"
 
     # ---- records -----------------------------------------------------------------------------------------------
 
@@ -74,21 +76,37 @@ class S3Store:
 
     def put(self, kind: str, record: dict[str, Any], expected: str | None) -> str:
         condition = {"IfNoneMatch": "*"} if expected is None else {"IfMatch": expected}
+        key = self._record_key(kind, record["id"])
+        # A nonce per write: when a reply is lost and botocore retries with the same condition, the retry's 412 is
+        # this write having applied, not a rival's (the same rule as the job's output, workload/files/storage.py).
+        write_id = uuid.uuid4().hex
         try:
             written = self.s3.put_object(
                 Bucket=self.bucket,
-                Key=self._record_key(kind, record["id"]),
+                Key=key,
                 Body=json.dumps(record, sort_keys=True).encode(),
                 ContentType="application/json",
+                Metadata={WRITE_ID: write_id},
                 **condition,
                 **self._encryption,
             )
         except self.s3.exceptions.ClientError as error:
             # A change to a record deleted meanwhile answers NoSuchKey: it changed too.
             if _code(error) in _CONFLICT_CODES | _MISSING_CODES:
+                own = self._own_version(key, write_id)
+                if own is not None:
+                    return own
                 raise StoreConflict(f"{kind} {record['id']} changed since it was read") from None
             raise
         return str(written["ETag"])
+
+    def _own_version(self, key: str, write_id: str) -> str | None:
+        """The record's ETag if what is stored is the write that carried `write_id`, else None."""
+        try:
+            head = self.s3.head_object(Bucket=self.bucket, Key=key)
+        except self.s3.exceptions.ClientError:
+            return None
+        return str(head["ETag"]) if head.get("Metadata", {}).get(WRITE_ID) == write_id else None
 
     def delete(self, kind: str, object_id: str) -> None:
         with contextlib.suppress(ValueError):

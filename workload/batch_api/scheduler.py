@@ -26,6 +26,7 @@ from workload.batch_api import objects
 from workload.batch_api.batches import BatchBook
 from workload.batch_api.executor import BatchRun, ExecutionChain, Executor
 from workload.batch_api.files import Files
+from workload.batch_api.idempotency import Claims
 from workload.batch_api.models import BatchRecord, NightEntry, Record
 from workload.batch_api.nights import Nights
 from workload.batch_api.objects import ACTIVE, ApiError, batch_errors, not_found
@@ -50,6 +51,7 @@ class Scheduler:
         self.files, self.uploads = files, uploads
         self.retention_s = files.limits.retention_s
         self.nights = Nights(records, self.retention_s)
+        self.claims = Claims(records)
 
     # ---- the tick ----------------------------------------------------------------------------------------------
 
@@ -323,6 +325,7 @@ class Scheduler:
         self.uploads.sweep(now)
         self.nights.sweep(now)
         self.files.sweep(now)
+        self.claims.sweep(now)
         for record in self.batches.all():
             if record.done_at is not None and not record.output_deleted and now >= record.done_at + self.retention_s:
                 self.store.delete_blobs(record.output_key)

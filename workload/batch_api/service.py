@@ -23,12 +23,13 @@ Every change goes through the records layer's compare-and-swap (records.py), bat
 The scheduler is the executor's only caller: a cancel asks it to stop the run.
 
 Layers inside the package, each importing only those below it: service -> scheduler -> uploads -> files ->
-paging, batches, nights -> records -> models -> objects; the store (store.py, s3_store.py) and the executor
-(executor.py, sfn_executor.py) are handed in by the front that builds the service.
+paging, batches, nights, idempotency -> records -> models -> objects; the store (store.py, s3_store.py) and the
+executor (executor.py, sfn_executor.py) are handed in by the front that builds the service.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -37,6 +38,7 @@ from typing import Any
 from workload.batch_api.batches import BatchBook
 from workload.batch_api.executor import Executor
 from workload.batch_api.files import Files
+from workload.batch_api.idempotency import Claims, check_key, params_hash
 from workload.batch_api.models import BatchRecord
 from workload.batch_api.objects import (
     COMPLETION_WINDOWS,
@@ -51,7 +53,7 @@ from workload.batch_api.objects import (
 from workload.batch_api.paging import checked_limit, page
 from workload.batch_api.records import Records
 from workload.batch_api.scheduler import Scheduler
-from workload.batch_api.store import Store
+from workload.batch_api.store import Store, StoreConflict
 from workload.batch_api.uploads import Uploads
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions")  # what the job answers (workload/files/openai_batch.py)
@@ -69,6 +71,7 @@ class BatchService:
         self.store, self.executor, self.model = store, executor, model
         self.limits = limits or Limits()
         self.records = Records(store, clock)
+        self.claims = Claims(self.records)
         self.batches = BatchBook(self.records)
         self.files = Files(self.records, self.limits)
         self.uploads = Uploads(self.records, self.files)
@@ -127,7 +130,11 @@ class BatchService:
         endpoint: Any,
         completion_window: Any,
         metadata: Any = None,
+        idempotency_key: Any = None,
     ) -> dict[str, Any]:
+        """A new batch; with `idempotency_key` (the header), a retry answers the batch the first try made
+        (idempotency.py)."""
+        key = check_key(idempotency_key)
         if not isinstance(input_file_id, str) or not input_file_id:
             raise ApiError(400, "input_file_id is required", "input_file_id")
         if endpoint not in ENDPOINTS:
@@ -142,36 +149,71 @@ class BatchService:
             raise ApiError(
                 400, f"file {input_file_id} has purpose {source.purpose!r}; a batch needs 'batch'", "input_file_id"
             )
-        batch_id, created = new_id("batch"), self.now()
+        batch_id, fresh = new_id("batch"), True
+        if key is not None:
+            params = {"input_file_id": input_file_id, "endpoint": endpoint, "window": completion_window}
+            batch_id, fresh = self.claims.claim(owner, key, params_hash({**params, "metadata": metadata}))
+            made = None if fresh else self.batches.get(batch_id)
+            if made is not None:
+                return made.public()
+        created = self.now()
         record = BatchRecord(
             id=batch_id, endpoint=endpoint, model=self.model, input_file_id=input_file_id,
             completion_window=completion_window, created_at=created,
             expires_at=BatchRecord.window_end(created, completion_window), metadata=metadata, owner=owner,
             seq=self.records.seq(), input_key=source.key, output_key=f"batches/{batch_id}/output",
         )  # fmt: skip
-        problems, record.request_counts.total = self._validate_input(source.key)
+        problems, record.request_counts.total = self._validate_input(source.key, endpoint)
         if problems:
             record.status, record.failed_at, record.done_at = "failed", created, created
             record.errors = batch_errors(problems)
-        self.batches.create(record)
+        try:
+            self.batches.create(record)
+        except StoreConflict:
+            made = self.batches.get(batch_id) if key is not None else None
+            if made is None:
+                raise
+            return made.public()  # a racing retry with the same key made it first
         return record.public()
 
-    def _validate_input(self, key: str) -> tuple[list[dict[str, Any]], int]:
-        """What fails a batch before it runs (OpenAI's batch-level errors); a bad line is the job's error line."""
+    def _validate_input(self, key: str, endpoint: str) -> tuple[list[dict[str, Any]], int]:
+        """What fails a batch before it runs (OpenAI's batch-level errors): no request, too many, or no line that
+        could run at all (not JSONL, e.g. a CSV; or every line for another url than the batch's). A file with
+        some runnable lines runs, and each bad line is the job's error line."""
         body = self.store.read_blob(key)
         if body is None:
             return [{"code": "file_not_found", "message": "the input file's content is gone"}], 0
-        total, tail = 0, b""
+        total, tail, runnable = 0, b"", False
+        first_problem: dict[str, Any] | None = None
+
+        def judge(line: bytes, number: int) -> None:
+            nonlocal runnable, first_problem
+            if runnable:
+                return  # one runnable line is enough: the rest are only counted
+            problem = _line_problem(line, endpoint)
+            if problem is None:
+                runnable = True
+            elif first_problem is None:  # the first is the one reported
+                first_problem = {**problem, "line": number}
+
         for chunk in body:
             lines = (tail + chunk).split(b"\n")
             tail = lines.pop()
-            total += sum(1 for line in lines if line.strip())
-        total += 1 if tail.strip() else 0
+            for line in lines:
+                if line.strip():
+                    total += 1
+                    judge(line, total)
+        if tail.strip():
+            total += 1
+            judge(tail, total)
         if total == 0:
             return [{"code": "empty_file", "message": "the input file holds no request"}], 0
         if total > self.limits.max_requests:
             message = f"the input file holds {total} requests; a batch takes at most {self.limits.max_requests}"
             return [{"code": "too_many_requests", "message": message}], total
+        if not runnable and first_problem is not None:
+            first_problem["message"] += "; no line of the file could run, so no job was started"
+            return [first_problem], total
         return [], total
 
     def get_batch(self, owner: str, batch_id: str) -> dict[str, Any]:
@@ -182,7 +224,9 @@ class BatchService:
         return page(mine, after, checked_limit(limit, 100), descending=True)
 
     def cancel_batch(self, owner: str, batch_id: str) -> dict[str, Any]:
-        self.batches.owned(owner, batch_id)
+        found = self.batches.owned(owner, batch_id)
+        if found.status == "cancelling":  # a retried cancel (its reply lost): the stop is under way
+            return found.public()
 
         def cancel(record: BatchRecord) -> None:
             if record.closed or record.status == "cancelling":
@@ -223,6 +267,21 @@ class BatchService:
     def enqueue_night(self, scheduled_time: str) -> str:
         """Queue the schedule's night; the id of its entry."""
         return self.scheduler.enqueue_night(scheduled_time).id
+
+
+def _line_problem(line: bytes, endpoint: str) -> dict[str, Any] | None:
+    """Why one input line cannot run as a request of `endpoint` (OpenAI's BatchError fields), or None."""
+    try:
+        value = json.loads(line)
+    except ValueError as error:  # also UnicodeDecodeError
+        return {"code": "invalid_json_line", "message": f"the line is not JSON ({error}): a batch input is JSONL"}
+    if not isinstance(value, dict):
+        return {"code": "invalid_json_line", "message": "the line is not a JSON object: a batch input is JSONL"}
+    url = value.get("url")
+    if url != endpoint:
+        message = f"the line's url {url!r} is not the batch's endpoint {endpoint!r}"
+        return {"code": "invalid_url", "message": message, "param": "url"}
+    return None
 
 
 def _check_metadata(metadata: Any) -> None:

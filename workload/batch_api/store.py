@@ -19,6 +19,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -31,6 +32,26 @@ CHUNK = 1 << 20
 # Compare-and-swap rounds before a change gives up: far above what a handful of writers racing on one record
 # need (tests/workload/test_batch_api_store.py races 8), so only a store that never settles ends it.
 CAS_TRIES = 64
+
+
+MAX_ID_CHARS = 128  # the longest id this API makes is 45 (an idempotency claim's); OpenAI's are shorter
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def check_id(object_id: str) -> str:
+    """`object_id` if it can name a record; ValueError otherwise (a caller's malformed or overlong id is an unknown
+    one, a 404, never a path a store would choke on: a 300-character name is over a file name's limit)."""
+    if len(object_id) > MAX_ID_CHARS or not _ID.fullmatch(object_id) or ".." in object_id:
+        raise ValueError(f"not an id: {object_id[:40]!r}")
+    return object_id
+
+
+def is_id(value: str) -> bool:
+    try:
+        check_id(value)
+    except ValueError:
+        return False
+    return True
 
 
 class StoreConflict(Exception):
@@ -146,9 +167,7 @@ class LocalStore:
         self._lock_file.close()
 
     def _record_path(self, kind: str, object_id: str) -> Path:
-        if "/" in object_id or object_id.startswith("."):
-            raise ValueError(f"not an id: {object_id!r}")
-        return self.root / "records" / kind / f"{object_id}.json"
+        return self.root / "records" / kind / f"{check_id(object_id)}.json"
 
     def _blob_path(self, key: str) -> Path:
         path = (self.root / key).resolve()

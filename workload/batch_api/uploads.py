@@ -11,7 +11,8 @@ part as an S3 multipart part directly: S3 wants every part but the last to be at
 takes at most 6 MB a request, base64 included, so about 4.4 MB of part: the parts a client can send are too small.
 Parts are written without touching the Upload's record, so parallel parts never conflict; `complete` and `cancel`
 change the record by compare-and-swap, so two completes make one file, and a cancel racing a complete loses or wins
-whole. An Upload not completed within an hour expires (OpenAI's rule) and its parts are deleted (the scheduler's sweep).
+whole. A complete sent again with the same part ids (its reply was lost) answers the completed Upload. An Upload
+not completed within an hour expires (OpenAI's rule) and its parts are deleted (the scheduler's sweep).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from workload.batch_api.files import Files, body_key, check_expires_after, check
 from workload.batch_api.models import UploadRecord
 from workload.batch_api.objects import ApiError, new_id, not_found
 from workload.batch_api.records import Records
-from workload.batch_api.store import StoreConflict
+from workload.batch_api.store import StoreConflict, is_id
 
 UPLOAD_TTL_S = 3600  # "Uploads ... expire after an hour" (OpenAI's Uploads API reference)
 MAX_PART_BYTES = 64 * 1024 * 1024  # OpenAI's part limit (openai.resources.uploads: DEFAULT_PART_SIZE is 64 MiB)
@@ -92,8 +93,14 @@ class Uploads:
         self.store.write_blob(f"{_parts_prefix(upload_id)}/{part_id}", _capped(chunks, MAX_PART_BYTES, "data"))
         return {"id": part_id, "object": "upload.part", "created_at": self.records.now(), "upload_id": upload_id}
 
+    def _already(self, record: UploadRecord, part_ids: Any) -> bool:
+        """A retried complete: the Upload was completed with these very parts (the first reply was lost)."""
+        return record.status == "completed" and record.file is not None and record.completed_parts == part_ids
+
     def complete(self, owner: str, upload_id: str, part_ids: Any, md5: Any) -> dict[str, Any]:
         record = self._owned(owner, upload_id)
+        if self._already(record, part_ids):
+            return record.public()
         self._pending(record)
         if not isinstance(part_ids, list) or not part_ids or not all(isinstance(p, str) for p in part_ids):
             raise ApiError(400, "part_ids must be the non-empty, ordered list of the upload's part ids", "part_ids")
@@ -104,7 +111,7 @@ class Uploads:
         store, prefix = self.store, _parts_prefix(upload_id)
         total = 0
         for part_id in part_ids:
-            named = part_id.startswith("part_") and "/" not in part_id
+            named = part_id.startswith("part_") and is_id(part_id)
             size = store.blob_size(f"{prefix}/{part_id}") if named else None
             if size is None:
                 raise ApiError(400, f"part {part_id!r} is not a part of upload {upload_id}", "part_ids")
@@ -133,12 +140,15 @@ class Uploads:
 
         def complete(current: UploadRecord) -> None:
             self._pending(current)
-            current.status, current.file = "completed", entry.public()
+            current.status, current.file, current.completed_parts = "completed", entry.public(), list(part_ids)
 
         try:
             done = self._change(upload_id, complete)
         except (ApiError, StoreConflict):  # cancelled, expired or completed by another call meanwhile: no second file
             self.files.forget(entry)
+            now = self.records.get(UploadRecord, upload_id)
+            if now is not None and self._already(now, part_ids):
+                return now.public()  # a racing retry of this complete made the file: answer it
             raise
         store.delete_blobs(prefix)
         return done.public()

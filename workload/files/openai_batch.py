@@ -21,6 +21,7 @@ hand back an answer to another question.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +64,21 @@ class RequestRefused(ValueError):
     def __init__(self, message: str, param: str | None = None, error_type: str = "invalid_request") -> None:
         super().__init__(message)
         self.message, self.param, self.error_type = message, param, error_type
+
+
+# A refused line reaches errors.jsonl as the job's error row, whose one message field travels through the
+# pipeline's error column; the parameter rides at its end in this form and is taken back out for OpenAI's `param`.
+_PARAM_SUFFIX = re.compile(r" \(param: ([^()]+)\)$")
+
+
+def message_with_param(refused: RequestRefused) -> str:
+    return refused.message if refused.param is None else f"{refused.message} (param: {refused.param})"
+
+
+def split_param(message: str) -> tuple[str, str | None]:
+    """The message and the parameter `message_with_param` put at its end (None where it named none)."""
+    found = _PARAM_SUFFIX.search(message)
+    return (message[: found.start()], found.group(1)) if found else (message, None)
 
 
 def is_request(value: Any) -> bool:

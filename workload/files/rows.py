@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from pydantic import ValidationError
 
 from workload.contract.config import InputConfig, SamplingParams
-from workload.files.openai_batch import EMBED_KEY, OpenAIDialect, RequestRefused
+from workload.files.openai_batch import EMBED_KEY, OpenAIDialect, RequestRefused, message_with_param
 from workload.files.openai_batch import to_row as openai_row
 from workload.files.storage import Location, StorageError, list_files, locate, read_bytes
 
@@ -384,8 +384,7 @@ def validate_record(
             parsed = openai_row(parsed, openai)
         except RequestRefused as refused:
             known = custom_id if isinstance(custom_id, str) and custom_id else None
-            message = refused.message if refused.param is None else f"{refused.message} (param: {refused.param})"
-            return _error(record, known, refused.error_type, message)
+            return _error(record, known, refused.error_type, message_with_param(refused))
     raw_id = parsed.get("id")
     row_id = _row_id(raw_id)
     if "id" not in parsed or raw_id is None:

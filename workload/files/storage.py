@@ -343,21 +343,46 @@ def _local_write_new(target: Path, data: bytes) -> None:
         temporary.unlink()
 
 
+# Each conditional write carries a nonce of its own in the object's metadata. A reply lost on the way back (a read
+# timeout, a connection reset) makes botocore send the same request again with the same condition, and that retry
+# finds the state its own first try made: a 412. The nonce tells that apart from another writer's change.
+WRITE_ID = "llm-batch-write-id"
+
+
+def _own_version(location: Location, write_id: str) -> str | None:
+    """The object's ETag if it is the write that carried `write_id` (applied, its reply lost), else None."""
+    from botocore.exceptions import ClientError
+
+    try:
+        head = s3_client().head_object(Bucket=location.bucket, Key=location.key)
+    except ClientError:
+        return None
+    return str(head["ETag"]) if head.get("Metadata", {}).get(WRITE_ID) == write_id else None
+
+
 def write_if(location: Location, data: bytes, version: str | None, metadata: dict[str, str] | None = None) -> str:
     """Write only if the file is still at `version` (None: only if it does not exist); returns the new version.
     `metadata`: the object's user metadata on S3.
 
-    Raises WriteConflict when the condition fails."""
+    Raises WriteConflict when the condition fails, unless what is stored is this very write (see WRITE_ID)."""
     if location.is_s3:
         from botocore.exceptions import BotoCoreError, ClientError
 
         condition = {"IfNoneMatch": "*"} if version is None else {"IfMatch": version}
+        write_id = uuid.uuid4().hex
         try:
             response = s3_client().put_object(
-                Bucket=location.bucket, Key=location.key, Body=data, Metadata=metadata or {}, **condition
+                Bucket=location.bucket,
+                Key=location.key,
+                Body=data,
+                Metadata={**(metadata or {}), WRITE_ID: write_id},
+                **condition,
             )
         except ClientError as error:
             if _precondition_failed(error):
+                own = _own_version(location, write_id)
+                if own is not None:
+                    return own
                 raise WriteConflict(f"{location.uri} changed under a conditional write: {error}") from error
             raise _s3_error("write", location, error) from error
         except BotoCoreError as error:
@@ -379,7 +404,10 @@ def write_if(location: Location, data: bytes, version: str | None, metadata: dic
 
 
 def delete_if(location: Location, version: str) -> None:
-    """Delete only if the file is still at `version`; raises WriteConflict otherwise."""
+    """Delete only if the file is still at `version`; raises WriteConflict if it holds another version.
+
+    A file already gone counts as deleted: a retried delete whose first try applied (its reply lost) finds nothing,
+    and nothing anyone else wrote is lost by calling that success."""
     if location.is_s3:
         from botocore.exceptions import BotoCoreError, ClientError
 
@@ -387,6 +415,8 @@ def delete_if(location: Location, version: str) -> None:
             s3_client().delete_object(Bucket=location.bucket, Key=location.key, IfMatch=version)
         except ClientError as error:
             if _precondition_failed(error):
+                if not exists(location):
+                    return  # gone: our own delete whose reply was lost and was retried, or one that came first
                 raise WriteConflict(f"{location.uri} changed under a conditional delete: {error}") from error
             raise _s3_error("delete", location, error) from error
         except BotoCoreError as error:
@@ -395,6 +425,8 @@ def delete_if(location: Location, version: str) -> None:
     target = Path(location.path)
     with _local_lock(target):
         current = read_versioned(location)
-        if current is None or current[1] != version:
+        if current is None:
+            return
+        if current[1] != version:
             raise WriteConflict(f"{location.uri} changed under a conditional delete")
         target.unlink()

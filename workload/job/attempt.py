@@ -229,7 +229,7 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
         if plan.task == "embed" and plan.openai is not None:
             committer.layout = "embed_several"  # an OpenAI line may carry several inputs
         if pending and not stop.stopped:
-            with ray_session(config.device, preload=("workload.engine.pipeline",)):
+            with ray_session(config.device, preload=("workload.engine.pipeline",), stopped=stop.event):
                 completed = run_engine(committer, config, plan, progress, stop, lease, timings, memory)
             # Stopped by a signal: every shard complete so far is committed; the rest is redone next time.
             completed = completed and not committer.pending

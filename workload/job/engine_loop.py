@@ -40,7 +40,9 @@ def run_engine(
     from workload.job.input_stream import id_pass, input_stream, stream_read_concurrency
 
     started = time.monotonic()
-    stop.install()  # ray.init installed its own SIGTERM handler, which exits at once
+    stop.install()  # ours already (runtime._signals_kept keeps Ray's handlers out); cheap insurance
+    if stop.stopped:  # a SIGTERM while Ray started: nothing read, nothing in flight, every shard left as it was
+        return False
     # The whole input's repeated ids and facts first: a row is sent only once no earlier row can claim its id.
     duplicates, facts = id_pass(plan, config.sampling, _partitions(), config.stages.num_cpus)
     timings["id_pass_s"] = round(time.monotonic() - started, 3)
@@ -75,8 +77,8 @@ def run_engine(
         else:
             answered = build_pipeline(rows(False), config, chat_template=facts.has_messages, seeded=facts.seeded)
         dataset = answered.union(dataset)
-    # Every ray.init (ours, and the one build_processor makes) installs a SIGTERM handler that exits at once,
-    # without committing: take the signal back just before the work starts.
+    # Every ray.init (ours, and the one build_processor makes) would install a SIGTERM handler that exits at once,
+    # without committing; runtime._signals_kept stops that, and this takes the signal back should anything else.
     stop.install()
     memory["before_stream"] = rss_mib()
     try:

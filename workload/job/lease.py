@@ -247,9 +247,19 @@ class OutputLease:
                 raise LeaseLostError(self._lost) from error
 
     def check(self) -> None:
-        """Raise LeaseLostError unless the lease is certainly still ours for long enough to finish one write."""
+        """Raise LeaseLostError unless the lease is certainly still ours for long enough to finish one write.
+
+        Late (no renewal for three quarters of the TTL: a laptop that slept, a paused VM, a store that did not
+        answer), it renews first: a write conditional on this attempt's own version succeeds only while nobody
+        else has written the lease, so a lease that is still ours is kept, and only one that is not, or a store
+        that cannot be reached, ends the attempt."""
         if self._lost is None and _clock() > self._valid_until - self.ttl_s / 4:
-            self._lose(f"not renewed for {self.ttl_s * 3 / 4:.0f} s (storage unreachable?); it may be taken over")
+            try:
+                self.renew()
+            except LeaseLostError:
+                pass  # renew said whose it is now
+            except Exception as error:  # storage unreachable: it may expire and be taken over meanwhile
+                self._lose(f"not renewed for {self.ttl_s * 3 / 4:.0f} s ({error}); it may be taken over")
         if self._lost is not None:
             raise LeaseLostError(f"lease on {self.location.uri} lost: {self._lost}")
 

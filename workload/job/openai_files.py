@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from workload.files.embeddings import embedding_body
-from workload.files.openai_batch import CHAT_URL, EMBEDDINGS_URL, OPENAI_COLUMN
+from workload.files.openai_batch import CHAT_URL, EMBEDDINGS_URL, OPENAI_COLUMN, split_param
 from workload.job.output import OutputStore, ShardCommit
 
 SERVER_ERRORS = frozenset({"engine_crash", "engine_hang", "inference_error", "prompt_too_long"})
@@ -124,10 +124,11 @@ def _error_line(record: dict[str, Any]) -> dict[str, Any]:
     if kind in UNPARSED:
         return {**line, "response": None, "error": {"code": kind, "message": f"{where}: {record['error_message']}"}}
     status = 500 if kind in SERVER_ERRORS else 400
+    message, param = split_param(record["error_message"])
     error = {
-        "message": record["error_message"],
+        "message": message,
         "type": "server_error" if status == 500 else "invalid_request_error",
-        "param": None,
+        "param": param,
         "code": kind,
     }
     response = {"status_code": status, "request_id": _digest(line["id"], "request"), "body": {"error": error}}

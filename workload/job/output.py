@@ -30,7 +30,12 @@ anything the successor relies on. Three rules make every such request harmless:
 - A reset (`--restart`) first moves the manifest to a new generation, and only then deletes files, and only files
   of older generations, which nobody trusts once that manifest exists. A reset paused mid-way and woken after a
   successor took over can only delete files the successor also ignores.
-summary.json and the notes are also written and deleted only conditionally, on the version this attempt saw.
+summary.json, the notes and the OpenAI files are also written and deleted only conditionally, on the version this
+attempt saw. One found changed was changed by a stale attempt if this one still owns the manifest (it proves so by
+rewriting it, conditionally): it is then replaced, so a stale summary or output.jsonl never outlives its successor.
+A conditional write or delete whose reply is lost (a read timeout, a reset) is retried by the S3 client with the
+same condition and finds this attempt's own change: storage recognises it by the nonce each write carries in the
+object's metadata (and a delete by the file being gone), so a slow reply never reads as another attempt's write.
 """
 
 from __future__ import annotations
@@ -154,6 +159,7 @@ class OutputStore:
         self._replaced: dict[int, list[str]] = {}  # an untrusted commit's marker and surviving files, per shard
         # The version of each conditionally written file as this attempt last saw it (None: absent).
         self._versions: dict[str, str | None] = {}
+        self._manifest: dict[str, Any] | None = None  # as this attempt last wrote it (None: not written yet)
 
     def _at(self, relative: str) -> Location:
         return self.root.child(*relative.split("/"))
@@ -178,24 +184,65 @@ class OutputStore:
         return self._versions[relative]
 
     def _write_fenced(self, relative: str, data: bytes, metadata: dict[str, str] | None = None) -> None:
-        """Replace a file only if it is still the version this attempt saw: a stale attempt's write fails."""
+        """Replace a file only if it is still the version this attempt saw: a stale attempt's write fails.
+
+        A file other than the manifest found changed is replaced all the same once this attempt has proved it
+        still owns the output (`_still_owner`): then whoever changed it was a stale attempt."""
         expected = self._seen(relative)
         self._guard()
         try:
             self._versions[relative] = write_if(self._at(relative), data, expected, metadata)
+            return
+        except WriteConflict as error:
+            if relative == MANIFEST:
+                raise OutputFencedError(f"{self._at(relative).uri} was changed by another attempt: {error}") from error
+            self._still_owner(relative, error)
+        self._refresh(relative)
+        try:
+            self._versions[relative] = write_if(self._at(relative), data, self._versions[relative], metadata)
         except WriteConflict as error:
             raise OutputFencedError(f"{self._at(relative).uri} was changed by another attempt: {error}") from error
 
     def _delete_fenced(self, relative: str) -> None:
         expected = self._seen(relative)
         if expected is None:
-            return
+            self._refresh(relative)  # absent when this attempt looked; a stale attempt may have written it since
+            expected = self._versions[relative]
+            if expected is None:
+                return
+            # Someone wrote it since: only the output's owner may take it away (a stale attempt must not delete
+            # its successor's note).
+            self._still_owner(relative, WriteConflict(f"{self._at(relative).uri} appeared since this attempt looked"))
         self._guard()
         try:
             delete_if(self._at(relative), expected)
         except WriteConflict as error:
-            raise OutputFencedError(f"{self._at(relative).uri} was changed by another attempt: {error}") from error
+            self._still_owner(relative, error)
+            self._refresh(relative)
+            current = self._versions[relative]
+            try:
+                if current is not None:
+                    delete_if(self._at(relative), current)
+            except WriteConflict as again:
+                raise OutputFencedError(f"{self._at(relative).uri} was changed by another attempt: {again}") from again
         self._versions[relative] = None
+
+    def _refresh(self, relative: str) -> None:
+        current = read_versioned(self._at(relative))
+        self._versions[relative] = current[1] if current else None
+
+    def _still_owner(self, relative: str, error: WriteConflict) -> None:
+        """Prove this attempt still owns the output by rewriting its manifest (conditional on the version it
+        wrote): OutputFencedError if a successor has started. If it has not, the file `relative` was changed by
+        a stale attempt (one that read it before this attempt started and woke after), which this one replaces:
+        the fence's rule that the attempt holding the manifest wins, for the files it derives as for the rest."""
+        if self._manifest is None:
+            raise OutputFencedError(f"{self._at(relative).uri} was changed by another attempt: {error}") from error
+        self.write_manifest(self._manifest)
+        print(
+            f"[llm-batch] {self._at(relative).uri} was written by a stale attempt; this attempt replaces it",
+            file=sys.stderr,
+        )
 
     def read_part(self, relative: str) -> bytes | None:
         """A committed part (`ShardCommit.files`), or None where the shard has none of that kind."""
@@ -229,6 +276,7 @@ class OutputStore:
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         """Conditional on the version read or written last: the attempt's fencing token (see the module doc)."""
         self._write_fenced(MANIFEST, self._encode(manifest))
+        self._manifest = manifest
 
     def reset(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """Retire everything the job wrote here (an explicit restart) and return `manifest` as the new generation's.
@@ -400,4 +448,7 @@ class OutputStore:
         return self._read_json(SUMMARY)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
+        # A note a stale attempt left since this one started would contradict the summary: gone first, so a
+        # reader that finds summary.json finds no failure or interruption beside it.
+        self.clear_notes()
         self._write_fenced(SUMMARY, self._encode({**summary, "generation": self.generation}))

@@ -190,9 +190,11 @@ def _serve(config: ServeConfig, guard: GuardSettings) -> int:
     ready = threading.Event()
     stop = threading.Event()
     threading.Thread(target=_watchdog, args=(ready, settings.start_timeout_s), daemon=True).start()
+    # Before Ray starts: ray_session keeps Ray's own SIGTERM handlers out (workload/runtime.py), so a stop during
+    # ray.init lands here too, and the endpoint comes up only to shut down cleanly.
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda *_: stop.set())
     with ray_session(config.device, ray_runtime_env()):
-        for number in (signal.SIGTERM, signal.SIGINT):  # after ray.init, which installs handlers that just exit
-            signal.signal(number, lambda *_: stop.set())
         serve.start(http_options={"host": settings.host, "port": settings.port})
         serve.run(build_app(config, guard), name=APP_NAME, route_prefix="/", blocking=False)
         ready.set()
