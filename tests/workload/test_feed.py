@@ -1,4 +1,4 @@
-"""The job's feed per engine (workload/contract/feed.py): sized from max_num_seqs, bounded by the driver's memory."""
+"""The job's feed per engine (workload/engine/feed.py): sized from max_num_seqs, bounded by the driver's memory."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from workload.contract.config import JobConfig
 from workload.contract.engine_sizing import MAX_NUM_SEQS_CAP
-from workload.contract.feed import BYTES_PER_ROW_TOKEN, DRIVER_MEMORY_SHARE, FEED_LINE, plan_feed
+from workload.engine.feed import BYTES_PER_ROW_TOKEN, DRIVER_MEMORY_SHARE, FEED_LINE, plan_feed
 
 GIB = 1 << 30
 

@@ -72,7 +72,7 @@ class JobSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     batch_size: int = Field(ge=1)
-    # `auto`: the job's own feed, sized from the engine (workload/contract/feed.py); a number pins it.
+    # `auto`: the job's own feed, sized from the engine (workload/engine/feed.py); a number pins it.
     max_concurrent_batches: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"
     stages: StagesConfig = StagesConfig(tokenize_on_cpu=False)
 

@@ -369,7 +369,7 @@ class JobConfig(_Strict):
         "auto",
         description="Batches in flight per replica. 'auto': enough for 4x the engine's max_num_seqs (a pinned "
         "value, 128 on the CPU, on a GPU the 1,024 that sizing settles on at most), bounded by an eighth of the "
-        "driver's memory (workload/contract/feed.py, docs/benchmark.md: the feed). A number pins it.",
+        "driver's memory (workload/engine/feed.py, docs/benchmark.md: the feed). A number pins it.",
     )
     metrics: MetricsConfig = MetricsConfig()
     resume: ResumeConfig = ResumeConfig()

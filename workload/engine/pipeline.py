@@ -20,9 +20,9 @@ from ray.data.llm import Processor, build_processor, vLLMEngineProcessorConfig
 
 from workload import failpoints
 from workload.contract.config import JobConfig, ModelConfig
-from workload.contract.feed import Feed, plan_feed
 from workload.engine.auto_settings import without_gpu_sizing
 from workload.engine.choices import CHOICES_COLUMN, FINISH_COLUMN
+from workload.engine.feed import Feed, plan_feed
 from workload.engine.guard import GuardedEngineUDF
 from workload.engine.model_source import is_hub_id, model_label
 from workload.engine.node_stages import NodeDetokenizeUDF, NodeTokenizeUDF, local_model
@@ -180,7 +180,7 @@ def engine_env(config: JobConfig) -> dict[str, str]:
 
 
 def engine_feed(config: JobConfig) -> Feed:
-    """Rows in flight per engine (workload/contract/feed.py), bounded by this driver's memory."""
+    """Rows in flight per engine (workload/engine/feed.py), bounded by this driver's memory."""
     return plan_feed(config, psutil.virtual_memory().total)
 
 
