@@ -35,7 +35,8 @@ from workload.engine.tiny_model import ensure_tiny_model
 
 pytestmark = pytest.mark.slow
 
-# Several files: each is one block, so one engine batch (Ray Data's task) and, at SHARD_ROWS rows, one shard. The
+# Several files: each is one block, so one engine batch (Ray Data's task) and, at SHARD_ROWS rows, one shard: the
+# engine batch is a file's rows, since the job cuts the engine input into blocks of one batch (pipeline.py). The
 # work spreads over both engines, and shards commit while other batches are still in flight.
 FILES = 24
 FILE_ROWS = 20
@@ -49,7 +50,7 @@ CPU_STAND_IN = {
     "engine.max_model_len": 512,
     "engine.max_num_seqs": 16,
     "engine.enforce_eager": True,
-    "batch_size": 8,
+    "batch_size": FILE_ROWS,
     "max_concurrent_batches": 2,
     "stages.batch_size": 8,
     "sampling.max_tokens": 160,  # engine work for most of a minute, so batches are in flight at the first commit
