@@ -25,7 +25,30 @@ class EngineInterval:
     free_slots_mean: float = 0.0  # max_num_seqs less each step's busy slots, mean over the interval (0: unknown)
 
 
-class EngineStats:
+class StepLogger:
+    """The part of vLLM's stat-logger interface (what StatLoggerManager calls) that ours leave alone; a subclass
+    defines `record`, which vLLM calls with every step's stats."""
+
+    def log(self) -> None:
+        pass
+
+    def log_engine_initialized(self) -> None:
+        pass
+
+    def record_sleep_state(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def record_admission_rejection(self, reason: str) -> None:
+        pass
+
+
+def finished_in_step(iteration_stats: Any) -> int:
+    """Requests the step ended. A step's busy slots are running + these: vLLM counts running after dropping them
+    (vllm/v1/core/sched/scheduler.py, `make_stats` in `update_from_output`, vLLM 0.32)."""
+    return len(getattr(iteration_stats, "finished_requests", None) or ())
+
+
+class EngineStats(StepLogger):
     """A vLLM stat logger (the interface StatLoggerManager calls); `take()` returns and resets an interval."""
 
     def __init__(self, max_num_seqs: int = 0) -> None:
@@ -46,9 +69,8 @@ class EngineStats:
                 self._kv_max = max(self._kv_max, float(scheduler_stats.kv_cache_usage))
                 self._running = int(scheduler_stats.num_running_reqs)
                 self._waiting = int(scheduler_stats.num_waiting_reqs)
-                # A step's busy slots include the requests it ended: vLLM counts running after dropping them.
-                finished = len(getattr(iteration_stats, "finished_requests", None) or ())
-                self._free_slots += max(0, self._max_num_seqs - self._running - finished)
+                busy = self._running + finished_in_step(iteration_stats)
+                self._free_slots += max(0, self._max_num_seqs - busy)
                 self._steps += 1
             if iteration_stats is not None:
                 self._preemptions += int(getattr(iteration_stats, "num_preempted_reqs", 0))
@@ -63,21 +85,8 @@ class EngineStats:
             self._kv_max, self._preemptions, self._steps, self._free_slots = 0.0, 0, 0, 0
             return interval
 
-    # The rest of the interface StatLoggerManager calls: nothing to do.
-    def log(self) -> None:
-        pass
 
-    def log_engine_initialized(self) -> None:
-        pass
-
-    def record_sleep_state(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def record_admission_rejection(self, reason: str) -> None:
-        pass
-
-
-def attach(async_engine: Any, stats: EngineStats) -> bool:
+def attach(async_engine: Any, stats: StepLogger) -> bool:
     """Feed `stats` from this vLLM engine's steps; False where it keeps no stats (disable_log_stats)."""
     manager = getattr(async_engine, "logger_manager", None)
     if manager is None:

@@ -3,8 +3,7 @@ engine actor appends one JSON line per vLLM step to `engine-<pid>.jsonl` there.
 
 A line: `rows_in_flight` (rows the job has handed this engine's stage and not yet had back), vLLM's own `running`
 and `waiting` after the step, `finished` (requests that ended in the step), and the engine's settled `max_num_seqs`.
-The step's busy slots are `running + finished`: vLLM counts running after it drops the step's finished requests
-(vllm/v1/core/sched/scheduler.py, `make_stats` in `update_from_output`, vLLM 0.32).
+The step's busy slots are `running + finished` (engine_stats.finished_in_step says why).
 
 Fed like workload/telemetry/engine_stats.py: appended to the engine's own stat loggers, so vLLM calls `record` with
 every step's stats. Off unless the variable is set; a run never pays for it.
@@ -20,10 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from workload.telemetry.engine_stats import StepLogger, attach, finished_in_step
+
 VARIABLE = "LLM_BATCH_FEED_TRACE"
 
 
-class FeedTrace:
+class FeedTrace(StepLogger):
     """A vLLM stat logger (the interface StatLoggerManager calls) that writes one line per step."""
 
     def __init__(self, folder: str, max_num_seqs: int, rows_in_flight: Callable[[], int]) -> None:
@@ -38,7 +39,7 @@ class FeedTrace:
     ) -> None:
         if scheduler_stats is None:
             return
-        finished = len(getattr(iteration_stats, "finished_requests", None) or ())
+        finished = finished_in_step(iteration_stats)
         sample = {
             "t": time.monotonic(),
             "rows_in_flight": self._rows_in_flight(),
@@ -50,28 +51,13 @@ class FeedTrace:
         with self._lock:
             self._file.write(json.dumps(sample) + "\n")
 
-    # The rest of the interface StatLoggerManager calls: nothing to do.
-    def log(self) -> None:
-        pass
-
-    def log_engine_initialized(self) -> None:
-        pass
-
-    def record_sleep_state(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def record_admission_rejection(self, reason: str) -> None:
-        pass
-
 
 def attach_trace(async_engine: Any, max_num_seqs: int, rows_in_flight: Callable[[], int]) -> bool:
     """Trace this engine's steps where LLM_BATCH_FEED_TRACE is set; False where it is not (or vLLM keeps no stats)."""
     folder = os.environ.get(VARIABLE)
-    manager = getattr(async_engine, "logger_manager", None)
-    if not folder or manager is None:
+    if not folder:
         return False
-    manager.stat_loggers.append(FeedTrace(folder, max_num_seqs, rows_in_flight))
-    return True
+    return attach(async_engine, FeedTrace(folder, max_num_seqs, rows_in_flight))
 
 
 def read_samples(folder: Path) -> dict[str, list[dict[str, Any]]]:
