@@ -27,6 +27,7 @@ from infra.rules.k8s_manifests import night_objects
 from infra.rules.plan_view import CLUSTER_TIERS
 from tests.infra import engine_view
 from tests.infra.conftest import STACKS
+from tests.infra.mutation_check import Mutation, assert_caught
 from tests.infra.plan_select import stack_key
 
 Plan = list[dict[str, Any]]
@@ -494,37 +495,19 @@ def submitter_egress_to_any_port(plan: Plan) -> None:
     group["inputs"]["egress"][0].update(fromPort=0, toPort=65535)
 
 
-@dataclass(frozen=True)
-class Edited:
-    stack: str
-    mistake: Callable[[Plan], None]
-    rule: str
-    resource: str
-
-
 EDITS = [
-    Edited("small", hub_token_secret_loses_its_key, "store-keys", "secrets-hub-token"),
-    Edited("large", alerts_topic_on_the_billing_regions_key, "store-keys", "Topic alerts-topic"),
-    Edited("large", interruption_queue_takes_application_events, "store-keys", "karpenter-interruptions"),
-    Edited("large", job_role_may_send_to_the_interruption_queue, "store-keys", "karpenter-interruptions"),
-    Edited("small", cost_report_gets_a_hub_token, "secret-values", "Function cost-report"),
-    Edited("medium", hub_token_pasted_where_its_arn_belongs, "secret-values", "rayjob_args -> RayJob"),
-    Edited("small", small_node_user_data_exports_a_key, "secret-values", "gpu-node-template"),
-    Edited("small", gpu_node_group_egress_opened, "sg-egress", "gpu-node-sg"),
-    Edited("large", submitter_egress_to_any_port, "sg-egress", "eks-submitter"),
+    Mutation("small", hub_token_secret_loses_its_key, "store-keys", "secrets-hub-token"),
+    Mutation("large", alerts_topic_on_the_billing_regions_key, "store-keys", "Topic alerts-topic"),
+    Mutation("large", interruption_queue_takes_application_events, "store-keys", "karpenter-interruptions"),
+    Mutation("large", job_role_may_send_to_the_interruption_queue, "store-keys", "karpenter-interruptions"),
+    Mutation("small", cost_report_gets_a_hub_token, "secret-values", "Function cost-report"),
+    Mutation("medium", hub_token_pasted_where_its_arn_belongs, "secret-values", "rayjob_args -> RayJob"),
+    Mutation("small", small_node_user_data_exports_a_key, "secret-values", "gpu-node-template"),
+    Mutation("small", gpu_node_group_egress_opened, "sg-egress", "gpu-node-sg"),
+    Mutation("large", submitter_egress_to_any_port, "sg-egress", "eks-submitter"),
 ]
 
 
 @pytest.mark.parametrize("edited", EDITS, ids=lambda m: f"{m.stack}-{m.mistake.__name__}")
-def test_edited_mistake_is_caught_by_its_rule(features_on: Callable[[str], Plan], edited: Edited) -> None:
-    plan = copy.deepcopy(features_on(edited.stack))
-    assert registry.RULES[edited.rule].check(plan) == [], "the real plan must pass the rule before the mistake"
-    edited.mistake(plan)
-    violations = registry.RULES[edited.rule].check(plan)
-    assert any(edited.resource in violation.resource for violation in violations), violations
-    # The pack's `validate`, called directly, reports the same (tests/infra/test_policy_pack.py drives its server).
-    assert engine_view.pack_reports(
-        edited.rule, plan, edited.stack, features_on(edited.stack)
-    ) == engine_view.gate_reports(edited.rule, violations)
-    with pytest.raises(registry.PolicyError, match=f"(?s){edited.rule}.*fix: "):
-        registry.gate(plan)
+def test_edited_mistake_is_caught_by_its_rule(features_on: Callable[[str], Plan], edited: Mutation) -> None:
+    assert_caught(edited, features_on)

@@ -13,13 +13,12 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from infra.rules import checks_cross_account, checks_iam, registry
-from tests.infra import engine_view
+from tests.infra.mutation_check import Mutation, assert_caught
 from tests.infra.test_added_resource_mutations import add
 
 Plan = list[dict[str, Any]]
@@ -170,14 +169,6 @@ def internet_in_as_two_rule_resources(plan: Plan) -> None:
         add(plan, "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", f"ssh-{index}", inputs)
 
 
-@dataclass(frozen=True)
-class Mutation:
-    stack: str
-    mistake: Callable[[Plan], None]
-    rule: str
-    resource: str
-
-
 MUTATIONS = [
     Mutation("small", bucket_readable_by_any_accounts_roles, "resource-principals", "storage-tls-only"),
     Mutation("small", role_assumable_by_any_organisation, "trust", "cost-report-role"),
@@ -198,16 +189,7 @@ MUTATIONS = [
 
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: f"{m.stack}-{m.mistake.__name__}")
 def test_review_mistake_is_caught_by_its_rule(features_on: Callable[[str], Plan], mutation: Mutation) -> None:
-    plan = copy.deepcopy(features_on(mutation.stack))
-    assert registry.RULES[mutation.rule].check(plan) == [], "the real plan must pass the rule before the mistake"
-    mutation.mistake(plan)
-    violations = registry.RULES[mutation.rule].check(plan)
-    assert any(mutation.resource in violation.resource for violation in violations), violations
-    assert engine_view.pack_reports(
-        mutation.rule, plan, mutation.stack, features_on(mutation.stack)
-    ) == engine_view.gate_reports(mutation.rule, violations)
-    with pytest.raises(registry.PolicyError, match=f"(?s){mutation.rule}.*fix: "):
-        registry.gate(plan)
+    assert_caught(mutation, features_on)
 
 
 # --- what still narrows ---------------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -28,9 +27,8 @@ from infra.rules import (
     checks_network,
     checks_ray,
     checks_stores,
-    registry,
 )
-from tests.infra import engine_view
+from tests.infra.mutation_check import Mutation, assert_caught
 
 KEYS_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:llm-batch-large/serve-api-keys-AbCdEf"
 
@@ -464,14 +462,6 @@ def kuberay_pinned_before_token_auth(plan: Plan) -> None:
     _one(plan, checks_ray.CHART, "kuberay-operator")["inputs"]["version"] = "1.4.2"
 
 
-@dataclass(frozen=True)
-class Mutation:
-    stack: str
-    mistake: Callable[[Plan], None]
-    rule: str
-    resource: str  # the label ("<type> <name>") the violation must name
-
-
 MUTATIONS = [
     Mutation("large", passrole_any_role_by_arn, "passrole", "karpenter-controller-policy"),
     Mutation("small", passrole_through_action_wildcard, "passrole", "job-access-policy"),
@@ -537,17 +527,7 @@ MUTATIONS += [
 
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: f"{m.stack}-{m.mistake.__name__}")
 def test_mutation_is_caught_by_its_rule(features_on: Callable[[str], Plan], mutation: Mutation) -> None:
-    plan = copy.deepcopy(features_on(mutation.stack))
-    assert registry.RULES[mutation.rule].check(plan) == [], "the real plan must pass the rule before the mistake"
-    mutation.mistake(plan)
-    violations = registry.RULES[mutation.rule].check(plan)
-    assert any(mutation.resource in violation.resource for violation in violations), violations
-    # The pack's `validate`, called directly, reports the same (tests/infra/test_policy_pack.py drives its server).
-    assert engine_view.pack_reports(
-        mutation.rule, plan, mutation.stack, features_on(mutation.stack)
-    ) == engine_view.gate_reports(mutation.rule, violations)
-    with pytest.raises(registry.PolicyError, match=f"(?s){mutation.rule}.*fix: "):
-        registry.gate(plan)
+    assert_caught(mutation, features_on)
 
 
 def test_every_security_rule_is_tripped_by_a_mutation() -> None:
