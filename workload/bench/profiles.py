@@ -153,6 +153,16 @@ def materialise_model(model: ModelSpec, cache_dir: Path) -> Path:
     return target
 
 
+# The GPU profiles' bimodal point: ~50-token answers beside 100-2,000-token reasoning traces, 3 in 10 long.
+_GPU_BIMODAL = WorkloadSpec(
+    num_requests=2048,
+    seed=0,
+    long_fraction=0.3,
+    short_tokens=TokenRange(min=30, max=70),
+    long_tokens=TokenRange(min=100, max=2000),
+    prompt_words_max=400,
+    detokenize=False,
+)
 _TINY = ModelSpec(kind="tiny", name="tiny-llama (0.4M params, random weights)")
 
 PROFILES: dict[str, BenchProfile] = {
@@ -179,15 +189,7 @@ PROFILES: dict[str, BenchProfile] = {
         device="gpu",
         model=ModelSpec(kind="shape", shape=LLAMA_3_1_8B_SHAPE, name="llama-3.1-8b-shape"),
         engine=EngineConfig(max_model_len=4096, max_num_seqs=256, gpu_memory_utilization=0.90, dtype="bfloat16"),
-        workload=WorkloadSpec(
-            num_requests=2048,
-            seed=0,
-            long_fraction=0.3,
-            short_tokens=TokenRange(min=30, max=70),
-            long_tokens=TokenRange(min=100, max=2000),
-            prompt_words_max=400,
-            detokenize=False,
-        ),
+        workload=_GPU_BIMODAL,
         sweep_long_tokens=[250, 500, 1000, 2000],
         job=JobSettings(batch_size=64, max_concurrent_batches=8),
     ),
@@ -206,15 +208,7 @@ PROFILES: dict[str, BenchProfile] = {
             gpu_memory_utilization=0.90,
             dtype="bfloat16",
         ),
-        workload=WorkloadSpec(
-            num_requests=2048,
-            seed=0,
-            long_fraction=0.3,
-            short_tokens=TokenRange(min=30, max=70),
-            long_tokens=TokenRange(min=100, max=2000),
-            prompt_words_max=400,
-            detokenize=False,
-        ),
+        workload=_GPU_BIMODAL,
         sweep_long_tokens=[1000],
         job=JobSettings(batch_size=32, max_concurrent_batches="auto"),
     ),
