@@ -286,7 +286,13 @@ def test_expiry_and_retention_on_the_clock(tmp_path: Path) -> None:
         expired = service.get_batch("p", batch["id"])
         assert expired["status"] == "expired" and expired["expired_at"] == int(clock.now), expired
     assert executor.started == [first["id"]]
-    assert [f["id"] for f in service.list_files("p", None, 100, "asc", None)["data"]] == [kept["id"]]
+    # The run answered nothing: its one request is in its error file as OpenAI's `batch_expired` (unfinished.py).
+    ran = service.get_batch("p", first["id"])
+    assert ran["output_file_id"] is None and ran["request_counts"] == {"total": 1, "completed": 0, "failed": 1}
+    unrun = [json.loads(line) for line in b"".join(service.file_content("p", ran["error_file_id"])).splitlines()]
+    assert [(e["custom_id"], e["response"], e["error"]["code"]) for e in unrun] == [("b", None, "batch_expired")]
+    files = [f["id"] for f in service.list_files("p", None, 100, "asc", None)["data"]]
+    assert sorted(files) == sorted([kept["id"], ran["error_file_id"]])
     assert store.blob_size(f"files/{short['id']}.jsonl") is None  # the body went with the record
     clock.now += 7 * 86400
     service.tick()

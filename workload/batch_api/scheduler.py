@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 from typing import Any
 
@@ -32,9 +33,11 @@ from workload.batch_api.nights import Nights
 from workload.batch_api.objects import ACTIVE, ApiError, batch_errors, not_found
 from workload.batch_api.records import Records, oldest_first
 from workload.batch_api.store import StoreConflict
+from workload.batch_api.unfinished import UNFINISHED, request_lines, unfinished_lines
 from workload.batch_api.uploads import Uploads
 
-OUTPUTS = (("output.jsonl", "output_file_id", "output"), ("errors.jsonl", "error_file_id", "error"))
+OUTPUT, ERRORS = "output.jsonl", "errors.jsonl"  # the job's files (workload/job/openai_files.py)
+STOPPED_ERRORS = "batch_errors.jsonl"  # a stopped batch's error file: the job's, then what never ran (unfinished.py)
 STAMPS = {"completed": "completed_at", "failed": "failed_at", "expired": "expired_at", "cancelled": "cancelled_at"}
 
 
@@ -269,6 +272,20 @@ class Scheduler:
         body = self.store.read_blob(key)
         return 0 if body is None else sum(chunk.count(b"\n") for chunk in body)
 
+    def _stopped_errors(self, record: BatchRecord, status: str) -> str:
+        """Write a stopped batch's error file (the job's error lines, then one `batch_expired` or
+        `batch_cancelled` line per request the run never answered) and name it; the job's own errors.jsonl where
+        the input is gone, so nothing can be said of what did not run."""
+        requests = self.store.read_blob(record.input_key)
+        if requests is None:
+            return ERRORS
+        answered = [self.store.read_blob(f"{record.output_key}/{name}") or iter(()) for name in (OUTPUT, ERRORS)]
+        job_errors = self.store.read_blob(f"{record.output_key}/{ERRORS}") or iter(())
+        answers = itertools.chain.from_iterable(request_lines(body) for body in answered)
+        lines = unfinished_lines(record.id, status, request_lines(requests), answers)
+        self.store.write_blob(f"{record.output_key}/{STOPPED_ERRORS}", itertools.chain(job_errors, lines))
+        return STOPPED_ERRORS
+
     def _finish(self, batch_id: str, status: str, reason: str | None = None) -> None:
         """Close the batch as `status`, with the files the job wrote (whole or, after a stop, partial)."""
         record = self.batches.get(batch_id)
@@ -277,7 +294,8 @@ class Scheduler:
         now = self.records.now()
         ids: dict[str, str | None] = {"output_file_id": None, "error_file_id": None}
         counts: dict[str, int] = {}
-        for name, field, kind in OUTPUTS:
+        errors = self._stopped_errors(record, status) if status in UNFINISHED else ERRORS
+        for name, field, kind in ((OUTPUT, "output_file_id", "output"), (errors, "error_file_id", "error")):
             key = f"{record.output_key}/{name}"
             size = self.store.blob_size(key)
             counts[kind] = self._lines(key) if size else 0

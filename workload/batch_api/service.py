@@ -54,6 +54,7 @@ from workload.batch_api.paging import checked_limit, page
 from workload.batch_api.records import Records
 from workload.batch_api.scheduler import Scheduler
 from workload.batch_api.store import Store, StoreConflict
+from workload.batch_api.unfinished import request_lines
 from workload.batch_api.uploads import Uploads
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions")  # what the job answers (workload/files/openai_batch.py)
@@ -183,7 +184,7 @@ class BatchService:
         body = self.store.read_blob(key)
         if body is None:
             return [{"code": "file_not_found", "message": "the input file's content is gone"}], 0
-        total, tail, runnable = 0, b"", False
+        total, runnable = 0, False
         first_problem: dict[str, Any] | None = None
 
         def judge(line: bytes, number: int) -> None:
@@ -196,16 +197,8 @@ class BatchService:
             elif first_problem is None:  # the first is the one reported
                 first_problem = {**problem, "line": number}
 
-        for chunk in body:
-            lines = (tail + chunk).split(b"\n")
-            tail = lines.pop()
-            for line in lines:
-                if line.strip():
-                    total += 1
-                    judge(line, total)
-        if tail.strip():
-            total += 1
-            judge(tail, total)
+        for total, line in enumerate(request_lines(body), start=1):  # total: read after the loop
+            judge(line, total)
         if total == 0:
             return [{"code": "empty_file", "message": "the input file holds no request"}], 0
         if total > self.limits.max_requests:
