@@ -60,7 +60,10 @@ SIGTERM_EXIT = 143
 LEASE_HELD_EXIT = 4
 LEASE_LOST_EXIT = 5
 # The job refused to run (config or input changed since the output was begun, EXIT_OUTPUT_MISMATCH) and left the
-# output exactly as it was: a resumable night must not be turned into a failed one by this node's note.
+# output's rows as they were. The node records the refusal by name in `_failed.json`: without it the nightly machine
+# sees no marker, sets the group back to 1 on its next poll and boots a GPU every cycle until its deadline (issue
+# 59). The note ends this run only: the machine deletes it when a run starts (ClearStaleFailure), so a rerun with
+# the output's settings and input resumes.
 OUTPUT_MISMATCH_EXIT = 3
 
 
@@ -186,7 +189,7 @@ INSTANCE_ID=""
 # Whatever ends this script (a failed step under `set -e`, the job's exit) comes through here: the nightly
 # run learns of a failure at once from _failed.json, and the GPU stops costing money.
 record_failure() {{
-  local status="$1" night="${{RUN_DATE}}" reason body
+  local status="$1" night="${{RUN_DATE}}" reason="${{2:-}}" body
   [[ "${{night}}" =~ ^[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}$ ]] || night=$(date -u +%F)
   local key={marker_key}
   if [ "${{STAGE}}" = "running the job" ] && \\
@@ -194,7 +197,7 @@ record_failure() {{
     echo "llm-batch: the job recorded its own failure in s3://"{marker_bucket}"/${{key}}"
     return 0
   fi
-  reason="the boot script failed while ${{STAGE}} (exit status ${{status}})"
+  [ -n "${{reason}}" ] || reason="the boot script failed while ${{STAGE}} (exit status ${{status}})"
   body=$(mktemp)
   printf '{{"reason": "%s", "stage": "%s", "exit_status": %d, "instance_id": "%s", "date": "%s"}}\\n' \\
     "${{reason}}" "${{STAGE}}" "${{status}}" "${{INSTANCE_ID}}" "${{night}}" > "${{body}}"
@@ -247,9 +250,12 @@ stand_down() {{
     # fail that attempt's night; this node only stands down.
     echo "llm-batch: another live attempt holds the night's output; nothing recorded on it"
   elif [ "${{STAGE}}" = "running the job" ] && [ "${{status}}" -eq {refused} ]; then
-    # The job refused this output (settings or input changed) and left it untouched: the next run with the
-    # same settings and input resumes it; recording a failure would end the night.
-    echo "llm-batch: the job refused the night's output (config or input changed); nothing recorded on it"
+    # The job refused this output (settings or input changed) and left its rows untouched. Named in the
+    # failure marker, so the machine ends the run at once instead of booting the GPU again on every poll; the
+    # next run deletes the marker when it starts, and with the same settings and input resumes the output.
+    echo "llm-batch: the job refused the night's output (config or input changed); recording the refusal"
+    record_failure "${{status}}" "the job refused the output: its settings or input changed since the output was \
+begun (exit status ${{status}}; the job's log says what changed); restore them, or write to a new output"
   elif [ "${{status}}" -ne 0 ]; then
     record_failure "${{status}}"
   fi

@@ -201,12 +201,17 @@ def test_lease_exit_codes_are_the_jobs() -> None:
     assert user_data.OUTPUT_MISMATCH_EXIT == cli.EXIT_OUTPUT_MISMATCH
 
 
-def test_a_refused_rerun_marks_nothing(tmp_path: Path, aws_cli: str, account: dict[str, str]) -> None:
-    """The job refused the output (exit 3: config or input changed) and left it untouched: so does this node."""
+def test_a_refused_rerun_is_a_named_failure(tmp_path: Path, aws_cli: str, account: dict[str, str]) -> None:
+    """The job refused the output (exit 3: config or input changed): the node names the refusal in the failure
+    marker, which the machine reads at once (ReadFailureReason, tests/infra/test_nightly_execution.py), instead of
+    leaving no marker and being booted again on every poll until the deadline (issue 59, finding 1)."""
     result = _boot(tmp_path, aws_cli, account, JOB_EXIT="3")
     assert result.returncode == 3, result.stderr
     assert "refused the night's output" in result.stdout
-    assert boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix=MARKER)["KeyCount"] == 0
+    body, metadata = _marker()
+    assert body["stage"] == "running the job" and body["exit_status"] == 3 and body["date"] == NIGHT
+    assert metadata["reason"].startswith("the job refused the output: its settings or input changed"), metadata
+    assert "exit status 3" in metadata["reason"]
     assert _desired_capacity() == 0
 
 
