@@ -38,6 +38,7 @@ class _Rule:
     matches: Callable[[Seen], bool]
     times: int
     after: int = 0  # matching requests still to pass before the rule fires
+    forward: bool = True  # False: the request never reaches upstream (a connection reset on the way there)
 
 
 @dataclass
@@ -56,22 +57,27 @@ class LostReplyProxy:
         path_contains: str,
         *,
         header: str | None = None,
+        value: str | None = None,
         times: int = 1,
         after: int = 0,
+        forward: bool = True,
     ) -> None:
         """Lose the reply of the next `times` requests with this method whose path contains `path_contains` (and,
-        if `header` is given, that carry that header, e.g. "If-Match" to pick the conditional write only), once
-        `after` such requests have passed (to pick a later write of a file written several times)."""
+        if `header` is given, that carry that header, e.g. "If-Match" to pick the conditional write only; with
+        `value`, that header set to it, e.g. X-Amz-Target's operation for a JSON API such as Step Functions), once
+        `after` such requests have passed (to pick a later write of a file written several times). `forward`
+        False: the request itself is lost on its way, so it never applies."""
 
         def matches(seen: Seen) -> bool:
             if seen.method != method or path_contains not in seen.path:
                 return False
-            return header is None or header.lower() in seen.headers
+            found = seen.headers.get(header.lower()) if header is not None else ""
+            return found is not None and (value is None or found == value)
 
         with self._lock:
-            self._rules.append(_Rule(matches, times, after))
+            self._rules.append(_Rule(matches, times, after, forward))
 
-    def _should_drop(self, seen: Seen) -> bool:
+    def _should_drop(self, seen: Seen) -> _Rule | None:
         with self._lock:
             for rule in self._rules:
                 if rule.times > 0 and rule.matches(seen):
@@ -80,8 +86,8 @@ class LostReplyProxy:
                         continue
                     rule.times -= 1
                     self.dropped.append(seen)
-                    return True
-        return False
+                    return rule
+        return None
 
     def armed(self) -> int:
         """How many losses are still to happen (a test asserts 0: its request really went through the proxy)."""
@@ -119,6 +125,10 @@ def _handler(proxy: LostReplyProxy) -> type[BaseHTTPRequestHandler]:
             if body or "Content-Length" in headers or self.headers.get("Transfer-Encoding"):
                 headers["Content-Length"] = str(len(body))
             seen = Seen(self.command, self.path, {k.lower(): v for k, v in headers.items()})
+            dropped = proxy._should_drop(seen)
+            if dropped is not None and not dropped.forward:  # lost on its way: nothing applies upstream
+                self.close_connection = True
+                return
             connection = http.client.HTTPConnection(target.hostname or "127.0.0.1", target.port, timeout=30)
             try:
                 connection.request(self.command, self.path, body=body, headers=headers)
@@ -126,7 +136,7 @@ def _handler(proxy: LostReplyProxy) -> type[BaseHTTPRequestHandler]:
                 payload = answer.read()
             finally:
                 connection.close()
-            if proxy._should_drop(seen):
+            if dropped is not None:
                 # The request has applied upstream; the client sees its connection close with no reply.
                 self.close_connection = True
                 return

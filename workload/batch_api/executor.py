@@ -90,6 +90,10 @@ class ExecutionChain(Protocol):
 
     def remember(self, execution_arn: str, asked: str | None, answer: dict[str, Any]) -> None: ...
 
+    def execution_of(self, run_id: str) -> str | None:
+        """The execution started for `run_id` (a night), if any: a start whose reply never came back."""
+        ...
+
 
 class Executor(Protocol):
     def start(self, run: BatchRun) -> None: ...

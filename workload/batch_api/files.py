@@ -124,10 +124,11 @@ class Files:
 
         return page(mine, after, checked_limit(limit, 10_000), descending=order == "desc", gone=gone)
 
-    def sweep(self, now: int) -> None:
-        """A file past its `expires_at`: record and body deleted; a tombstone past its own, deleted."""
+    def sweep(self, now: int, keep: frozenset[str] = frozenset()) -> None:
+        """A file past its `expires_at`: record and body deleted, unless it is in `keep` (the input of a batch
+        that waits or runs: swept once that batch is done with it); a tombstone past its own, deleted."""
         for record in self.records.all(FileRecord):
-            if record.expires_at is not None and now >= record.expires_at:
+            if record.expires_at is not None and now >= record.expires_at and record.id not in keep:
                 self.forget(record)
         for tombstone in self.records.all(Tombstone):
             if now >= tombstone.expires_at:

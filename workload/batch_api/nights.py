@@ -10,7 +10,9 @@ the same output, the alerts and the sweep; its input is read from S3 by the job,
 Entries are the stack's, not a key's: they are records of their own kind, which no batch listing reads, so API
 keys never see them; operators read them in the bucket (`batch-api/records/night/`). An entry is `queued`, then
 `started` (with the execution that took it); how the night went is that execution's, as it always was. The
-schedule may deliver twice (its retries): one entry per date, the second enqueue is a no-op. The scheduler is the
+schedule may deliver twice (its retries): one entry per date, the second enqueue is a no-op. An entry claimed for a
+start that never named its execution (the tick died, or the start failed, between the two) is found again by the
+tick after START_S: given its execution if one was started under its name, else queued again. The scheduler is the
 only user: it queues, claims and sweeps entries here, and starts their runs through the executor.
 """
 
@@ -26,6 +28,9 @@ from workload.batch_api.records import Records
 from workload.batch_api.store import StoreConflict
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
+# How long a night claimed for its own start may go without its execution's ARN before the tick looks for it
+# (a start takes a second or two; a Lambda that dies mid-tick never returns).
+START_S = 120
 
 
 def entry_id(date: str) -> str:
@@ -70,6 +75,15 @@ class Nights:
         except (StoreConflict, _Gone):  # taken by another tick or execution since it was read, or gone
             return False
         return True
+
+    def stranded(self, now: int) -> list[NightEntry]:
+        """Entries claimed for a start of their own that never named its execution within START_S: the tick
+        died, or the start failed or lost its reply, between the claim and `started_by`."""
+        return [
+            entry
+            for entry in self.records.all(NightEntry)
+            if entry.status == "started" and entry.execution_arn is None and now >= (entry.started_at or 0) + START_S
+        ]
 
     def unclaim(self, night_id: str) -> None:
         """Back to `queued`: its start found the GPUs taken after all (the execution that holds them takes it)."""

@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import itertools
 import json
+from datetime import datetime
 from typing import Any
 
 from workload.batch_api import objects
@@ -29,7 +30,7 @@ from workload.batch_api.executor import BatchRun, ExecutionChain, Executor
 from workload.batch_api.files import Files
 from workload.batch_api.idempotency import Claims
 from workload.batch_api.models import BatchRecord, NightEntry, Record
-from workload.batch_api.nights import Nights
+from workload.batch_api.nights import Nights, entry_id
 from workload.batch_api.objects import ACTIVE, ApiError, batch_errors, not_found
 from workload.batch_api.records import Records, oldest_first
 from workload.batch_api.store import StoreConflict
@@ -68,9 +69,23 @@ class Scheduler:
                 running = self._follow(record, now) or running
         # An execution that holds the GPUs (a night's, or one on a batch that just ended) takes the next entry
         # itself when its run ends (`next_run`): starting one beside it would be a second boot.
+        self._recover_nights(now)
         if not running and not self.executor.occupied():
             self._start_next()
         self._sweep(now)
+
+    def _recover_nights(self, now: int) -> None:
+        """A night claimed for a start that never named its execution: its execution, found by name, if the start
+        applied (its reply lost), else queued again, so no night is stranded by a failed start."""
+        chain = self.executor.chain()
+        if chain is None:  # nights are the tiers' only
+            return
+        for entry in self.nights.stranded(now):
+            arn = chain.execution_of(entry.id)
+            if arn is None:
+                self.nights.unclaim(entry.id)
+            else:
+                self.nights.started_by(entry.id, arn)
 
     def stop(self, batch_id: str) -> None:
         """Ask the batch's run to stop (a cancel): at once here, and again on every tick until it has."""
@@ -153,10 +168,25 @@ class Scheduler:
         chain = self._chain()
         again = chain.answered(execution_arn, asked)
         if again is not None:
+            self._hand_over(chain, execution_arn, again)  # the first answer may have died before its hand-over
             return again
         answer = self._next_run(chain, execution_arn, polls, max_polls, poll_budget)
+        # Remembered before the hand-over, so a retry after a failure anywhere from here on gets this run again
+        # (and hands it over); a failure before it leaves the claimed batch with no execution, which the tick
+        # starts again: queued or running, never failed unrun.
         chain.remember(execution_arn, asked, answer)
+        self._hand_over(chain, execution_arn, answer)
         return answer
+
+    def _hand_over(self, chain: ExecutionChain, execution_arn: str, answer: dict[str, Any]) -> None:
+        """Make `answer`'s run the execution's (idempotent: a retry writes the same markers)."""
+        run = answer.get("run") or {}
+        if "batch" in run:
+            given = run["batch"]
+            batch_run = BatchRun(given["id"], given["input_uri"], given["output_uri"], given["endpoint"])
+            chain.adopt(batch_run, execution_arn)
+        elif "date" in run:
+            chain.turn(execution_arn, entry_id(run["date"]))
 
     def _next_run(
         self, chain: ExecutionChain, execution_arn: str, polls: int, max_polls: int, poll_budget: int
@@ -168,15 +198,12 @@ class Scheduler:
         for entry in self._queue():
             if isinstance(entry, NightEntry):
                 if self.nights.claim(entry.id, execution_arn):
-                    chain.turn(execution_arn, entry.id)
                     return {"run": {"date": entry.date}}
                 continue
             assert isinstance(entry, BatchRecord)
             claimed = self._claim(entry)
             if claimed is not None:
-                run = self._batch_run(claimed)
-                chain.adopt(run, execution_arn)
-                return {"run": chain.execution_input(run)}
+                return {"run": chain.execution_input(self._batch_run(claimed))}
         return {"none": "no batch is queued"}
 
     def start_now(self, batch_id: str) -> str:
@@ -213,7 +240,7 @@ class Scheduler:
     def _follow(self, record: BatchRecord, now: int) -> bool:
         """Look at the running batch and move it on; whether a job still runs (or should) for it."""
         batch_id, stop = record.id, record.stop
-        if stop is None and now >= record.expires_at:
+        if stop is None and now >= record.expires_at and not self._finished_in_window(record):
 
             def expire(current: BatchRecord) -> None:
                 current.stop = current.stop or "expired"
@@ -240,8 +267,22 @@ class Scheduler:
         if stop is not None and state.name != "busy":
             self._finish(batch_id, stop)
             return False
+        if state.name == "absent" and self.store.blob_size(record.input_key) is None:
+            self._finish(batch_id, "failed", "input_file_deleted: the batch's input file was deleted")
+            return False
         self.executor.start(self._batch_run(record))  # resume: the job redoes only what was not committed
         return True
+
+    def _finished_in_window(self, record: BatchRecord) -> bool:
+        """Whether the batch's job finished (its summary written) before `expires_at`: a tick after the window
+        does not make a batch that finished inside it `expired`."""
+        body = self.store.read_blob(f"{record.output_key}/summary.json")
+        if body is None:
+            return False
+        finished = json.loads(b"".join(body)).get("finished_at")
+        if not isinstance(finished, str):
+            return False
+        return datetime.fromisoformat(finished.replace("Z", "+00:00")).timestamp() < record.expires_at
 
     def _count(self, record: BatchRecord) -> None:
         """request_counts from the shards committed so far (one marker per shard counts: the latest attempt's)."""
@@ -342,7 +383,9 @@ class Scheduler:
         folder once the retention has passed since it finished (its output files expire at the same moment)."""
         self.uploads.sweep(now)
         self.nights.sweep(now)
-        self.files.sweep(now)
+        # A queued batch's input outlives its file's expiry until the batch has run: the job reads it.
+        users = {r.input_file_id for r in self.batches.all() if r.status == "validating" or r.status in ACTIVE}
+        self.files.sweep(now, frozenset(users))
         self.claims.sweep(now)
         for record in self.batches.all():
             if record.done_at is not None and not record.output_deleted and now >= record.done_at + self.retention_s:

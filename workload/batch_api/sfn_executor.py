@@ -14,20 +14,39 @@ its run is open, and `stop` stops the execution only while it is on that batch.
 The front is stateless (a Lambda function), so what this executor knows lives in the store:
 `batches/<id>/execution.json` holds the execution's ARN and the batch's output (or `busy`: its start found the
 GPUs taken, and the scheduler asks again on its next tick), `executions/<name>.json` the run the execution is on,
-its runs and the polls they spent. Never two jobs on one GPU group: a start while an execution runs is `busy`.
+its runs and the polls they spent. Never two jobs on one GPU group: a start while an execution runs is `busy`,
+and so is a start that finds the GPU slot taken: `records/gpu_slot/gpus.json`, a record two ticks (two Lambda
+invocations in the same minute) can only take one at a time (the store's compare-and-swap), naming the execution
+that holds the GPUs, since listing executions and then starting one is not atomic.
+
+A stopped (ABORTED) execution has not stopped its job yet: the node's SIGTERM makes the job commit what finished
+and write its partial files, then `_interrupted.json`. So a stopped run counts as stopped once that note (or a
+summary or failure) is in its output, or once the job's stop bound has passed since the abort (`stop_wait_s`:
+its grace period and margin), never before: the batch then closes with its partial files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from workload.batch_api.executor import BatchRun, ExecutionChain, RunState
-from workload.batch_api.store import Store
+from workload.batch_api.store import Store, StoreConflict
+from workload.contract.config import ResumeConfig
+from workload.contract.entrypoint import stop_timeout_s
 
 _STATES = {"RUNNING": "running", "PENDING_REDRIVE": "running", "SUCCEEDED": "succeeded", "ABORTED": "stopped"}
+SLOT_KIND, SLOT_ID = "gpu_slot", "gpus"
+# A slot taken with no execution named yet is a start under way (the tick between its take and its start): past
+# this it is a tick that died there, and the slot is free again.
+SLOT_START_S = 120
+# What a stopped job takes to commit and write its files: its grace period and the run spec's margin.
+STOP_WAIT_S = stop_timeout_s(ResumeConfig().grace_period_s)
+ENDED_NOTES = ("summary.json", "_failed.json", "_interrupted.json")
 
 
 def _marker(batch_id: str) -> str:
@@ -65,10 +84,19 @@ class StepFunctionsExecutor:
     """`capacity`: (an autoscaling client, the small tier's GPU group): a stopped execution skips the machine's
     release step, so `stop` sets the group to 0 itself once no execution runs (what `infra.run --stop` does)."""
 
-    def __init__(self, sfn: Any, store: Store, state_machine_arn: str, capacity: tuple[Any, str] | None = None) -> None:
+    def __init__(
+        self,
+        sfn: Any,
+        store: Store,
+        state_machine_arn: str,
+        capacity: tuple[Any, str] | None = None,
+        clock: Callable[[], float] = time.time,
+        stop_wait_s: float = STOP_WAIT_S,
+    ) -> None:
         if not state_machine_arn.startswith("arn:"):
             raise ValueError(f"not a state machine ARN: {state_machine_arn!r}")
         self.sfn, self.store, self.arn, self.capacity = sfn, store, state_machine_arn, capacity
+        self.clock, self.stop_wait_s = clock, stop_wait_s
 
     def _running(self) -> list[dict[str, Any]]:
         pages = self.sfn.get_paginator("list_executions").paginate(stateMachineArn=self.arn, statusFilter="RUNNING")
@@ -86,6 +114,41 @@ class StepFunctionsExecutor:
         root = self.store.uri("")
         return uri.removeprefix(root) if uri.startswith(root) else None
 
+    def _take_slot(self, run_id: str) -> str | None:
+        """Take the GPU slot for `run_id`'s start (compare-and-swap on its record); its version, or None when
+        another start holds it: an execution still running, or a start under way for less than SLOT_START_S."""
+        found = self.store.get(SLOT_KIND, SLOT_ID)
+        if found is not None:
+            holder = found.record.get("execution_arn")
+            if holder is not None:
+                if self.sfn.describe_execution(executionArn=holder)["status"] in ("RUNNING", "PENDING_REDRIVE"):
+                    return None
+            elif self.clock() < float(found.record["taken_at"]) + SLOT_START_S:
+                return None
+        slot = {"id": SLOT_ID, "run": run_id, "taken_at": self.clock(), "execution_arn": None}
+        try:
+            return self.store.put(SLOT_KIND, slot, None if found is None else found.version)
+        except StoreConflict:  # another tick took it first
+            return None
+
+    def _name_slot(self, version: str, run_id: str, execution_arn: str) -> None:
+        slot = {"id": SLOT_ID, "run": run_id, "taken_at": self.clock(), "execution_arn": execution_arn}
+        # A conflict: only after SLOT_START_S, and then the execution itself is RUNNING, so occupied() holds.
+        with contextlib.suppress(StoreConflict):
+            self.store.put(SLOT_KIND, slot, version)
+
+    def _start(self, run_id: str, execution_input: dict[str, Any]) -> str | None:
+        """Start an execution for `run_id` if the GPUs are free and the slot is this start's; its ARN, or None."""
+        version = self._take_slot(run_id)
+        if version is None:
+            return None
+        started = self.sfn.start_execution(
+            stateMachineArn=self.arn, name=self._execution_name(run_id), input=json.dumps(execution_input)
+        )
+        arn = str(started["executionArn"])
+        self._name_slot(version, run_id, arn)
+        return arn
+
     def occupied(self) -> bool:
         """Whether an execution runs: it holds the GPUs and, when its run ends, takes the oldest queued entry
         itself (its NextBatch step, the scheduler's `next_run`), so the tick starts nothing beside it."""
@@ -100,13 +163,15 @@ class StepFunctionsExecutor:
 
     def adopt(self, run: BatchRun, execution_arn: str) -> None:
         """`run` is the next one of the running execution `execution_arn` (claimed by its NextBatch step)."""
-        output = self._store_key(run.output_uri)
-        self._write(_marker(run.batch_id), {"execution_arn": execution_arn, "output_key": output})
+        output, source = self._store_key(run.output_uri), self._store_key(run.input_uri)
+        self._write(_marker(run.batch_id), {"execution_arn": execution_arn, "output_key": output, "input_key": source})
         self.turn(execution_arn, run.batch_id)
 
     def turn(self, execution_arn: str, run_id: str) -> None:
         """`run_id` (a batch, or a night of nights.py) is the run the execution is on now: one more of its runs."""
         spent = self._read(_execution_marker(execution_arn)) or {"polls": 0, "runs": 0}
+        if spent.get("current") == run_id:  # a retried hand-over (scheduler.next_run): the same run, once
+            return
         self._write(_execution_marker(execution_arn), {**spent, "current": run_id, "runs": int(spent["runs"]) + 1})
 
     def spend(self, execution_arn: str, polls: int) -> int:
@@ -136,25 +201,28 @@ class StepFunctionsExecutor:
         if mine:  # started by an earlier tick whose marker write was lost: follow that one
             self.adopt(run, mine[0]["executionArn"])
             return
-        if running:
-            names = ", ".join(str(e["name"]) for e in running)
+        started = None if running else self._start(run.batch_id, run_input(run))
+        if started is None:
+            names = ", ".join(str(e["name"]) for e in running) or "another start under way"
             self._write(_marker(run.batch_id), {"busy": f"another run holds the GPUs: {names}"})
             return
-        started = self.sfn.start_execution(
-            stateMachineArn=self.arn, name=self._execution_name(run.batch_id), input=json.dumps(run_input(run))
-        )
-        self.adopt(run, started["executionArn"])
+        self.adopt(run, started)
 
     def start_night(self, entry_id: str, date: str) -> str | None:
         """Start the night `date` (a queued entry of the schedule's, `nights.py`) as its own execution, the
         schedule's input; its ARN, or None while another execution holds the GPUs (it takes the night itself)."""
         if self._running():
             return None
-        started = self.sfn.start_execution(
-            stateMachineArn=self.arn, name=self._execution_name(entry_id), input=json.dumps({"date": date})
-        )
-        self.turn(started["executionArn"], entry_id)
-        return str(started["executionArn"])
+        started = self._start(entry_id, {"date": date})
+        if started is not None:
+            self.turn(started, entry_id)
+        return started
+
+    def execution_of(self, run_id: str) -> str | None:
+        """The latest execution named for `run_id` (`_execution_name`), in any status."""
+        pages = self.sfn.get_paginator("list_executions").paginate(stateMachineArn=self.arn)
+        mine = [e for page in pages for e in page["executions"] if str(e["name"]).startswith(f"{run_id}-")]
+        return str(max(mine, key=lambda e: e["startDate"])["executionArn"]) if mine else None
 
     def state(self, batch_id: str) -> RunState:
         """A batch's own state, also inside an execution shared with other runs: its output's markers say that it
@@ -173,15 +241,34 @@ class StepFunctionsExecutor:
         described = self.sfn.describe_execution(executionArn=arn)
         status = str(described["status"])
         if status == "RUNNING" and output is not None and not self._current(arn, batch_id):
-            # The execution went on to another run without this batch's summary: its input went missing
-            # (the machine skipped it, no GPU time spent on it).
-            return RunState("failed", f"the run skipped the batch: no input at its file ({arn})")
+            source = marker.get("input_key")
+            if source is None or self.store.blob_size(source) is None:
+                # The execution went on to another run without this batch's summary: its input went missing
+                # (the machine skipped it, no GPU time spent on it).
+                return RunState("failed", f"the run skipped the batch: no input at its file ({arn})")
+            return RunState("running")  # handed over, the execution not yet on it (adopt writes this marker first)
+        touched = output is not None and bool(self.store.list_blobs(output))
+        if status == "SUCCEEDED" and output is not None and not touched:
+            # Handed to an execution that ended without starting its job (the hand-over's answer lost and caught):
+            # never run, so the scheduler starts it again (or fails it if its input is gone).
+            return RunState("absent")
         if status == "SUCCEEDED" and output is not None:
             return RunState("failed", f"the run ended without the batch's summary.json (its input missing?) ({arn})")
+        if status == "ABORTED" and touched and not self._stop_committed(output, described):
+            return RunState("running")  # stopped: its job is committing what finished and writing its files
         if status in _STATES:
             return RunState(_STATES[status])  # type: ignore[arg-type]
         said = " ".join(str(described.get(field) or "") for field in ("error", "cause")).strip()
         return RunState("failed", f"the run {status.lower()}: {said or 'no cause given'} ({arn})")
+
+    def _stop_committed(self, output: str | None, described: dict[str, Any]) -> bool:
+        """Whether a stopped execution's job has written what it will (its note after the partial files), or has
+        had its stop's bound since the abort to do so."""
+        if output is None or any(self.store.blob_size(f"{output}/{name}") is not None for name in ENDED_NOTES):
+            return True
+        stopped = described.get("stopDate")
+        stopped_s = stopped.timestamp() if isinstance(stopped, datetime) else self.clock()
+        return self.clock() >= stopped_s + self.stop_wait_s
 
     def _failure(self, output: str) -> str:
         said = self._read(f"{output}/_failed.json") or {}
