@@ -103,6 +103,7 @@ def test_overlapping_ticks_start_one_execution(bucket: str) -> None:
         tick.start()
     for tick in ticks:
         tick.join(timeout=60)
+    barrier.abort()  # the overlap is over: later ticks list alone
     (running,) = _running(machine)  # one execution on the GPU group, not two
     states = {b: services[0].get_batch("p", b)["status"] for b in (first, second)}
     assert sorted(states.values()) in (["in_progress", "in_progress"], ["in_progress", "validating"]), states
@@ -114,37 +115,57 @@ def test_overlapping_ticks_start_one_execution(bucket: str) -> None:
     assert after["executionArn"] != running["executionArn"]
 
 
+@pytest.mark.parametrize("fails", ["answer", "batch-marker", "turn"])
 def test_a_hand_over_that_fails_after_its_claim_leaves_the_batch_to_run(
-    lost_reply: LostReplyProxy, bucket: str
+    lost_reply: LostReplyProxy, bucket: str, fails: str
 ) -> None:
     """Finding 4, retried: NextBatch claims B, then fails on a store write (a connection reset on the way to S3)
-    and is retried with the same `asked`; B is left queued-or-running, never failed unrun, and runs once the
-    execution that held the GPUs ends."""
+    and is retried with the same `asked`. B is never failed unrun: a retry after the answer was remembered hands
+    the same B over (C stays queued), and a B left with no execution runs once the one holding the GPUs ends."""
     machine = _machine(WAITS)
     sfn = boto3.client("stepfunctions")
     store = S3Store(boto3.client("s3", endpoint_url=lost_reply.url, config=ONCE), bucket)
     executor = StepFunctionsExecutor(sfn, store, machine)
     service = BatchService(store, executor, "llm-batch", clock=Clock())
     file_id = service.upload_file("p", "a.jsonl", "batch", [_line("a").encode()])["id"]
-    a, b = (service.create_batch("p", file_id, CHAT, "24h")["id"] for _ in "ab")
+    a, b, c = (service.create_batch("p", file_id, CHAT, "24h")["id"] for _ in "abc")
     service.tick()
     (execution,) = _running(machine)
     arn = execution["executionArn"]
     store.write_blob(f"batches/{a}/output/summary.json", [SUMMARY])
-    # The execution's marker is written when its polls are counted, then again: the second write fails.
-    lost_reply.lose("PUT", "/executions/", after=1, forward=False)
+    if fails == "batch-marker":  # the hand-over's first write
+        lost_reply.lose("PUT", f"/batches/{b}/execution.json", forward=False)
+    else:  # the execution's marker, written when its polls are counted, with the answer, then at the hand-over
+        lost_reply.lose("PUT", "/executions/", after=1 if fails == "answer" else 2, forward=False)
     asked = "2026-12-06T01:00:00.000Z"
     with pytest.raises(botocore.exceptions.BotoCoreError):
         service.next_run(arn, polls=3, max_polls=30, poll_budget=100, asked=asked)
     assert lost_reply.armed() == 0
+    if fails == "turn":  # a tick between the hand-over's two writes: B is handed over, not yet the current run
+        service.tick()
+        assert service.get_batch("p", b)["status"] == "in_progress" and executor.state(b).name == "running"
     retried = service.next_run(arn, polls=3, max_polls=30, poll_budget=100, asked=asked)
+    if fails != "answer":
+        assert retried["run"]["batch"]["id"] == b, retried  # the same run, on the same boot
+        assert service.get_batch("p", c)["status"] == "validating"
     service.tick()
     assert service.get_batch("p", b)["status"] == "in_progress", (retried, executor.state(b))
-    if "none" in retried:  # handed over to no execution: B waits for the GPUs, then runs on its own
-        sfn.stop_execution(executionArn=arn)
+    if retried["run"]["batch"]["id"] == b:
+        assert executor.state(b).name == "running"
+        return
+    # C was handed over instead: B waits for the GPUs (busy), and starts on an execution of its own once they
+    # are free (C, stopped with them, resumes the same way: one of the two first, one execution at a time).
+    assert executor.state(b).name == "busy"
+    sfn.stop_execution(executionArn=arn)
+    for _ in range(6):
         service.tick()
-        (again,) = _running(machine)
-        assert again["name"].startswith(f"{b}-") and executor.state(b).name == "running"
+        if any(e["name"].startswith(f"{b}-") for e in _running(machine)):
+            break
+        for execution in _running(machine):  # C's run ends: the GPUs go to B
+            store.write_blob(f"batches/{c}/output/summary.json", [SUMMARY])
+            sfn.stop_execution(executionArn=execution["executionArn"])
+    (again,) = _running(machine)
+    assert again["name"].startswith(f"{b}-") and executor.state(b).name == "running", again
     assert service.get_batch("p", b)["status"] == "in_progress"
 
 
