@@ -22,7 +22,14 @@ from workload.files.pinned import InputChangedError
 from workload.files.rows import InputError
 from workload.files.storage import Location
 from workload.job.input_plan import InputPlan, plan_input
-from workload.job.input_stream import KEY_BITS, RecordReader, _FactsCollector, _records_per_file, positions_of
+from workload.job.input_stream import (
+    KEY_BITS,
+    RecordReader,
+    _FactsCollector,
+    _records_per_file,
+    files_with_rejects,
+    positions_of,
+)
 
 
 def _id_pass_counts(plan: InputPlan) -> InputPlan:
@@ -36,7 +43,7 @@ def _id_pass_counts(plan: InputPlan) -> InputPlan:
                 records = _records_per_file(block.column("_pos"))
                 collector.add(block.column("_pos")[0].as_py(), _FactsCollector().facts, records)
                 collector.add(block.column("_pos")[0].as_py(), _FactsCollector().facts, records)  # a retried task
-    _, records = collector.result()
+    _, records, _ = collector.result()
     return plan.with_counts([records.get(index, 0) for index in range(len(plan.files))])
 
 
@@ -91,6 +98,18 @@ def test_repeated_ids_keyed_by_file_and_row_land_on_their_positions(tmp_path: Pa
     # Keys order rows as positions do: file a row 1 is position 1; file c row 2 is position 3 + 2 (b is empty).
     first_keys = {"x": (0 << KEY_BITS) + 1, "y": (2 << KEY_BITS) + 2}
     assert positions_of(first_keys, plan) == {"x": 1, "y": 5}
+
+
+def test_the_read_of_rejected_rows_is_only_of_files_where_the_id_pass_found_one(tmp_path: Path) -> None:
+    """Found in issue 50: the main stream read every file twice, once for its valid rows and once for its rejected
+    ones. The second read now covers only files with a bad row or a repeated id's later row."""
+    for name in "abcde":
+        (tmp_path / f"{name}.jsonl").write_bytes(b'{"id": 0}\n' * 3)
+    plan = _id_pass_counts(plan_input(InputConfig(uri=str(tmp_path))))
+    # A bad row in file b; an id first in c (row 0) and last in e (row 2): its later rows lie in c, d or e.
+    found = files_with_rejects(plan, {1}, [((2 << KEY_BITS) + 0, (4 << KEY_BITS) + 2)])
+    assert sorted(Path(uri).name for uri in found) == ["b.jsonl", "c.jsonl", "d.jsonl", "e.jsonl"]
+    assert files_with_rejects(plan, set(), []) == frozenset()  # a clean input: no second read at all
 
 
 def test_the_plan_reads_no_jsonl_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

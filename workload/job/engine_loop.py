@@ -74,8 +74,12 @@ def run_engine(
             stream_read_concurrency(config.max_replicas or config.replicas),
         )
 
-    # Rows that failed validation never enter the engine's stages: they go straight to their shards.
-    dataset = rows(rejected=True)
+    # Rows that failed validation never enter the engine's stages: they go straight to their shards. Read only
+    # where the id pass found such rows (none at all in a clean input).
+    rejected_files = plan.rejected_files
+    pending_files = plan.files_with(committer.pending, config.output.shard_rows)
+    has_rejects = rejected_files is None or any(f.uri in rejected_files for f in pending_files)
+    dataset = rows(rejected=True) if has_rejects else None
     if facts.valid_rows:
         # No model on the driver: each node running a stage fetches config.model itself
         # (workload/engine/node_stages.py).
@@ -85,7 +89,9 @@ def run_engine(
             answered = build_embed_pipeline(rows(False), config)
         else:
             answered = build_pipeline(rows(False), config, chat_template=facts.has_messages, seeded=facts.seeded)
-        dataset = answered.union(dataset)
+        dataset = answered if dataset is None else answered.union(dataset)
+    if dataset is None:  # no valid row and no rejected one: the pending shards hold no row at all
+        return True
     # Every ray.init (ours, and the one build_processor makes) would install a SIGTERM handler that exits at once,
     # without committing; runtime._signals_kept stops that, and this takes the signal back should anything else.
     stop.install()

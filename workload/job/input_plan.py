@@ -47,6 +47,9 @@ class InputPlan:
     max_record_bytes: int = 16 << 20  # the cap the count used; the readers apply the same, so positions agree
     openai: OpenAIDialect | None = None  # an OpenAI Batch input: its one url and the model's names
     task: str = "generate"  # what the engine does: the config's task, or embed for a /v1/embeddings input
+    # The files that may hold a row the validation stage rejects (a bad row, or a repeated id's later row), as
+    # the id pass found them; None: not known, every file may. The main stream's read of rejected rows skips the rest.
+    rejected_files: frozenset[str] | None = None
 
     @property
     def counted(self) -> bool:

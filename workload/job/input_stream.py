@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
 import ray.data
-from ray.data.aggregate import Count, Min
+from ray.data.aggregate import Count, Max, Min
 from ray.data.datasource import FileBasedDatasource
 
 from workload.contract.config import SamplingParams
@@ -273,16 +273,18 @@ class _FactsCollector:
         self.facts = InputFacts({})
         self.seen: set[int] = set()  # the first position of each block reported: one entry per block
         self.records: dict[int, int] = {}  # file index -> its records: the highest row number seen, plus one
+        self.rejects: set[int] = set()  # indexes of the files holding a row that failed validation
 
-    def add(self, block: int, facts: InputFacts, records: dict[int, int]) -> None:
+    def add(self, block: int, facts: InputFacts, records: dict[int, int], rejects: set[int] | None = None) -> None:
         for file, count in records.items():  # a maximum: a retried task's report changes nothing
             self.records[file] = max(self.records.get(file, 0), count)
+        self.rejects |= rejects or set()
         if block not in self.seen:  # a retried task reports its block again: counted once
             self.seen.add(block)
             self.facts.merge(facts)
 
-    def result(self) -> tuple[InputFacts, dict[int, int]]:
-        return self.facts, self.records
+    def result(self) -> tuple[InputFacts, dict[int, int], set[int]]:
+        return self.facts, self.records, self.rejects
 
 
 # The id pass's key of a row: its file's index above KEY_BITS, its row number in the file below. Keys order rows
@@ -302,11 +304,12 @@ def _records_per_file(keys: pa.Array) -> dict[int, int]:
 def _valid_ids(
     batch: pa.Table, defaults: SamplingParams, collector: Any, openai: OpenAIDialect | None, task: str = "generate"
 ) -> pa.Table:
-    checked = (validate_record(rec, defaults, openai, task) for rec in _records(batch))
+    checked = [validate_record(rec, defaults, openai, task) for rec in _records(batch)]
     rows = [r for r in checked if isinstance(r, ValidRow)]
+    rejects = {r.position >> KEY_BITS for r in checked if not isinstance(r, ValidRow)}
     keys = batch.column("_pos")
     first = keys[0].as_py() if batch.num_rows else -1
-    ray.get(collector.add.remote(first, facts_of(rows), _records_per_file(keys)))
+    ray.get(collector.add.remote(first, facts_of(rows), _records_per_file(keys), rejects))
     return pa.table(
         {"id": pa.array([r.id for r in rows], pa.string()), "_pos": pa.array([r.position for r in rows], pa.int64())}
     )
@@ -331,17 +334,31 @@ def id_pass(
         num_cpus=num_cpus,
     )
     grouped = ids.groupby("id", num_partitions=partitions).aggregate(
-        Count(alias_name="n"), Min("_pos", alias_name="first")
+        Count(alias_name="n"), Min("_pos", alias_name="first"), Max("_pos", alias_name="last")
     )
     repeated = grouped.filter(_repeats)
     first_keys: dict[str, int] = {}
+    spans: list[tuple[int, int]] = []  # each repeated id's first and last key
     for batch in repeated.iter_batches(batch_size=None, batch_format="pyarrow"):
-        first_keys.update(zip(batch.column("id").to_pylist(), batch.column("first").to_pylist(), strict=True))
-    facts, records = ray.get(collector.result.remote())
+        firsts, lasts = batch.column("first").to_pylist(), batch.column("last").to_pylist()
+        first_keys.update(zip(batch.column("id").to_pylist(), firsts, strict=True))
+        spans.extend(zip(firsts, lasts, strict=True))
+    facts, records, rejects = ray.get(collector.result.remote())
     with contextlib.suppress(Exception):
         ray.kill(collector)
     counted = plan.with_counts([records.get(index, 0) for index in range(len(plan.files))])
+    counted = replace(counted, rejected_files=files_with_rejects(counted, rejects, spans))
     return positions_of(first_keys, counted), facts, counted
+
+
+def files_with_rejects(counted: InputPlan, rejects: set[int], spans: list[tuple[int, int]]) -> frozenset[str]:
+    """The files that may hold a rejected row: those where validation failed a row (`rejects`, file indexes), and
+    for each repeated id (`spans`: its first and last key) every file from its first row's to its last row's, where
+    its later rows lie. One entry per file, never per row."""
+    indexes = set(rejects)
+    for first, last in spans:
+        indexes.update(range(first >> KEY_BITS, (last >> KEY_BITS) + 1))
+    return frozenset(counted.files[index].uri for index in indexes)
 
 
 def positions_of(first_keys: dict[str, int], counted: InputPlan) -> dict[str, int]:
@@ -455,9 +472,14 @@ def input_stream(
     only failed rows inside Ray Data LLM's stages gets other column types than its neighbours, which Ray Data
     then cannot concatenate (a null column where the others hold a struct).
 
+    The read of rejected rows reads only the files where the id pass found a bad row or a repeated id's later
+    row (`InputPlan.rejected_files`): a clean input is read twice per attempt, not three times.
+
     `read_concurrency` caps the read tasks of each of the two reads: unlike the id pass, this read only has to keep
     ahead of the engines, and every read task beyond that takes CPU from them (see stream_read_concurrency)."""
     files = plan.files_with(shards, shard_rows)
+    if rejected and plan.rejected_files is not None:  # the id pass found where rejected rows can be
+        files = [f for f in files if f.uri in plan.rejected_files]
     return read_records(files, shard_rows, shards, num_cpus, read_concurrency, plan.max_record_bytes).map_batches(
         _validated,
         fn_kwargs={
