@@ -150,3 +150,44 @@ def test_a_namespace_of_aws_or_no_stack_is_refused() -> None:
         QueueMetrics("AWS/Lambda", "small")
     with pytest.raises(ValueError, match="the stack's name"):
         QueueMetrics("LLMBatch", "")
+
+
+class _ReadsNoted(LocalStore):
+    """The real LocalStore, noting the key of every body it reads (which of the job's files a close opens)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.read: list[str] = []
+
+    def read_blob(self, key: str) -> Any:
+        self.read.append(key)
+        return super().read_blob(key)
+
+
+def test_a_finished_batchs_close_takes_its_line_counts_from_the_summary(tmp_path: Path) -> None:
+    """Found in issue 50: closing a batch read output.jsonl and errors.jsonl whole to count lines that the job's
+    summary.json already holds. A finished job's summary counts them (workload/job/attempt.py); the close reads
+    only the summary. A stopped job's partial files have no summary: those are still counted (test_batch_api_e2e)."""
+    store = _ReadsNoted(tmp_path / "data")
+    service = BatchService(store, Scripted(), "llm-batch", clock=Clock())
+    try:
+        three = service.upload_file("p", "in.jsonl", "batch", [(_line("a") + _line("b") + _line("c")).encode()])
+        batch = service.create_batch("p", three["id"], "/v1/chat/completions", "24h")["id"]
+        service.tick()
+        output = f"batches/{batch}/output"
+        store.write_blob(f"{output}/output.jsonl", [b'{"custom_id": "a"}\n{"custom_id": "b"}\n'])
+        store.write_blob(f"{output}/errors.jsonl", [b'{"custom_id": "c"}\n'])
+        summary = {"rows_in": 3, "input_tokens": 9, "output_tokens": 4, "wall_s": 1.0, "cost_usd": 0.001}
+        store.write_blob(
+            f"{output}/summary.json",
+            [json.dumps({**summary, "openai_files": {"output_lines": 2, "error_lines": 1}}).encode()],
+        )
+        service.executor.states[batch] = RunState("succeeded")  # type: ignore[attr-defined]
+        store.read.clear()
+        service.tick()
+        done = service.get_batch("p", batch)
+        assert done["status"] == "completed" and done["output_file_id"] and done["error_file_id"]
+        assert done["request_counts"] == {"total": 3, "completed": 2, "failed": 1}
+        assert not [key for key in store.read if key.endswith(("output.jsonl", "errors.jsonl"))], store.read
+    finally:
+        store.close()

@@ -1,10 +1,12 @@
-"""The scale profile's pure parts: its seeded input (every kind of row counted right) and its projection."""
+"""The scale profile's parts without the job: its seeded input (every kind of row counted right), its projection
+and the counting S3 server of `scale_input: s3`."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from workload.bench.counted_s3 import BUCKET, counted_s3
 from workload.bench.profiles import get_profile
 from workload.bench.scale import FILES, project_memory, write_input
 
@@ -42,3 +44,20 @@ def test_projection_is_the_line_through_the_two_sizes() -> None:
 
 def test_the_scale_profile_runs_the_two_sizes() -> None:
     assert get_profile("scale").scale_rows == [20_000, 200_000]
+
+
+def test_the_counting_server_counts_a_read_and_starts_again_after_each_take(tmp_path: Path) -> None:
+    """What `scale_input: s3` adds (workload/bench/counted_s3.py): a real moto server, a request tally per command."""
+    import boto3
+
+    (tmp_path / "a.jsonl").write_bytes(b"x" * 5000)
+    with counted_s3() as s3:
+        uri = s3.upload(tmp_path, "in")  # the upload's own requests are not counted
+        assert uri == f"s3://{BUCKET}/in/" and s3.take() == {"object_get_bytes": 0}
+        keys = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+        client = boto3.client("s3", endpoint_url=s3.url, region_name="us-east-1", **keys)
+        assert len(client.get_object(Bucket=BUCKET, Key="in/a.jsonl")["Body"].read()) == 5000
+        client.head_object(Bucket=BUCKET, Key="in/a.jsonl")
+        client.list_objects_v2(Bucket=BUCKET, Prefix="in/")
+        assert s3.take() == {"object_get": 1, "object_get_bytes": 5000, "object_head": 1, "list": 1}
+        assert s3.take() == {"object_get_bytes": 0}

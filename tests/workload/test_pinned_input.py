@@ -1,7 +1,7 @@
 """Input reads pinned to the plan, on local files and on a real S3-speaking server (moto over HTTP, which honours
 If-Match on GET): rows appended after the plan counted a file stop the attempt naming the file, before any of the
 changed bytes can be committed; a file uploaded after the plan is named in the summary. No Ray: the readers' own
-code (RecordSource's open and read) runs in this process."""
+code (RecordReader's open and read, what each of RecordSource's read tasks runs) runs in this process."""
 
 from __future__ import annotations
 
@@ -41,17 +41,6 @@ class Input:
         return f"{self.folder}/{name}"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _no_ray_left_behind() -> Iterator[None]:
-    """The readers here run in this process, outside Ray, but building Ray Data's datasource connects this process
-    to a local Ray on the way: leave no connection behind for the tests that start their own (ray_session)."""
-    yield
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
-
-
 @pytest.fixture(params=["local", "s3"])
 def given(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Input]:
     if request.param == "local":
@@ -78,10 +67,10 @@ def _append(given: Input, name: str, data: bytes) -> None:
 
 def _read_file(plan: InputPlan, index: int) -> list[int]:
     """What a read task of the main stream yields for one planned file: the positions of its rows."""
-    from workload.job.input_stream import RecordSource
+    from workload.job.input_stream import RecordReader
 
     file = plan.files[index]
-    source = RecordSource(plan.files, Location(file.uri).fs, shard_rows=4, shards=None)
+    source = RecordReader(plan.files, shard_rows=4, shards=None)
     with source._open_input_source(None, file.path) as stream:
         return [p for block in source._read_stream(stream, file.path) for p in block.column("_pos").to_pylist()]
 
@@ -89,7 +78,7 @@ def _read_file(plan: InputPlan, index: int) -> list[int]:
 def test_rows_appended_after_the_plan_stop_the_read_naming_the_file(given: Input) -> None:
     given.put("a.jsonl", _jsonl(ROWS))
     given.put("b.jsonl", _jsonl(ROWS))
-    plan = plan_input(InputConfig(uri=given.folder))
+    plan = plan_input(InputConfig(uri=given.folder)).with_counts([10, 10])  # as the id pass counted them
     assert plan.rows_in == 20 and _read_file(plan, 0) == list(range(10))
 
     _append(given, "a.jsonl", _jsonl([{"id": f"late-{i}", "prompt": "x"} for i in range(10)]))
@@ -100,6 +89,17 @@ def test_rows_appended_after_the_plan_stop_the_read_naming_the_file(given: Input
     assert _read_file(plan, 1) == list(range(10, 20))  # the unchanged file reads as planned
 
 
+def test_rows_appended_between_the_listing_and_the_id_pass_stop_its_read(given: Input) -> None:
+    """The counts come out of the id pass's read: that read is pinned to the listed version too, so a count is
+    never of other bytes than the plan listed."""
+    given.put("a.jsonl", _jsonl(ROWS))
+    listed = plan_input(InputConfig(uri=given.folder))
+    assert listed.rows_in is None and _read_file(listed, 0) == list(range(10))  # uncounted: positions from 0
+    _append(given, "a.jsonl", _jsonl([{"id": "late", "prompt": "x"}]))
+    with pytest.raises(InputChangedError, match=given.uri("a.jsonl")):
+        _read_file(listed, 0)
+
+
 def test_a_shard_is_not_committed_once_its_local_file_changed_after_its_read(tmp_path: Path) -> None:
     """Local files: the reader checked size and mtime at open and at its end; the driver checks them again before
     each commit, after all the shard's rows were read, so no change between the read and the commit goes unseen."""
@@ -108,7 +108,7 @@ def test_a_shard_is_not_committed_once_its_local_file_changed_after_its_read(tmp
     config = JobConfig.model_validate(
         {"input": {"uri": str(path)}, "output": {"uri": str(tmp_path / "out"), "shard_rows": 4}}
     )
-    plan = plan_input(config.input)
+    plan = plan_input(config.input).with_counts([4])
     store = OutputStore(config.output.uri)
     committer = ShardCommitter(store, config, plan.rows_in, {0}, {}, 1, NullMetrics(), lambda: None)
     committer.verify_input = lambda shard: verify_unchanged(plan.files_with({shard}, 4))

@@ -334,20 +334,27 @@ class Scheduler:
             return
         now = self.records.now()
         ids: dict[str, str | None] = {"output_file_id": None, "error_file_id": None}
+        summary_body = self.store.read_blob(f"{record.output_key}/summary.json")
+        summary = json.loads(b"".join(summary_body)) if summary_body is not None else None
+        # A finished job's summary holds its files' line counts; only a stopped one's partial files are counted.
+        written = (summary or {}).get("openai_files")
         counts: dict[str, int] = {}
         errors = self._stopped_errors(record, status) if status in UNFINISHED else ERRORS
         for name, field, kind in ((OUTPUT, "output_file_id", "output"), (errors, "error_file_id", "error")):
             key = f"{record.output_key}/{name}"
             size = self.store.blob_size(key)
-            counts[kind] = self._lines(key) if size else 0
+            if not size:
+                counts[kind] = 0
+            elif written is not None:
+                counts[kind] = int(written[f"{kind}_lines"])
+            else:
+                counts[kind] = self._lines(key)
             if not size:  # OpenAI leaves the id null when there is nothing in the file
                 continue
             file_id = _output_file_id(batch_id, kind)
             ids[field] = file_id
             with contextlib.suppress(StoreConflict):  # made by an earlier finish that did not get to write the batch
                 self.files.record(record.owner, file_id, f"{batch_id}_{kind}.jsonl", "batch_output", size, key)
-        summary_body = self.store.read_blob(f"{record.output_key}/summary.json")
-        summary = json.loads(b"".join(summary_body)) if summary_body is not None else None
 
         def close(current: BatchRecord) -> None:
             if current.closed:

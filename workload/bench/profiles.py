@@ -96,6 +96,11 @@ class BenchProfile(BaseModel):
         description="Input sizes of a scale run (workload/bench/scale.py): the real job at each size instead of "
         "the three modes; empty for the engine-comparison profiles.",
     )
+    scale_input: Literal["local", "s3"] = Field(
+        "local",
+        description="Where a scale run's input lies: local files, or a bucket on a counting moto server "
+        "(workload/bench/counted_s3.py), which adds the job's S3 requests and bytes read to each size's figures.",
+    )
 
     @model_validator(mode="after")
     def _fits_context(self) -> BenchProfile:

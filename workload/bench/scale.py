@@ -4,11 +4,14 @@ memory and its time to the first engine request do not grow with the number of r
 Per size: a seeded input of short prompts over several files, with a few percent malformed lines and a few percent
 repeated ids (some repeating an id of an earlier file), answered with `max_tokens` 1 on the tiny model; then the
 same command again over the finished output (a resume with nothing left to do). Figures come from the job's own
-manifest (the driver's peak RSS, its timings) and from the wall clock around each command.
+manifest (the driver's peak RSS, its timings) and from the wall clock around each command. With
+`scale_input: s3` the input lies in a bucket of a counting moto server, and each command's S3 requests and the bytes
+its object GETs returned are recorded too (workload/bench/counted_s3.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -21,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from workload.bench.counted_s3 import CountedS3, counted_s3
 from workload.bench.isolation import worker_env
 from workload.bench.profiles import BenchProfile, materialise_model
 from workload.bench.progress import say
@@ -39,6 +43,9 @@ SCALE_DEFINITIONS = {
     "wall_s": "wall clock around `python -m workload run` (process start to exit)",
     "rows_per_s": "input rows over wall_s",
     "resume_s": "wall clock of the same command over the finished output (lease, plan, reopen, summary)",
+    "s3": "with scale_input s3: per command (job, resume), the S3 requests by kind (object_get, object_head, list) "
+    "and the bytes the object GETs returned, counted at the moto server",
+    "input_bytes": "the input files' total size, to set object_get_bytes against",
 }
 
 
@@ -99,21 +106,30 @@ def _run(config: Path, env: dict[str, str]) -> tuple[float, str]:
     return wall, completed.stderr
 
 
-def run_size(profile: BenchProfile, model_path: str, rows: int, root: Path, scratch: Path) -> dict[str, Any]:
+def run_size(
+    profile: BenchProfile, model_path: str, rows: int, root: Path, scratch: Path, s3: CountedS3 | None = None
+) -> dict[str, Any]:
     run_dir = root / str(rows)
     shutil.rmtree(run_dir, ignore_errors=True)
     counts = write_input(run_dir / "input", rows)
-    config_file = run_dir / "job.yaml"
-    config_file.write_text(yaml.safe_dump(_job_config(profile, model_path, run_dir)))
+    input_bytes = sum(p.stat().st_size for p in (run_dir / "input").iterdir())
+    config = _job_config(profile, model_path, run_dir)
     env = worker_env(scratch / str(rows), profile.engine)
+    if s3 is not None:
+        config["input"]["uri"] = s3.upload(run_dir / "input", f"run-{rows}-{time.time_ns()}")
+        env.update(s3.env)
+    config_file = run_dir / "job.yaml"
+    config_file.write_text(yaml.safe_dump(config))
     load_before = os.getloadavg()
     say(f"scale {rows} rows: running the job")
     wall, _ = _run(config_file, env)
+    job_requests = s3.take() if s3 is not None else None
     manifest = json.loads((run_dir / "output" / "_manifest.json").read_text())
     summary = json.loads((run_dir / "output" / "summary.json").read_text())
     first = manifest["attempts"][0]
     say(f"scale {rows} rows: done in {wall:.0f} s; resuming over the finished output")
     resume_wall, resume_log = _run(config_file, env)
+    resume_requests = s3.take() if s3 is not None else None
     load_after = os.getloadavg()
     resumed = json.loads((run_dir / "output" / "_manifest.json").read_text())["attempts"][-1]
     timings = first.get("timings_s", {})
@@ -134,7 +150,10 @@ def run_size(profile: BenchProfile, model_path: str, rows: int, root: Path, scra
         "job_timings_s": timings,
         "resume_timings_s": resumed.get("timings_s", {}),
         "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after]},
+        "input_bytes": input_bytes,
     }
+    if job_requests is not None:
+        result["s3"] = {"job": job_requests, "resume": resume_requests}
     if "already committed" not in resume_log:
         result["resume_note"] = "the resume did not report committed shards"
     shutil.rmtree(run_dir / "input", ignore_errors=True)  # the output stays for inspection; the input is seeded
@@ -171,10 +190,29 @@ def run_scale(profile: BenchProfile, out: Path, model_cache: Path) -> dict[str, 
     scratch = Path(tempfile.mkdtemp(prefix="llmb-scale-"))
     sizes: dict[str, dict[str, Any]] = {}
     errors: dict[str, str] = {}
+    with contextlib.ExitStack() as stack:
+        s3 = stack.enter_context(counted_s3()) if profile.scale_input == "s3" else None
+        _run_sizes(profile, model_path, out, scratch, s3, sizes, errors, reproducibility)
+    scorecard = _scorecard(profile, sizes, errors, reproducibility)
+    (out / "scorecard.md").write_text(scale_markdown(scorecard["scale"]))
+    say("done:\n" + scale_markdown(scorecard["scale"]))
+    return scorecard
+
+
+def _run_sizes(
+    profile: BenchProfile,
+    model_path: str,
+    out: Path,
+    scratch: Path,
+    s3: CountedS3 | None,
+    sizes: dict[str, dict[str, Any]],
+    errors: dict[str, str],
+    reproducibility: dict[str, Any],
+) -> None:
     try:
         for rows in profile.scale_rows:
             try:
-                sizes[str(rows)] = run_size(profile, model_path, rows, out / "job-runs", scratch)
+                sizes[str(rows)] = run_size(profile, model_path, rows, out / "job-runs", scratch, s3)
             except RuntimeError as error:
                 errors[str(rows)] = str(error)
                 say(f"scale {rows} rows FAILED: {error}")
@@ -183,9 +221,6 @@ def run_scale(profile: BenchProfile, out: Path, model_cache: Path) -> dict[str, 
             (out / "scorecard.json").write_text(json.dumps(scorecard, indent=2))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    (out / "scorecard.md").write_text(scale_markdown(scorecard["scale"]))
-    say("done:\n" + scale_markdown(scorecard["scale"]))
-    return scorecard
 
 
 def _scorecard(
@@ -247,4 +282,11 @@ def scale_markdown(scale: dict[str, Any]) -> str:
         f"first request growth {scale['first_request_growth']} (target <= {TARGET_FIRST_REQUEST_GROWTH})",
         f"projected driver peak GiB: {scale['projected_driver_peak_rss_gib']}",
     ]
+    for key in sorted((k for k in rows if "s3" in scale[k]), key=int):
+        for command, counts in scale[key]["s3"].items():
+            lines.append(
+                f"{key} rows, {command}: {counts.get('object_get', 0)} object GETs, "
+                f"{counts.get('object_get_bytes', 0)} bytes (input {scale[key]['input_bytes']}), "
+                f"{counts.get('object_head', 0)} HEADs, {counts.get('list', 0)} listings"
+            )
     return "\n".join(lines) + "\n"

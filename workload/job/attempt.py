@@ -2,8 +2,9 @@
 shard, summarise.
 
 The cluster reads and validates the input (workload/job/input_stream.py); the driver holds the plan (per file), the
-shards in flight and the commits (per shard), never the rows. A cheap count of each file's records numbers every
-row by its place in the input, and rows are grouped into fixed shards of `output.shard_rows`, so every attempt
+shards in flight and the commits (per shard), never the rows. Each file's record count, from the id pass (the
+attempt's first read of the input) or the manifest, numbers every row by its place in the input, and rows are
+grouped into fixed shards of `output.shard_rows`, so every attempt
 agrees on which row belongs to which shard and a rerun reads and sends the engine only the rows of shards not yet
 committed. Before anything else the attempt takes the output's lease (workload/job/lease.py), so two attempts never
 write one output at once; an attempt that loses it stops before its next write.
@@ -133,10 +134,15 @@ def _start_attempt(
     return manifest, attempt
 
 
-def _openai_files(store: OutputStore, commits: dict[int, Any], config: JobConfig, manifest: dict[str, Any]) -> None:
+def _openai_files(
+    store: OutputStore, commits: dict[int, Any], config: JobConfig, manifest: dict[str, Any]
+) -> dict[str, int]:
+    """output.jsonl and errors.jsonl, and their line counts (the summary keeps them: the Batch API's close reads
+    them there rather than reading the files again)."""
     # `created` is the night's first start: a rebuild of the files writes the same bytes.
     started_at = datetime.fromisoformat(manifest["attempts"][0]["started_at"])
-    build_openai_files(store, commits, config.model.name, int(started_at.timestamp()))
+    output, error = build_openai_files(store, commits, config.model.name, int(started_at.timestamp()))
+    return {"output_lines": output, "error_lines": error}
 
 
 def _claim(
@@ -191,24 +197,20 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
 
         check_can_embed(config.model)  # before the manifest: a model that cannot pool leaves the output untouched
     timings["plan_s"] = round(time.monotonic() - started, 3)
-    # Where the driver's memory went: its peak up to the end of the plan (the only time it reads input bytes),
+    # Where the driver's memory went: its peak up to the end of the plan (it lists the input and reads no rows),
     # its size when the rows start to stream (Ray and the pipeline built), and its peak over the whole attempt.
     memory = {"peak_after_plan": peak_rss_mib()}
     manifest, attempt = _claim(store, config, plan, previous)
     failpoints.reached(failpoints.ATTEMPT_STARTED)
     committed = store.recover()
-    shard_count = -(-plan.rows_in // config.output.shard_rows)
-    pending = set(range(shard_count)) - set(committed)
     timings["reopen_s"] = round(time.monotonic() - started, 3)
     run_id = config.metrics.run_id or manifest["attempts"][0]["started_at"]
     metrics = open_metrics(config.metrics, run_id)
     done_rows = sum(c.rows_ok + c.rows_failed for c in committed.values())
-    progress = Progress(total=plan.rows_in, already=done_rows, attempt=attempt)
-    if committed:
-        print(
-            f"[llm-batch] attempt {attempt}: resuming, {len(committed)}/{shard_count} shards already committed",
-            file=sys.stderr,
-        )
+    current = {"plan": plan}  # the counted plan once the id pass has counted the input
+
+    def shards_of(counted: InputPlan) -> int:
+        return -(-int(counted.rows_in or 0) // config.output.shard_rows)
 
     def record_attempt() -> None:
         # Kept current while the attempt runs, so one that is killed still reports its time up to then.
@@ -222,25 +224,54 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
         entry["timings_s"] = {k: v for k, v in timings.items() if k != "t0"}
         store.write_manifest(manifest)
 
+    def set_shards(counted: InputPlan) -> None:
+        """The counts (the manifest's, or the id pass's): recorded in the manifest, so a resume plans its shards
+        without a read, and the shards still to do."""
+        announce = not current["plan"].counted or current["plan"] is counted
+        current["plan"] = counted
+        if counted.listing() != manifest.get("input_files") or manifest.get("rows_in") != counted.rows_in:
+            manifest.update(input_files=counted.listing(), rows_in=counted.rows_in)
+            store.write_manifest(manifest)
+        committer.rows_in = int(counted.rows_in or 0)
+        committer.pending = set(range(shards_of(counted))) - set(committed)
+        if committed and announce:
+            print(
+                f"[llm-batch] attempt {attempt}: resuming, {len(committed)}/{shards_of(counted)} shards already "
+                "committed",
+                file=sys.stderr,
+            )
+
+    def count(counted: InputPlan) -> Progress:
+        """The id pass's counts set the shards; the attempt's progress counts rows from then on."""
+        set_shards(counted)
+        return Progress(total=committer.rows_in, already=done_rows, attempt=attempt)
+
     completed = True
     with StopSignal(config.resume.grace_period_s) as stop:
-        committer = ShardCommitter(store, config, plan.rows_in, pending, {}, attempt, metrics, record_attempt)
-        committer.verify_input = lambda shard: verify_unchanged(plan.files_with({shard}, config.output.shard_rows))
+        committer = ShardCommitter(store, config, 0, set(), {}, attempt, metrics, record_attempt)
+        committer.verify_input = lambda shard: verify_unchanged(
+            current["plan"].files_with({shard}, config.output.shard_rows)
+        )
         if plan.task == "embed" and plan.openai is not None:
             committer.layout = "embed_several"  # an OpenAI line may carry several inputs
-        if pending and not stop.stopped:
+        if plan.counted:  # the manifest's counts: the shards are known before any read
+            set_shards(plan)
+        # An uncounted plan needs the id pass for its shards; a counted one, for what is still pending.
+        if (committer.pending or not plan.counted) and not stop.stopped:
             with ray_session(config.device, preload=("workload.engine.pipeline",), stopped=stop.event):
-                completed = run_engine(committer, config, plan, progress, stop, lease, timings, memory)
+                completed = run_engine(committer, config, plan, count, stop, lease, timings, memory)
             # Stopped by a signal: every shard complete so far is committed; the rest is redone next time.
-            completed = completed and not committer.pending
+            completed = completed and current["plan"].counted and not committer.pending
         # The handler stays ours until the summary is written: a SIGTERM after the last commit lets the run
         # finish its bookkeeping rather than killing it halfway (the default action).
         interrupted = stop.stopped
         manifest["attempts"][-1]["ended_at"] = utc_now()
         record_attempt()
+        plan = current["plan"]
         if not completed:
             metrics.close()
-            left = len(committer.pending)
+            # Stopped before the id pass counted the input: every shard is left (how many is not known yet).
+            left = len(committer.pending) if plan.counted else -1
             print(f"[llm-batch] stopped: {left} shards left for the next attempt", file=sys.stderr)
             if interrupted:
                 if plan.openai is not None:  # what finished so far, in OpenAI's files; the next attempt rewrites them
@@ -263,7 +294,7 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
             )
         # Before the summary: a reader that waits for summary.json finds the OpenAI files there too.
         if plan.openai is not None:
-            _openai_files(store, commits, config, manifest)
+            summary["openai_files"] = _openai_files(store, commits, config, manifest)
         failpoints.reached(failpoints.SUMMARY_WRITING)
         store.write_summary(summary)
         metrics.run_complete(summary)

@@ -1,4 +1,5 @@
-"""The attempt's engine loop: the id pass, the pipeline's stream, and the stop signal and lease checked every tick.
+"""The attempt's engine loop: the id pass (which also counts the input), the pipeline's stream, and the stop signal
+and lease checked every tick.
 
 The driver reads the pipeline's output in a thread of its own and wakes at least every `TICK_S`, so a SIGTERM or a
 lost lease is acted on within a second even while Ray Data holds a task's rows; an engine crash loop found under
@@ -10,7 +11,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -29,13 +30,16 @@ def run_engine(
     committer: ShardCommitter,
     config: JobConfig,
     plan: InputPlan,
-    progress: Progress,
+    counted: Callable[[InputPlan], Progress],
     stop: Any,
     lease: OutputLease,
     timings: dict[str, float],
     memory: dict[str, float],
 ) -> bool:
-    """Stream the pending shards' rows from the input through Ray Data LLM; returns False if stopped by a signal."""
+    """Stream the pending shards' rows from the input through Ray Data LLM; returns False if stopped by a signal.
+
+    `counted` takes the plan with every file's record count, from the id pass, and sets the attempt's shards by it
+    (the committer's pending shards among them); it returns the attempt's progress."""
     from workload.engine.pipeline import build_pipeline
     from workload.job.input_stream import id_pass, input_stream, stream_read_concurrency
 
@@ -44,10 +48,15 @@ def run_engine(
     if stop.stopped:  # a SIGTERM while Ray started: nothing read, nothing in flight, every shard left as it was
         return False
     # The whole input's repeated ids and facts first: a row is sent only once no earlier row can claim its id.
-    duplicates, facts = id_pass(plan, config.sampling, _partitions(), config.stages.num_cpus)
+    duplicates, facts, plan = id_pass(plan, config.sampling, _partitions(), config.stages.num_cpus)
     timings["id_pass_s"] = round(time.monotonic() - started, 3)
+    progress = counted(plan)
     if stop.stopped:  # nothing is in flight yet: every pending shard is left for the next attempt
+        progress.close()
         return False
+    if not committer.pending:  # counted only now, and every shard already committed
+        progress.close()
+        return True
     problem = seeded_cpu_conflict(config, facts.seeded)
     if problem:  # a row's own seed meets engine settings that would crash on it: stop before any engine starts
         raise ConfigError(problem)
@@ -65,8 +74,12 @@ def run_engine(
             stream_read_concurrency(config.max_replicas or config.replicas),
         )
 
-    # Rows that failed validation never enter the engine's stages: they go straight to their shards.
-    dataset = rows(rejected=True)
+    # Rows that failed validation never enter the engine's stages: they go straight to their shards. Read only
+    # where the id pass found such rows (none at all in a clean input).
+    rejected_files = plan.rejected_files
+    pending_files = plan.files_with(committer.pending, config.output.shard_rows)
+    has_rejects = rejected_files is None or any(f.uri in rejected_files for f in pending_files)
+    dataset = rows(rejected=True) if has_rejects else None
     if facts.valid_rows:
         # No model on the driver: each node running a stage fetches config.model itself
         # (workload/engine/node_stages.py).
@@ -76,7 +89,9 @@ def run_engine(
             answered = build_embed_pipeline(rows(False), config)
         else:
             answered = build_pipeline(rows(False), config, chat_template=facts.has_messages, seeded=facts.seeded)
-        dataset = answered.union(dataset)
+        dataset = answered if dataset is None else answered.union(dataset)
+    if dataset is None:  # no valid row and no rejected one: the pending shards hold no row at all
+        return True
     # Every ray.init (ours, and the one build_processor makes) would install a SIGTERM handler that exits at once,
     # without committing; runtime._signals_kept stops that, and this takes the signal back should anything else.
     stop.install()

@@ -1,9 +1,10 @@
 """The input's plan, made on the driver before any row is read, and what the driver makes of rows coming back.
 
-The plan lists the input files with their sizes and versions (one listing, no request per file) and counts each
-file's records (JSONL: a streamed scan of its line ends, holding one chunk at a time; Parquet: its footer). The
-counts fix every row's position (files in path order, then file order) and so its shard before any row is read;
-the manifest keeps them, so a resume over unchanged files counts nothing again. Nothing here imports Ray.
+The plan lists the input files with their sizes and versions (one listing, no request per file). A JSONL file's
+record count comes out of the id pass, the attempt's first read of the input (workload/job/input_stream.py), so no
+pass reads the input only to count it; a Parquet file's comes from its footer here. The counts fix every row's
+position (files in path order, then file order) and so its shard; the manifest keeps them, so a resume over
+unchanged files plans its shards before any read. Nothing here imports Ray.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pickle
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -33,8 +34,8 @@ class InputFile:
     uri: str
     path: str  # the form pyarrow filesystems take
     format: str  # jsonl | parquet
-    first: int  # position of its first record
-    records: int
+    first: int  # position of its first record (0 until every file before it is counted)
+    records: int | None  # None: not counted yet (a JSONL file the id pass counts)
     size: int
     version: str
 
@@ -42,20 +43,39 @@ class InputFile:
 @dataclass(frozen=True)
 class InputPlan:
     files: list[InputFile]
-    rows_in: int
+    rows_in: int | None  # None until every file is counted
     max_record_bytes: int = 16 << 20  # the cap the count used; the readers apply the same, so positions agree
     openai: OpenAIDialect | None = None  # an OpenAI Batch input: its one url and the model's names
     task: str = "generate"  # what the engine does: the config's task, or embed for a /v1/embeddings input
+    # The files that may hold a row the validation stage rejects (a bad row, or a repeated id's later row), as
+    # the id pass found them; None: not known, every file may. The main stream's read of rejected rows skips the rest.
+    rejected_files: frozenset[str] | None = None
+
+    @property
+    def counted(self) -> bool:
+        return self.rows_in is not None
+
+    def with_counts(self, counts: list[int]) -> InputPlan:
+        """The plan with every file's record count (`counts`, in file order, from the id pass) and so every row's
+        position. A count the plan already had (the manifest's, or a Parquet footer's) must agree: the files are
+        pinned to their planned versions, so a difference means the file is not the one planned."""
+        files, first = [], 0
+        for file, records in zip(self.files, counts, strict=True):
+            if file.records is not None and file.records != records:
+                raise changed(file.uri, f"it holds {records} records; {file.records} were counted before")
+            files.append(replace(file, first=first, records=records))
+            first += records
+        return replace(self, files=files, rows_in=first)
 
     def listing(self) -> dict[str, dict[str, Any]]:
         """What the manifest records of each file: size, content version, and the record count."""
         return {f.uri: {"size": f.size, "version": f.version, "records": f.records} for f in self.files}
 
     def files_with(self, shards: set[int], shard_rows: int) -> list[InputFile]:
-        """The files holding a row of one of `shards`."""
+        """The files holding a row of one of `shards` (a counted plan's)."""
         wanted = []
         for file in self.files:
-            if file.records == 0:
+            if not file.records:
                 continue
             first, last = file.first // shard_rows, (file.first + file.records - 1) // shard_rows
             if any(first <= shard <= last for shard in shards):
@@ -71,13 +91,11 @@ def chunks(stream: Any) -> Iterator[bytes]:
         yield bytes(chunk)
 
 
-def _count_records(location: Location, fmt: str, max_record_bytes: int, size: int, version: str) -> int:
-    # Counted through a pinned read: the count is of the very version the listing gave (workload/files/pinned.py).
+def _parquet_rows(location: Location, size: int, version: str) -> int:
+    # Its footer, through a pinned read: the count is of the very version the listing gave (workload/files/pinned.py).
     try:
-        with open_pinned(location, size, version, random_access=fmt == "parquet") as stream:
-            if fmt == "parquet":
-                return int(pq.ParquetFile(stream).metadata.num_rows)
-            return sum(1 for _ in jsonl_records(chunks(stream), max_record_bytes))
+        with open_pinned(location, size, version, random_access=True) as stream:
+            return int(pq.ParquetFile(stream).metadata.num_rows)
     except InputChangedError:
         raise
     except OSError as error:
@@ -91,7 +109,7 @@ def _openai_dialect(config: InputConfig, files: list[InputFile], model_names: fr
         return None
     first = None
     for file in files:
-        if file.format != "jsonl" or not file.records:
+        if file.format != "jsonl" or file.records == 0:
             continue
         with Location(file.uri).fs.open_input_stream(file.path) as stream:
             for _, raw in jsonl_records(chunks(stream), config.max_record_bytes):
@@ -134,8 +152,9 @@ def plan_input(
     model_names: frozenset[str] = frozenset({"llm-batch"}),
     task: str = "generate",
 ) -> InputPlan:
-    """Every input file with its size, version and record count, in path order. `known`: a manifest's listing;
-    a file whose size and version are unchanged keeps its recorded count (a resume counts nothing again).
+    """Every input file with its size and version, in path order, and the record counts known without reading
+    rows: a Parquet footer's, and `known` (a manifest's listing): a file whose size and version are unchanged keeps
+    its recorded count. The others are None until the id pass counts them (`InputPlan.with_counts`).
     `task`: the config's; the plan's is the one the input asks for (`input_task`)."""
     input_files(config)  # raises InputError naming the URI when it holds no input files
     try:
@@ -145,21 +164,24 @@ def plan_input(
     formats = [format_of(loc, config.format) for loc, _, _ in listed]
     known = known or {}
 
-    def count(index: int) -> int:
+    def count(index: int) -> int | None:
         location, size, version = listed[index]
         entry = known.get(location.uri)
         if entry and entry.get("records") is not None and (entry["size"], entry["version"]) == (size, version):
             return int(entry["records"])
-        return _count_records(location, formats[index], config.max_record_bytes, size, version)
+        return _parquet_rows(location, size, version) if formats[index] == "parquet" else None
 
     with ThreadPoolExecutor(max_workers=16) as pool:  # S3 GETs wait on the network, not the CPU
         counts = list(pool.map(count, range(len(listed))))
-    files, first = [], 0
-    for (location, size, version), fmt, records in zip(listed, formats, counts, strict=True):
-        files.append(InputFile(location.uri, location.path, fmt, first, records, size, version))
-        first += records
+    files = [
+        InputFile(location.uri, location.path, fmt, 0, records, size, version)
+        for (location, size, version), fmt, records in zip(listed, formats, counts, strict=True)
+    ]
     openai = _openai_dialect(config, files, model_names)
-    return InputPlan(files, first, config.max_record_bytes, openai, input_task(task, openai, config.uri))
+    plan = InputPlan(files, None, config.max_record_bytes, openai, input_task(task, openai, config.uri))
+    if all(f.records is not None for f in files):  # a resume over unchanged files: every shard known now
+        plan = plan.with_counts([int(f.records or 0) for f in files])
+    return plan
 
 
 def verify_unchanged(files: list[InputFile]) -> None:

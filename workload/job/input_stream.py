@@ -1,12 +1,15 @@
 """The input as a stream: the cluster reads the files, validates rows in a stage and marks repeated ids, while the
 driver holds only what is per file (the plan) or per shard, never per row.
 
-1. Plan (driver, cheap; workload/job/input_plan.py): the files, their sizes and versions, and each file's record
-   count, which fix every row's position (files in path order, then file order) and so its shard.
-2. Id pass (cluster): read and validate every row, keep (id, position) of the valid ones and group them by id in
-   Ray Data's hash-partitioned aggregation: each node holds only its partitions. What comes back to the driver is
-   one (id, first position) per id that repeats. The same pass decides one Arrow type per pass-through column,
-   whether any row has `messages` and whether any row is seeded, over the whole input.
+1. Plan (driver, cheap; workload/job/input_plan.py): the files, their sizes and versions (one listing), and the
+   record counts known without a read (a manifest's, a Parquet footer's).
+2. Id pass (cluster), the attempt's first read: read and validate every row, keep (id, key) of the valid ones and
+   group them by id in Ray Data's hash-partitioned aggregation: each node holds only its partitions. A key is the
+   file's index and the row's number in it, so the pass needs no count before it; the same read counts each
+   file's records, which fix every row's position (files in path order, then file order) and so its shard. What
+   comes back to the driver is one (id, first position) per id that repeats, and a count per file. The same pass
+   decides one Arrow type per pass-through column, whether any row has `messages` and whether any row is seeded,
+   over the whole input.
 3. Main stream (cluster): read again, only the files and rows of shards not yet committed; validate; a row whose
    id repeats and is not that id's first is a `duplicate_id` error. The valid rows go to the engine's stages;
    a second read yields the bad rows as error rows, with their file, line and raw bytes, joined after the
@@ -20,14 +23,14 @@ import json
 import pickle
 import typing
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
 import ray.data
-from ray.data.aggregate import Count, Min
+from ray.data.aggregate import Count, Max, Min
 from ray.data.datasource import FileBasedDatasource
 
 from workload.contract.config import SamplingParams
@@ -72,19 +75,13 @@ BLOCK_BYTES = 16 << 20
 ERROR_COLUMN = "__inference_error__"
 
 
-class RecordSource(FileBasedDatasource):
-    """Ray Data's file reader machinery (parallel read tasks, retries, S3 through pyarrow) over our record rule:
-    each read task streams its files chunk by chunk and yields blocks of raw records with their positions."""
+class RecordReader:
+    """Our record rule, what each read task runs: a file opened pinned to its planned version, streamed chunk by
+    chunk, yielding blocks of raw records with their positions. Apart from Ray, so it runs in any process."""
 
     def __init__(
-        self,
-        files: list[InputFile],
-        filesystem: Any,
-        shard_rows: int,
-        shards: set[int] | None,
-        max_record_bytes: int | None = None,
+        self, files: list[InputFile], shard_rows: int, shards: set[int] | None, max_record_bytes: int | None = None
     ) -> None:
-        super().__init__([f.path for f in files], filesystem=filesystem)
         self._max_record_bytes = max_record_bytes
         self._by_path = {f.path: f for f in files}
         self._shard_rows = shard_rows
@@ -113,7 +110,8 @@ class RecordSource(FileBasedDatasource):
         else:
             records = self._parquet_records(file)
         for row, line, raw in records:
-            if row >= file.records:  # more records in the planned bytes than the plan counted: not the same file
+            # More records in the planned bytes than the id pass counted: not the same file.
+            if file.records is not None and row >= file.records:
                 raise changed(file.uri, f"it holds more than the {file.records} records the plan counted")
             position = file.first + row
             if self._shards is not None and position // self._shard_rows not in self._shards:
@@ -132,6 +130,21 @@ class RecordSource(FileBasedDatasource):
                 for value in batch.to_pylist():
                     yield row, None, parquet_record(value, self._max_record_bytes)
                     row += 1
+
+
+class RecordSource(RecordReader, FileBasedDatasource):
+    """Ray Data's file reader machinery (parallel read tasks, retries, S3 through pyarrow) over our record rule."""
+
+    def __init__(
+        self,
+        files: list[InputFile],
+        filesystem: Any,
+        shard_rows: int,
+        shards: set[int] | None,
+        max_record_bytes: int | None = None,
+    ) -> None:
+        FileBasedDatasource.__init__(self, [f.path for f in files], filesystem=filesystem)
+        RecordReader.__init__(self, files, shard_rows, shards, max_record_bytes)
 
 
 class _BlockBuilder:
@@ -254,27 +267,49 @@ def facts_of(rows: list[ValidRow]) -> InputFacts:
 
 
 class _FactsCollector:
-    """One small actor the id pass's tasks report to: what it holds is per column, not per row."""
+    """One small actor the id pass's tasks report to: what it holds is per column or per file, not per row."""
 
     def __init__(self) -> None:
         self.facts = InputFacts({})
         self.seen: set[int] = set()  # the first position of each block reported: one entry per block
+        self.records: dict[int, int] = {}  # file index -> its records: the highest row number seen, plus one
+        self.rejects: set[int] = set()  # indexes of the files holding a row that failed validation
 
-    def add(self, block: int, facts: InputFacts) -> None:
+    def add(self, block: int, facts: InputFacts, records: dict[int, int], rejects: set[int] | None = None) -> None:
+        for file, count in records.items():  # a maximum: a retried task's report changes nothing
+            self.records[file] = max(self.records.get(file, 0), count)
+        self.rejects |= rejects or set()
         if block not in self.seen:  # a retried task reports its block again: counted once
             self.seen.add(block)
             self.facts.merge(facts)
 
-    def result(self) -> InputFacts:
-        return self.facts
+    def result(self) -> tuple[InputFacts, dict[int, int], set[int]]:
+        return self.facts, self.records, self.rejects
+
+
+# The id pass's key of a row: its file's index above KEY_BITS, its row number in the file below. Keys order rows
+# as positions do (files in path order, then file order), so the smallest key of an id is its first row.
+KEY_BITS = 40
+
+
+def _records_per_file(keys: pa.Array) -> dict[int, int]:
+    """{file index: highest row number + 1} over the keys of one block."""
+    counts: dict[int, int] = {}
+    for key in keys.to_pylist():
+        file, row = key >> KEY_BITS, key & ((1 << KEY_BITS) - 1)
+        counts[file] = max(counts.get(file, 0), row + 1)
+    return counts
 
 
 def _valid_ids(
     batch: pa.Table, defaults: SamplingParams, collector: Any, openai: OpenAIDialect | None, task: str = "generate"
 ) -> pa.Table:
-    checked = (validate_record(rec, defaults, openai, task) for rec in _records(batch))
+    checked = [validate_record(rec, defaults, openai, task) for rec in _records(batch)]
     rows = [r for r in checked if isinstance(r, ValidRow)]
-    ray.get(collector.add.remote(batch.column("_pos")[0].as_py() if batch.num_rows else -1, facts_of(rows)))
+    rejects = {r.position >> KEY_BITS for r in checked if not isinstance(r, ValidRow)}
+    keys = batch.column("_pos")
+    first = keys[0].as_py() if batch.num_rows else -1
+    ray.get(collector.add.remote(first, facts_of(rows), _records_per_file(keys), rejects))
     return pa.table(
         {"id": pa.array([r.id for r in rows], pa.string()), "_pos": pa.array([r.position for r in rows], pa.int64())}
     )
@@ -282,12 +317,15 @@ def _valid_ids(
 
 def id_pass(
     plan: InputPlan, defaults: SamplingParams, partitions: int, num_cpus: float
-) -> tuple[dict[str, int], InputFacts]:
-    """{id: its first position} for every id that repeats, and the input's facts. The grouping is Ray Data's
-    hash-partitioned aggregation; only repeated ids come back to the driver."""
+) -> tuple[dict[str, int], InputFacts, InputPlan]:
+    """{id: its first position} for every id that repeats, the input's facts, and the plan with every file's
+    record count (counted by this read). The grouping is Ray Data's hash-partitioned aggregation; only repeated ids
+    and a count per file come back to the driver."""
     collector = ray.remote(num_cpus=0)(_FactsCollector).remote()
+    # Each file's rows are keyed by the file's index and their row number (KEY_BITS): no count is needed first.
+    keyed = [replace(f, first=index << KEY_BITS) for index, f in enumerate(plan.files)]
     ids = read_records(
-        [f for f in plan.files if f.records], 1, None, num_cpus, max_record_bytes=plan.max_record_bytes
+        [f for f in keyed if f.records != 0], 1, None, num_cpus, max_record_bytes=plan.max_record_bytes
     ).map_batches(
         _valid_ids,
         fn_kwargs={"defaults": defaults, "collector": collector, "openai": plan.openai, "task": plan.task},
@@ -296,16 +334,38 @@ def id_pass(
         num_cpus=num_cpus,
     )
     grouped = ids.groupby("id", num_partitions=partitions).aggregate(
-        Count(alias_name="n"), Min("_pos", alias_name="first")
+        Count(alias_name="n"), Min("_pos", alias_name="first"), Max("_pos", alias_name="last")
     )
     repeated = grouped.filter(_repeats)
-    duplicates: dict[str, int] = {}
+    first_keys: dict[str, int] = {}
+    spans: list[tuple[int, int]] = []  # each repeated id's first and last key
     for batch in repeated.iter_batches(batch_size=None, batch_format="pyarrow"):
-        duplicates.update(zip(batch.column("id").to_pylist(), batch.column("first").to_pylist(), strict=True))
-    facts = ray.get(collector.result.remote())
+        firsts, lasts = batch.column("first").to_pylist(), batch.column("last").to_pylist()
+        first_keys.update(zip(batch.column("id").to_pylist(), firsts, strict=True))
+        spans.extend(zip(firsts, lasts, strict=True))
+    facts, records, rejects = ray.get(collector.result.remote())
     with contextlib.suppress(Exception):
         ray.kill(collector)
-    return duplicates, facts
+    counted = plan.with_counts([records.get(index, 0) for index in range(len(plan.files))])
+    counted = replace(counted, rejected_files=files_with_rejects(counted, rejects, spans))
+    return positions_of(first_keys, counted), facts, counted
+
+
+def files_with_rejects(counted: InputPlan, rejects: set[int], spans: list[tuple[int, int]]) -> frozenset[str]:
+    """The files that may hold a rejected row: those where validation failed a row (`rejects`, file indexes), and
+    for each repeated id (`spans`: its first and last key) every file from its first row's to its last row's, where
+    its later rows lie. One entry per file, never per row."""
+    indexes = set(rejects)
+    for first, last in spans:
+        indexes.update(range(first >> KEY_BITS, (last >> KEY_BITS) + 1))
+    return frozenset(counted.files[index].uri for index in indexes)
+
+
+def positions_of(first_keys: dict[str, int], counted: InputPlan) -> dict[str, int]:
+    """{id: its first row's key} as {id: its first row's position}, by the counted plan."""
+    starts = [f.first for f in counted.files]
+    mask = (1 << KEY_BITS) - 1
+    return {row_id: starts[key >> KEY_BITS] + (key & mask) for row_id, key in first_keys.items()}
 
 
 def _repeats(row: dict[str, Any]) -> bool:
@@ -412,9 +472,14 @@ def input_stream(
     only failed rows inside Ray Data LLM's stages gets other column types than its neighbours, which Ray Data
     then cannot concatenate (a null column where the others hold a struct).
 
+    The read of rejected rows reads only the files where the id pass found a bad row or a repeated id's later
+    row (`InputPlan.rejected_files`): a clean input is read twice per attempt, not three times.
+
     `read_concurrency` caps the read tasks of each of the two reads: unlike the id pass, this read only has to keep
     ahead of the engines, and every read task beyond that takes CPU from them (see stream_read_concurrency)."""
     files = plan.files_with(shards, shard_rows)
+    if rejected and plan.rejected_files is not None:  # the id pass found where rejected rows can be
+        files = [f for f in files if f.uri in plan.rejected_files]
     return read_records(files, shard_rows, shards, num_cpus, read_concurrency, plan.max_record_bytes).map_batches(
         _validated,
         fn_kwargs={
