@@ -46,6 +46,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "straight into OUT).",
     )
     parser.add_argument(
+        "--run-batch",
+        metavar="LINES",
+        help="Instead of the engine modes: the job against `vllm run-batch` on one OpenAI chat batch file of each "
+        "line count, comma-separated (e.g. 200,10000), same model and engine settings; writes OUT/run_batch.json "
+        "and .md (workload/bench/run_batch.py).",
+    )
+    parser.add_argument(
         "--model-cache",
         type=Path,
         default=Path(ModelConfig().cache_dir),
@@ -92,6 +99,17 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any, setting: str) -> Non
     node[parts[-1]] = value
 
 
+def line_counts(value: str) -> list[int]:
+    """--run-batch's line counts: positive integers, comma-separated."""
+    try:
+        counts = [int(item) for item in value.split(",") if item.strip()]
+    except ValueError:
+        raise SystemExit(f"--run-batch takes comma-separated line counts, got {value!r}") from None
+    if not counts or min(counts) < 1:
+        raise SystemExit(f"--run-batch takes line counts of at least 1, got {value!r}")
+    return counts
+
+
 def run(args: argparse.Namespace) -> int:
     from workload.bench.runner import run_bench
 
@@ -102,6 +120,15 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(
             f"--repeat is for the engine-comparison profiles; {profile.name!r} is a scale run (scale_rows set)"
         )
+    if args.run_batch is not None:
+        from workload.bench.run_batch import markdown, run_comparison
+
+        if args.repeat > 1 or profile.scale_rows:
+            raise SystemExit("--run-batch runs once, on an engine-comparison profile (no --repeat, no scale profile)")
+        results = run_comparison(profile, line_counts(args.run_batch), args.out, args.model_cache)
+        print(markdown(results))
+        failed = [r for r in results for tool in ("run_batch", "job") if r[tool]["returncode"] != 0]
+        return 1 if failed else 0
     if args.repeat > 1:
         from workload.bench.rounds import ratio_lines, run_rounds
 
