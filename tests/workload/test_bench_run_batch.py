@@ -22,6 +22,7 @@ from workload.bench.run_batch import (
     line_phases,
     mark_phases,
     run_batch_command,
+    timed_run,
     write_job_config,
 )
 from workload.contract.config import load_config
@@ -147,3 +148,14 @@ def test_groups_pick_the_runners_worker_groups_in_its_order() -> None:
                 model_cache=Path("y"),
             )
         )
+
+
+def test_a_timed_run_stamps_lines_and_stops_a_silent_hang(tmp_path: Path) -> None:
+    import sys
+
+    command = [sys.executable, "-c", "import time; print('one', flush=True); time.sleep(0.5); print('two')"]
+    run = timed_run(command, {}, tmp_path / "log", timeout_s=60)
+    assert run.returncode == 0 and [text for _, text in run.lines] == ["one", "two"]
+    assert run.lines[1][0] - run.lines[0][0] >= 0.4  # stamped on arrival
+    with pytest.raises(RuntimeError, match="ran past 1 s and was stopped"):
+        timed_run([sys.executable, "-c", "import time; time.sleep(30)"], {}, tmp_path / "log", timeout_s=1)

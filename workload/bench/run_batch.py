@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,18 +131,29 @@ def timed_run(command: list[str], env: dict[str, str], log: Path, timeout_s: flo
     with (
         log.open("w", encoding="utf-8") as sink,
         subprocess.Popen(
-            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+            command,
+            # PYTHONUNBUFFERED: each line arrives (and is stamped) when written, not when a pipe's buffer fills.
+            env={**env, "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
         ) as process,
     ):
-        assert process.stdout is not None
-        for line in process.stdout:
-            at = time.monotonic() - started
-            lines.append((at, line.rstrip("\n")))
-            sink.write(f"[{at:8.2f}s] {line}")
-            if at > timeout_s:
-                process.kill()
-                raise RuntimeError(f"{command[2]} ran past {timeout_s:.0f} s; its log: {log}")
-        returncode = process.wait()
+        # A timer, not a check per line: a tool that hangs silently is stopped too.
+        deadline = threading.Timer(timeout_s, process.kill)
+        deadline.start()
+        try:
+            assert process.stdout is not None
+            for line in process.stdout:
+                at = time.monotonic() - started
+                lines.append((at, line.rstrip("\n")))
+                sink.write(f"[{at:8.2f}s] {line}")
+            returncode = process.wait()
+        finally:
+            deadline.cancel()
+    if time.monotonic() - started >= timeout_s:
+        raise RuntimeError(f"{' '.join(command[1:4])} ran past {timeout_s:.0f} s and was stopped; its log: {log}")
     return TimedRun(wall_s=round(time.monotonic() - started, 2), returncode=returncode, lines=lines)
 
 
