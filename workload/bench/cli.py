@@ -46,6 +46,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "straight into OUT).",
     )
     parser.add_argument(
+        "--groups",
+        help="Run only these worker groups, comma-separated, of: engine (continuous and synchronous), "
+        "engine_job_layout (the like-for-like bare engine, bimodal point), job (default: all three).",
+    )
+    parser.add_argument(
+        "--run-batch",
+        metavar="LINES",
+        help="Instead of the engine modes: the job against `vllm run-batch` on one OpenAI chat batch file of each "
+        "line count, comma-separated (e.g. 200,10000), same model and engine settings; writes OUT/run_batch.json "
+        "and .md (workload/bench/run_batch.py).",
+    )
+    parser.add_argument(
         "--model-cache",
         type=Path,
         default=Path(ModelConfig().cache_dir),
@@ -92,6 +104,30 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any, setting: str) -> Non
     node[parts[-1]] = value
 
 
+def line_counts(value: str) -> list[int]:
+    """--run-batch's line counts: positive integers, comma-separated."""
+    try:
+        counts = [int(item) for item in value.split(",") if item.strip()]
+    except ValueError:
+        raise SystemExit(f"--run-batch takes comma-separated line counts, got {value!r}") from None
+    if not counts or min(counts) < 1:
+        raise SystemExit(f"--run-batch takes line counts of at least 1, got {value!r}")
+    return counts
+
+
+def groups(value: str | None) -> tuple[str, ...]:
+    """--groups: a comma-separated subset of the runner's worker groups, in the runner's order."""
+    from workload.bench.runner import GROUPS
+
+    if value is None:
+        return GROUPS
+    chosen = {item.strip() for item in value.split(",") if item.strip()}
+    unknown = sorted(chosen - set(GROUPS))
+    if unknown or not chosen:
+        raise SystemExit(f"--groups takes a comma-separated subset of {', '.join(GROUPS)}; got {value!r}")
+    return tuple(group for group in GROUPS if group in chosen)
+
+
 def run(args: argparse.Namespace) -> int:
     from workload.bench.runner import run_bench
 
@@ -102,6 +138,17 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(
             f"--repeat is for the engine-comparison profiles; {profile.name!r} is a scale run (scale_rows set)"
         )
+    if args.groups is not None and (args.repeat > 1 or profile.scale_rows or args.run_batch is not None):
+        raise SystemExit("--groups is for a single engine-comparison run (not with --repeat, --run-batch or scale)")
+    if args.run_batch is not None:
+        from workload.bench.run_batch import markdown, run_comparison
+
+        if args.repeat > 1 or profile.scale_rows:
+            raise SystemExit("--run-batch runs once, on an engine-comparison profile (no --repeat, no scale profile)")
+        results = run_comparison(profile, line_counts(args.run_batch), args.out, args.model_cache)
+        print(markdown(results))
+        failed = [r for r in results for tool in ("run_batch", "job") if r[tool]["returncode"] != 0]
+        return 1 if failed else 0
     if args.repeat > 1:
         from workload.bench.rounds import ratio_lines, run_rounds
 
@@ -115,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
         scorecard = run_scale(profile, args.out, args.model_cache)
         print(f"scorecard: {args.out / 'scorecard.json'}")
         return 1 if scorecard["errors"] else 0
-    outputs = run_bench(profile, args.out, args.model_cache)
+    outputs = run_bench(profile, args.out, args.model_cache, groups(args.groups))
     print(f"scorecard: {outputs.scorecard_json}\ntable: {outputs.table_md}")
     print("plots: " + ", ".join(str(path) for path in outputs.plots))
     return 1 if outputs.scorecard["errors"] else 0
