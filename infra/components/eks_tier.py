@@ -27,6 +27,7 @@ from infra.components.node_groups import NodeGroups, NodeGroupsArgs
 from infra.components.providers import Providers
 from infra.components.serving import Serving, ServingArgs
 from infra.config import StackConfig
+from infra.config.eks import EksConfig
 from infra.eks_job import RAYJOB_NAME, base_rayjob_args
 from infra.eks_serve import RAYSERVICE_NAME, rayservice_manifest, serve_worker_ceiling
 from infra.k8s.network_policy import SERVE_PORT
@@ -42,6 +43,12 @@ class EksTierArgs:
     tags: Mapping[str, str]
     base: Foundation
     providers: Providers
+
+
+def gpu_node_pool_names(eks: EksConfig) -> list[str]:
+    """The names of Karpenter's GPU NodePools for the nightly run (the endpoint's pool is not the night's)."""
+    pools = [eks.node_pool, *([eks.eight_gpu.node_pool] if eks.eight_gpu.enabled else [])]
+    return [each.name for pool in pools for each in pool.spot_and_fallback()]
 
 
 class EksTier(pulumi.ComponentResource):
@@ -127,6 +134,7 @@ class EksTier(pulumi.ComponentResource):
                     volume_gib=eks.node_volume_gib,
                     volume_key_arn=key_arn,
                     node_pool=eks.node_pool,
+                    other_gpu_pools=(eks.eight_gpu.node_pool,) if eks.eight_gpu.enabled else (),
                     head_instance_type=eks.head_instance_type,
                     head_nodes=eks.head_nodes,
                     tag_existing_subnets=not config.network.create_vpc,
@@ -169,7 +177,8 @@ class EksTier(pulumi.ComponentResource):
             night_template_json=rayjob_args.apply(night_template_json),
             nodegroup_name=None if eks.karpenter_enabled else nodes.gpu_group_name,
             gpu_nodes=eks.gpu_max_nodes,
-            karpenter_nodepool=eks.node_pool.name if eks.karpenter_enabled else None,
+            # Every GPU NodePool of the night's groups (Spot and fallback), comma-separated: the release empties all.
+            karpenter_nodepool=",".join(gpu_node_pool_names(eks)) if eks.karpenter_enabled else None,
         )
         self.serve_endpoint = None
         if config.serve.enabled:
