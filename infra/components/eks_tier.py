@@ -27,7 +27,7 @@ from infra.components.node_groups import NodeGroups, NodeGroupsArgs
 from infra.components.providers import Providers
 from infra.components.serving import Serving, ServingArgs
 from infra.config import StackConfig
-from infra.config.eks import EksConfig
+from infra.config.worker_groups import gpu_node_pool_names
 from infra.eks_job import RAYJOB_NAME, base_rayjob_args
 from infra.eks_serve import RAYSERVICE_NAME, rayservice_manifest, serve_worker_ceiling
 from infra.k8s.network_policy import SERVE_PORT
@@ -43,12 +43,6 @@ class EksTierArgs:
     tags: Mapping[str, str]
     base: Foundation
     providers: Providers
-
-
-def gpu_node_pool_names(eks: EksConfig) -> list[str]:
-    """The names of Karpenter's GPU NodePools for the nightly run (the endpoint's pool is not the night's)."""
-    pools = [eks.node_pool, *([eks.eight_gpu.node_pool] if eks.eight_gpu.enabled else [])]
-    return [each.name for pool in pools for each in pool.spot_and_fallback()]
 
 
 class EksTier(pulumi.ComponentResource):

@@ -107,3 +107,10 @@ def choose_group(
                 f"{fix}"
             )
     return group
+
+
+def gpu_node_pool_names(eks: EksConfig) -> list[str]:
+    """Karpenter's GPU NodePools of the night, each Spot pool and its on-demand fallback (the endpoint's pool is
+    not the night's): what the nightly release empties."""
+    pools = [eks.node_pool, *([eks.eight_gpu.node_pool] if eks.eight_gpu.enabled else [])]
+    return [each.name for pool in pools for each in pool.spot_and_fallback()]
