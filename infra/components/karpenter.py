@@ -228,6 +228,10 @@ def controller_policy(
                     "ec2:DescribeCapacityReservations",
                     "ec2:DescribeImages",
                     "ec2:DescribeInstances",
+                    # Karpenter's instance health checks (upstream grants it since v1.12): without it the controller
+                    # logs "permission is not allowed" and turns them off, so a GPU node failing its EC2 status
+                    # checks is never replaced and can hang a night until the RayJob's deadline.
+                    "ec2:DescribeInstanceStatus",
                     "ec2:DescribeInstanceTypeOfferings",
                     "ec2:DescribeInstanceTypes",
                     "ec2:DescribeLaunchTemplates",
