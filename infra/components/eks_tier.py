@@ -71,6 +71,8 @@ class EksTier(pulumi.ComponentResource):
                 public_access_cidrs=eks.endpoint_public_access_cidrs,
                 job_namespace=eks.namespace,
                 tags=tags,
+                log_retention_days=config.monitoring.log_retention_days,
+                log_group_name=naming.eks_cluster_log_group(stack),
             ),
             child,
         )
