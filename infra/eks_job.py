@@ -11,7 +11,7 @@ import re
 
 from infra import naming, versions
 from infra.config import StackConfig
-from infra.k8s.common import Manifest
+from infra.k8s.common import POOL_LABEL, Manifest
 from infra.k8s.model_disk import models_volume
 from infra.k8s.rayjob import HeadSpec, RayJobArgs, WorkerSpec, fit_job_to_workers, for_night, render_job
 from infra.pricing.stack_costs import run_price_per_hour_usd
@@ -27,12 +27,16 @@ def base_rayjob_args(
     """The RayJob every night starts from; input and output carry the `{date}` the night fills in."""
     eks = config.eks
     autoscaling = eks.karpenter_enabled
+    # The group the model's engine needs (infra/config/worker_groups.py): one-GPU or eight-GPU workers.
+    group = config.night_workers
     workers = WorkerSpec(
-        size=eks.worker_size,
+        size=group.size,
         # One copy of the weights and the compile caches, from the model's size (engine-plan's weights_gib).
         models_volume=models_volume(config.job.model_weights_gib),
-        min_replicas=eks.gpu_min_workers if autoscaling else eks.gpu_max_nodes,
-        max_replicas=eks.gpu_max_nodes,
+        min_replicas=group.min_workers if autoscaling else group.max_nodes,
+        max_replicas=group.max_nodes,
+        node_selector={POOL_LABEL: group.name},
+        group_name=group.name,
     )
     job = config.job_config(
         f"s3://{bucket}/{config.job.input_prefix}",

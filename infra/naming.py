@@ -53,6 +53,12 @@ def log_group_prefix(stack: str) -> str:
     return f"/{PROJECT}/{stack}/"
 
 
+def eks_cluster_log_group(stack: str) -> str:
+    """The log group EKS writes the control-plane logs of the stack's cluster (named `prefix(stack)`) to: a name
+    EKS fixes, `/aws/eks/<cluster>/cluster`, outside the stack's prefix; the program declares it (retention, key)."""
+    return f"/aws/eks/{prefix(stack)}/cluster"
+
+
 def job_log_group(stack: str) -> str:
     """The CloudWatch Logs group the job writes to (the node's Docker log driver and the EKS pods)."""
     return f"{log_group_prefix(stack)}job"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pulumi
 
 from infra.components.helm import pinned_chart
-from infra.k8s.common import GPU_POOL, POOL_LABEL, gpu_toleration
+from infra.k8s.common import GPU8_POOL, GPU_POOL, POOL_LABEL, gpu_toleration
 
 
 class NvidiaDevicePlugin(pulumi.ComponentResource):
@@ -28,7 +28,11 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
                     "nodeAffinity": {
                         "requiredDuringSchedulingIgnoredDuringExecution": {
                             "nodeSelectorTerms": [
-                                {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": [GPU_POOL]}]}
+                                {
+                                    "matchExpressions": [
+                                        {"key": POOL_LABEL, "operator": "In", "values": [GPU_POOL, GPU8_POOL]}
+                                    ]
+                                }
                             ]
                         }
                     }

@@ -37,6 +37,9 @@ class EksClusterArgs:
     submitter_role_arns: Sequence[pulumi.Input[str]] = ()
     job_namespace: str = "llm-batch"
     tags: dict[str, str] = field(default_factory=dict)
+    # The control-plane log group's retention (monitoring.log_retention_days) and its name (EKS fixes it).
+    log_retention_days: int = 30
+    log_group_name: str = ""
 
 
 def endpoint_of(kubeconfig_json: str) -> str:
@@ -63,6 +66,16 @@ class EksCluster(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         public = list(args.public_access_cidrs)
         self.cluster_name = args.cluster_name
+        # Declared before the cluster, so EKS finds it instead of creating its own: on the stack key, with the
+        # stack's retention, deleted by `pulumi destroy` (an EKS-made group has no retention and outlives the stack).
+        control_plane_logs = aws.cloudwatch.LogGroup(
+            f"{name}-control-plane-logs",
+            name=args.log_group_name or f"/aws/eks/{args.cluster_name}/cluster",
+            retention_in_days=args.log_retention_days,
+            kms_key_id=args.key_arn,
+            tags=args.tags,
+            opts=child,
+        )
         self.cluster = eks.Cluster(
             f"{name}-cluster",
             name=args.cluster_name,
@@ -87,7 +100,7 @@ class EksCluster(pulumi.ComponentResource):
             # and Karpenter alike), and `cluster_security_group_id` is that group.
             skip_default_security_groups=True,
             tags=args.tags,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[control_plane_logs]),
         )
         self.kubeconfig = pulumi.Output.secret(self.cluster.kubeconfig_json)
         self.endpoint = self.cluster.kubeconfig_json.apply(endpoint_of)

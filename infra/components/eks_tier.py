@@ -27,6 +27,7 @@ from infra.components.node_groups import NodeGroups, NodeGroupsArgs
 from infra.components.providers import Providers
 from infra.components.serving import Serving, ServingArgs
 from infra.config import StackConfig
+from infra.config.worker_groups import gpu_node_pool_names
 from infra.eks_job import RAYJOB_NAME, base_rayjob_args
 from infra.eks_serve import RAYSERVICE_NAME, rayservice_manifest, serve_worker_ceiling
 from infra.k8s.network_policy import SERVE_PORT
@@ -70,6 +71,8 @@ class EksTier(pulumi.ComponentResource):
                 public_access_cidrs=eks.endpoint_public_access_cidrs,
                 job_namespace=eks.namespace,
                 tags=tags,
+                log_retention_days=config.monitoring.log_retention_days,
+                log_group_name=naming.eks_cluster_log_group(stack),
             ),
             child,
         )
@@ -127,6 +130,7 @@ class EksTier(pulumi.ComponentResource):
                     volume_gib=eks.node_volume_gib,
                     volume_key_arn=key_arn,
                     node_pool=eks.node_pool,
+                    other_gpu_pools=(eks.eight_gpu.node_pool,) if eks.eight_gpu.enabled else (),
                     head_instance_type=eks.head_instance_type,
                     head_nodes=eks.head_nodes,
                     tag_existing_subnets=not config.network.create_vpc,
@@ -169,7 +173,8 @@ class EksTier(pulumi.ComponentResource):
             night_template_json=rayjob_args.apply(night_template_json),
             nodegroup_name=None if eks.karpenter_enabled else nodes.gpu_group_name,
             gpu_nodes=eks.gpu_max_nodes,
-            karpenter_nodepool=eks.node_pool.name if eks.karpenter_enabled else None,
+            # Every GPU NodePool of the night's groups (Spot and fallback), comma-separated: the release empties all.
+            karpenter_nodepool=",".join(gpu_node_pool_names(eks)) if eks.karpenter_enabled else None,
         )
         self.serve_endpoint = None
         if config.serve.enabled:

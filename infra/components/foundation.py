@@ -49,7 +49,11 @@ class Foundation(pulumi.ComponentResource):
         # Karpenter launches with its controller's role, which the key reaches through IAM (components/karpenter.py).
         launchers = [aws_context.service_linked_role_arn(provider)]
         self.key = EncryptionKey(
-            "kms", EncryptionKeyArgs(stack=stack, context=context, launcher_role_arns=launchers), child
+            "kms",
+            EncryptionKeyArgs(
+                stack=stack, context=context, launcher_role_arns=launchers, eks_cluster_logs=config.tier != "small"
+            ),
+            child,
         )
         key_arn = self.key.key_arn
         self.data = DataBucket("storage", DataBucketArgs.from_config(stack, config, context, key_arn), child)

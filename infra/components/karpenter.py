@@ -30,7 +30,7 @@ from infra.k8s.karpenter import (
     NodePoolArgs,
     render_head_node_pool,
     render_node_class,
-    render_node_pool,
+    render_node_pools,
 )
 
 NAMESPACE = "karpenter"
@@ -71,6 +71,8 @@ class KarpenterArgs:
     # since an `ec2.Tag` on a subnet whose tags the Subnet resource owns is removed by the next `up`.
     tag_existing_subnets: bool
     tags: dict[str, str] = field(default_factory=dict)
+    # More GPU pools from the same node class: the large tier's eight-GPU workers (`eks.eight_gpu`).
+    other_gpu_pools: tuple[NodePoolArgs, ...] = ()
 
 
 def queue_policy(queue_arn: str, account_id: str) -> dict[str, Any]:
@@ -226,6 +228,10 @@ def controller_policy(
                     "ec2:DescribeCapacityReservations",
                     "ec2:DescribeImages",
                     "ec2:DescribeInstances",
+                    # Karpenter's instance health checks (upstream grants it since v1.12): without it the controller
+                    # logs "permission is not allowed" and turns them off, so a GPU node failing its EC2 status
+                    # checks is never replaced and can hang a night until the RayJob's deadline.
+                    "ec2:DescribeInstanceStatus",
                     "ec2:DescribeInstanceTypeOfferings",
                     "ec2:DescribeInstanceTypes",
                     "ec2:DescribeLaunchTemplates",
@@ -312,11 +318,9 @@ def _item(index: int) -> Callable[[list[str]], str]:
     return lambda items: items[index]
 
 
-def node_manifests(
-    args: KarpenterArgs, node_role_name: str, volume_key_arn: str | None
-) -> tuple[Manifest, Manifest, Manifest]:
-    """The EC2NodeClass, the GPU NodePool and the head NodePool this component applies (also what the CRD tests
-    validate)."""
+def node_manifests(args: KarpenterArgs, node_role_name: str, volume_key_arn: str | None) -> list[Manifest]:
+    """The EC2NodeClass, the GPU NodePools (each Spot pool and its on-demand fallback) and the head NodePool
+    this component applies (also what the CRD tests validate)."""
     node_class = render_node_class(
         NodeClassArgs(
             name=args.node_pool.node_class,
@@ -329,7 +333,8 @@ def node_manifests(
         )
     )
     head_pool = render_head_node_pool(args.head_instance_type, args.head_nodes, args.node_pool.node_class)
-    return node_class, render_node_pool(args.node_pool), head_pool
+    gpu_pools = [pool for args_pool in (args.node_pool, *args.other_gpu_pools) for pool in render_node_pools(args_pool)]
+    return [node_class, *gpu_pools, head_pool]
 
 
 class Karpenter(pulumi.ComponentResource):
@@ -441,12 +446,12 @@ class Karpenter(pulumi.ComponentResource):
 
         # Rendered once without the key (names and metadata are known now), and the node class's spec again
         # with the key's ARN once it is known.
-        node_class, node_pool, head_pool = node_manifests(args, node_role_name, None)
+        node_class, *pools = node_manifests(args, node_role_name, None)
         node_class_spec = pulumi.Output.from_input(args.volume_key_arn).apply(
             lambda key_arn: node_manifests(args, node_role_name, key_arn)[0]["spec"]
         )
         after_chart = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[chart])
-        manifests = ((node_class, node_class_spec), (node_pool, node_pool["spec"]), (head_pool, head_pool["spec"]))
+        manifests = ((node_class, node_class_spec), *((pool, pool["spec"]) for pool in pools))
         for manifest, spec in manifests:
             k8s.apiextensions.CustomResource(
                 f"{name}-{manifest['kind'].lower()}-{manifest['metadata']['name']}",

@@ -61,6 +61,8 @@ class EncryptionKeyArgs:
     # Roles that launch instances whose volumes this key encrypts (the Auto Scaling service-linked role):
     # IAM policies cannot be attached to a service-linked role, so only the key policy can let it in.
     launcher_role_arns: Sequence[str] = ()
+    # The EKS tiers: the control-plane log group EKS names itself, outside the stack's prefix, also on this key.
+    eks_cluster_logs: bool = False
 
 
 def launcher_statements(role_arns: Sequence[str]) -> list[dict[str, Any]]:
@@ -87,13 +89,20 @@ def launcher_statements(role_arns: Sequence[str]) -> list[dict[str, Any]]:
     ]
 
 
-def key_policy(context: AwsContext, launcher_role_arns: Sequence[str] = (), stack: str = "") -> dict[str, Any]:
+def key_policy(
+    context: AwsContext, launcher_role_arns: Sequence[str] = (), stack: str = "", eks_cluster_logs: bool = False
+) -> dict[str, Any]:
     """The key policy; in a key policy `Resource: "*"` means this key.
 
     CloudWatch Logs may use the key only for this stack's log groups (`/llm-batch/<stack>/...`), so another
     stack's (or anyone's) group in the account cannot be encrypted with, or read through, this key.
     """
     logs_principal = f"logs.{context.region}.{context.dns_suffix}"
+    # The stack's own log groups, and on the EKS tiers the control plane's, whose name EKS fixes.
+    own_groups = context.arn("logs", f"log-group:{naming.log_group_prefix(stack)}*")
+    log_groups: str | list[str] = own_groups
+    if eks_cluster_logs:
+        log_groups = [own_groups, context.arn("logs", f"log-group:{naming.eks_cluster_log_group(stack)}")]
     return {
         "Version": "2012-10-17",
         "Statement": [
@@ -139,13 +148,7 @@ def key_policy(context: AwsContext, launcher_role_arns: Sequence[str] = (), stac
                     "kms:Describe*",
                 ],
                 "Resource": "*",
-                "Condition": {
-                    "ArnLike": {
-                        "kms:EncryptionContext:aws:logs:arn": context.arn(
-                            "logs", f"log-group:{naming.log_group_prefix(stack)}*"
-                        )
-                    }
-                },
+                "Condition": {"ArnLike": {"kms:EncryptionContext:aws:logs:arn": log_groups}},
             },
         ],
     }
@@ -165,7 +168,7 @@ class EncryptionKey(pulumi.ComponentResource):
             description=f"{naming.prefix(args.stack)}: job data, alerts, secrets and logs",
             enable_key_rotation=True,
             deletion_window_in_days=30,
-            policy=json.dumps(key_policy(args.context, args.launcher_role_arns, args.stack)),
+            policy=json.dumps(key_policy(args.context, args.launcher_role_arns, args.stack, args.eks_cluster_logs)),
             opts=child,
         )
         aws.kms.Alias(f"{name}-alias", name=f"alias/{naming.prefix(args.stack)}", target_key_id=key.key_id, opts=child)

@@ -15,7 +15,7 @@ from infra.config.sections import (
     NAMESPACE,
     _Section,
 )
-from infra.k8s.common import check_dns_label, quantity_value
+from infra.k8s.common import GPU8_POOL, check_dns_label, quantity_value
 from infra.k8s.head_group import (
     SERVE_REPORTER,
     SYSTEM_NODES,
@@ -34,6 +34,33 @@ from monitoring.alarms import ServeWatch
 # egress ranges, far less than "the internet".
 MAX_PUBLIC_ENDPOINT_BITS = 24
 MAX_PUBLIC_ENDPOINT_ADDRESSES = 2**MAX_PUBLIC_ENDPOINT_BITS
+
+
+class EightGpuWorkers(_Section):
+    """The large tier's second GPU worker group: one worker pod per eight-GPU node, for a model whose engine needs
+    more than one GPU (tensor parallel), beside the one-GPU group of `eks.node_pool` and `eks.worker_size`."""
+
+    enabled: bool = Field(True, description="Its NodePools (Spot, and the on-demand fallback) on Karpenter's tier.")
+    node_pool: NodePoolArgs = Field(
+        NodePoolArgs(
+            name="gpu8-spot",
+            pool=GPU8_POOL,
+            instance_types=["p4d.24xlarge", "g5.48xlarge"],
+            # Two nodes of the largest type: the pool's limits must let Karpenter launch each type.
+            cpu_limit="384",
+            memory_limit="2304Gi",
+            gpu_limit=16,
+            on_demand_gpu_limit=8,
+        ),
+        description="The eight-GPU types' Spot-first NodePool (its own `llm-batch.io/pool` label).",
+    )
+    worker_size: PodSize = Field(
+        # The smaller type's allocatable: p4d.24xlarge's 96 vCPU less the node's reserve; g5.48xlarge's 768 GiB
+        # at the node's memory share (infra/k8s/instance_types.py).
+        PodSize(cpu="90", memory="640Gi", gpus=8),
+        description="Each eight-GPU worker pod (= limits): all of its node's GPUs.",
+    )
+    max_nodes: int = Field(2, ge=1, description="Most eight-GPU workers at once (one per node).")
 
 
 class EksConfig(_Section):
@@ -87,7 +114,12 @@ class EksConfig(_Section):
     )
     karpenter_enabled: bool = Field(False, description="Karpenter NodePool instead of a managed GPU group.")
     ami_alias: str = Field(versions.EKS_AMI_ALIAS, description="Pinned AL2023 alias of Karpenter's nodes.")
-    node_pool: NodePoolArgs = Field(NodePoolArgs(), description="Karpenter's Spot-first GPU NodePool.")
+    node_pool: NodePoolArgs = Field(NodePoolArgs(), description="Karpenter's Spot-first one-GPU NodePool.")
+    eight_gpu: EightGpuWorkers = Field(
+        EightGpuWorkers(),
+        description="Karpenter's tier: the eight-GPU worker group and its pools; the stack's model decides which "
+        "group runs the night (StackConfig.night_workers).",
+    )
 
     @field_validator("endpoint_public_access_cidrs")
     @classmethod
@@ -185,6 +217,24 @@ class EksConfig(_Section):
                 raise ValueError(
                     f"gpu_min_workers ({self.gpu_min_workers}) is more than gpu_max_nodes ({self.gpu_max_nodes})"
                 )
+            wide = self.eight_gpu
+            if wide.enabled:
+                wide_types = wide.node_pool.instance_types
+                _check_fits(wide.worker_size, wide_types, "eight_gpu.worker_size", "eight_gpu.node_pool.instance_types")
+                _check_whole_node(
+                    wide.worker_size, wide_types, "eight_gpu.worker_size", "eight_gpu.node_pool.instance_types"
+                )
+                if wide.max_nodes * wide.worker_size.gpus > wide.node_pool.gpu_limit:
+                    raise ValueError(
+                        f"eight_gpu.max_nodes x eight_gpu.worker_size.gpus ({wide.max_nodes * wide.worker_size.gpus}) "
+                        f"is more than eight_gpu.node_pool.gpu_limit ({wide.node_pool.gpu_limit}): the last workers "
+                        "could never start"
+                    )
+                if wide.node_pool.pool == self.node_pool.pool or wide.node_pool.name == self.node_pool.name:
+                    raise ValueError(
+                        "eight_gpu.node_pool needs its own name and pool label: one-GPU and eight-GPU workers "
+                        "must not land on each other's nodes"
+                    )
         else:
             _check_fits(self.worker_size, [self.gpu_instance_type], "worker_size", "gpu_instance_type")
             _check_whole_node(self.worker_size, [self.gpu_instance_type], "worker_size", "gpu_instance_type")

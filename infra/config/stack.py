@@ -43,6 +43,7 @@ from infra.config.sections import (
     Tier,
     _Section,
 )
+from infra.config.worker_groups import WorkerGroup, choose_group, worker_groups
 from infra.k8s.head_group import head_group_shortfall, pods_on_head_group
 from infra.k8s.instance_types import SHAPES, shape_of
 from infra.k8s.model_disk import disk_problem
@@ -115,7 +116,7 @@ class StackConfig(_Section):
         if self.tier == "small":
             return [self.small.instance_type], []
         if self.eks.karpenter_enabled:
-            first, *others = self.eks.node_pool.instance_types
+            first, *others = self.night_workers.node_pool.instance_types
             return [first, self.eks.head_instance_type, self.eks.system_instance_type], [*others, *serve]
         return [self.eks.gpu_instance_type, self.eks.head_instance_type, self.eks.system_instance_type], serve
 
@@ -135,12 +136,30 @@ class StackConfig(_Section):
             return [("small.instance_type", self.small.instance_type, self.small.root_volume_gib)]
         eks = self.eks
         if eks.karpenter_enabled:
-            nodes = [("eks.node_pool.instance_types", t, eks.node_volume_gib) for t in eks.node_pool.instance_types]
+            group = self.night_workers
+            key = f"{group.key}.instance_types"
+            nodes = [(key, t, eks.node_volume_gib) for t in group.node_pool.instance_types]
         else:
             nodes = [("eks.gpu_instance_type", eks.gpu_instance_type, eks.node_volume_gib)]
         if self.serve.enabled:
             nodes.append(("serve.instance_type", self.serve.instance_type, eks.node_volume_gib))
         return nodes
+
+    @property
+    def night_workers(self) -> WorkerGroup:
+        """The GPU worker group the nightly run uses: on Karpenter's tier, the one the model's engine needs
+        (infra/config/worker_groups.py); elsewhere the one GPU group."""
+        engine = self.job_config("s3://b/i/", "s3://b/o/").engine
+        groups = worker_groups(self.eks)
+        return choose_group(
+            groups, engine.tensor_parallel_size, self.job.model_weights_gib, engine.gpu_memory_utilization
+        )
+
+    @model_validator(mode="after")
+    def _night_has_a_group(self) -> StackConfig:
+        if self.tier != "small":
+            self.night_workers  # noqa: B018 -- a tensor-parallel size or model no group can run stops here
+        return self
 
     @model_validator(mode="after")
     def _model_fits_node_disk(self) -> StackConfig:

@@ -9,7 +9,8 @@
   without one leaves the EC2NodeClass never ready, so the config refuses such a pin.
 
 Every check takes the date it judges by (`on`), so no test turns red because the calendar moved; the commands
-pass today's date. A table checked more than `MAX_AGE_DAYS` ago makes the plan and preflight say so.
+pass today's date. A table whose facts are more than `MAX_AGE_DAYS` old (its source's date where it records one,
+else the day it was checked) makes the plan and preflight say so.
 """
 
 from __future__ import annotations
@@ -123,25 +124,30 @@ def support_warning(version: str, on: date) -> str | None:
 
 
 def stale_warnings(on: date) -> list[str]:
-    """A line for each facts table checked more than MAX_AGE_DAYS before `on`."""
+    """A line for each facts table whose facts are more than MAX_AGE_DAYS old on `on`: judged by the date of the
+    source it was read from where the table records one (the AMI releases: a table re-read today from a July
+    changelog still holds July's releases), else by the day it was checked."""
     from infra.pricing.per_token import MANAGED_TABLE, managed_table
     from workload.contract.engine_sizing import GPU_KINDS_FILE, gpu_kinds
 
+    checked = "was checked against its source on"
     tables = [
-        (f"infra/facts/{CALENDAR_FILE.name}", calendar().checked, calendar().how),
-        (f"infra/facts/{AMI_RELEASES_FILE.name}", ami_releases().checked, ami_releases().how),
+        (f"infra/facts/{CALENDAR_FILE.name}", checked, calendar().checked, calendar().how),
+        (
+            f"infra/facts/{AMI_RELEASES_FILE.name}",
+            f"was read (on {ami_releases().checked}) from its source as of",
+            ami_releases().source_as_of,
+            ami_releases().how,
+        ),
         # The GPU kinds the engines are sized for, and the managed batch prices the estimate compares with.
-        (f"workload/contract/{GPU_KINDS_FILE.name}", gpu_kinds().checked, gpu_kinds().how),
-        (f"infra/pricing/{MANAGED_TABLE.name}", managed_table().as_of, managed_table().how),
+        (f"workload/contract/{GPU_KINDS_FILE.name}", checked, gpu_kinds().checked, gpu_kinds().how),
+        (f"infra/pricing/{MANAGED_TABLE.name}", checked, managed_table().as_of, managed_table().how),
     ]
     lines = []
-    for name, checked, how in tables:
-        age = (on - checked).days
+    for name, what, dated, how in tables:
+        age = (on - dated).days
         if age > MAX_AGE_DAYS:
-            lines.append(
-                f"{name} was checked against its source on {checked}, {age} days ago "
-                f"(more than {MAX_AGE_DAYS}): refresh it ({how})"
-            )
+            lines.append(f"{name} {what} {dated}, {age} days ago (more than {MAX_AGE_DAYS}): refresh it ({how})")
     return lines
 
 

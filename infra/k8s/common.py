@@ -23,6 +23,9 @@ WORKER_COMPONENT = "ray-worker"
 POOL_LABEL = "llm-batch.io/pool"
 HEAD_POOL = "head"
 GPU_POOL = "gpu"
+# The large tier's eight-GPU nodes (p4d.24xlarge, g5.48xlarge): their own pool, so a one-GPU worker never lands
+# on one and an eight-GPU worker never waits for a g5.xlarge.
+GPU8_POOL = "gpu8"
 # The always-on node of CoreDNS and the operators; the head pool scales from 0 between runs.
 SYSTEM_POOL = "system"
 # Head nodes carry this taint (key POOL_LABEL, value HEAD_POOL), so only Ray heads and the RayJob's submitter land

@@ -30,6 +30,9 @@ from infra.k8s.instance_types import shape_of
 
 NODE_CLASS_API_VERSION = "karpenter.k8s.aws/v1"
 NODE_POOL_API_VERSION = "karpenter.sh/v1"
+# Karpenter tries NodePools of higher weight first: the Spot pools before their on-demand fallbacks.
+SPOT_WEIGHT = 100
+FALLBACK_WEIGHT = 10
 # Subnets and security groups carrying this tag (value: the cluster name) are where Karpenter puts nodes.
 DISCOVERY_TAG = "karpenter.sh/discovery"
 
@@ -95,9 +98,24 @@ class NodePoolArgs(_Strict):
     # workers'). Eight-GPU workers list eight-GPU types: ["p4d.24xlarge", "g5.48xlarge"].
     instance_types: list[str] = Field(default_factory=lambda: ["g5.xlarge", "g5.2xlarge"])
     on_demand_fallback: bool = Field(
-        True, description="Spot first; on-demand only when no Spot capacity is left (Karpenter prefers Spot)."
+        True,
+        description="Spot first; beside this pool, a lower-weight on-demand pool (`<name>-on-demand` less the "
+        "`-spot`) that Karpenter uses only when no Spot node of these types can be had.",
+    )
+    on_demand_gpu_limit: int = Field(
+        8,
+        ge=1,
+        description="The on-demand fallback pool's `nvidia.com/gpu` limit: Karpenter has no price field, so this "
+        "bounds the worst-case dollars an hour (the estimate shows them).",
     )
     spot: bool = Field(True, description="Spot capacity at all; False: on-demand nodes only.")
+    weight: int | None = Field(
+        None,
+        ge=1,
+        le=100,
+        description="Karpenter tries pools of higher weight first; None: no weight (the Spot pools get "
+        "SPOT_WEIGHT, their on-demand fallbacks FALLBACK_WEIGHT).",
+    )
     pool: str = Field(
         GPU_POOL,
         description="The `llm-batch.io/pool` label of its nodes, which pods select: one workload's pool each.",
@@ -138,10 +156,43 @@ class NodePoolArgs(_Strict):
             raise ValueError(f"{info.field_name} {value!r} must be a duration such as '300s', '5m' or '168h'")
         return value
 
+    @property
+    def fallback_name(self) -> str:
+        """The on-demand fallback pool's name: `gpu-spot` -> `gpu-on-demand`."""
+        return f"{self.name.removesuffix('-spot')}-on-demand"
+
+    def spot_and_fallback(self) -> list[NodePoolArgs]:
+        """The pools this one stands for: itself (Spot, weighted first) and, with `on_demand_fallback`, an
+        on-demand pool of the same types and pool label, weighted below it and bounded by
+        `on_demand_gpu_limit` GPUs (cpu and memory limits scaled to the nodes that many GPUs allow)."""
+        if not self.spot or not self.on_demand_fallback:
+            return [self]
+        spot = self.model_copy(update={"on_demand_fallback": False, "weight": self.weight or SPOT_WEIGHT})
+        nodes = max(1, self.on_demand_gpu_limit // min(shape_of(t).gpus for t in self.instance_types))
+        fallback = self.model_copy(
+            update={
+                "name": self.fallback_name,
+                "spot": False,
+                "on_demand_fallback": False,
+                "weight": FALLBACK_WEIGHT,
+                "gpu_limit": self.on_demand_gpu_limit,
+                "cpu_limit": str(nodes * max(shape_of(t).vcpus for t in self.instance_types)),
+                "memory_limit": f"{nodes * max(shape_of(t).memory_gib for t in self.instance_types)}Gi",
+            }
+        )
+        return [spot, NodePoolArgs.model_validate(fallback.model_dump())]
+
     @model_validator(mode="after")
     def _types_fit_limits(self) -> NodePoolArgs:
         if not self.instance_types:
             raise ValueError("instance_types is empty: the NodePool could launch nothing")
+        if self.on_demand_fallback and self.spot:
+            most = max(shape_of(t).gpus for t in self.instance_types)
+            if self.on_demand_gpu_limit < most:
+                raise ValueError(
+                    f"on_demand_gpu_limit ({self.on_demand_gpu_limit}) is less than the {most} GPUs of one node "
+                    "of instance_types: the on-demand fallback could never launch its largest type"
+                )
         cpus, memory_gib = quantity_value(self.cpu_limit), quantity_value(self.memory_limit) / 2**30
         for instance_type in self.instance_types:
             shape = shape_of(instance_type)
@@ -198,16 +249,19 @@ def render_node_class(args: NodeClassArgs) -> Manifest:
 
 
 def render_node_pool(args: NodePoolArgs) -> Manifest:
-    """The Spot-first GPU pool: tainted for GPU pods only, bounded by limits, consolidated when idle."""
+    """One GPU pool: tainted for GPU pods only, bounded by limits, consolidated when idle. A Spot pool with
+    `on_demand_fallback` is rendered as two by `render_node_pools`; alone here it lists both capacity types."""
     capacity = ["spot", "on-demand"] if args.on_demand_fallback else ["spot"]
     if not args.spot:
         capacity = ["on-demand"]
     budgets: list[dict[str, Any]] = [budget.model_dump(exclude_none=True) for budget in args.budgets]
+    weight: dict[str, Any] = {} if args.weight is None else {"weight": args.weight}
     return {
         "apiVersion": NODE_POOL_API_VERSION,
         "kind": "NodePool",
         "metadata": {"name": args.name, "labels": base_labels("karpenter")},
         "spec": {
+            **weight,
             "template": {
                 "metadata": {"labels": check_labels({POOL_LABEL: args.pool}, "node labels")},
                 "spec": {
@@ -239,6 +293,11 @@ def render_node_pool(args: NodePoolArgs) -> Manifest:
             "limits": {"cpu": args.cpu_limit, "memory": args.memory_limit, GPU_RESOURCE: str(args.gpu_limit)},
         },
     }
+
+
+def render_node_pools(args: NodePoolArgs) -> list[Manifest]:
+    """The Spot pool and its lower-weight on-demand fallback (NodePoolArgs.spot_and_fallback)."""
+    return [render_node_pool(pool) for pool in args.spot_and_fallback()]
 
 
 def render_head_node_pool(instance_type: str, max_nodes: int, node_class: str, name: str = "head") -> Manifest:

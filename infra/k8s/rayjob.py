@@ -120,6 +120,10 @@ class WorkerSpec(_Strict):
     node_selector: dict[str, str] = Field(
         default_factory=lambda: {POOL_LABEL: GPU_POOL}, description="Where workers run: the Spot GPU pool."
     )
+    group_name: str = Field(
+        GPU_POOL,
+        description="The KubeRay worker group's name: the pool its workers run on (the large tier's `gpu` or `gpu8`).",
+    )
 
     @field_validator("models_volume")
     @classmethod
@@ -464,7 +468,7 @@ def render_ray_cluster_spec(args: RayJobArgs) -> Manifest:
         },
         "workerGroupSpecs": [
             {
-                "groupName": "gpu",
+                "groupName": workers.group_name,
                 "replicas": replicas,
                 "minReplicas": workers.min_replicas,
                 "maxReplicas": workers.max_replicas,

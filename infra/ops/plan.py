@@ -262,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         print(render_tree(plan, details=args.details))
         print(summary(plan))
         _print_preview_line(plan, args.no_checks)
+        if line := night_workers_line(args.stack, overrides):
+            print(line)
         print()
         print(format_estimate(cost))
         print()
@@ -276,6 +278,18 @@ def _print_preview_line(plan: list[dict[str, Any]], no_checks: bool) -> None:
     line = None if no_checks else preview_line(plan)
     if line:
         print(line)
+
+
+def night_workers_line(stack: str, overrides: Mapping[str, Any]) -> str | None:
+    """Which GPU worker group the stack's model runs the night on (infra/config/worker_groups.py), on the EKS
+    tiers; None on the small tier."""
+    from infra.ops.stacks import offline_config
+
+    config = offline_config(stack, overrides)
+    if config.tier == "small":
+        return None
+    tp = config.job_config("s3://plan/input/", "s3://plan/output/").engine.tensor_parallel_size
+    return f"night's workers: {config.night_workers.describe(tp)}"
 
 
 def _engine_fit(stack: str, overrides: Mapping[str, Any]) -> int:

@@ -78,12 +78,31 @@ class Usage(BaseModel):
     ecr_gb: float = Field(default=15, ge=0, description="Job images kept in ECR")
 
 
+class PoolCeiling(BaseModel):
+    """The most one Karpenter GPU NodePool can cost an hour: its `nvidia.com/gpu` limit at the dearest GPU-hour
+    of its types and capacity type (no node costs more than its GPUs at that rate). Karpenter has no price
+    field; these limits are what bound the dollars."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pool: str
+    capacity: Capacity
+    gpu_limit: int = Field(ge=0)
+    dearest_type: str
+    usd_per_gpu_hour: float = Field(ge=0)
+
+    @property
+    def hourly_usd(self) -> float:
+        return self.gpu_limit * self.usd_per_gpu_hour
+
+
 class EstimateInputs(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     stack: str
     region: str
     nightly_pools: tuple[NodePool, ...] = ()
+    ceilings: tuple[PoolCeiling, ...] = Field(default=(), description="Karpenter's GPU pools at their limits")
     serve_pools: tuple[NodePool, ...] = Field(default=(), description="The online endpoint's GPU nodes (serve.*)")
     fixed: FixedParts = FixedParts()
     usage: Usage = Usage()
@@ -120,6 +139,13 @@ class Estimate(BaseModel):
     prices_source: str
     items: tuple[LineItem, ...]
     usage: Usage
+    ceilings: tuple[PoolCeiling, ...] = ()
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def worst_case_hourly_usd(self) -> float | None:
+        """Every Karpenter GPU pool full to its GPU limit at once, for an hour (None: no Karpenter pools)."""
+        return round(sum(c.hourly_usd for c in self.ceilings), 2) if self.ceilings else None
 
     @property
     def total(self) -> float:
@@ -285,6 +311,7 @@ def estimate(inputs: EstimateInputs, prices: PriceTable) -> Estimate:
         prices_source=source,
         items=tuple(items),
         usage=inputs.usage,
+        ceilings=inputs.ceilings,
     )
 
 
@@ -304,6 +331,16 @@ def format_estimate(result: Estimate) -> str:
     lines.append(
         f"  idle month (no run): {result.idle_monthly_usd:,.2f} USD; a night adds {result.per_night_usd:,.2f} USD"
     )
+    if result.ceilings:
+        lines.append(
+            "  worst case an hour, every GPU NodePool at its nvidia.com/gpu limit: "
+            f"{result.worst_case_hourly_usd:,.2f} USD"
+        )
+        for ceiling in result.ceilings:
+            lines.append(
+                f"    {ceiling.pool} ({ceiling.capacity}): {ceiling.gpu_limit} GPUs x {ceiling.usd_per_gpu_hour:.3f} "
+                f"(GPU-hour of {ceiling.dearest_type}) = {ceiling.hourly_usd:,.2f}"
+            )
     usage = ", ".join(f"{key}={value:g}" for key, value in result.usage.model_dump().items())
     lines.append(f"  assumed volumes: {usage}")
     lines.append("  prices: infra/pricing/prices.json (refresh: python -m infra.pricing.refresh)")

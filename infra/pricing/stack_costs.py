@@ -23,6 +23,7 @@ from infra.pricing.estimate import (
     EstimateInputs,
     FixedParts,
     NodePool,
+    PoolCeiling,
     Usage,
     nightly_hours_per_month,
 )
@@ -41,18 +42,20 @@ TIER_USAGE: dict[str, Usage] = {
 
 
 def karpenter_choice(config: StackConfig, prices: PriceTable) -> tuple[str, int]:
-    """(instance type, nodes) for `eks.gpu_max_nodes` Ray workers, the cheapest at Spot prices.
+    """(instance type, nodes) for the night's Ray workers, the cheapest at Spot prices.
 
-    Karpenter launches the cheapest type of its NodePool that fits the pending pods (Spot's
-    price-capacity-optimized strategy may pick a slightly dearer pool with more capacity). Kubelet's
-    reserve is the one the config model checks fits with (infra/config/eks.py).
+    The night's worker group (`StackConfig.night_workers`: one-GPU or eight-GPU workers, as the model needs)
+    at its most workers. Karpenter launches the cheapest type of its NodePool that fits the pending pods (Spot's
+    price-capacity-optimized strategy may pick a slightly dearer pool with more capacity). Kubelet's reserve is
+    the one the config model checks fits with (infra/config/eks.py).
     """
-    worker = config.eks.worker_size
+    group = config.night_workers
+    worker = group.size
     cpus = quantity_value(worker.cpu)
     memory_gib = quantity_value(worker.memory) / 2**30
     gpus = max(worker.gpus, 1)
     choices = []
-    for instance_type in config.eks.node_pool.instance_types:
+    for instance_type in group.node_pool.instance_types:
         price = prices.instance(config.region, instance_type)
         shape = shape_of(instance_type)
         per_node = min(
@@ -62,15 +65,39 @@ def karpenter_choice(config: StackConfig, prices: PriceTable) -> tuple[str, int]
         )
         if per_node < 1:
             continue
-        nodes = math.ceil(config.eks.gpu_max_nodes / per_node)
+        nodes = math.ceil(group.max_nodes / per_node)
         choices.append((nodes * price.spot_hourly, instance_type, nodes))
     if not choices:
         raise ValueError(
-            f"no type in eks.node_pool.instance_types {config.eks.node_pool.instance_types} fits a worker "
-            f"of eks.worker_size {worker.cpu} CPU / {worker.memory} / {gpus} GPU"
+            f"no type in {group.key} {group.node_pool.instance_types} fits a worker "
+            f"of {worker.cpu} CPU / {worker.memory} / {gpus} GPU"
         )
     _, instance_type, nodes = min(choices)
     return instance_type, nodes
+
+
+def pool_ceilings(config: StackConfig, prices: PriceTable) -> tuple[PoolCeiling, ...]:
+    """Karpenter's GPU NodePools of the night (both worker groups, Spot and on-demand fallback) at their GPU
+    limits: what the stack can cost an hour at worst, whatever a night asks for (a bug, a stuck pod)."""
+    if config.tier == "small" or not config.eks.karpenter_enabled:
+        return ()
+    eks = config.eks
+    groups = [eks.node_pool, *([eks.eight_gpu.node_pool] if eks.eight_gpu.enabled else [])]
+    ceilings = []
+    for pool in (each for group in groups for each in group.spot_and_fallback()):
+        capacity: Capacity = "spot" if pool.spot else "on-demand"
+        per_gpu = []
+        for instance_type in pool.instance_types:
+            price = prices.instance(config.region, instance_type)
+            hourly = price.spot_hourly if capacity == "spot" else price.on_demand_hourly
+            per_gpu.append((hourly / shape_of(instance_type).gpus, instance_type))
+        rate, dearest = max(per_gpu)
+        ceilings.append(
+            PoolCeiling(
+                pool=pool.name, capacity=capacity, gpu_limit=pool.gpu_limit, dearest_type=dearest, usd_per_gpu_hour=rate
+            )
+        )
+    return tuple(ceilings)
 
 
 # The NAT instance's root volume: the size of the Amazon Linux 2023 image's snapshot.
@@ -264,6 +291,7 @@ def estimate_inputs(
         stack=stack,
         region=config.region,
         nightly_pools=nightly,
+        ceilings=pool_ceilings(config, prices),
         serve_pools=serve_pools(config),
         fixed=fixed,
         usage=TIER_USAGE[config.tier],
@@ -287,7 +315,7 @@ def capacity_pools(config: StackConfig, prices: PriceTable) -> tuple[tuple[NodeP
     required = nightly + always_on + serve_pools(config)[:2]
     if not config.eks.karpenter_enabled:
         return required, ()
-    pool = config.eks.node_pool
+    pool = config.night_workers.node_pool
     capacities: tuple[Capacity, ...] = ("spot", "on-demand") if pool.on_demand_fallback else ("spot",)
     chosen = {(p.instance_type, p.capacity) for p in gpu_pools(config, prices)}
     fallback = tuple(

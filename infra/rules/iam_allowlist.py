@@ -34,6 +34,7 @@ RESOURCE_STAR_ACTIONS: dict[str, str] = {
     "cloudwatch:PutMetricData": "no resource-level permission; the job's statement pins cloudwatch:namespace",
     "ecr:GetAuthorizationToken": "no resource-level permission; the token only lets a caller use ECR's API",
     "ec2:DescribeInstances": "Describe* calls have no resource-level permission",
+    "ec2:DescribeInstanceStatus": "Describe* calls have no resource-level permission (Karpenter's health checks)",
     "ec2:DescribeInstanceTypes": "Describe* calls have no resource-level permission",
     "ec2:DescribeSubnets": "Describe* calls have no resource-level permission",
     "ec2:DescribeSecurityGroups": "Describe* calls have no resource-level permission",

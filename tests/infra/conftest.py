@@ -24,6 +24,9 @@ from infra.ops.plan import capture_plan
 from infra.ops.stacks import STACKS_DIR
 
 STACKS = sorted(path.name.removeprefix("Pulumi.").removesuffix(".yaml") for path in STACKS_DIR.glob("Pulumi.*.yaml"))
+# The tiers' own stacks; the others run a model on a tier (large-70b, large-moe) and differ from theirs only in the
+# model and its worker group: the checks that run outside tools or the CLI once per stack take the tiers' only.
+TIER_STACKS = ["small", "medium", "large"]
 
 Plan = list[dict[str, Any]]
 # What a stack sets to serve: the endpoint, and a head node with room for its head beside the nightly one's. The

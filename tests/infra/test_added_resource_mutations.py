@@ -26,7 +26,7 @@ from infra.rules import checks_credentials, checks_egress, checks_stores, regist
 from infra.rules.k8s_manifests import night_objects
 from infra.rules.plan_view import CLUSTER_TIERS
 from tests.infra import engine_view
-from tests.infra.conftest import STACKS
+from tests.infra.conftest import TIER_STACKS as STACKS
 from tests.infra.mutation_check import Mutation, assert_caught
 from tests.infra.plan_select import stack_key
 

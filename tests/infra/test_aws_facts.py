@@ -93,13 +93,22 @@ def test_the_support_warning_fires_for_a_given_date(on: date, expected: str | No
 
 def test_stale_tables_warn_after_120_days() -> None:
     checked = facts.calendar().checked
-    assert facts.stale_warnings(checked + timedelta(days=120)) == []
-    lines = facts.stale_warnings(checked + timedelta(days=121))
-    assert [line.split(" was checked")[0] for line in lines] == [
-        "infra/facts/eks_versions.json",
-        "infra/facts/eks_ami_releases.json",
-    ]
-    assert all("121 days ago" in line and "refresh it" in line for line in lines)
+    calendar = "infra/facts/eks_versions.json"
+    assert not [line for line in facts.stale_warnings(checked + timedelta(days=120)) if calendar in line]
+    (line,) = [line for line in facts.stale_warnings(checked + timedelta(days=121)) if calendar in line]
+    assert "was checked against its source on" in line and "121 days ago" in line and "refresh it" in line
+
+
+def test_the_ami_table_is_judged_by_its_sources_date_not_the_day_it_was_read() -> None:
+    """Issue 65, finding 4: read on 2026-12-01 from the 2026-07-23 changelog, the table holds July's releases;
+    it is stale 120 days after July 23rd, not after the day it was read."""
+    table = facts.ami_releases()
+    assert table.source_as_of < table.checked
+    ami = "infra/facts/eks_ami_releases.json"
+    assert not [line for line in facts.stale_warnings(table.source_as_of + timedelta(days=120)) if ami in line]
+    (line,) = [line for line in facts.stale_warnings(table.source_as_of + timedelta(days=121)) if ami in line]
+    assert f"from its source as of {table.source_as_of}, 121 days ago" in line
+    assert table.source_as_of + timedelta(days=121) < table.checked + timedelta(days=facts.MAX_AGE_DAYS)
 
 
 def _eks_lines(estimate: Any) -> dict[str, float]:

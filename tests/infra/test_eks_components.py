@@ -259,7 +259,8 @@ def test_operators_are_pinned_charts_on_the_right_nodes() -> None:
     assert plugin["version"] == versions.HELM_CHARTS["nvidia-device-plugin"][1]
     terms = plugin["values"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert terms["nodeSelectorTerms"] == [
-        {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": ["gpu"]}]}
+        # Both of the large tier's GPU worker pools: one-GPU (`gpu`) and eight-GPU (`gpu8`) nodes.
+        {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": ["gpu", "gpu8"]}]}
     ]
     assert {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"} in plugin["values"]["tolerations"]
 

@@ -62,9 +62,10 @@ def test_large_has_karpenter_instead_of_a_gpu_group(plan_for, crds_dir: Path) ->
     groups = [item["name"] for item in plan if item["type"] == "eks:index:ManagedNodeGroup"]
     assert groups == ["nodes-system"]
     custom = [item for item in plan if item["type"].startswith("kubernetes:karpenter")]
-    assert sorted(item["inputs"]["kind"] for item in custom) == ["EC2NodeClass", "NodePool", "NodePool"]
+    assert sorted(item["inputs"]["kind"] for item in custom) == ["EC2NodeClass", *["NodePool"] * 5]
     pools = {item["inputs"]["metadata"]["name"] for item in custom if item["inputs"]["kind"] == "NodePool"}
-    assert "head" in pools
+    # The head's, and each GPU worker group's Spot pool with its on-demand fallback (tests/infra/test_large_pools.py).
+    assert pools == {"head", "gpu-spot", "gpu-on-demand", "gpu8-spot", "gpu8-on-demand"}
     for item in custom:
         assert_valid(item["inputs"], crds_dir)
     # Karpenter's discovery tag: in the own tags of the three private subnets the program creates, and as an

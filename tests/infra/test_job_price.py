@@ -25,7 +25,14 @@ from workload.telemetry.cloudwatch import cost_per_million_output_tokens
 # What each shipped stack runs at most at once, worked out by hand from its stack file and the tier defaults:
 # small one g5.xlarge; medium two g5.2xlarge (eks.gpu_max_nodes); large eight workers of 3 CPU / 12 GiB / 1 GPU,
 # one per g5.xlarge, its NodePool's cheapest type that fits one (an upper bound: Ray starts it at one worker).
-RUN_NODES = {"small": ("g5.xlarge", 1), "medium": ("g5.2xlarge", 2), "large": ("g5.xlarge", 8)}
+# The model stacks run two eight-GPU workers, one a node, on the cheaper eight-GPU type at Spot (g5.48xlarge).
+RUN_NODES = {
+    "small": ("g5.xlarge", 1),
+    "medium": ("g5.2xlarge", 2),
+    "large": ("g5.xlarge", 8),
+    "large-70b": ("g5.48xlarge", 2),
+    "large-moe": ("g5.48xlarge", 2),
+}
 
 
 def _spot(region: str, instance_type: str) -> float:
@@ -61,7 +68,8 @@ def test_job_config_prices_the_runs_gpu_nodes_at_spot(stack: str) -> None:
     elif stack == "medium":
         assert (config.eks.gpu_instance_type, config.eks.gpu_max_nodes) == (instance_type, nodes)
     else:
-        assert config.eks.gpu_max_nodes == nodes and config.eks.node_pool.instance_types[0] == instance_type
+        group = config.night_workers
+        assert group.max_nodes == nodes and instance_type in group.node_pool.instance_types
     expected = nodes * _spot(config.region, instance_type)
     price = _job(stack).metrics.price_per_hour_usd
     assert price == pytest.approx(expected) and price > 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from infra import versions
+from infra.aws_context import AwsContext
+from infra.components.karpenter import controller_policy
 from infra.k8s.common import GPU_RESOURCE, GPU_TAINT_KEY
 from infra.k8s.karpenter import (
     DISCOVERY_TAG,
@@ -20,6 +23,8 @@ from infra.k8s.karpenter import (
 from infra.k8s.rayjob import render_rayjob
 from tests.infra.crd_schema import assert_valid, crd_errors
 from tests.infra.k8s_fixtures import large_args, node_class_args
+
+DATA = Path(__file__).parent / "data"
 
 
 def test_node_pool_and_node_class_match_the_karpenter_crds(crds_dir: Path) -> None:
@@ -147,3 +152,29 @@ def test_gpu_nodes_keep_the_model_cache_on_their_instance_store() -> None:
         for instance_type in types:
             assert instance_type in INSTANCE_STORE_GB, (stack, instance_type)
             assert disk_problem(131.4, instance_type, root_volume_gib=0) is None, (stack, instance_type)
+
+
+def test_the_controller_may_do_what_upstreams_policy_for_the_pinned_version_grants() -> None:
+    """Every action of Karpenter's own controller policies for the pinned chart (a copy of upstream's
+    CloudFormation, with its source, in tests/infra/data) is granted, or withheld with the reason written down."""
+    upstream = json.loads(
+        (DATA / f"karpenter_controller_actions_v{versions.HELM_CHARTS['karpenter'][1]}.json").read_text()
+    )
+    assert upstream["version"] == versions.HELM_CHARTS["karpenter"][1]
+    context = AwsContext("123456789012", "aws", "us-west-2", "amazonaws.com")
+    policy = controller_policy(
+        "c",
+        context,
+        context.arn("iam", "role/c-karpenter-node", region=False),
+        context.arn("sqs", "c"),
+        context.arn("kms", "key/k"),
+    )
+    granted = {action for st in policy["Statement"] for action in _listed(st["Action"])}
+    wanted = {action for actions in upstream["controller_policies"].values() for action in actions}
+    assert "ec2:DescribeInstanceStatus" in wanted  # the health checks' read
+    assert sorted(wanted - granted - set(upstream["withheld"])) == []
+    assert not set(upstream["withheld"]) & granted  # a withheld action that is granted after all: drop its reason
+
+
+def _listed(action: str | list[str]) -> list[str]:
+    return [action] if isinstance(action, str) else action

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from infra.config import decode_pulumi_values, load_stack_config
+from infra.config.worker_groups import gpu_node_pool_names
 from infra.ops.stacks import read_stack_config
 from infra.rules import registry
 from infra.statemachines import graph, placeholders
@@ -157,7 +158,9 @@ def test_eks_tiers_submit_through_a_function_inside_the_vpc(stack: str, plan_for
     assert environment["NAMESPACE"] == config.eks.namespace
     if config.eks.karpenter_enabled:
         assert environment["CAPACITY_MODE"] == "karpenter"
-        assert environment["KARPENTER_NODEPOOL"] == config.eks.node_pool.name
+        # Every GPU NodePool of the night (both worker groups, Spot and fallback): the release empties them all.
+        assert environment["KARPENTER_NODEPOOL"] == ",".join(gpu_node_pool_names(config.eks))
+        assert environment["KARPENTER_NODEPOOL"].split(",")[0] == config.eks.node_pool.name
         _one(plan, "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole", "nightly-submit-nodeclaims")
     else:
         assert environment["CAPACITY_MODE"] == "nodegroup"

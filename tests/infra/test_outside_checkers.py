@@ -26,7 +26,7 @@ import yaml
 from infra.ops.stacks import ROOT
 from infra.rules import registry
 from infra.rules.k8s_manifests import stack_manifests
-from tests.infra.conftest import STACKS
+from tests.infra.conftest import TIER_STACKS as STACKS
 
 Plan = list[dict[str, Any]]
 CHECKERS_PYTHON = ROOT / ".venv-checkers" / "bin" / "python"

@@ -59,8 +59,10 @@ def _serve_alarm_names(plan: Plan) -> set[str]:
 def test_serving_off_leaves_nothing_of_it_in_the_plan_or_the_estimate(tier: str, plan_for) -> None:
     plan = plan_for(tier)
     assert not _of(plan, RAYSERVICE) and not _of(plan, "llmbatch:serving:Serving")
-    # Karpenter's own pools: the nightly GPU workers and the Ray head's on-demand nodes (from 0), none for serving.
-    assert not [item for item in _of(plan, NODE_POOL) if item["inputs"]["metadata"]["name"] not in ("gpu-spot", "head")]
+    # Karpenter's own pools: the nightly GPU workers' (one-GPU and eight-GPU, Spot and on-demand fallback) and the
+    # Ray head's on-demand nodes (from 0), none for serving.
+    nightly = ("gpu-spot", "gpu-on-demand", "gpu8-spot", "gpu8-on-demand", "head")
+    assert not [item for item in _of(plan, NODE_POOL) if item["inputs"]["metadata"]["name"] not in nightly]
     assert not [item for item in _of(plan, GROUP) if item["name"].startswith("serving")]
     assert not _serve_alarm_names(plan)
     assert not [item for item in _of(plan, "aws:secretsmanager/secret:Secret") if "serve-api-keys" in item["name"]]
@@ -168,7 +170,10 @@ def test_the_endpoint_and_the_nightly_job_never_share_gpu_nodes(tier: str, serve
         for item in _of(plan, NODE_POOL)
         if item["inputs"]["spec"]["template"]["metadata"]["labels"][POOL_LABEL] != "head"
     ]
-    assert sorted(labels) == sorted([nightly_pool, serve_pool]) and nightly_pool != serve_pool
+    # The night's pools: medium's one group; large's two worker groups, each a Spot pool and its on-demand fallback.
+    night_labels = {"gpu"} if tier == "medium" else {"gpu", "gpu8"}
+    assert labels.count(serve_pool) == 1 and set(labels) == {*night_labels, serve_pool}
+    assert nightly_pool in night_labels and serve_pool not in night_labels
 
 
 def test_rayservice_renders_valid_for_both_tiers_with_the_job_model_and_engine(crds_dir: Path) -> None:

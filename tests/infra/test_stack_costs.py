@@ -23,7 +23,7 @@ from infra.pricing.stack_costs import (
     karpenter_choice,
 )
 from infra.pricing.table import load_prices
-from tests.infra.conftest import STACKS
+from tests.infra.conftest import TIER_STACKS
 
 PRICES = load_prices()
 
@@ -151,7 +151,7 @@ def test_zone_resilient_nat_and_endpoints_scale_with_zones() -> None:
     assert estimate_inputs("s", existing, PRICES).fixed.nat_gateways == 0  # someone else's VPC, someone else's NAT
 
 
-@pytest.mark.parametrize("stack", STACKS)
+@pytest.mark.parametrize("stack", TIER_STACKS)
 def test_plan_cli_emits_the_estimate_as_json(plan_for: Callable[[str], Any], stack: str) -> None:
     plan = plan_for(stack)
     emitted = json.loads(

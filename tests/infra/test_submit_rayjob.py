@@ -16,9 +16,10 @@ import yaml
 
 from infra import nightly_template
 from infra.config import StackConfig, decode_pulumi_values, load_stack_config
+from infra.config.worker_groups import gpu_node_pool_names
 from infra.eks_job import base_rayjob_args
 from infra.functions.submit_rayjob import handler as submit
-from infra.ops.stacks import read_stack_config
+from infra.ops.stacks import offline_config, read_stack_config
 from tests.infra.fake_kube import FakeKube, self_signed_cert
 from workload.contract.config import build_config
 
@@ -152,17 +153,22 @@ def test_a_night_on_a_node_group_tier(
 def test_release_on_a_karpenter_tier_deletes_the_gpu_nodeclaims(
     kube: FakeKube, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moto_endpoint: str
 ) -> None:
-    env = _env(kube, tmp_path, "large", CAPACITY_MODE="karpenter", KARPENTER_NODEPOOL="gpu-spot", NODEGROUP="")
+    """Every GPU NodePool of the large stack (one-GPU and eight-GPU workers, Spot and on-demand fallback), as the
+    program sets KARPENTER_NODEPOOL, is emptied; the system pool is not."""
+    pools = ",".join(gpu_node_pool_names(offline_config("large").eks))
+    assert pools == "gpu-spot,gpu-on-demand,gpu8-spot,gpu8-on-demand"
+    env = _env(kube, tmp_path, "large", CAPACITY_MODE="karpenter", KARPENTER_NODEPOOL=pools, NODEGROUP="")
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    for name, pool in (("gpu-a", "gpu-spot"), ("gpu-b", "gpu-spot"), ("system-a", "system")):
+    claims = [("gpu-a", "gpu-spot"), ("gpu-b", "gpu-on-demand"), ("gpu8-a", "gpu8-spot"), ("gpu8-b", "gpu8-on-demand")]
+    for name, pool in (*claims, ("system-a", "system")):
         kube.put(submit.NODECLAIMS, {"metadata": {"name": name, "labels": {"karpenter.sh/nodepool": pool}}})
     assert "Karpenter" in submit.handler({"action": "capacity_up"})["capacity"]
     submit.handler(_run_event())
     released = submit.handler({"action": "release"})
     assert released["deleted_rayjobs"] == ["llm-batch-20261128-a1"]
     assert kube.names(submit.NODECLAIMS) == ["system-a"]
-    assert "2 NodeClaim(s)" in released["capacity"]
+    assert "4 NodeClaim(s)" in released["capacity"]
 
 
 def test_a_rayjob_that_vanished_counts_as_a_retryable_failure(

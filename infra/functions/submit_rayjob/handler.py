@@ -289,10 +289,12 @@ class Nightly:
             self._scale_nodegroup(0)
             capacity = f"node group {self.settings.nodegroup} at 0"
         else:
-            claims = self.kube.list(NODECLAIMS, f"karpenter.sh/nodepool={self.settings.karpenter_nodepool}")
+            # KARPENTER_NODEPOOL lists every GPU NodePool of the night (Spot pools and their on-demand fallbacks).
+            pools = [pool.strip() for pool in self.settings.karpenter_nodepool.split(",") if pool.strip()]
+            claims = [claim for pool in pools for claim in self.kube.list(NODECLAIMS, f"karpenter.sh/nodepool={pool}")]
             for claim in claims:
                 self._delete(f"{NODECLAIMS}/{claim['metadata']['name']}")
-            capacity = f"deleted {len(claims)} NodeClaim(s) of NodePool {self.settings.karpenter_nodepool}"
+            capacity = f"deleted {len(claims)} NodeClaim(s) of NodePool {', '.join(pools)}"
         return {"deleted_rayjobs": deleted, "capacity": capacity}
 
     def _delete_nightly(self, kind: str, keep: set[str] | None = None) -> list[str]:
