@@ -345,7 +345,7 @@ class Scheduler:
             size = self.store.blob_size(key)
             if not size:
                 counts[kind] = 0
-            elif written is not None:
+            elif written is not None and name in (OUTPUT, ERRORS):  # a stop's error file adds unanswered lines
                 counts[kind] = int(written[f"{kind}_lines"])
             else:
                 counts[kind] = self._lines(key)
