@@ -131,7 +131,10 @@ def test_bad_stack_yaml(
 def test_unknown_stack(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _command(preflight.main, ["nosuch"], capsys)
     line = _one_clean_line(err)
-    assert code == EXIT_BAD_INPUT and "no stack file stacks/Pulumi.nosuch.yaml; stacks: large, medium, small" in line
+    assert (
+        code == EXIT_BAD_INPUT
+        and "no stack file stacks/Pulumi.nosuch.yaml; stacks: large, large-70b, large-moe, medium, small" in line
+    )
 
 
 def test_missing_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -173,7 +173,7 @@ def fake_rounds(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     call writes a small round scorecard into the folder it is given, and the folders are recorded in call order."""
     used: list[Path] = []
 
-    def fake_run_bench(profile: Any, out: Path, model_cache: Path) -> runner.BenchOutputs:
+    def fake_run_bench(profile: Any, out: Path, model_cache: Path, groups: tuple[str, ...] = ()) -> runner.BenchOutputs:
         used.append(out)
         number = len(used)
         scorecard = _round(number, {"job_over_continuous": 0.88 + 0.02 * number, "continuous_over_synchronous": 2.1})

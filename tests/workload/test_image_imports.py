@@ -51,6 +51,9 @@ def _closure(requirements: list[str]) -> set[str]:
 # The Batch API's Lambda entry runs in the function's bundle (requirements/lambda.lock, tools/lambda_bundle.py),
 # never in the image; its imports are checked against that lock below.
 LAMBDA_ONLY = REPO_ROOT / "workload" / "batch_api" / "lambda_front.py"
+# The scale bench's counting S3 server (a moto server) runs on a developer's machine from the dev lock, never in the
+# image; its imports are checked against that lock below.
+DEV_ONLY = REPO_ROOT / "workload" / "bench" / "counted_s3.py"
 
 
 def _imports_of(path: Path) -> set[str]:
@@ -68,8 +71,13 @@ def test_the_lambda_entrys_imports_are_in_the_lambda_lock() -> None:
     assert {canonicalize_name(name) for name in _imports_of(LAMBDA_ONLY)} <= locked
 
 
+def test_the_counting_s3_servers_imports_are_in_the_dev_lock() -> None:
+    locked = {line.split("==")[0] for line in (REPO_ROOT / "requirements" / "dev.lock").read_text().splitlines()}
+    assert {canonicalize_name(name) for name in _imports_of(DEV_ONLY)} <= locked
+
+
 def _imported_top_level_modules() -> set[str]:
-    paths = (path for path in (REPO_ROOT / "workload").rglob("*.py") if path != LAMBDA_ONLY)
+    paths = (path for path in (REPO_ROOT / "workload").rglob("*.py") if path not in (LAMBDA_ONLY, DEV_ONLY))
     return set().union(*(_imports_of(path) for path in paths))
 
 

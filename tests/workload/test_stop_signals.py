@@ -89,5 +89,6 @@ def test_a_restarted_server_adopts_the_job_and_stops_it_once_during_rays_start(
     ready = [mark["t"] for mark in read_marks(trace) if mark["event"] == "ray_ready"]
     assert not ready or signalled_at < ready[0], "the signal came after Ray had started: not the moment tested"
     note = json.loads((out / "_interrupted.json").read_text())
-    assert note["signal"] == "SIGTERM" and note["shards_left"] == 1
+    # Stopped before the id pass counted the input (issue 50: the plan no longer counts): the whole input is left.
+    assert note["signal"] == "SIGTERM" and note["shards_left"] is None
     assert not (out / "summary.json").exists()

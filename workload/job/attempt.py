@@ -271,8 +271,11 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
         if not completed:
             metrics.close()
             # Stopped before the id pass counted the input: every shard is left (how many is not known yet).
-            left = len(committer.pending) if plan.counted else -1
-            print(f"[llm-batch] stopped: {left} shards left for the next attempt", file=sys.stderr)
+            left = len(committer.pending) if plan.counted else None
+            print(
+                f"[llm-batch] stopped: {'all' if left is None else left} shards left for the next attempt",
+                file=sys.stderr,
+            )
             if interrupted:
                 if plan.openai is not None:  # what finished so far, in OpenAI's files; the next attempt rewrites them
                     _openai_files(store, {**committed, **{c.shard: c for c in committer.commits}}, config, manifest)

@@ -429,8 +429,10 @@ class OutputStore:
         reason = f"{error_type}: {message}"
         self._write_note(FAILURE, reason, {"error_type": error_type, "error_message": message})
 
-    def write_interrupted(self, signal_name: str, shards_left: int) -> None:
-        reason = f"stopped by {signal_name} with {shards_left} shard(s) left; a rerun resumes"
+    def write_interrupted(self, signal_name: str, shards_left: int | None) -> None:
+        """`shards_left` is None when the stop came before the id pass counted the input (nothing ran yet)."""
+        left = "the whole input" if shards_left is None else f"{shards_left} shard(s)"
+        reason = f"stopped by {signal_name} with {left} left; a rerun resumes"
         self._write_note(INTERRUPTED, reason, {"signal": signal_name, "shards_left": shards_left})
 
     def clear_notes(self) -> None:
