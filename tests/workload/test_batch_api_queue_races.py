@@ -22,10 +22,11 @@ import botocore.exceptions
 import pytest
 from botocore.config import Config
 
-from tests.infra.nightly_aws import ROLE_ARN, executing_state_machines, wait_for
+from tests.infra.nightly_aws import executing_state_machines, wait_for
 from tests.lost_reply import LostReplyProxy
 from tests.workload.test_batch_api import Clock, _line
 from tests.workload.test_batch_api_metrics import Scripted
+from tests.workload.test_batch_api_sfn import _machine
 from workload.batch_api.executor import RunState
 from workload.batch_api.models import NightEntry
 from workload.batch_api.objects import Limits
@@ -39,14 +40,6 @@ PASSES = {"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}
 CHAT = "/v1/chat/completions"
 SUMMARY = b'{"rows_in": 1, "input_tokens": 1, "output_tokens": 1}'  # what the job writes last
 ONCE = Config(retries={"mode": "standard", "total_max_attempts": 1})  # a failure on the wire reaches the caller at once
-
-
-def _machine(definition: dict[str, Any]) -> str:
-    sfn = boto3.client("stepfunctions")
-    name = f"llm-batch-test-{secrets.token_hex(4)}"
-    return str(
-        sfn.create_state_machine(name=name, definition=json.dumps(definition), roleArn=ROLE_ARN)["stateMachineArn"]
-    )
 
 
 @pytest.fixture

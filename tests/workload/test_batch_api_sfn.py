@@ -13,7 +13,7 @@ from typing import Any
 import boto3
 import pytest
 
-from tests.infra.nightly_aws import ROLE_ARN, executing_state_machines, wait_for
+from tests.infra.nightly_aws import create_state_machine, executing_state_machines, wait_for
 from tests.workload.test_batch_api import Clock, _line
 from workload.batch_api.executor import BatchRun
 from workload.batch_api.s3_store import S3Store
@@ -24,11 +24,7 @@ WAITS = {"StartAt": "Run", "States": {"Run": {"Type": "Wait", "Seconds": 86400, 
 
 
 def _machine(definition: dict[str, Any]) -> str:
-    sfn = boto3.client("stepfunctions")
-    name = f"llm-batch-test-{secrets.token_hex(4)}"
-    return str(
-        sfn.create_state_machine(name=name, definition=json.dumps(definition), roleArn=ROLE_ARN)["stateMachineArn"]
-    )
+    return create_state_machine(f"llm-batch-test-{secrets.token_hex(4)}", definition)
 
 
 @pytest.fixture
