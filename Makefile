@@ -12,7 +12,7 @@ CHECKERS_STAMP := $(CHECKERS_VENV)/.installed
 PACK_VENV := .venv-policy-pack
 PACK_STAMP := $(PACK_VENV)/.installed
 
-.PHONY: setup checkers policy-pack demo test test-fast lint typecheck plan bench image requirements locks locks-check clean
+.PHONY: setup checkers policy-pack demo test test-fast lint typecheck plan cost-doc bench image requirements locks locks-check clean
 
 setup: $(STAMP)
 
@@ -61,6 +61,10 @@ test-fast: setup
 
 plan: setup
 	$(PY) -m infra.plan $(STACK)
+
+# docs/cost.md's figures from the estimate, every stack planned (tests/infra/test_cost_doc.py checks them).
+cost-doc: setup
+	$(PY) tools/cost_doc.py --write
 
 bench: setup
 	$(PY) -m workload bench --out out/bench

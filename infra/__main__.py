@@ -79,7 +79,7 @@ nightly = Nightly(
     aws_opts,
 )
 exports["nightly_state_machine_arn"] = nightly.state_machine_arn
-if config.batch_api.enabled and secrets.serve_api_keys_arn is not None:
+if config.batch_api.enabled:
     batch_api = BatchApi(
         "batch-api",
         BatchApiArgs.from_config(
@@ -88,7 +88,6 @@ if config.batch_api.enabled and secrets.serve_api_keys_arn is not None:
             context,
             data.bucket_name,
             key.key_arn,
-            secrets.serve_api_keys_arn,
             nightly.state_machine_arn,
             code=bundle_archive(dry_run or offline),  # an offline plan deploys nothing
         ),

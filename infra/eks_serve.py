@@ -12,6 +12,10 @@ from infra.k8s.model_disk import models_volume
 from infra.k8s.rayservice import RayServiceArgs, render_rayservice, workers_for
 
 RAYSERVICE_NAME = "llm-batch-serve"
+# The endpoint's own accounts (infra/components/serve_identity.py), not the nightly job's: only their roles may
+# read the endpoint's API keys (issue 60).
+SERVICE_ACCOUNT = "llm-batch-serve"
+WORKER_SERVICE_ACCOUNT = "llm-batch-serve-worker"
 
 
 def rayservice_args(
@@ -26,8 +30,8 @@ def rayservice_args(
         name=RAYSERVICE_NAME,
         namespace=eks.namespace,
         image=image,
-        service_account=eks.service_account,
-        worker_service_account=eks.worker_service_account,
+        service_account=SERVICE_ACCOUNT,
+        worker_service_account=WORKER_SERVICE_ACCOUNT,
         ray_version=versions.RAY_VERSION,
         serve=config.serve_config(api_keys_secret_arn),
         min_replicas=serve.min_replicas,

@@ -5,26 +5,41 @@ Bump here and nowhere else; tests read these constants instead of repeating lite
 
 from __future__ import annotations
 
-# Kubernetes control plane (EKS tiers): in EKS standard support until 2027-03-27 (infra/facts/eks_versions.json,
-# which the plan and preflight warn from 60 days before). EKS upgrades one minor version at a time
-# (docs/deploy-eks.md).
-KUBERNETES_VERSION = "1.35"
+# Kubernetes control plane (EKS tiers): in EKS standard support until 2027-08-02 (infra/facts/eks_versions.json,
+# which the plan and preflight warn from 60 days before). EKS upgrades one minor version at a time, so a stack on
+# 1.35 (the pin until 2026-12-06, standard support to 2027-03-27) takes one `up` to come here; preflight compares
+# the cluster's own version with this (docs/deploy-eks.md).
+KUBERNETES_VERSION = "1.36"
 
 # Helm charts (EKS tiers): name -> (repository, version).
 # KubeRay 1.7.0: the first to read `authOptions` was 1.5.1 (Ray's token authentication, infra/k8s/ray_auth.py);
-# its CRDs are those of ../shared/crds, which the manifest tests validate against.
+# the manifest tests validate against the CRDs of the pinned Karpenter and KubeRay tags (tests/infra/data/crds,
+# copied by `python -m tools.crd_sources`; a bump here fails tests/infra/test_crd_sources.py until they are recopied).
 HELM_CHARTS: dict[str, tuple[str, str]] = {
     "kuberay-operator": ("https://ray-project.github.io/kuberay-helm/", "1.7.0"),
     "karpenter": ("oci://public.ecr.aws/karpenter/karpenter", "1.14.1"),
     "nvidia-device-plugin": ("https://nvidia.github.io/k8s-device-plugin", "0.18.0"),
-    # 9.59.0 ships cluster autoscaler 1.35 with the RBAC it needs (DRA objects, volumeattachments).
+    # 9.59.0 ships cluster autoscaler 1.35 with the RBAC it needs (DRA objects, volumeattachments); its ClusterRole
+    # also holds every rule of the chart on the cluster-autoscaler-1.36.1 tag (kubernetes/autoscaler, read
+    # 2026-12-06), so the 1.36 image runs under it.
     "cluster-autoscaler": ("https://kubernetes.github.io/autoscaler", "9.59.0"),
 }
 # The cluster autoscaler's minor version must match the control plane's: one image per Kubernetes minor the
-# stacks may run, so an upgrade one minor at a time (1.33 -> 1.34 -> 1.35) brings its autoscaler with it.
-# Newest patch tag of each minor in kubernetes/autoscaler (cluster-autoscaler-1.x.y), seen 2026-12-01.
-CLUSTER_AUTOSCALER_IMAGE_TAGS: dict[str, str] = {"1.33": "v1.33.6", "1.34": "v1.34.5", "1.35": "v1.35.2"}
+# stacks may run, so an upgrade one minor at a time (1.34 -> 1.35 -> 1.36) brings its autoscaler with it.
+# Newest patch tag of each minor in kubernetes/autoscaler (cluster-autoscaler-1.x.y), seen 2026-12-01; 1.36.1
+# (2026-07-22) the newest 1.36 tag in a snapshot of the repository as of 2026-08-22, read 2026-12-06.
+CLUSTER_AUTOSCALER_IMAGE_TAGS: dict[str, str] = {
+    "1.33": "v1.33.6",
+    "1.34": "v1.34.5",
+    "1.35": "v1.35.2",
+    "1.36": "v1.36.1",
+}
 CLUSTER_AUTOSCALER_IMAGE_TAG = CLUSTER_AUTOSCALER_IMAGE_TAGS[KUBERNETES_VERSION]
+# The Kubernetes minors the pinned Karpenter runs on, (oldest, newest): its controller reports "karpenter is not
+# compatible with kubernetes version" outside them. MinK8sVersion/MaxK8sVersion of pkg/providers/version/version.go
+# at aws/karpenter-provider-aws v1.14.1 (commit bde00654), read 2026-12-06 (the release's compatibility matrix,
+# website/content/en/docs/upgrading/compatibility.md, gives "1.13.x" for Kubernetes 1.36). Move with the chart.
+KARPENTER_KUBERNETES_RANGE = ("1.26", "1.36")
 # Ray inside the job image (pyproject's ray pin); KubeRay configures the cluster for it.
 RAY_VERSION = "2.60.0"
 

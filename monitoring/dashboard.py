@@ -148,10 +148,11 @@ def dashboard_body(
 
 
 def engine_feed_widget(stack: str, namespace: str, region: str) -> dict[str, Any]:
-    """Rows waiting in the job while the engine has free slots: each engine's empty sequence slots (mean over its
-    steps), drawn only in periods where the run still processed rows, beside vLLM's running and waiting counts.
-    A line well above 0 mid-run is a starved engine: the job's feed, not the GPU, bounds the night
-    (docs/benchmark.md: the feed); a queue (waiting) with free slots is the KV cache instead (preemptions)."""
+    """Rows waiting in the job while the engine has free slots: each engine's empty sequence slots (mean over
+    time: an engine idle for want of rows counts every slot free), drawn only in periods where the run still
+    processed rows, beside vLLM's running and waiting counts. A line well above 0 mid-run is a starved engine: the
+    job's feed, not the GPU, bounds the night (docs/benchmark.md: the feed); a queue (waiting) with free slots is
+    the KV cache instead (preemptions)."""
     period = mn.ALARM_PERIOD_S
     return _graph(
         "Engine: free slots while rows wait",

@@ -16,7 +16,8 @@ import pytest
 from tests.lost_reply import LostReplyProxy, serving
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-CRDS_DIR = REPO_ROOT.parent / "shared" / "crds"
+# The CRDs of the Karpenter and KubeRay releases the stacks install (tools/crd_sources.py, SOURCES.json).
+CRDS_DIR = REPO_ROOT / "tests" / "infra" / "data" / "crds"
 
 
 def _free_port() -> int:
@@ -77,9 +78,7 @@ def moto_reset(moto_endpoint: str) -> str:
 
 @pytest.fixture(scope="session")
 def crds_dir() -> Path:
-    """../shared/crds: the real KubeRay and Karpenter CRDs; tests that need them skip where it is absent."""
-    if not CRDS_DIR.is_dir():
-        pytest.skip(f"CRD schemas not found at {CRDS_DIR} (they come with the workplace's shared/ folder)")
+    """tests/infra/data/crds: the real KubeRay and Karpenter CRDs, copied from the pinned charts' release tags."""
     return CRDS_DIR
 
 

@@ -126,6 +126,10 @@ WORKLOAD_FOR_INFRA = {
     "workload.contract.cli_errors",
     "workload.contract.engine_sizing",
     "workload.contract.model_shape",
+    "workload.contract.jsonl_lines",
+    "workload.contract.batch_api_quotas",
+    "workload.contract.reasoning",
+    "workload.contract.tool_calls",
 }
 
 
@@ -260,6 +264,10 @@ FOREIGN_PRIVATE_REACHES = {
     ("workload/engine/guard.py", "self.llm._prepare_llm_request"),
     # Ray tells the raylet's pid nowhere else (workload/leftovers.py).
     ("workload/leftovers.py", "worker._global_node"),
+    # Dataset.repartition takes no Ray options, and its tasks' default of a whole CPU each starved the stages beside
+    # a 2-CPU node's engine: the planned operator's own remote args are the one place to ask less
+    # (workload/engine/pipeline.py, one_batch_per_block; docs/benchmark.md).
+    ("workload/engine/pipeline.py", "cut._logical_plan"),
 }
 
 

@@ -1,10 +1,13 @@
 """The Batch API's AWS front (docs/batch-api.md, "On the AWS tiers"): an API Gateway HTTP API whose one route,
 `$default`, goes to a Lambda function running workload/batch_api/lambda_front.py (Mangum over the app), and a
-second function on a schedule, the queue's `tick`. Both run as one role that may touch only the bucket's
-`batch-api/` prefix, the stack key (through S3 and Secrets Manager), the endpoint's key secret and the one nightly
-state machine; both log to one group on the stack key, and the API's access log to another. The queue's metrics
-(queued, running, failed, expired batches) are Embedded Metric Format lines in that group
-(workload/batch_api/queue_metrics.py says why EMF): no CloudWatch permission beyond writing the logs.
+second function on a schedule, the queue's `tick`. Each has a role of its own (issue 60), both held to the bucket's
+`batch-api/` prefix and the stack key: the internet-facing function's also reads the Batch API's own key secret
+(`llm-batch-<stack>/batch-api-keys`, apart from the online endpoint's) and may invoke the tick function, and
+nothing else (a cancel asks the tick, asynchronously, to stop the run); the tick's drives the one nightly state
+machine (start, follow, stop) and the release of its GPUs, and reads no key. Each logs to a group of its own on
+the stack key, and the API's access log to another. The queue's metrics (queued, running, failed, expired
+batches) are Embedded Metric Format lines in those groups (workload/batch_api/queue_metrics.py says why EMF): no
+CloudWatch permission beyond writing the logs.
 
 Why `$default` and no authoriser: the key check is the app's own (`workload/auth`), so every request but
 `/health` is refused with OpenAI's 401 in the function, the same answer locally and on AWS; the policy gate's
@@ -17,8 +20,9 @@ wheels for python3.12 on arm64, plus the front's workload packages); `pulumi up`
 
 from __future__ import annotations
 
+import functools
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +31,13 @@ import pulumi_aws as aws
 
 from infra import naming
 from infra.aws_context import AwsContext
-from infra.components.iam import function_identity, policy_document, service_role, via_services
+from infra.components.iam import FunctionIdentity, function_identity, policy_document, service_role, via_services
 from infra.config import StackConfig
+from infra.k8s.rayjob import termination_grace_s
+from infra.statemachines import timing
+from workload.contract import entrypoint
+from workload.contract.batch_api_quotas import BatchApiQuotas
+from workload.contract.config import ResumeConfig
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 BUNDLE_DIR = ROOT / "build" / "batch-api-lambda"
@@ -50,6 +59,8 @@ BATCH_INPUT_PREFIX = f"{API_PREFIX}files/"
 BATCH_OUTPUT_PREFIX = f"{API_PREFIX}batches/*/output/"
 HTTP_TIMEOUT_S = 29  # API Gateway's HTTP API waits at most 30 s for an integration
 TICK_TIMEOUT_S = 120
+# The executor's own default (a job at the default grace period on the small tier); from_config sets the stack's.
+STOP_WAIT_S = entrypoint.stop_timeout_s(ResumeConfig().grace_period_s)
 # The stack's config said the internet may reach this API (infra/rules/checks_batch_api.py's `public-endpoints`).
 PUBLIC_ENDPOINT_TAG = "llm-batch:public-endpoint"
 
@@ -83,22 +94,34 @@ def tick_function_name(stack: str) -> str:
     return naming.child(stack, "batch-api-tick")
 
 
+def submit_function_name(stack: str) -> str:
+    """The EKS tiers' nightly submit function's name, known before it exists (infra/components/nightly.py creates
+    it by this name): the front invokes its `release` after a stop."""
+    return naming.child(stack, "submit-rayjob")
+
+
+def stop_wait_s(tier: str, grace_period_s: float) -> int:
+    """How long a cancelled or expired batch's stopped run is waited for before the batch closes without its
+    partial files (issue 59, finding 6), from the stack's job grace period.
+
+    Small tier: the executor sets the GPU group to 0 itself, so the node's SIGTERM reaches the job at once and
+    `docker stop` gives it its grace period and the run spec's margin. EKS tiers: the executor invokes the submit
+    function's release (the RayJob deleted at once); the bound covers that invocation failing too, when only the GPU
+    sweep deletes the RayJob, and then the pods' termination grace (infra/statemachines/timing.py eks_stop_wait_s),
+    never less than that grace.
+    """
+    if tier == "small":
+        return entrypoint.stop_timeout_s(grace_period_s)
+    return timing.eks_stop_wait_s(termination_grace_s(grace_period_s))
+
+
 def schedule_expression(minutes: int) -> str:
     return "rate(1 minute)" if minutes == 1 else f"rate({minutes} minutes)"
 
 
-def front_statements(
-    *,
-    bucket_arn: str,
-    key_arn: str,
-    keys_secret_arn: str,
-    state_machine_arn: str,
-    log_group_arn: str,
-    group_arn: str | None,
-) -> list[dict[str, Any]]:
-    """What the front does: its records and files under `batch-api/`, the key secret, one machine's executions."""
-    executions = state_machine_arn.replace(":stateMachine:", ":execution:", 1) + ":*"
-    statements: list[dict[str, Any]] = [
+def _api_storage(bucket_arn: str, key_arn: str, log_group_arn: str, *services: str) -> list[dict[str, Any]]:
+    """What both functions share: their log group, the records and files under `batch-api/`, the stack key."""
+    return [
         {
             "Sid": "WriteLogs",
             "Effect": "Allow",
@@ -126,18 +149,51 @@ def front_statements(
             "Resource": f"{bucket_arn}/{API_PREFIX}*",
         },
         {
+            "Sid": "UseStackKey",
+            "Effect": "Allow",
+            "Action": ["kms:GenerateDataKey", "kms:Decrypt"],
+            "Resource": key_arn,
+            "Condition": via_services(key_arn, *services),
+        },
+    ]
+
+
+def front_statements(
+    *, bucket_arn: str, key_arn: str, keys_secret_arn: str, log_group_arn: str, tick_function_arn: str
+) -> list[dict[str, Any]]:
+    """The internet-facing function (issue 60): its records and files, the Batch API's own key secret, and an
+    asynchronous invoke of the tick (its cancel); it can neither start nor stop an execution."""
+    return [
+        *_api_storage(bucket_arn, key_arn, log_group_arn, "s3", "secretsmanager"),
+        {
             "Sid": "ReadApiKeys",
             "Effect": "Allow",
             "Action": "secretsmanager:GetSecretValue",
             "Resource": keys_secret_arn,
         },
         {
-            "Sid": "UseStackKey",
+            # A cancel asks the tick to stop the run (workload/batch_api/lambda_front.py `stop_by_tick`).
+            "Sid": "AskTheTick",
             "Effect": "Allow",
-            "Action": ["kms:GenerateDataKey", "kms:Decrypt"],
-            "Resource": key_arn,
-            "Condition": via_services(key_arn, "s3", "secretsmanager"),
+            "Action": "lambda:InvokeFunction",
+            "Resource": tick_function_arn,
         },
+    ]
+
+
+def tick_statements(
+    *,
+    bucket_arn: str,
+    key_arn: str,
+    state_machine_arn: str,
+    log_group_arn: str,
+    group_arn: str | None,
+    release_function_arn: str | None = None,
+) -> list[dict[str, Any]]:
+    """The scheduled function: the queue's records under `batch-api/` and one machine's executions; no API key."""
+    executions = state_machine_arn.replace(":stateMachine:", ":execution:", 1) + ":*"
+    statements: list[dict[str, Any]] = [
+        *_api_storage(bucket_arn, key_arn, log_group_arn, "s3"),
         {
             "Sid": "RunBatches",
             "Effect": "Allow",
@@ -161,7 +217,22 @@ def front_statements(
                 "Resource": group_arn,
             }
         )
+    if release_function_arn is not None:
+        # The EKS tiers' counterpart: the nightly submit function's `release` deletes the stopped run's RayJob.
+        statements.append(
+            {
+                "Sid": "ReleaseRayJob",
+                "Effect": "Allow",
+                "Action": "lambda:InvokeFunction",
+                "Resource": release_function_arn,
+            }
+        )
     return statements
+
+
+def keys_secret_name(stack: str) -> str:
+    """The Batch API's own key secret, apart from the online endpoint's (issue 60)."""
+    return f"{naming.prefix(stack)}/batch-api-keys"
 
 
 @dataclass(frozen=True)
@@ -170,7 +241,6 @@ class BatchApiArgs:
     context: AwsContext
     bucket_name: pulumi.Input[str]
     key_arn: pulumi.Input[str]
-    keys_secret_arn: pulumi.Input[str]
     state_machine_arn: pulumi.Input[str]
     model_name: str
     code: pulumi.Archive
@@ -178,7 +248,14 @@ class BatchApiArgs:
     log_retention_days: int
     tick_minutes: int = 5
     memory_mb: int = 1024
-    group_name: str | None = None  # the small tier's GPU group; None on EKS (the GPU sweep releases nodes)
+    tick_reserved_concurrency: int = 1  # batch_api.tick_reserved_concurrency: ticks at once (reserved concurrency)
+    http_reserved_concurrency: int = 20  # batch_api.http_reserved_concurrency: requests served at once
+    quotas: BatchApiQuotas = field(default_factory=BatchApiQuotas)  # batch_api.quotas: LLM_BATCH_QUOTA_* to the front
+    group_name: str | None = None  # the small tier's GPU group; None on EKS (release_function)
+    # How long a stopped run's partial files are waited for (LLM_BATCH_STOP_WAIT_S, workload/batch_api/sfn_executor.py).
+    stop_wait_s: int = STOP_WAIT_S
+    # The EKS tiers' nightly submit function (named before it exists, as the tick is): a stop invokes its release.
+    release_function: str | None = None
     # batch_api.public_endpoint_acknowledged: carried on the API as PUBLIC_ENDPOINT_TAG, which the gate reads.
     public_endpoint_acknowledged: bool = False
 
@@ -190,25 +267,29 @@ class BatchApiArgs:
         context: AwsContext,
         bucket_name: pulumi.Input[str],
         key_arn: pulumi.Input[str],
-        keys_secret_arn: pulumi.Input[str],
         state_machine_arn: pulumi.Input[str],
         code: pulumi.Archive,
     ) -> BatchApiArgs:
+        job = config.job_config("s3://b/in/{date}/", "s3://b/out/{date}/", stack=stack)
         return cls(
             stack=stack,
             context=context,
             bucket_name=bucket_name,
             key_arn=key_arn,
-            keys_secret_arn=keys_secret_arn,
             state_machine_arn=state_machine_arn,
             # The served name is the job's: a batch's `model` must match what the nightly job loads.
-            model_name=config.job_config("s3://b/in/{date}/", "s3://b/out/{date}/", stack=stack).model.name,
+            model_name=job.model.name,
             code=code,
             metrics_namespace=config.monitoring.metrics_namespace,
             log_retention_days=config.monitoring.log_retention_days,
             tick_minutes=config.batch_api.tick_minutes,
             memory_mb=config.batch_api.memory_mb,
+            tick_reserved_concurrency=config.batch_api.tick_reserved_concurrency,
+            http_reserved_concurrency=config.batch_api.http_reserved_concurrency,
+            quotas=config.batch_api.quotas,
             group_name=naming.gpu_group_name(stack) if config.tier == "small" else None,
+            stop_wait_s=stop_wait_s(config.tier, job.resume.grace_period_s),
+            release_function=None if config.tier == "small" else submit_function_name(stack),
             public_endpoint_acknowledged=config.batch_api.public_endpoint_acknowledged,
         )
 
@@ -225,44 +306,92 @@ class BatchApi(pulumi.ComponentResource):
         context, stack = args.context, args.stack
         bucket_arn = context.bucket_arn(args.bucket_name)
         group_arn = context.group_arn(args.group_name) if args.group_name else None
-        identity = function_identity(
-            name,
+        release_arn = context.arn("lambda", f"function:{args.release_function}") if args.release_function else None
+        keys = aws.secretsmanager.Secret(
+            f"{name}-keys",
+            name=keys_secret_name(stack),
+            description="The Batch API's keys (docs/batch-api.md, Keys): NAME KEY [admin] lines or JSON; set by the "
+            "operator, never by Pulumi; read by the HTTP function only",
+            kms_key_id=args.key_arn,
+            recovery_window_in_days=7,  # as the stack's other secrets (infra/components/secrets.py)
+            opts=child,
+        )
+        tick_arn = context.arn("lambda", f"function:{tick_function_name(stack)}")
+        # Two roles (issue 60): the tick's drives executions and reads no key; the internet-facing function's
+        # reads the keys and may only ask the tick (one function, asynchronously) to stop a cancelled run.
+        # Both functions' roles and log groups alike but for their policies.
+        identity = functools.partial(
+            function_identity,
             stack=stack,
-            function="batch-api",
             lambda_service=f"lambda.{context.dns_suffix}",
             account_id=context.account_id,
             key_arn=args.key_arn,
             log_retention_days=args.log_retention_days,
+            opts=child,
+        )
+        tick_identity = identity(
+            name,
+            function="batch-api",
             policy=lambda log_group_arn: pulumi.Output.all(
-                bucket_arn, args.key_arn, args.keys_secret_arn, args.state_machine_arn, log_group_arn
+                bucket_arn, args.key_arn, args.state_machine_arn, log_group_arn
             ).apply(
+                lambda v: policy_document(
+                    tick_statements(
+                        bucket_arn=v[0],
+                        key_arn=v[1],
+                        state_machine_arn=v[2],
+                        log_group_arn=v[3],
+                        group_arn=group_arn,
+                        release_function_arn=release_arn,
+                    )
+                )
+            ),
+        )
+        front_identity = identity(
+            f"{name}-front",
+            function="batch-api-front",
+            policy=lambda log_group_arn: pulumi.Output.all(bucket_arn, args.key_arn, keys.arn, log_group_arn).apply(
                 lambda v: policy_document(
                     front_statements(
                         bucket_arn=v[0],
                         key_arn=v[1],
                         keys_secret_arn=v[2],
-                        state_machine_arn=v[3],
-                        log_group_arn=v[4],
-                        group_arn=group_arn,
+                        log_group_arn=v[3],
+                        tick_function_arn=tick_arn,
                     )
                 )
             ),
-            opts=child,
         )
         environment = {
             "LLM_BATCH_BUCKET": args.bucket_name,
             "LLM_BATCH_API_PREFIX": API_PREFIX,
             "LLM_BATCH_KMS_KEY_ID": args.key_arn,
             "LLM_BATCH_STATE_MACHINE_ARN": args.state_machine_arn,
-            "LLM_BATCH_API_KEY_SECRET": args.keys_secret_arn,
             "LLM_BATCH_MODEL": args.model_name,
             "LLM_BATCH_GPU_GROUP": args.group_name or "",
+            "LLM_BATCH_STOP_WAIT_S": str(args.stop_wait_s),
+            "LLM_BATCH_RELEASE_FUNCTION": release_arn or "",
             # The queue's metrics (workload/batch_api/queue_metrics.py), printed as EMF lines to the log group.
             "LLM_BATCH_STACK": stack,
             "LLM_BATCH_METRICS_NAMESPACE": args.metrics_namespace,
+            **args.quotas.env(),  # each key's quotas (workload/batch_api/quotas.py)
+        }
+        # Key scope, said here though it is the front's default: every key is a tenant of its own (issue 60).
+        front_environment = {
+            **environment,
+            "LLM_BATCH_API_KEY_SECRET": keys.arn,
+            "LLM_BATCH_API_SCOPE": "key",
+            "LLM_BATCH_TICK_FUNCTION": tick_function_name(stack),
         }
 
-        def function(suffix: str, handler: str, timeout: int) -> aws.lambda_.Function:
+        def function(
+            suffix: str,
+            handler: str,
+            timeout: int,
+            identity: FunctionIdentity,
+            variables: dict[str, Any],
+            reserved: int | None = None,
+        ) -> aws.lambda_.Function:
             return aws.lambda_.Function(
                 f"{name}-{suffix}",
                 name=tick_function_name(stack) if suffix == "tick" else naming.child(stack, f"batch-api-{suffix}"),
@@ -273,8 +402,9 @@ class BatchApi(pulumi.ComponentResource):
                 code=args.code,
                 timeout=timeout,
                 memory_size=args.memory_mb,
+                reserved_concurrent_executions=reserved,
                 kms_key_arn=args.key_arn,
-                environment=aws.lambda_.FunctionEnvironmentArgs(variables=environment),
+                environment=aws.lambda_.FunctionEnvironmentArgs(variables=variables),
                 # Text: a printed line is the log event as printed, so an EMF line reaches CloudWatch Logs whole.
                 logging_config=aws.lambda_.FunctionLoggingConfigArgs(
                     log_format="Text", log_group=identity.log_group.name
@@ -282,8 +412,27 @@ class BatchApi(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[identity.log_group]),
             )
 
-        http = function("http", HTTP_HANDLER, HTTP_TIMEOUT_S)
-        tick = function("tick", TICK_HANDLER, TICK_TIMEOUT_S)
+        # The most requests served at once (issue 60): with the API Gateway stage's throttle, what one caller can
+        # take of the account's Lambda concurrency; preflight checks it against the account's quota.
+        http = function(
+            "http",
+            HTTP_HANDLER,
+            HTTP_TIMEOUT_S,
+            front_identity,
+            front_environment,
+            reserved=args.http_reserved_concurrency,
+        )
+        # One tick at a time (issue 59): the schedule's tick, the nightly enqueue and the machine's NextBatch all
+        # invoke this function, and two at once would each list the executions and start one. The GPU slot's
+        # compare-and-swap (workload/batch_api/sfn_executor.py) already keeps that to one start; the reserved
+        # concurrency keeps the ticks themselves from racing. A throttled invocation is retried, not lost: the
+        # schedules invoke asynchronously, and Lambda keeps a throttled asynchronous event and retries it for up
+        # to six hours (AWS Lambda Developer Guide, "Invoking a Lambda function asynchronously" and "Invoke a
+        # Lambda function on a schedule", read 2026-12-06); the machine's NextBatch retries Lambda's
+        # TooManyRequestsException past a whole tick (infra/statemachines/queue_drain.json).
+        tick = function(
+            "tick", TICK_HANDLER, TICK_TIMEOUT_S, tick_identity, environment, reserved=args.tick_reserved_concurrency
+        )
 
         access_logs = aws.cloudwatch.LogGroup(
             f"{name}-access-logs",

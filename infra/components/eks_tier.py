@@ -25,6 +25,7 @@ from infra.components.kuberay import KubeRayOperator
 from infra.components.nightly import EksTarget, ca_of
 from infra.components.node_groups import NodeGroups, NodeGroupsArgs
 from infra.components.providers import Providers
+from infra.components.serve_identity import ServeIdentity, ServeIdentityArgs
 from infra.components.serving import Serving, ServingArgs
 from infra.config import StackConfig
 from infra.config.worker_groups import gpu_node_pool_names
@@ -177,7 +178,13 @@ class EksTier(pulumi.ComponentResource):
             karpenter_nodepool=",".join(gpu_node_pool_names(eks)) if eks.karpenter_enabled else None,
         )
         self.serve_endpoint = None
-        if config.serve.enabled:
+        if config.serve.enabled and secrets.serve_api_keys_arn is not None:
+            serve_identity = ServeIdentity(
+                "serve-identity",
+                ServeIdentityArgs(eks.namespace, base.job_access.policy_arn, secrets.serve_api_keys_arn, **oidc),
+                cluster.provider,
+                pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(depends_on=[identity])),
+            )
             serving = Serving(
                 "serving",
                 ServingArgs(
@@ -198,7 +205,7 @@ class EksTier(pulumi.ComponentResource):
                     volume_gib=eks.node_volume_gib,
                     volume_key_arn=key_arn,
                     node_class=eks.node_pool.node_class if eks.karpenter_enabled else None,
-                    depends_on=[kuberay, identity, *([karpenter] if karpenter else [])],
+                    depends_on=[kuberay, identity, serve_identity, *([karpenter] if karpenter else [])],
                     tags=tags,
                     kubernetes_version=eks.version,
                 ),

@@ -69,9 +69,9 @@ class Foundation(pulumi.ComponentResource):
             "secrets", JobSecretsArgs.from_config(stack, config, key_arn, self.data.bucket_name), child
         )
         secrets = self.secrets
+        # No API key among them (issue 60): the job's role is the GPU node's instance role on the small tier and
+        # the nightly pods' on EKS; the endpoint's replicas read its keys with roles of their own (serve_identity).
         secret_arns = [secrets.job_settings_arn, secrets.hub_token_arn]
-        if secrets.serve_api_keys_arn is not None:
-            secret_arns.append(secrets.serve_api_keys_arn)
         self.job_access = JobAccess(
             "job-access",
             JobAccessArgs.from_config(

@@ -20,7 +20,12 @@ import pulumi_kubernetes as k8s
 
 from infra import naming, statemachines
 from infra.aws_context import AwsContext
-from infra.components.batch_api import BATCH_INPUT_PREFIX, BATCH_OUTPUT_PREFIX, tick_function_name
+from infra.components.batch_api import (
+    BATCH_INPUT_PREFIX,
+    BATCH_OUTPUT_PREFIX,
+    submit_function_name,
+    tick_function_name,
+)
 from infra.components.iam import function_identity, policy_document, service_role
 from infra.components.nightly_roles import (
     RUN_REQUEST_KEY,
@@ -38,7 +43,7 @@ FUNCTION_DIR = Path(__file__).resolve().parent.parent / "functions" / "submit_ra
 SUBMITTER_GROUP = "llm-batch-nightly"
 SUBMIT_TIMEOUT_S = 60  # the submit function's own bound on each call (submit, capacity_up, status, release)
 MAX_ATTEMPTS = 3  # a run interrupted more often than this is reported, not retried forever
-SWEEP_EVERY = "rate(30 minutes)"
+SWEEP_EVERY = f"rate({timing.SWEEP_MINUTES} minutes)"
 LAMBDA_RUNTIME = "python3.12"
 
 
@@ -307,7 +312,7 @@ class Nightly(pulumi.ComponentResource):
         """The RayJob submitter inside the VPC, its role, its access to the cluster and its RBAC."""
         child = pulumi.ResourceOptions(parent=self)
         context, stack = args.context, args.stack
-        function_name = naming.child(stack, "submit-rayjob")
+        function_name = submit_function_name(stack)
         identity = function_identity(
             f"{name}-submit",
             stack=stack,

@@ -1,5 +1,6 @@
 """Secrets Manager, encrypted with the stack's key: the job's settings (model, engine), the hub token and, with
-the online endpoint, its API keys.
+the online endpoint, its API keys (read by the endpoint's replicas; infra/components/foundation.py keeps them out
+of the job's role).
 
 Values only ever travel as Pulumi secrets: the state file encrypts them and `infra.plan` masks them.
 """
@@ -47,8 +48,8 @@ class JobSecretsArgs:
                 )
             )
         )
-        # The endpoint's keys are the Batch API's too (one secret, one set of keys per stack).
-        keyed = config.serve.enabled or config.batch_api.enabled
+        # The online endpoint's keys only: the Batch API has a secret of its own (infra/components/batch_api.py).
+        keyed = config.serve.enabled
         return cls(
             stack=stack,
             key_arn=key_arn,

@@ -12,6 +12,7 @@ import pulumi_aws as aws
 
 from infra import naming
 from infra.aws_context import AwsContext
+from infra.components.bucket_retention import retention_rules
 from infra.components.iam import deny_insecure_transport
 from infra.config import StackConfig
 
@@ -70,7 +71,8 @@ def tls_only_policy(bucket_arn: str) -> dict[str, Any]:
 
 
 class DataBucket(pulumi.ComponentResource):
-    """Versioned, SSE-KMS with a bucket key, public access fully blocked, TLS only, archived to Glacier."""
+    """Versioned, SSE-KMS with a bucket key, public access fully blocked, TLS only, archived to Glacier; what the
+    Batch API and the queue delete really goes (infra/components/bucket_retention.py)."""
 
     bucket_name: pulumi.Output[str]
     bucket_arn: pulumi.Output[str]
@@ -160,14 +162,6 @@ class DataBucket(pulumi.ComponentResource):
             )
             for prefix in args.archive_prefixes
         ]
-        rules.append(
-            aws.s3.BucketLifecycleConfigurationRuleArgs(
-                id="abort-incomplete-uploads",
-                status="Enabled",
-                filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
-                abort_incomplete_multipart_upload=aws.s3.BucketLifecycleConfigurationRuleAbortIncompleteMultipartUploadArgs(
-                    days_after_initiation=7
-                ),
-            )
-        )
+        # The Batch API's and the queue's deleted data, its bodies' retention, incomplete uploads (issue 61).
+        rules.extend(retention_rules())
         return rules

@@ -60,7 +60,8 @@ SIGTERM_EXIT = 143
 LEASE_HELD_EXIT = 4
 LEASE_LOST_EXIT = 5
 # The job refused to run (config or input changed since the output was begun, EXIT_OUTPUT_MISMATCH) and left the
-# output's rows as they were. The node records the refusal by name in `_failed.json`: without it the nightly machine
+# output's rows as they were. The job names the refusal in `_failed.json` itself (what changed); where it left none
+# (an image from before that), the node records the refusal by name there: without it the nightly machine
 # sees no marker, sets the group back to 1 on its next poll and boots a GPU every cycle until its deadline (issue
 # 59). The note ends this run only: the machine deletes it when a run starts (ClearStaleFailure), so a rerun with
 # the output's settings and input resumes.

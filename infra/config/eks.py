@@ -15,6 +15,7 @@ from infra.config.sections import (
     NAMESPACE,
     _Section,
 )
+from infra.facts import instance_regions
 from infra.k8s.common import GPU8_POOL, check_dns_label, quantity_value
 from infra.k8s.head_group import (
     SERVE_REPORTER,
@@ -46,9 +47,11 @@ class EightGpuWorkers(_Section):
             name="gpu8-spot",
             pool=GPU8_POOL,
             instance_types=["p4d.24xlarge", "g5.48xlarge"],
-            # Two nodes of the largest type: the pool's limits must let Karpenter launch each type.
+            # Two nodes of the largest type it may list (p5.48xlarge where offered: 192 vCPU, 2048 GiB): Karpenter
+            # launches no node that would pass a limit, so lower limits would stop the second p5. The GPU limit,
+            # not these, is what bounds the pool (and its dollars).
             cpu_limit="384",
-            memory_limit="2304Gi",
+            memory_limit="4096Gi",
             gpu_limit=16,
             on_demand_gpu_limit=8,
         ),
@@ -61,6 +64,19 @@ class EightGpuWorkers(_Section):
         description="Each eight-GPU worker pod (= limits): all of its node's GPUs.",
     )
     max_nodes: int = Field(2, ge=1, description="Most eight-GPU workers at once (one per node).")
+    where_offered: list[str] = Field(
+        ["p5.48xlarge"],
+        description="Eight-GPU types added to both pools (Spot and fallback) only where the stack's region offers "
+        "them, as infra/facts/instance_regions.json lists (infra/config/regional_types.py); [] adds none.",
+    )
+
+    @field_validator("where_offered")
+    @classmethod
+    def _known_regional_types(cls, value: list[str]) -> list[str]:
+        for instance_type in value:
+            shape_of(instance_type)  # a ValueError lists the known shapes
+            instance_regions.regions_offering(instance_type)  # a FactsError (a ValueError) names the table
+        return value
 
 
 class EksConfig(_Section):
@@ -177,6 +193,15 @@ class EksConfig(_Section):
 
     @model_validator(mode="after")
     def _images_exist_for_the_version(self) -> EksConfig:
+        if self.karpenter_enabled:
+            oldest, newest = versions.KARPENTER_KUBERNETES_RANGE
+            karpenter = versions.HELM_CHARTS["karpenter"][1]
+            if not facts.minor(oldest) <= facts.minor(self.version) <= facts.minor(newest):
+                raise ValueError(
+                    f"version {self.version} is outside what Karpenter {karpenter} supports ({oldest} to {newest}, "
+                    "infra/versions.py KARPENTER_KUBERNETES_RANGE): choose a version in that range, or move the "
+                    "karpenter chart to a release that supports it"
+                )
         if self.karpenter_enabled and (problem := facts.alias_problem(self.ami_alias, self.version)):
             raise ValueError(f"ami_alias {problem}; Karpenter would find no AMI and start no GPU node")
         if not self.karpenter_enabled and self.version not in versions.CLUSTER_AUTOSCALER_IMAGE_TAGS:
@@ -224,6 +249,7 @@ class EksConfig(_Section):
                 _check_whole_node(
                     wide.worker_size, wide_types, "eight_gpu.worker_size", "eight_gpu.node_pool.instance_types"
                 )
+                _check_limits_hold(wide.node_pool, wide.max_nodes, "eight_gpu")
                 if wide.max_nodes * wide.worker_size.gpus > wide.node_pool.gpu_limit:
                     raise ValueError(
                         f"eight_gpu.max_nodes x eight_gpu.worker_size.gpus ({wide.max_nodes * wide.worker_size.gpus}) "
@@ -257,6 +283,20 @@ def _check_fits(size: PodSize, instance_types: list[str], size_key: str, types_k
         f"{instance_types} after the node's own reserve ({NODE_RESERVED_CPU} CPU, "
         f"{int((1 - NODE_MEMORY_SHARE) * 100)}% memory)"
     )
+
+
+def _check_limits_hold(pool: NodePoolArgs, nodes: int, key: str) -> None:
+    """A ValueError unless the pool's cpu and memory limits hold `nodes` nodes of each of its types: Karpenter
+    launches no node that would pass a limit, so a lower one strands the last workers on the larger types."""
+    cpus, memory_gib = quantity_value(pool.cpu_limit), quantity_value(pool.memory_limit) / 2**30
+    for instance_type in pool.instance_types:
+        shape = shape_of(instance_type)
+        if nodes * shape.vcpus > cpus or nodes * shape.memory_gib > memory_gib:
+            raise ValueError(
+                f"{key}.node_pool limits (cpu {pool.cpu_limit}, memory {pool.memory_limit}) cannot hold "
+                f"{key}.max_nodes ({nodes}) nodes of {instance_type} ({shape.vcpus} vCPU, {shape.memory_gib} GiB "
+                f"each): raise them to cpu {nodes * shape.vcpus}, memory {nodes * shape.memory_gib}Gi or more"
+            )
 
 
 def _check_whole_node(size: PodSize, instance_types: list[str], size_key: str, types_key: str) -> None:

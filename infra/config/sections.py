@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from infra import versions
 from monitoring.alarms import AlarmThresholds
+from workload.contract.batch_api_quotas import BatchApiQuotas
 from workload.contract.config import DEFAULT_METRICS_NAMESPACE
 
 Tier = Literal["small", "medium", "large"]
@@ -278,12 +279,36 @@ class BatchApiSection(_Section):
     )
     public_endpoint_acknowledged: bool = Field(
         False,
-        description="An HTTP API is always reachable from the internet (behind the endpoint's API keys); the "
-        "policy gate refuses an enabled Batch API until this says the stack accepts that.",
+        description="An HTTP API is always reachable from the internet (behind the Batch API's own keys, "
+        "`llm-batch-<stack>/batch-api-keys`); the policy gate refuses an enabled Batch API until this says the "
+        "stack accepts that.",
     )
     tick_minutes: int = Field(
         5, ge=1, le=60, description="Minutes between the queue's ticks (start, follow, expire, sweep batches)."
     )
     memory_mb: int = Field(
         1024, ge=256, le=10240, description="The function's memory (Lambda gives CPU in proportion to it)."
+    )
+    tick_reserved_concurrency: int = Field(
+        1,
+        ge=1,
+        le=10,
+        description="Reserved concurrent executions of the tick function: 1 runs one tick at a time, so the "
+        "schedule's tick, the nightly enqueue and the machine's NextBatch never overlap (a throttled scheduled "
+        "tick waits in Lambda's asynchronous queue; NextBatch retries a throttle). 0 is refused: it would "
+        "throttle every tick.",
+    )
+    http_reserved_concurrency: int = Field(
+        20,
+        ge=1,
+        le=1000,
+        description="Reserved concurrent executions of the HTTP function: the most requests served at once, so a "
+        "flood of one key's calls cannot take the account's Lambda concurrency from its other functions (nor "
+        "theirs this one's). Preflight checks both reservations against the account's quota, of which AWS keeps "
+        "100 unreserved.",
+    )
+    quotas: BatchApiQuotas = Field(
+        default_factory=BatchApiQuotas,
+        description="What one key may hold (batches open and their requests, files and bytes, Uploads and parts) "
+        "and how large a request may ask (n, max_tokens): a 429 or 400 past them (docs/batch-api.md, 'Quotas').",
     )

@@ -23,7 +23,8 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from infra import naming
-from infra.config.eks import EksConfig, ServeSection
+from infra.config.eks import EightGpuWorkers, EksConfig, ServeSection
+from infra.config.regional_types import with_offered_types
 from infra.config.sections import (
     _EMAIL,
     _TAG_KEY,
@@ -77,6 +78,18 @@ class StackConfig(_Section):
     image: ImageConfig = ImageConfig()
     serve: ServeSection = ServeSection()
     batch_api: BatchApiSection = BatchApiSection()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _eight_gpu_types_of_the_region(cls, data: Any) -> Any:
+        # Before validation, so the pools' one list of types is what every check and the estimate see.
+        wide = EightGpuWorkers.model_fields
+        return with_offered_types(
+            data,
+            default_region=cls.model_fields["region"].default,
+            default_pool=wide["node_pool"].default.model_dump(),
+            default_offered=wide["where_offered"].default,
+        )
 
     @field_validator("region")
     @classmethod

@@ -1,12 +1,13 @@
 """The large tier's GPU worker groups, and which one runs the night.
 
 Karpenter's tier has two: one-GPU workers (`eks.node_pool`, `eks.worker_size`: g5.xlarge, g5.2xlarge) and
-eight-GPU workers (`eks.eight_gpu`: p4d.24xlarge, g5.48xlarge), each with its Spot NodePool, its on-demand
-fallback and its KubeRay worker group. The stack's model picks one through what `python -m workload engine-plan`
-prints for it: an engine of `tensor_parallel_size` 1 runs on the one-GPU group, a larger one on the eight-GPU
-group (`8 / tensor_parallel_size` engines a node); the weights (`job.model_weights_gib`) must fit the group's
-smallest GPU at that size. The model's config.json, where it is on this machine, is checked against every type of
-the chosen group by `infra/ops/checks_engine_fit.py`.
+eight-GPU workers (`eks.eight_gpu`: p4d.24xlarge, g5.48xlarge; p5.48xlarge where the region offers it,
+infra/config/regional_types.py), each with its Spot NodePool, its on-demand fallback and its KubeRay worker group.
+The stack's model picks one through what `python -m workload engine-plan` prints for it: an engine of
+`tensor_parallel_size` 1 runs on the one-GPU group, a larger one on the eight-GPU group (`8 / tensor_parallel_size`
+engines a node); the weights (`job.model_weights_gib`) must fit the group's smallest GPU at that size. The model's
+config.json, where it is on this machine, is checked against every type of the chosen group by
+`infra/ops/checks_engine_fit.py`.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@
   NVIDIA AMI for, written by `tools/eks_ami_releases.py` from the repository's CHANGELOG.md. Karpenter resolves
   the pinned alias `al2023@<release>` to that release's SSM parameter for the cluster's version; a release
   without one leaves the EC2NodeClass never ready, so the config refuses such a pin.
+- `instance_regions.json`: the regions that offer an instance type a pool adds only where offered (p5.48xlarge in
+  the large tier's eight-GPU pools), read by `infra/facts/instance_regions.py`.
 
 Every check takes the date it judges by (`on`), so no test turns red because the calendar moved; the commands
 pass today's date. A table whose facts are more than `MAX_AGE_DAYS` old (its source's date where it records one,
@@ -22,24 +24,15 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from infra.facts.table import FactsError as FactsError
+from infra.facts.table import FactsTable
+
 FACTS_DIR = Path(__file__).resolve().parent
 CALENDAR_FILE = FACTS_DIR / "eks_versions.json"
 AMI_RELEASES_FILE = FACTS_DIR / "eks_ami_releases.json"
 MAX_AGE_DAYS = 120
 MIN_STANDARD_DAYS = 60
 _ALIAS = re.compile(r"^al2023@(v\d{8})$")
-
-
-class FactsError(ValueError):
-    """A value the facts tables do not hold; the message names the table and how to add it."""
-
-
-class _Table(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    checked: date = Field(description="The day the table was last checked against its source")
-    source: str = Field(min_length=20, description="Where the facts come from")
-    how: str = Field(min_length=10, description="How to refresh the table")
 
 
 class EksVersion(BaseModel):
@@ -49,7 +42,7 @@ class EksVersion(BaseModel):
     extended_support_end: date
 
 
-class EksCalendar(_Table):
+class EksCalendar(FactsTable):
     versions: dict[str, EksVersion]
 
 
@@ -59,7 +52,7 @@ class AmiRelease(BaseModel):
     kubernetes: list[str] = Field(description="Versions with an AL2023 x86_64 NVIDIA AMI in this release")
 
 
-class AmiReleases(_Table):
+class AmiReleases(FactsTable):
     source_as_of: date = Field(description="The newest state of the source the table was read from")
     releases: dict[str, AmiRelease]
 
@@ -72,6 +65,14 @@ def calendar() -> EksCalendar:
 @cache
 def ami_releases() -> AmiReleases:
     return AmiReleases.model_validate_json(AMI_RELEASES_FILE.read_text())
+
+
+def minor(version: str) -> int:
+    """36 for "1.36": EKS runs Kubernetes 1.x, so versions compare by their minor."""
+    major, _, minor_part = version.partition(".")
+    if major != "1" or not minor_part.isdigit():
+        raise FactsError(f"{version!r} is not a Kubernetes minor version like 1.36")
+    return int(minor_part)
 
 
 def version_support(version: str) -> EksVersion:
@@ -125,8 +126,11 @@ def support_warning(version: str, on: date) -> str | None:
 
 def stale_warnings(on: date) -> list[str]:
     """A line for each facts table whose facts are more than MAX_AGE_DAYS old on `on`: judged by the date of the
-    source it was read from where the table records one (the AMI releases: a table re-read today from a July
-    changelog still holds July's releases), else by the day it was checked."""
+    source it was read from where the table records one (the AMI releases and the instance types' regions: a
+    table re-read today from a July source still holds July's facts), else by the day it was checked."""
+    from infra.facts.instance_regions import INSTANCE_REGIONS_FILE, instance_regions
+    from infra.pricing.idle_cost import PRICES_FILE as IDLE_PRICES
+    from infra.pricing.idle_cost import load_idle_prices
     from infra.pricing.per_token import MANAGED_TABLE, managed_table
     from workload.contract.engine_sizing import GPU_KINDS_FILE, gpu_kinds
 
@@ -139,9 +143,19 @@ def stale_warnings(on: date) -> list[str]:
             ami_releases().source_as_of,
             ami_releases().how,
         ),
+        (
+            f"infra/facts/{INSTANCE_REGIONS_FILE.name}",
+            f"was read (on {instance_regions().checked}) from its source as of",
+            instance_regions().source_as_of,
+            instance_regions().how,
+        ),
         # The GPU kinds the engines are sized for, and the managed batch prices the estimate compares with.
         (f"workload/contract/{GPU_KINDS_FILE.name}", checked, gpu_kinds().checked, gpu_kinds().how),
         (f"infra/pricing/{MANAGED_TABLE.name}", checked, managed_table().as_of, managed_table().how),
+        # What the estimate bills a stack with no run: secrets, transitions, the tick's listings, the free tier.
+        (f"infra/facts/{IDLE_PRICES.name}", checked, load_idle_prices().checked, load_idle_prices().how),
+        # Instance prices entered with their own date (the GPU price cut of June 2025).
+        *_dated_price_rows(),
     ]
     lines = []
     for name, what, dated, how in tables:
@@ -149,6 +163,20 @@ def stale_warnings(on: date) -> list[str]:
         if age > MAX_AGE_DAYS:
             lines.append(f"{name} {what} {dated}, {age} days ago (more than {MAX_AGE_DAYS}): refresh it ({how})")
     return lines
+
+
+def _dated_price_rows() -> list[tuple[str, str, date, str]]:
+    """(name, what, date, how) of each prices.json row that carries its own date."""
+    from infra.pricing.table import load_prices
+
+    rows = []
+    for region, prices in load_prices().regions.items():
+        for instance_type, row in prices.ec2.items():
+            if row.as_of:
+                how = f"python -m infra.pricing.refresh --region {region} --instance-type {instance_type}"
+                name = f"infra/pricing/prices.json {instance_type} ({region})"
+                rows.append((name, "was seen at its source on", date.fromisoformat(row.as_of), how))
+    return rows
 
 
 def calendar_warnings(version: str | None, on: date) -> list[str]:

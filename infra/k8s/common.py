@@ -23,8 +23,8 @@ WORKER_COMPONENT = "ray-worker"
 POOL_LABEL = "llm-batch.io/pool"
 HEAD_POOL = "head"
 GPU_POOL = "gpu"
-# The large tier's eight-GPU nodes (p4d.24xlarge, g5.48xlarge): their own pool, so a one-GPU worker never lands
-# on one and an eight-GPU worker never waits for a g5.xlarge.
+# The large tier's eight-GPU nodes (p4d.24xlarge, g5.48xlarge, p5.48xlarge where offered): their own pool, so a
+# one-GPU worker never lands on one and an eight-GPU worker never waits for a g5.xlarge.
 GPU8_POOL = "gpu8"
 # The always-on node of CoreDNS and the operators; the head pool scales from 0 between runs.
 SYSTEM_POOL = "system"

@@ -28,6 +28,7 @@ SHAPES: dict[str, InstanceShape] = {
     "g6.xlarge": InstanceShape(vcpus=4, memory_gib=16, gpus=1),
     "g6.2xlarge": InstanceShape(vcpus=8, memory_gib=32, gpus=1),
     "p4d.24xlarge": InstanceShape(vcpus=96, memory_gib=1152, gpus=8),
+    "p5.48xlarge": InstanceShape(vcpus=192, memory_gib=2048, gpus=8),
 }
 
 
@@ -43,6 +44,7 @@ INSTANCE_STORE_GB: dict[str, int] = {
     "g6.xlarge": 250,
     "g6.2xlarge": 450,
     "p4d.24xlarge": 8000,
+    "p5.48xlarge": 30720,  # 8 x 3.84 TB
 }
 
 

@@ -95,7 +95,8 @@ class NodePoolArgs(_Strict):
     node_class: str = Field("gpu", description="The EC2NodeClass the nodes are built from.")
     # One-GPU types only: a worker pod takes all of its node's GPUs (one copy of the model per node), and the
     # large tier's workers take one (infra/config/eks.py refuses a pool whose types' GPU counts differ from the
-    # workers'). Eight-GPU workers list eight-GPU types: ["p4d.24xlarge", "g5.48xlarge"].
+    # workers'). Eight-GPU workers list eight-GPU types: ["p4d.24xlarge", "g5.48xlarge"] (and p5.48xlarge where
+    # the stack's region offers it, infra/config/regional_types.py).
     instance_types: list[str] = Field(default_factory=lambda: ["g5.xlarge", "g5.2xlarge"])
     on_demand_fallback: bool = Field(
         True,
@@ -238,7 +239,8 @@ def render_node_class(args: NodeClassArgs) -> Manifest:
                 "httpTokens": "required",
             },
             "blockDeviceMappings": [{"deviceName": "/dev/xvda", "ebs": ebs}],
-            # Every GPU type the pools launch has NVMe instance store (g5: 250 GB to 2 x 3.8 TB; p4d: 8 x 1 TB).
+            # Every GPU type the pools launch has NVMe instance store (g5: 250 GB to 2 x 3.8 TB; p4d: 8 x 1 TB;
+            # p5: 8 x 3.84 TB).
             # RAID0 makes it the node's ephemeral storage (kubelet and containerd), so the pods' `models` emptyDir,
             # the weights and the compile caches land on local NVMe instead of the gp3 root volume's 125 MiB/s
             # (docs/model-and-nodes.md). A type without instance store keeps the root volume.

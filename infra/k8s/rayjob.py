@@ -54,6 +54,8 @@ MAX_RAYJOB_NAME = 47
 # Seconds between SIGTERM and SIGKILL beyond the job's own grace period: time for Ray to stop after the job's
 # shards are committed.
 GRACE_MARGIN_S = 30
+# Read by the Ray head's job supervisor: seconds between a stopped job's SIGTERM and its SIGKILL.
+RAY_JOB_STOP_WAIT = "RAY_JOB_STOP_WAIT_TIME_S"
 _RUN_ID = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -261,8 +263,13 @@ class RayJobArgs(_Strict):
 
     @property
     def termination_grace_s(self) -> int:
-        """Above the job's own SIGTERM grace period, so it can commit its finished shards before SIGKILL."""
-        return math.ceil(self.job.resume.grace_period_s) + GRACE_MARGIN_S
+        return termination_grace_s(self.job.resume.grace_period_s)
+
+
+def termination_grace_s(grace_period_s: float) -> int:
+    """The Ray pods' SIGTERM-to-SIGKILL wait: above the job's own grace period, so it can commit its finished shards
+    and write its partial files before SIGKILL."""
+    return math.ceil(grace_period_s) + GRACE_MARGIN_S
 
 
 def engines_for(workers: WorkerSpec, tensor_parallel_size: int) -> int:
@@ -391,7 +398,12 @@ def _head_template(args: RayJobArgs) -> dict[str, Any]:
         image=args.image,
         resources=args.head.size.resources(),
         container_security=entrypoint.container_security_context(),
-        env=entrypoint.k8s_env(),
+        # Ray's job stop (KubeRay's, when the RayJob is deleted) sends the driver SIGTERM and SIGKILLs it after
+        # RAY_JOB_STOP_WAIT_TIME_S, 3 s by default (ray/dashboard/modules/job/job_supervisor.py, Ray 2.60, read
+        # 2026-12-06): far too soon to commit finished shards and write the partial files. The head's job
+        # supervisor waits the pods' grace instead, so a cancel's stop gives the job its whole grace period (issue
+        # 59, finding 6).
+        env=[*entrypoint.k8s_env(), {"name": RAY_JOB_STOP_WAIT, "value": str(args.termination_grace_s)}],
         mounts=_ray_mounts(),
         volumes=[
             _config_volume(args),

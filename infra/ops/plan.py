@@ -3,6 +3,7 @@
     python -m infra.plan small          # a tree on the terminal, then the stack's monthly cost estimate
     python -m infra.plan large --json   # a list of {type, name, parent, inputs, dependencies, ...} objects
     python -m infra.plan large --estimate-json   # the cost estimate's line items as JSON
+    python -m infra.plan small --no-free-tier    # the estimate with no free alarms, dashboards or transitions
 
 Every plan shown is gated by the policy rules (`infra.rules.registry.gate`): a violation is printed (resource,
 rule, fix) and the command exits 1, after printing the plan so the mistake can be seen in it.
@@ -204,6 +205,12 @@ def main(argv: list[str] | None = None) -> int:
         help="price the month from this day (default: today, UTC): what EKS support window the version is in",
     )
     parser.add_argument(
+        "--no-free-tier",
+        action="store_true",
+        help="price every unit: no free alarms, dashboards or Step Functions transitions (an account whose "
+        "always-free tier other stacks use up; infra/pricing/idle_cost.py)",
+    )
+    parser.add_argument(
         "--no-checks", action="store_true", help="skip the policy gate (the caller runs `infra.policy` itself)"
     )
     parser.add_argument(
@@ -237,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write("\n")
         return checked
     try:
-        cost = stack_estimate(args.stack, plan, overrides, on=args.on)
+        cost = stack_estimate(args.stack, plan, overrides, on=args.on, assume_free_tier=not args.no_free_tier)
     except PriceTableError as error:
         if args.estimate_json:  # the estimate is all that was asked for
             print(f"error: cost estimate: {error}", file=sys.stderr)
@@ -246,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         print(render_tree(plan, details=args.details))
         print(summary(plan))
         _print_preview_line(plan, args.no_checks)
+        _print_night_lines(args.stack, overrides)
         print(f"\nwarning: no cost estimate: {error}")
         print(f"warning: no cost estimate: {error}", file=sys.stderr)
         return checked
@@ -262,8 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         print(render_tree(plan, details=args.details))
         print(summary(plan))
         _print_preview_line(plan, args.no_checks)
-        if line := night_workers_line(args.stack, overrides):
-            print(line)
+        _print_night_lines(args.stack, overrides)
         print()
         print(format_estimate(cost))
         print()
@@ -280,6 +287,13 @@ def _print_preview_line(plan: list[dict[str, Any]], no_checks: bool) -> None:
         print(line)
 
 
+def _print_night_lines(stack: str, overrides: Mapping[str, Any]) -> None:
+    """The night's worker group and the eight-GPU pools' regional types, with or without an estimate."""
+    for line in (night_workers_line(stack, overrides), eight_gpu_types_line(stack, overrides)):
+        if line:
+            print(line)
+
+
 def night_workers_line(stack: str, overrides: Mapping[str, Any]) -> str | None:
     """Which GPU worker group the stack's model runs the night on (infra/config/worker_groups.py), on the EKS
     tiers; None on the small tier."""
@@ -290,6 +304,14 @@ def night_workers_line(stack: str, overrides: Mapping[str, Any]) -> str | None:
         return None
     tp = config.job_config("s3://plan/input/", "s3://plan/output/").engine.tensor_parallel_size
     return f"night's workers: {config.night_workers.describe(tp)}"
+
+
+def eight_gpu_types_line(stack: str, overrides: Mapping[str, Any]) -> str | None:
+    """Whether the eight-GPU pools list p5.48xlarge in the stack's region, and why (infra/config/regional_types.py)."""
+    from infra.config.regional_types import choice_line
+    from infra.ops.stacks import offline_config
+
+    return choice_line(offline_config(stack, overrides))
 
 
 def _engine_fit(stack: str, overrides: Mapping[str, Any]) -> int:

@@ -5,8 +5,10 @@ accounts start GPU families at 0, so `pulumi up` would create everything and the
 `python -m infra.preflight STACK` reads the quotas first and prints the request to file for each one short.
 The small tier's quota holds two nodes: capacity rebalancing starts the replacement beside the node it
 replaces. Then the account itself (infra/ops/preflight_account.py): the EC2 Spot service-linked role and the
-AMI alias's SSM parameter (Karpenter's tiers), the zones that offer the tier's instance types, and the dated
-facts' warnings (the Kubernetes version's support window).
+AMI alias's SSM parameter (Karpenter's tiers), the zones that offer the tier's instance types, the deployed
+cluster's Kubernetes version against `eks.version` (the EKS tiers), the Batch API functions' reserved concurrency
+against the account's Lambda quota (where the API is on), and the dated facts' warnings (the Kubernetes version's
+support window).
 
 Tests replay recorded Service Quotas answers through botocore's Stubber: moto's Service Quotas backend
 serves only the `vpc` service code, not EC2's vCPU quotas.
@@ -201,8 +203,10 @@ class RecordedQuotas:
 def run(stack: str, client: Any, clients: Any = None, on: date | None = None) -> tuple[bool, str]:
     """(everything checked holds, the report) for a stack's config: quotas through `client`, the account through
     `clients(service)` (None: not asked, as with `--quotas`), dated facts as of `on` (default today, UTC)."""
+    from infra import naming
     from infra.ops.checks_engine_fit import check_engine_fit
     from infra.ops.preflight_account import account_findings, format_findings, skipped
+    from infra.ops.preflight_lambda import lambda_findings
     from infra.ops.stacks import offline_config
     from infra.pricing.stack_costs import capacity_pools
     from infra.pricing.table import load_prices
@@ -216,7 +220,8 @@ def run(stack: str, client: Any, clients: Any = None, on: date | None = None) ->
     report = f"{format_checks(checks, config.region)}\n{fit.line}"
     if clients is None:
         return ok, f"{report}\n{skipped(config)}"
-    findings = account_findings(config, clients, on or datetime.now(UTC).date())
+    findings = account_findings(config, clients, on or datetime.now(UTC).date(), naming.prefix(stack))
+    findings += lambda_findings(config, clients, stack)
     return ok and all(finding.ok for finding in findings), f"{report}\n{format_findings(findings)}"
 
 

@@ -9,6 +9,12 @@
   the cluster's version and the GPU nodes' NVIDIA variant. Missing, the EC2NodeClass never becomes ready.
 - The zones: where the tier's instance types are offered (DescribeInstanceTypeOfferings), chosen as the
   program chooses them (infra/zones.py), so the operator sees which zones the subnets will go in.
+- The cluster's own Kubernetes version (the EKS tiers), against `eks.version`: under the STANDARD upgrade policy
+  AWS moves the control plane up one minor version itself at the end of standard support, and it leaves the
+  node groups, add-ons and the cluster autoscaler behind; the finding says what the next `up` then does and the
+  one thing to set (docs/deploy-eks.md, "When AWS upgraded the cluster itself").
+- The Batch API's functions (where it is on): their reserved concurrency against the account's Lambda quota
+  (infra/ops/preflight_lambda.py).
 - The dated facts: the version's support window and tables not checked for a while (infra/facts).
 
 Each check returns a `Finding`; a failed one fails the preflight and says the one thing to do.
@@ -80,6 +86,56 @@ def check_ami_alias(ssm: Any, alias: str, kubernetes: str) -> Finding:
     return Finding("ami-alias", True, f"{alias} on Kubernetes {kubernetes} resolves to {image} (GPU nodes' AMI)")
 
 
+def check_cluster_version(eks: Any, cluster_name: str, pinned: str) -> Finding:
+    """The deployed cluster's version against the stack's `eks.version`, and what the next `up` does with them."""
+    try:
+        cluster = eks.describe_cluster(name=cluster_name)["cluster"]
+    except ClientError as error:
+        if _code(error) != "ResourceNotFoundException":
+            return Finding("cluster-version", False, f"reading EKS cluster {cluster_name} failed: {error}")
+        return Finding(
+            "cluster-version", True, f"no cluster {cluster_name} yet: the first `up` creates it on Kubernetes {pinned}"
+        )
+    except BotoCoreError as error:
+        return Finding("cluster-version", False, f"reading EKS cluster {cluster_name} failed: {error}")
+    actual = cluster["version"]
+    policy = cluster.get("upgradePolicy", {}).get("supportType", "unknown")
+    running = f"{cluster_name} runs Kubernetes {actual}"
+    step = facts.minor(pinned) - facts.minor(actual)
+    if step == 0:
+        return Finding("cluster-version", True, f"{running}, the stack's eks.version")
+    if step == 1:
+        return Finding(
+            "cluster-version",
+            True,
+            f"{running}; the next `up` upgrades it to eks.version {pinned} (one minor version, as EKS allows): the "
+            "control plane, then the node groups roll to new nodes, the add-ons and the cluster autoscaler follow; "
+            "run it with no night running",
+            warning=True,
+        )
+    if step > 1:
+        following = f"1.{facts.minor(actual) + 1}"
+        return Finding(
+            "cluster-version",
+            False,
+            f"{running} and eks.version is {pinned}: EKS upgrades one minor version at a time, so the next `up` "
+            f"would fail; set llm-batch:eks.version to {following}, `up`, and repeat one minor at a time up to "
+            f"{pinned} (docs/deploy-eks.md)",
+        )
+    # Newer than the stack says: AWS upgraded the control plane itself (the STANDARD policy at the end of standard
+    # support), which touches neither Pulumi's state nor the node groups.
+    return Finding(
+        "cluster-version",
+        False,
+        f"{running}, newer than eks.version {pinned}: AWS upgraded the control plane itself (upgrade policy "
+        f"{policy}). The next `up` changes nothing on the control plane (Pulumi's state still says {pinned}), "
+        f"keeps the node groups, add-ons and cluster autoscaler on {pinned}, and after a refresh would try to take "
+        f"the control plane back down to {pinned}. Set llm-batch:eks.version to {actual} (`pulumi config set "
+        f"--path 'llm-batch:eks.version' {actual}`) and run `pulumi up --refresh`: the node groups, add-ons and "
+        f'autoscaler then follow to {actual} (docs/deploy-eks.md, "When AWS upgraded the cluster itself")',
+    )
+
+
 def _offerings(ec2: Any, types: list[str]) -> Iterator[tuple[str, str]]:
     paginator = ec2.get_paginator("describe_instance_type_offerings")
     pages = paginator.paginate(LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": types}])
@@ -111,14 +167,18 @@ def check_zones(ec2: Any, config: StackConfig) -> Finding:
     return Finding("zones", True, f"subnets go in {', '.join(chosen)}, where the tier's types are offered ({detail})")
 
 
-def account_findings(config: StackConfig, clients: Any, on: date) -> list[Finding]:
-    """Every account check the stack's tier needs; `clients(service)` gives a boto3 client (or a stand-in)."""
+def account_findings(config: StackConfig, clients: Any, on: date, cluster_name: str) -> list[Finding]:
+    """Every account check the stack's tier needs; `clients(service)` gives a boto3 client (or a stand-in);
+    `cluster_name` is the stack's EKS cluster (the EKS tiers'). The Batch API's functions are checked beside
+    these (infra/ops/preflight_lambda.py)."""
     findings = []
     if config.tier != "small" and config.eks.karpenter_enabled:
         if config.eks.node_pool.spot:
             findings.append(check_spot_role(clients("iam")))
         findings.append(check_ami_alias(clients("ssm"), config.eks.ami_alias, config.eks.version))
     findings.append(check_zones(clients("ec2"), config))
+    if config.tier != "small":
+        findings.append(check_cluster_version(clients("eks"), cluster_name, config.eks.version))
     version = None if config.tier == "small" else config.eks.version
     findings += [Finding("facts", True, line, warning=True) for line in facts.calendar_warnings(version, on)]
     return findings
@@ -129,6 +189,10 @@ def skipped(config: StackConfig) -> str:
     names = ["the zones offering the tier's instance types"]
     if config.tier != "small" and config.eks.karpenter_enabled:
         names = [f"the EC2 Spot service-linked role ({SPOT_ROLE})", "the AMI alias's SSM parameter", *names]
+    if config.tier != "small":
+        names.append("the deployed cluster's Kubernetes version")
+    if config.batch_api.enabled:
+        names.append("the Batch API functions' reserved concurrency against the account's Lambda quota")
     return "Not checked without AWS (--quotas): " + "; ".join(names) + "."
 
 

@@ -21,6 +21,8 @@ import time
 from datetime import UTC, date, datetime
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from infra.ops.stack_outputs import OutputsError, boto_session, load_outputs, require
 
 STATE_MACHINE_OUTPUT = "nightly_state_machine_arn"
@@ -93,9 +95,20 @@ def start_batch(outputs: dict[str, Any], batch_id: str, lambda_client: Any = Non
     if not outputs.get(BATCH_FUNCTION_OUTPUT):
         raise RunError(f"the stack has no Batch API (no {BATCH_FUNCTION_OUTPUT} output): set batch_api.enabled")
     client = lambda_client or boto_session(outputs).client("lambda")
-    answer = client.invoke(
-        FunctionName=outputs[BATCH_FUNCTION_OUTPUT], Payload=json.dumps({"start_batch": batch_id}).encode()
-    )
+    try:
+        answer = client.invoke(
+            FunctionName=outputs[BATCH_FUNCTION_OUTPUT], Payload=json.dumps({"start_batch": batch_id}).encode()
+        )
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") != "TooManyRequestsException":
+            raise
+        # The tick's reserved concurrency (batch_api.tick_reserved_concurrency): another tick holds it, and
+        # botocore's own retries did not outlast it. Nothing started; the queue still holds the batch.
+        raise RunError(
+            f"batch {batch_id} did not start: the tick function is busy with another tick (its reserved "
+            "concurrency, batch_api.tick_reserved_concurrency); run this again in a minute, or let the next "
+            "scheduled tick start the queue's oldest batch"
+        ) from error
     body = json.loads(answer["Payload"].read() or b"{}")
     if answer.get("FunctionError") or "error" in body:
         raise RunError(f"batch {batch_id} did not start: {body.get('error') or body.get('errorMessage') or body}")

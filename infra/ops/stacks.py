@@ -117,15 +117,20 @@ def stack_estimate(
     plan: Iterable[dict[str, Any]] | None = None,
     overrides: Mapping[str, Any] | None = None,
     on: date | None = None,
+    assume_free_tier: bool = True,
 ) -> Estimate:
-    """The stack's monthly estimate at the repo's prices, for the month from `on` (default: today)."""
+    """The stack's monthly estimate at the repo's prices, for the month from `on` (default: today); with the
+    account's always-free tier this stack's unless `assume_free_tier` is off (infra/pricing/idle_cost.py)."""
     from infra.pricing.batch_api_cost import with_front
     from infra.pricing.estimate import estimate
+    from infra.pricing.idle_cost import with_idle
     from infra.pricing.stack_costs import estimate_inputs
     from infra.pricing.table import load_prices
 
     prices, config = load_prices(), offline_config(stack, overrides)
-    return with_front(estimate(estimate_inputs(stack, config, prices, plan, on), prices), config)
+    plan = list(plan) if plan is not None else None
+    result = estimate(estimate_inputs(stack, config, prices, plan, on, assume_free_tier), prices)
+    return with_idle(with_front(result, config), config, plan, assume_free_tier)
 
 
 def stack_per_token(

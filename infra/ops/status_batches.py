@@ -1,9 +1,11 @@
 """The Batch API's batches for `python -m infra.status STACK --batches`: id, status, created, request counts, cost.
 
 Read from the stack's bucket (the `data_bucket` output) as the API keeps them: one JSON object per batch under
-`batch-api/records/batch/` (workload/batch_api/store.py's layout). The operator tools read the objects, not the
-API's store class: infra imports only the job's contract (tests/test_layers.py); tests/infra/test_run_status.py
-writes the batches through the API's own S3Store and service, so the two cannot drift apart.
+`batch-api/records/batch/` (workload/batch_api/store.py's layout), in the order of the API's newest-first markers
+under `batch-api/records/batch_order/` (batch_index.py): one listing and a read per batch shown (issue 61). The
+operator tools read the objects, not the API's store class: infra imports only the job's contract
+(tests/test_layers.py); tests/infra/test_run_status.py writes the batches through the API's own S3Store and
+service, so the two cannot drift apart.
 
 The cost is the batch's side field `llm_batch` (workload/batch_api/objects.py `gpu_share`): its job's time on the
 GPU nodes and what that cost. The boot of the execution it ran in is not in it: that is the execution's, in the
@@ -23,6 +25,9 @@ from infra.ops.stack_outputs import OutputsError, boto_session
 # The stack's outputs that say the Batch API is deployed (infra/__main__.py exports both with it).
 BATCH_API_OUTPUTS = ("batch_api_url", "batch_api_tick_function_name")
 RECORDS_PREFIX = "batch-api/records/batch/"  # infra/components/batch_api.py API_PREFIX + the store's records/<kind>/
+# The API's listing order (workload/batch_api/batch_index.py): one empty marker per batch,
+# `<inverted created_at>.<inverted sequence>.<batch id>.json`, so S3's ascending listing is newest first.
+ORDER_PREFIX = "batch-api/records/batch_order/"
 SIDE_FIELD = "llm_batch"
 READERS = 16
 
@@ -52,25 +57,34 @@ def list_batches(outputs: dict[str, Any], limit: int = 10, s3: Any = None) -> li
     if not bucket:
         raise OutputsError("stack outputs lack data_bucket; deploy the stack first")
     s3 = s3 or boto_session(outputs).client("s3")
-    keys = [
-        str(item["Key"])
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=RECORDS_PREFIX)
-        for item in page.get("Contents", [])
-        if str(item["Key"]).endswith(".json")
-    ]
+    # One page of the newest-first order markers (their names end in the batch's id), then those batches: the
+    # same reads at 10,000 batches as at 10. A marker whose batch is gone (past its retention, or a create that
+    # died) is passed over, and the next page is asked for.
+    rows: list[BatchRow] = []
+    after = None
+    while len(rows) < limit:
+        asked: dict[str, Any] = {"Bucket": bucket, "Prefix": ORDER_PREFIX, "MaxKeys": min(limit - len(rows), 1000)}
+        if after is not None:
+            asked["StartAfter"] = after
+        keys = [str(item["Key"]) for item in s3.list_objects_v2(**asked).get("Contents", [])]
+        markers = [key for key in keys if key.endswith(".json")]
 
-    def read(key: str) -> dict[str, Any] | None:
-        try:
-            record: dict[str, Any] = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-        except s3.exceptions.NoSuchKey:  # deleted (past its retention) between the listing and the read
-            return None
-        return record
+        def read(marker: str) -> dict[str, Any] | None:
+            batch_id = marker.removeprefix(ORDER_PREFIX).removesuffix(".json").split(".", 2)[2]
+            try:
+                record: dict[str, Any] = json.loads(
+                    s3.get_object(Bucket=bucket, Key=f"{RECORDS_PREFIX}{batch_id}.json")["Body"].read()
+                )
+            except s3.exceptions.NoSuchKey:  # deleted (past its retention) between the listing and the read
+                return None
+            return record
 
-    with ThreadPoolExecutor(max_workers=READERS) as pool:
-        records = [record for record in pool.map(read, keys) if record is not None]
-    # The API's own order: created_at, then the sequence that orders one second's batches.
-    records.sort(key=lambda r: (int(r["created_at"]), int(r.get("_seq") or 0)), reverse=True)
-    return [_row(record) for record in records[:limit]]
+        with ThreadPoolExecutor(max_workers=READERS) as pool:
+            rows += [_row(record) for record in pool.map(read, markers) if record is not None]
+        if len(keys) < asked["MaxKeys"]:
+            break
+        after = keys[-1]
+    return rows[:limit]
 
 
 def _row(record: dict[str, Any]) -> BatchRow:

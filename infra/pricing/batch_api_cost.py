@@ -1,7 +1,8 @@
 """The Batch API front's own lines in the estimate (batch_api.enabled): API Gateway HTTP API requests, Lambda
 requests and GB-seconds, including the tick schedule's invocations, which run whether or not anyone calls, and
-the queue's custom metrics, which every tick publishes (workload/batch_api/queue_metrics.py). Its two alarms
-are counted with the plan's others (infra/pricing/stack_costs.py).
+the queue's custom metrics, which every tick publishes (workload/batch_api/queue_metrics.py); with them, the
+tick's and the listings' S3 requests (infra/pricing/batch_api_requests.py). Its two alarms are counted with the
+plan's others (infra/pricing/stack_costs.py).
 
 Prices: infra/facts/batch_api_prices.json (dated, with its source; tests/infra/test_batch_api_cost.py fails when
 it is older than infra.facts.MAX_AGE_DAYS). The Price List file the refresh tool reads (prices.json) has no
@@ -20,6 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from infra.config import StackConfig
+from infra.pricing.batch_api_requests import request_items
 from infra.pricing.estimate import Estimate, LineItem
 
 PRICES_FILE = Path(__file__).resolve().parent.parent / "facts" / "batch_api_prices.json"
@@ -96,5 +98,6 @@ def front_items(config: StackConfig) -> list[LineItem]:
 
 
 def with_front(result: Estimate, config: StackConfig) -> Estimate:
-    """The estimate with the front's lines added (the hook in infra.ops.stacks.stack_estimate)."""
-    return result.model_copy(update={"items": (*result.items, *front_items(config))})
+    """The estimate with the front's lines and its S3 requests added (the hook in
+    infra.ops.stacks.stack_estimate)."""
+    return result.model_copy(update={"items": (*result.items, *front_items(config), *request_items(config))})

@@ -61,8 +61,12 @@ class FixedParts(BaseModel):
     endpoint_azs: int = Field(default=0, ge=0, description="AZs each interface endpoint has a network interface in")
     always_on_nodes: tuple[NodePool, ...] = ()
     kms_keys: int = Field(default=1, ge=0)
-    alarms: int = Field(default=0, ge=0)
+    alarms: int = Field(default=0, ge=0, description="Standard-resolution metric alarms")
     dashboards: int = Field(default=0, ge=0)
+    # The account's free tier, where the estimate assumes this stack has it to itself (infra/facts/idle_prices.json):
+    # the first alarms and dashboards of an account bill nothing.
+    free_alarms: int = Field(default=0, ge=0, description="Alarms the account's free tier covers")
+    free_dashboards: int = Field(default=0, ge=0, description="Dashboards the account's free tier covers")
 
 
 class Usage(BaseModel):
@@ -127,6 +131,7 @@ class LineItem(BaseModel):
     quantity: float
     unit: str
     unit_price: float
+    free_quantity: float = Field(default=0, ge=0, description="Of `quantity`, what the account's free tier covers")
     monthly_usd: float
 
 
@@ -174,7 +179,9 @@ def nightly_hours_per_month(hours_per_night: float) -> float:
     return hours_per_night * NIGHTS_PER_MONTH
 
 
-def _item(group: str, item: str, quantity: float, unit: str, unit_price: float) -> LineItem:
+def _item(group: str, item: str, quantity: float, unit: str, unit_price: float, free: float = 0) -> LineItem:
+    """A line; `free` of the quantity is the free tier's, billed nothing (never more than the quantity)."""
+    free = min(free, quantity)
     return LineItem.model_validate(
         {
             "group": group,
@@ -182,9 +189,13 @@ def _item(group: str, item: str, quantity: float, unit: str, unit_price: float) 
             "quantity": quantity,
             "unit": unit,
             "unit_price": unit_price,
-            "monthly_usd": quantity * unit_price,
+            "free_quantity": free,
+            "monthly_usd": (quantity - free) * unit_price,
         }
     )
+
+
+line_item = _item  # the public name other pricing modules build their lines with
 
 
 def compute_items(pools: Iterable[NodePool], region: str, prices: PriceTable, group: str = "compute") -> list[LineItem]:
@@ -249,6 +260,14 @@ def fixed_items(fixed: FixedParts, usage: Usage, region: str, prices: PriceTable
     items.extend(compute_items(fixed.always_on_nodes, region, prices, group="fixed"))
     if fixed.kms_keys:
         items.append(_item("fixed", "KMS keys", fixed.kms_keys, "key-month", svc.kms_key_month))
+    # Alarms and dashboards bill every month whether or not a night runs: idle, not monitoring volume.
+    if fixed.alarms:
+        alarm = svc.cloudwatch_alarm_month
+        items.append(_item("fixed", "CloudWatch alarms", fixed.alarms, "alarm-month", alarm, fixed.free_alarms))
+    if fixed.dashboards:
+        dashboard = svc.cloudwatch_dashboard_month
+        free = fixed.free_dashboards
+        items.append(_item("fixed", "CloudWatch dashboards", fixed.dashboards, "dashboard-month", dashboard, free))
     return items
 
 
@@ -267,22 +286,10 @@ def storage_items(usage: Usage, region: str, prices: PriceTable) -> list[LineIte
     ]
 
 
-def monitoring_items(fixed: FixedParts, usage: Usage, region: str, prices: PriceTable) -> list[LineItem]:
+def monitoring_items(usage: Usage, region: str, prices: PriceTable) -> list[LineItem]:
+    """What the month's logs cost: a volume that grows with the runs (alarms and dashboards are in `fixed`)."""
     svc = prices.region(region).services
-    items = [_item("monitoring", "CloudWatch Logs ingestion", usage.log_gb, "GB", svc.cloudwatch_logs_ingest_per_gb)]
-    if fixed.alarms:
-        items.append(_item("monitoring", "CloudWatch alarms", fixed.alarms, "alarm-month", svc.cloudwatch_alarm_month))
-    if fixed.dashboards:
-        items.append(
-            _item(
-                "monitoring",
-                "CloudWatch dashboards",
-                fixed.dashboards,
-                "dashboard-month",
-                svc.cloudwatch_dashboard_month,
-            )
-        )
-    return items
+    return [_item("monitoring", "CloudWatch Logs ingestion", usage.log_gb, "GB", svc.cloudwatch_logs_ingest_per_gb)]
 
 
 def optional_items(inputs: EstimateInputs, prices: PriceTable) -> list[LineItem]:
@@ -292,16 +299,14 @@ def optional_items(inputs: EstimateInputs, prices: PriceTable) -> list[LineItem]
 
 
 def estimate(inputs: EstimateInputs, prices: PriceTable) -> Estimate:
-    """Every line item of the stack's month.
-
-    Lambda, Scheduler, Step Functions and SNS stay in their free tiers at one run a day: left out, not zeros.
-    """
+    """Every line item of the stack's month from its inputs. What the stack's services bill besides (secrets,
+    Step Functions transitions, the Batch API's lines) is added by `infra.ops.stacks.stack_estimate`."""
     items = [
         *compute_items(inputs.nightly_pools, inputs.region, prices),
         *optional_items(inputs, prices),
         *fixed_items(inputs.fixed, inputs.usage, inputs.region, prices),
         *storage_items(inputs.usage, inputs.region, prices),
-        *monitoring_items(inputs.fixed, inputs.usage, inputs.region, prices),
+        *monitoring_items(inputs.usage, inputs.region, prices),
     ]
     as_of, source = prices.dated_source(inputs.region)
     return Estimate(
@@ -315,9 +320,16 @@ def estimate(inputs: EstimateInputs, prices: PriceTable) -> Estimate:
     )
 
 
+def price_text(value: float) -> str:
+    """A unit price as a price list writes it: cents at least, no float noise (1.00, 0.0042, 0.000025)."""
+    text = f"{value:.10f}".rstrip("0")
+    whole, _, cents = text.partition(".")
+    return f"{int(whole):,}.{cents.ljust(2, '0')}"
+
+
 def format_estimate(result: Estimate) -> str:
     """The human summary `python -m infra.plan` prints: one line per item, subtotals, the total."""
-    width = 64
+    width = 60
     lines = [f"Monthly cost estimate for stack {result.stack} ({result.region}), prices of {result.prices_as_of}:"]
     for group, title in GROUP_TITLES.items():
         group_items = [item for item in result.items if item.group == group]
@@ -325,8 +337,9 @@ def format_estimate(result: Estimate) -> str:
             continue
         lines.append(f"  {title.format(nights=NIGHTS_PER_MONTH)}: {result.subtotal(group):,.2f} USD")
         for item in group_items:
-            detail = f"{item.quantity:,.1f} {item.unit} x {item.unit_price:g}"
-            lines.append(f"    {item.item[:width]:<{width}} {detail:>32} = {item.monthly_usd:>10,.2f}")
+            free = f" ({item.free_quantity:,.0f} free)" if item.free_quantity else ""
+            detail = f"{item.quantity:,.1f} {item.unit}{free} x {price_text(item.unit_price)}"
+            lines.append(f"    {item.item[:width]:<{width}} {detail:>40} = {item.monthly_usd:>10,.2f}")
     lines.append(f"  total: {result.total:,.2f} USD a month")
     lines.append(
         f"  idle month (no run): {result.idle_monthly_usd:,.2f} USD; a night adds {result.per_night_usd:,.2f} USD"

@@ -265,9 +265,14 @@ def estimate_inputs(
     prices: PriceTable,
     plan: Iterable[dict[str, Any]] | None = None,
     on: date | None = None,
+    assume_free_tier: bool = True,
 ) -> EstimateInputs:
     """The estimate's inputs for the month from `on` (default: today, UTC): a cluster whose version is in
-    extended support for some of that month is billed it for those hours (infra/facts/eks_versions.json)."""
+    extended support for some of that month is billed it for those hours (infra/facts/eks_versions.json).
+    `assume_free_tier`: the account's free alarms and dashboards are this stack's (infra/pricing/idle_cost.py)."""
+    from infra.pricing.idle_cost import free_tier
+
+    free = free_tier(assume_free_tier)
     plan = list(plan) if plan is not None else None
     on = on or datetime.now(UTC).date()
     clusters = 0 if config.tier == "small" else 1
@@ -286,6 +291,8 @@ def estimate_inputs(
         kms_keys=max(1, _count(plan, "aws:kms/key:Key")),
         alarms=_count(plan, "aws:cloudwatch/metricAlarm:MetricAlarm"),
         dashboards=_count(plan, "aws:cloudwatch/dashboard:Dashboard"),
+        free_alarms=free.cloudwatch_alarms,
+        free_dashboards=free.cloudwatch_dashboards,
     )
     return EstimateInputs(
         stack=stack,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 DEFAULT_TABLE = Path(__file__).with_name("prices.json")
 
@@ -20,6 +20,16 @@ class InstancePrice(BaseModel):
     gpus: int = Field(ge=0, description="NVIDIA GPUs per instance")
     on_demand_hourly: float = Field(gt=0, description="On-demand Linux price, USD per instance-hour")
     spot_hourly: float = Field(gt=0, description="Typical Spot price, USD per instance-hour (varies by AZ)")
+    # A price entered apart from the rest of its region (a price cut, a type added later) carries its own date and
+    # source; the others take their region's or the table's (`PriceTable.dated_instance`).
+    as_of: str | None = Field(None, pattern=r"^\d{4}-\d{2}-\d{2}$", description="Date this row's prices were seen")
+    source: str | None = Field(None, min_length=20, description="Where this row's prices come from and how")
+
+    @model_validator(mode="after")
+    def _dated_with_source(self) -> InstancePrice:
+        if (self.as_of is None) != (self.source is None):
+            raise ValueError("as_of and source go together: a price of its own needs both its date and its source")
+        return self
 
 
 class ServicePrices(BaseModel):
@@ -75,6 +85,12 @@ class PriceTable(BaseModel):
         """(as of, source) of one region's prices."""
         prices = self.region(region)
         return prices.as_of or self.as_of, prices.source or self.source
+
+    def dated_instance(self, region: str, instance_type: str) -> tuple[str, str]:
+        """(as of, source) of one instance type's prices: its own where the row has them, else its region's."""
+        row = self.instance(region, instance_type)
+        as_of, source = self.dated_source(region)
+        return row.as_of or as_of, row.source or source
 
     def instance(self, region: str, instance_type: str) -> InstancePrice:
         prices = self.region(region).ec2

@@ -96,3 +96,35 @@ def is_capacity_start(state: State) -> bool:
 
 def catches_everything(state: State) -> bool:
     return any("States.ALL" in catcher["ErrorEquals"] for catcher in state.get("Catch", []))
+
+
+def walk(
+    definition: dict[str, Any], start: str, choices: dict[str, str] | None = None, stop: str | None = None
+) -> list[str]:
+    """The states one pass enters from `start`, in order: Next, a Choice's Default unless `choices` names the branch
+    it takes (by its target), until a terminal state or `stop` (not entered again; `start` may be it, for a loop).
+    Step Functions bills a transition for each state entered (infra/pricing/idle_cost.py)."""
+    graph, picks = states(definition), dict(choices or {})
+    path: list[str] = []
+    name: str | None = start
+    while name is not None and (name != stop or not path):
+        if name not in graph:
+            raise ValueError(f"the walk reached {name!r}, which the definition does not have")
+        if name in path:
+            raise ValueError(
+                f"the walk loops back to {name!r} before {stop or 'a terminal state'}: {' -> '.join(path)}"
+            )
+        path.append(name)
+        state = graph[name]
+        if is_terminal(state):
+            break
+        if state["Type"] == "Choice":
+            targets = [rule["Next"] for rule in state.get("Choices", [])] + [state.get("Default")]
+            name = picks.pop(name, state.get("Default"))
+            if name not in targets or name is None:
+                raise ValueError(f"choice {path[-1]!r} has no branch to {name!r} (has {', '.join(map(str, targets))})")
+        else:
+            name = state["Next"]
+    if picks:
+        raise ValueError(f"the walk never reached the choice(s) {', '.join(sorted(picks))}")
+    return path

@@ -1,4 +1,5 @@
-"""Validate generated custom resources against the real CRD schemas in ../shared/crds.
+"""Validate generated custom resources against the real CRD schemas in tests/infra/data/crds: those of the
+Karpenter and KubeRay releases the stacks install (tools/crd_sources.py; tests/infra/test_crd_sources.py).
 
 The check is stricter than a plain JSON-schema run: Kubernetes silently prunes fields a structural schema
 does not name, so a misspelt field would vanish on apply instead of failing. Here every object schema that

@@ -18,6 +18,7 @@ import pytest
 
 from infra import deploy_route, facts, versions
 from infra.config import StackConfigError, load_stack_config
+from infra.facts import instance_regions
 from infra.ops.stacks import ROOT, stack_estimate
 from infra.rules.checks_costs import check_eks_support
 from tools import eks_ami_releases
@@ -25,10 +26,15 @@ from tools import eks_ami_releases
 
 def test_the_tables_carry_their_source_and_date() -> None:
     calendar, releases = facts.calendar(), facts.ami_releases()
-    assert "version calendar" in calendar.source and calendar.checked == date(2026, 12, 1)
+    assert "version calendar" in calendar.source and calendar.checked == date(2026, 12, 6)
     assert calendar.versions["1.33"].standard_support_end == date(2026, 7, 29)
     assert calendar.versions["1.34"].standard_support_end == date(2026, 12, 2)
     assert calendar.versions["1.35"].standard_support_end == date(2027, 3, 27)
+    # Issue 65, finding 3: 1.36 (on EKS since 2026-06-02), with where its dates were read and that it was a copy.
+    assert calendar.versions["1.36"] == facts.EksVersion(
+        standard_support_end=date(2027, 8, 2), extended_support_end=date(2028, 8, 2)
+    )
+    assert "1.36 (released on EKS 2026-06-02)" in calendar.source and "secondary copies" in calendar.source
     assert "awslabs/amazon-eks-ami CHANGELOG.md at commit 81fec2e" in releases.source
     assert releases.source_as_of <= releases.checked
     # The issue's facts: v20251108 then v20251112 in November 2025, no v20251110 nor v20251117.
@@ -50,7 +56,7 @@ def test_the_release_list_is_what_the_tool_reads_from_a_changelog() -> None:
 
 
 def test_the_pinned_alias_is_a_release_with_the_clusters_version() -> None:
-    assert versions.EKS_AMI_ALIAS == "al2023@v20260714" and versions.KUBERNETES_VERSION == "1.35"
+    assert versions.EKS_AMI_ALIAS == "al2023@v20260714" and versions.KUBERNETES_VERSION == "1.36"
     assert facts.alias_problem(versions.EKS_AMI_ALIAS, versions.KUBERNETES_VERSION) is None
     problem = facts.alias_problem("al2023@v20251110", "1.35")
     assert problem is not None and "no release v20251110" in problem
@@ -63,7 +69,7 @@ def test_the_pinned_alias_is_a_release_with_the_clusters_version() -> None:
 
 
 def test_the_autoscaler_image_follows_the_version() -> None:
-    assert versions.CLUSTER_AUTOSCALER_IMAGE_TAG == "v1.35.2"
+    assert versions.CLUSTER_AUTOSCALER_IMAGE_TAG == "v1.36.1"
     for minor, tag in versions.CLUSTER_AUTOSCALER_IMAGE_TAGS.items():
         assert tag.startswith(f"v{minor}.")
         assert minor in facts.calendar().versions  # every minor a stack may run on the way up
@@ -71,6 +77,22 @@ def test_the_autoscaler_image_follows_the_version() -> None:
     assert versions.CLUSTER_AUTOSCALER_IMAGE_TAGS[config.eks.version] == "v1.34.5"
     with pytest.raises(StackConfigError, match="no cluster autoscaler image"):
         load_stack_config("medium", {"cost_center": "cc", "eks": {"version": "1.32"}})
+
+
+def test_1_36_can_be_chosen_on_both_eks_tiers_and_karpenter_s_range_is_enforced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 65, finding 3: `--set eks.version=1.36` was refused ("not in infra/facts/eks_versions.json"). It loads
+    on medium (its autoscaler image) and large (Karpenter 1.14.1 runs 1.26-1.36; v20260714 ships its AMI); a
+    Karpenter whose range stopped at 1.35 would refuse it, naming the key and the range."""
+    for stack in ("medium", "large"):
+        config = load_stack_config(stack, {"cost_center": "cc", "eks": {"version": "1.36"}})
+        assert config.eks.version == "1.36"
+    assert versions.KARPENTER_KUBERNETES_RANGE == ("1.26", "1.36")
+    monkeypatch.setattr(versions, "KARPENTER_KUBERNETES_RANGE", ("1.26", "1.35"))
+    with pytest.raises(StackConfigError, match=r"llm-batch:eks: .*version 1\.36 is outside what Karpenter 1\.14\.1"):
+        load_stack_config("large", {"cost_center": "cc", "eks": {"version": "1.36"}})
+    load_stack_config("medium", {"cost_center": "cc", "eks": {"version": "1.36"}})  # no Karpenter on medium
 
 
 @pytest.mark.parametrize(
@@ -111,12 +133,24 @@ def test_the_ami_table_is_judged_by_its_sources_date_not_the_day_it_was_read() -
     assert table.source_as_of + timedelta(days=121) < table.checked + timedelta(days=facts.MAX_AGE_DAYS)
 
 
+def test_the_instance_regions_table_is_judged_by_its_sources_date() -> None:
+    """Issue 64: the regions that offer the p5 were read on 2026-12-06 from a source of 2026-07-20; like the AMI
+    table it is stale 120 days after its source's date, so the plan and preflight already warn of it."""
+    table = instance_regions.instance_regions()
+    assert table.source_as_of < table.checked
+    name = "infra/facts/instance_regions.json"
+    assert not [line for line in facts.stale_warnings(table.source_as_of + timedelta(days=120)) if name in line]
+    (line,) = [line for line in facts.stale_warnings(table.source_as_of + timedelta(days=121)) if name in line]
+    assert f"from its source as of {table.source_as_of}, 121 days ago" in line and "describe-instance-type" in line
+    assert [line for line in facts.stale_warnings(table.checked) if name in line]
+
+
 def _eks_lines(estimate: Any) -> dict[str, float]:
     return {item.item: round(item.monthly_usd, 2) for item in estimate.items if item.item.startswith("EKS")}
 
 
 def test_the_estimate_prices_extended_support_while_the_version_is_in_it() -> None:
-    """1.33 on 2026-12-01 (extended since 2026-07-29): $0.50 an hour more, 730 hours; 1.35 none."""
+    """1.33 on 2026-12-01 (extended since 2026-07-29): $0.50 an hour more, 730 hours; the pin (1.36) none."""
     on = date(2026, 12, 1)
     assert _eks_lines(stack_estimate("medium", on=on)) == {"EKS control plane": 73.0}
     old = stack_estimate("medium", overrides={"eks.version": "1.33"}, on=on)
@@ -168,15 +202,15 @@ def test_committed_stacks_pin_the_policy_and_version(plan_for: Any) -> None:
     for stack in ("medium", "large"):
         (cluster,) = [item for item in plan_for(stack) if item["type"] == "eks:index:Cluster"]
         assert cluster["inputs"]["upgradePolicy"] == {"supportType": "STANDARD"}
-        assert cluster["inputs"]["version"] == "1.35"
+        assert cluster["inputs"]["version"] == "1.36"
         groups = [item for item in plan_for(stack) if item["type"] == "eks:index:ManagedNodeGroup"]
-        assert groups and {group["inputs"]["version"] for group in groups} == {"1.35"}
+        assert groups and {group["inputs"]["version"] for group in groups} == {"1.36"}
     (chart,) = [
         item
         for item in plan_for("medium")
         if item["type"] == "kubernetes:helm.sh/v4:Chart" and "cluster-autoscaler" in item["name"]
     ]
-    assert chart["inputs"]["values"]["image"]["tag"] == "v1.35.2" and chart["inputs"]["version"] == "9.59.0"
+    assert chart["inputs"]["values"]["image"]["tag"] == "v1.36.1" and chart["inputs"]["version"] == "9.59.0"
     assert (
         json.dumps(versions.HELM_CHARTS["cluster-autoscaler"])
         == '["https://kubernetes.github.io/autoscaler", "9.59.0"]'
@@ -192,4 +226,4 @@ def test_eks_support_check_fails_without_the_policy_or_on_a_lagging_group(plan_f
     head["inputs"]["version"] = "1.33"
     problems = "\n".join(str(violation) for violation in check_eks_support(plan))
     assert "no upgradePolicy.supportType: EKS would pick EXTENDED" in problems
-    assert f"{head['name']}: version 1.33, not the cluster's ['1.35']" in problems
+    assert f"{head['name']}: version 1.33, not the cluster's ['1.36']" in problems

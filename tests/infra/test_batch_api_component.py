@@ -33,10 +33,9 @@ def _named(plan: Plan, type_token: str, name: str) -> dict[str, Any]:
     return found
 
 
-def _statements(plan: Plan) -> list[dict[str, Any]]:
-    return list(
-        json.loads(_named(plan, "aws:iam/rolePolicy:RolePolicy", "batch-api-policy")["inputs"]["policy"])["Statement"]
-    )
+def _statements(plan: Plan, policy: str = "batch-api-policy") -> list[dict[str, Any]]:
+    """A role's inline statements: the tick's (`batch-api-policy`) or the HTTP function's (`batch-api-front-policy`)."""
+    return list(json.loads(_named(plan, "aws:iam/rolePolicy:RolePolicy", policy)["inputs"]["policy"])["Statement"])
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -79,25 +78,60 @@ def test_the_front_routes_every_request_to_its_function_and_passes_the_gate(
 
 
 @pytest.mark.parametrize("tier", ["small", "large"])
-def test_the_functions_role_reaches_only_its_prefix_secret_key_and_machine(
+def test_the_ticks_role_reaches_only_its_prefix_key_and_machine_and_no_api_key(
     front_plans: dict[str, Plan], tier: str
 ) -> None:
     plan = front_plans[tier]
     stack = next(item for item in plan if item["type"] == "pulumi:pulumi:Stack")["outputs"]
     bucket = f"arn:aws:s3:::{stack['data_bucket']}"
-    keys = _named(plan, "aws:secretsmanager/secret:Secret", "secrets-serve-api-keys")["outputs"]["arn"]
     machine = stack["nightly_state_machine_arn"]
     by_sid = {statement["Sid"]: statement for statement in _statements(plan)}
     assert all(statement["Resource"] != "*" for statement in by_sid.values())
     assert by_sid["ApiObjects"]["Resource"] == f"{bucket}/batch-api/*"
     assert by_sid["ListApiPrefix"]["Condition"] == {"StringLike": {"s3:prefix": ["batch-api/*"]}}
-    assert by_sid["ReadApiKeys"] == {**by_sid["ReadApiKeys"], "Resource": keys}
+    assert "ReadApiKeys" not in by_sid and not [s for s in by_sid.values() if "secretsmanager" in json.dumps(s)]
     assert by_sid["UseStackKey"]["Resource"] == stack["kms_key_arn"]
     assert by_sid["RunBatches"]["Resource"] == machine
     assert by_sid["FollowBatches"]["Resource"] == machine.replace(":stateMachine:", ":execution:") + ":*"
     assert ("ReleaseGpuGroup" in by_sid) == (tier == "small")
+    # EKS: a stop invokes the nightly submit function's release (issue 59, finding 6); that function and no other.
+    assert ("ReleaseRayJob" in by_sid) == (tier != "small")
+    if tier != "small":
+        submit = _named(plan, "aws:lambda/function:Function", "nightly-submit")["outputs"]["arn"]
+        assert by_sid["ReleaseRayJob"]["Action"] == "lambda:InvokeFunction"
+        assert by_sid["ReleaseRayJob"]["Resource"] == submit
     actions = [action for statement in by_sid.values() for action in _as_list(statement["Action"])]
     assert not [action for action in actions if action.endswith("*")]
+
+
+@pytest.mark.parametrize("tier", ["small", "large"])
+def test_the_internet_facing_function_has_its_own_role_its_own_keys_and_cannot_run_executions(
+    front_plans: dict[str, Plan], tier: str
+) -> None:
+    """Issue 60, findings 2 and 6; fails on main, where the HTTP function ran as the tick's role (StartExecution,
+    StopExecution) and read the online endpoint's keys."""
+    plan = front_plans[tier]
+    stack = next(item for item in plan if item["type"] == "pulumi:pulumi:Stack")["outputs"]
+    keys = _named(plan, "aws:secretsmanager/secret:Secret", "batch-api-keys")
+    assert keys["inputs"]["name"] == f"llm-batch-{tier}/batch-api-keys"
+    assert keys["inputs"]["kmsKeyId"] == stack["kms_key_arn"]
+    assert not [item for item in plan if "SecretVersion" in item["type"] and "batch-api" in item["name"]]
+    functions = {item["name"]: item for item in plan if item["type"] == "aws:lambda/function:Function"}
+    http, tick = functions["batch-api-http"], functions["batch-api-tick"]
+    roles = {item["outputs"]["arn"]: item["name"] for item in plan if item["type"] == "aws:iam/role:Role"}
+    assert (roles[http["inputs"]["role"]], roles[tick["inputs"]["role"]]) == ("batch-api-front-role", "batch-api-role")
+    variables = http["inputs"]["environment"]["variables"]
+    assert variables["LLM_BATCH_API_KEY_SECRET"] == keys["outputs"]["arn"] and variables["LLM_BATCH_API_SCOPE"] == "key"
+    assert variables["LLM_BATCH_TICK_FUNCTION"] == tick["inputs"]["name"]
+    assert "LLM_BATCH_API_KEY_SECRET" not in tick["inputs"]["environment"]["variables"]
+    by_sid = {statement["Sid"]: statement for statement in _statements(plan, "batch-api-front-policy")}
+    assert by_sid["ReadApiKeys"] == {**by_sid["ReadApiKeys"], "Resource": keys["outputs"]["arn"]}
+    assert by_sid["AskTheTick"]["Action"] == "lambda:InvokeFunction"
+    assert by_sid["AskTheTick"]["Resource"] == tick["outputs"]["arn"]
+    actions = [action for statement in by_sid.values() for action in _as_list(statement["Action"])]
+    assert not [action for action in actions if action.startswith(("states:", "autoscaling:"))]
+    assert not [action for action in actions if action.endswith("*")]
+    assert all(statement["Resource"] != "*" for statement in by_sid.values())
 
 
 def open_route(plan: Plan) -> None:
@@ -248,6 +282,96 @@ def test_with_the_front_the_machine_drains_the_queue_and_the_night_is_queued(
         hold = timing.next_run_hold_s(load_stack_config("small", {"cost_center": "cc"}).schedule.run_deadline_minutes)
         assert f"local hold={hold} " in script(plan)
         assert "local hold=0 " in script(plan_for(tier))
+
+
+@pytest.mark.parametrize("tier", ["small", "large"])
+def test_one_tick_at_a_time_and_a_throttled_next_batch_waits_out_the_running_tick(
+    front_plans: dict[str, Plan], tier: str
+) -> None:
+    """The tick runs at most `batch_api.tick_reserved_concurrency` (default 1) at once, so overlapping ticks (the
+    schedule's, the nightly enqueue, the machine's NextBatch) take turns (issue 59, finding 5); the HTTP function
+    reserves its own `batch_api.http_reserved_concurrency` (default 20, issue 60, finding 4). The machine's NextBatch
+    retries a throttle for longer than the tick ahead of it can run plus one more queued tick, so a busy tick never
+    ends a drain that had a queued run to take."""
+    plan = front_plans[tier]
+    tick = _named(plan, "aws:lambda/function:Function", "batch-api-tick")["inputs"]
+    http = _named(plan, "aws:lambda/function:Function", "batch-api-http")["inputs"]
+    assert tick["reservedConcurrentExecutions"] == 1
+    assert http["reservedConcurrentExecutions"] == 20
+    states = json.loads(_named(plan, "aws:sfn/stateMachine:StateMachine", "nightly-run")["inputs"]["definition"])[
+        "States"
+    ]
+    for name in ("NextBatch", "NextBatchAfterSkip"):
+        (throttle,) = [r for r in states[name]["Retry"] if "Lambda.TooManyRequestsException" in r["ErrorEquals"]]
+        waits = [throttle["IntervalSeconds"] * throttle["BackoffRate"] ** n for n in range(throttle["MaxAttempts"])]
+        assert sum(waits) >= 2 * batch_api.TICK_TIMEOUT_S, (name, sum(waits))
+        assert throttle["ErrorEquals"] == ["Lambda.TooManyRequestsException"], name
+
+
+@pytest.mark.parametrize("tier", ["small", "large"])
+def test_a_stopped_runs_partial_files_are_waited_for_as_long_as_the_tier_takes_to_stop_its_job(
+    front_plans: dict[str, Plan], tier: str
+) -> None:
+    """LLM_BATCH_STOP_WAIT_S on both functions (issue 59, finding 6). The small tier's executor sets the GPU group to 0
+    itself, so the job's stop is `docker stop`'s wait. On EKS a stopped execution leaves its RayJob running until the
+    GPU sweep deletes it (its schedule is planned here too), and the job then has its pods' termination grace: the
+    bound covers both, so a cancelled batch is not closed before its job was even asked to stop."""
+    from infra.components import nightly
+    from infra.config import load_stack_config
+    from infra.k8s.rayjob import termination_grace_s
+    from infra.statemachines import timing
+    from workload.contract.entrypoint import stop_timeout_s
+
+    plan = front_plans[tier]
+    grace = load_stack_config(tier, {"cost_center": "cc"}).job_config("s3://b/i/", "s3://b/o/").resume.grace_period_s
+    functions = [_named(plan, "aws:lambda/function:Function", f"batch-api-{f}")["inputs"] for f in ("http", "tick")]
+    waits = {int(f["environment"]["variables"]["LLM_BATCH_STOP_WAIT_S"]) for f in functions}
+    releases = {f["environment"]["variables"]["LLM_BATCH_RELEASE_FUNCTION"] for f in functions}
+    if tier == "small":
+        assert waits == {stop_timeout_s(grace)} and releases == {""}  # the small tier's front sets its group to 0
+        return
+    # The front deletes the stopped run's RayJob through the submit function at once; the bound still covers the
+    # sweep, should that invocation fail.
+    assert releases == {_named(plan, "aws:lambda/function:Function", "nightly-submit")["outputs"]["arn"]}
+    (wait,) = waits
+    sweep = _named(plan, "aws:scheduler/schedule:Schedule", "nightly-sweep-schedule")["inputs"]
+    assert sweep["scheduleExpression"] == nightly.SWEEP_EVERY == f"rate({timing.SWEEP_MINUTES} minutes)"
+    assert wait >= timing.SWEEP_MINUTES * 60 + termination_grace_s(grace) > grace
+
+
+def test_the_ticks_reserved_concurrency_is_the_stack_configs() -> None:
+    """`batch_api.tick_reserved_concurrency` reaches the tick's arguments (from_config), as the other settings do."""
+    from infra.config import load_stack_config
+
+    config = load_stack_config("small", {"cost_center": "cc", "batch_api": {"tick_reserved_concurrency": 3}})
+    assert config.batch_api.tick_reserved_concurrency == 3
+    unused: Any = None  # the account context and the code archive: from_config only carries them
+    args = batch_api.BatchApiArgs.from_config(
+        "small", config, unused, "bucket", "key", "arn:aws:states:us-east-1:1:stateMachine:x", unused
+    )
+    assert args.tick_reserved_concurrency == 3
+
+
+def test_the_quotas_and_the_http_functions_reservation_are_the_stack_configs(front_plans: dict[str, Plan]) -> None:
+    """`batch_api.quotas` reaches both functions as LLM_BATCH_QUOTA_* (the front reads them back into the same
+    model), and `batch_api.http_reserved_concurrency` the HTTP function's arguments (issue 60, finding 4)."""
+    from infra.config import load_stack_config
+    from workload.contract.batch_api_quotas import BatchApiQuotas
+
+    overrides = {"http_reserved_concurrency": 7, "quotas": {"open_batches": 3, "max_n": 2}}
+    config = load_stack_config("small", {"cost_center": "cc", "batch_api": overrides})
+    unused: Any = None  # the account context and the code archive: from_config only carries them
+    args = batch_api.BatchApiArgs.from_config(
+        "small", config, unused, "bucket", "key", "arn:aws:states:us-east-1:1:stateMachine:x", unused
+    )
+    assert args.http_reserved_concurrency == 7
+    assert BatchApiQuotas.from_env(args.quotas.env()) == BatchApiQuotas(open_batches=3, max_n=2)
+    for function in ("batch-api-http", "batch-api-tick"):
+        variables = _named(front_plans["small"], "aws:lambda/function:Function", function)["inputs"]["environment"]
+        assert BatchApiQuotas.from_env(variables["variables"]) == BatchApiQuotas(), function
+        assert {name for name in variables["variables"] if name.startswith("LLM_BATCH_QUOTA_")} == set(
+            BatchApiQuotas().env()
+        )
 
 
 ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"

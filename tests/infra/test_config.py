@@ -55,6 +55,8 @@ def test_tier_defaults_apply_and_differ() -> None:
     assert large.network.az_count == 3 and not large.network.single_nat_gateway
     assert small.storage.glacier_after_days == 30
     assert small.schedule.cron == "cron(0 1 * * ? *)"
+    # One tick of the Batch API's queue at a time on every tier (issue 59, finding 5).
+    assert {c.batch_api.tick_reserved_concurrency for c in (small, medium, large)} == {1}
 
 
 def test_tier_from_stack_name_when_not_set() -> None:
@@ -145,6 +147,23 @@ def test_secret_keys_never_enter_the_model() -> None:
             "less than or equal",
         ),
         ({"cost": {"monthly_budget_usd": 0}}, "llm-batch:cost.monthly_budget_usd", "greater than 0"),
+        (
+            {"batch_api": {"tick_reserved_concurrency": 0}},
+            "llm-batch:batch_api.tick_reserved_concurrency",
+            "greater than or equal to 1",
+        ),
+        (
+            {"batch_api": {"tick_reserved_concurrency": "two"}},
+            "llm-batch:batch_api.tick_reserved_concurrency",
+            "valid integer",
+        ),
+        ({"batch_api": {"quotas": {"max_n": 0}}}, "llm-batch:batch_api.quotas.max_n", "greater than or equal to 1"),
+        ({"batch_api": {"quotas": {"open_batchs": 5}}}, "llm-batch:batch_api.quotas.open_batchs", "Extra inputs"),
+        (
+            {"batch_api": {"http_reserved_concurrency": 0}},
+            "llm-batch:batch_api.http_reserved_concurrency",
+            "greater than or equal to 1",
+        ),
     ],
 )
 def test_bad_config_names_the_key(overrides: dict[str, Any], key: str, message: str) -> None:

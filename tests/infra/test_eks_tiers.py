@@ -304,8 +304,8 @@ def test_the_cluster_autoscaler_can_grow_the_head_group_from_zero(plan_for) -> N
     """With no node of a group to copy, the cluster autoscaler (1.24 and later) reads a managed group's labels and
     taints from EKS's DescribeNodegroup (its AWS README, "Auto-Discovery Setup" / scaling from 0); without that
     permission it would need the `k8s.io/cluster-autoscaler/node-template/label|taint/...` tags on the ASG, which a
-    managed group's ASG does not get. The plan grants the call on this cluster's groups, runs a 1.35 image, and the
-    Ray head asks exactly for the head group's label and taint."""
+    managed group's ASG does not get. The plan grants the call on this cluster's groups, runs an image of 1.24 or
+    later, and the Ray head asks exactly for the head group's label and taint."""
     plan = plan_for("medium")
     (role_policy,) = [
         item for item in _items(plan, "aws:iam/rolePolicy:RolePolicy") if "cluster-autoscaler" in item["name"]

@@ -13,6 +13,7 @@ from infra.pricing.estimate import (
     estimate,
     format_estimate,
     nightly_hours_per_month,
+    price_text,
 )
 from infra.pricing.table import PriceTableError, load_prices
 
@@ -120,9 +121,10 @@ def test_fixed_parts_worked_by_hand() -> None:
     assert by_item["CloudWatch Logs ingestion"] == pytest.approx(2.50)
     assert by_item["CloudWatch alarms"] == pytest.approx(1.00)
     assert by_item["CloudWatch dashboards"] == pytest.approx(3.00)
-    assert result.subtotal("fixed") == pytest.approx(73 + 32.85 + 3.65 + 2.25 + 58.4 + 2 + 140.16 + 4 + 1)
+    # Alarms and dashboards bill with no run: idle, with the key (no free tier asked for here).
+    assert result.subtotal("fixed") == pytest.approx(73 + 32.85 + 3.65 + 2.25 + 58.4 + 2 + 140.16 + 4 + 1 + 1 + 3)
     assert result.total == pytest.approx(sum(by_item.values()))
-    assert result.total == pytest.approx(317.31 + 6.90 + 6.50)  # fixed + storage + monitoring
+    assert result.total == pytest.approx(321.31 + 6.90 + 2.50)  # fixed + storage + monitoring (the logs)
 
 
 def test_the_printed_estimate_shows_every_item_the_total_and_the_price_date() -> None:
@@ -157,3 +159,19 @@ def test_price_table_carries_its_date_and_source_and_covers_the_tiers_instance_t
         for instance_type in ("g5.xlarge", "g5.2xlarge", "g5.12xlarge", "p4d.24xlarge", "m5.xlarge"):
             price = PRICES.instance(region, instance_type)
             assert 0 < price.spot_hourly < price.on_demand_hourly
+
+
+@pytest.mark.parametrize(
+    ("price", "text"),
+    [
+        (1, "1.00"),
+        (0.43, "0.43"),
+        (0.000025, "0.000025"),
+        (0.0042, "0.0042"),
+        (21.95764, "21.95764"),
+        (1234.5, "1,234.50"),
+    ],
+)
+def test_unit_prices_print_as_a_price_list_writes_them(price: float, text: str) -> None:
+    """No float noise (2.5e-05) and cents at least, on the terminal and in docs/cost.md."""
+    assert price_text(price) == text

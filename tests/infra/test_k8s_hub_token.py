@@ -51,11 +51,15 @@ def test_every_ray_pod_fetches_the_token_first(make: Any, crds_dir: Path) -> Non
 
 
 def test_without_a_token_the_pods_are_unchanged() -> None:
-    for pod in _pods(render_rayjob(medium_args())):
+    args = medium_args()
+    head, worker = _pods(render_rayjob(args))
+    # The head also tells Ray's job supervisor how long a stopped job may take (test_k8s_rayjob.py).
+    stop_wait = {"name": "RAY_JOB_STOP_WAIT_TIME_S", "value": str(args.termination_grace_s)}
+    for pod, extra in ((head, [stop_wait]), (worker, [])):
         assert "initContainers" not in pod
         # Only the run spec's environment (workload/contract/entrypoint.py ENV): no token path to a file that is not
         # there.
-        assert pod["containers"][0]["env"] == entrypoint.k8s_env()
+        assert pod["containers"][0]["env"] == [*entrypoint.k8s_env(), *extra]
         assert all(env["name"] != "HF_TOKEN_PATH" for env in pod["containers"][0]["env"])
 
 

@@ -196,6 +196,22 @@ def test_grace_period_outlasts_the_jobs_own() -> None:
     assert args.termination_grace_s == 120
 
 
+def test_rays_job_stop_waits_the_pods_grace_before_sigkill() -> None:
+    """KubeRay stops the Ray job when its RayJob is deleted (a cancel's stop on EKS, through the sweep or the next
+    submit): Ray's job supervisor sends SIGTERM and SIGKILLs after RAY_JOB_STOP_WAIT_TIME_S, 3 s unless the head
+    says otherwise, too soon to commit and write the partial files. The head says the pods' grace, which outlasts
+    the job's own (issue 59, finding 6)."""
+    from ray.dashboard.modules.job.job_supervisor import JobSupervisor
+
+    assert JobSupervisor.DEFAULT_RAY_JOB_STOP_WAIT_TIME_S == 3  # the default this setting replaces (Ray 2.60)
+    for make in (medium_args, large_args):
+        args = make()
+        head = _head(render_rayjob(args))
+        (env,) = [item for item in head["containers"][0]["env"] if item["name"] == "RAY_JOB_STOP_WAIT_TIME_S"]
+        assert int(env["value"]) == head["terminationGracePeriodSeconds"] == args.termination_grace_s
+        assert int(env["value"]) > args.job.resume.grace_period_s
+
+
 def test_config_map_reads_back_to_the_same_job_config(tmp_path: Path) -> None:
     args = _night(large_args())
     config_map = render_config_map(args)

@@ -137,6 +137,8 @@ class Cluster(threading.Thread):
                 self.desired_while_running.append(_desired())
                 if kind == "status":
                     self.kube.objects[f"{RAYJOBS}/{name}"]["status"] = outcome
+                elif kind == "job":  # the job's own code writes its markers (and may set what KubeRay reports)
+                    outcome(self.kube.objects[f"{RAYJOBS}/{name}"])
                 else:
                     boto3.client("s3").put_object(
                         Bucket=self.stack.bucket,
@@ -194,6 +196,43 @@ def test_a_failed_job_on_eks_releases_and_alerts(eks_stack: tuple[SmallStack, Fa
     assert kube.names(RAYJOBS) == [] and _desired() == 0
     (alert,) = stack.alerts()
     assert "RayJobFailed" in alert and "released" in alert
+
+
+def test_a_refused_job_on_eks_is_a_named_failure_at_once(eks_stack: tuple[SmallStack, FakeKube, str]) -> None:
+    """The job refuses the night's output (exit 3: its settings or input changed since the output was begun) and
+    names what changed in `_failed.json`, as run_job does (tests/workload/test_resume_guards.py runs the real
+    refusal). KubeRay then retries the RayJob on a fresh cluster (its backoffLimit: the RayJob shows as being
+    initialised again, not failed); the machine does not wait for that retry to refuse again: its next poll reads the
+    marker, ends the run as JobFailed with the refusal's words, submits no other RayJob, deletes this one (which
+    ends KubeRay's retries) and releases the GPU group (issue 59, finding 1)."""
+    from workload.job.output import OutputStore
+
+    stack, kube, function_arn = eks_stack
+    refusal = (
+        f"s3://{stack.bucket}/output/2026-11-28 holds output made with other settings: engine.max_model_len "
+        "changed. Use a new output URI, or --restart (resume.mode=restart) to delete the old output first."
+    )
+
+    def refuse(rayjob: dict[str, Any]) -> None:
+        OutputStore(f"s3://{stack.bucket}/output/2026-11-28").write_failure("OutputMismatchError", refusal)
+        # KubeRay's checkBackoffLimitAndUpdateStatusIfNeeded: a failed job under its backoffLimit is Retrying, then
+        # New and Initializing again on a new cluster, its job status reset (ray-operator/controllers/ray/
+        # rayjob_controller.go, ray-project/kuberay at 0057210, read 2026-12-06).
+        rayjob["status"] = {"jobDeploymentStatus": "Initializing", "jobStatus": "", "failed": 1}
+
+    cluster = Cluster(stack, kube, [("job", refuse)])
+    cluster.start()
+    result = wait_for_end(_start(stack, function_arn))
+    cluster.join(timeout=5)
+    assert cluster.error is None
+    assert result["status"] == "FAILED", result
+    cause = json.loads(result["cause"])
+    assert cause["Error"] == "JobFailed" and "engine.max_model_len changed" in cause["Cause"], cause
+    assert "OutputMismatchError" in cause["Cause"] and "_failed.json" in cause["Cause"], cause
+    assert cluster.seen == ["llm-batch-20261128-a1"], "no second RayJob: a refusal is not retried"
+    assert kube.names(RAYJOBS) == [] and _desired() == 0, "released: the RayJob (and KubeRay's retry) deleted"
+    (alert,) = stack.alerts()
+    assert "JobFailed" in alert and "engine.max_model_len changed" in alert
 
 
 def test_a_night_without_input_on_eks_submits_nothing(eks_stack: tuple[SmallStack, FakeKube, str]) -> None:
@@ -267,3 +306,61 @@ def test_two_queued_batches_on_eks_run_in_one_execution_on_the_same_nodes(
     assert kube.names(RAYJOBS) == [] and _desired() == 0
     service.tick()
     assert [service.get_batch("project", b)["status"] for b in (first, second)] == ["completed", "completed"]
+
+
+def test_a_cancel_on_eks_releases_the_rayjob_at_once_and_closes_with_the_partial_files(
+    eks_stack: tuple[SmallStack, FakeKube, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancel stops the execution, which then skips its release step: the front invokes the submit function's
+    `release` itself (LLM_BATCH_RELEASE_FUNCTION, as the small tier's front sets its GPU group to 0), so the RayJob
+    is deleted at once rather than at the GPU sweep, up to 30 minutes on. Its job then gets SIGTERM (KubeRay's stop
+    and the pods' grace), commits what finished and writes its partial files and `_interrupted.json`; the batch,
+    `cancelling` until then, closes with them (issue 59, finding 6)."""
+    from moto.awslambda_simple.models import LambdaSimpleBackend
+
+    from tests.infra.test_nightly_queue_execution import _batches
+    from workload.batch_api import lambda_front
+    from workload.job.output import OutputStore
+
+    stack, kube, function_arn = eks_stack
+    subs = {k: v for k, v in stack.substitutions().items() if k not in ("AutoScalingGroup", "RunRequestKey")}
+    definition = statemachines.render("eks.asl.json", {**subs, "Stack": "medium", "SubmitFunction": function_arn})
+    stack.state_machine_arn = create_state_machine("llm-batch-medium-nightly", definition)
+    env = {
+        "LLM_BATCH_BUCKET": stack.bucket,
+        "LLM_BATCH_STATE_MACHINE_ARN": stack.state_machine_arn,
+        "LLM_BATCH_MODEL": "Qwen/Qwen3-0.6B",
+        "LLM_BATCH_RELEASE_FUNCTION": function_arn,
+    }
+    service = lambda_front.build_service(env)
+    actions: list[str] = []
+
+    def invoke(self: Any, function_name: str, qualifier: Any, body: Any, *args: Any) -> bytes:
+        event = json.loads(body)
+        actions.append(event["action"])
+        return json.dumps(submit.handler(event)).encode()
+
+    monkeypatch.setattr(LambdaSimpleBackend, "invoke", invoke)
+    (batch,) = _batches(service, 1)
+    output = f"s3://{stack.bucket}/batch-api/batches/{batch}/output"
+
+    def stopped_by_sigterm(rayjob: dict[str, Any]) -> None:
+        name = rayjob["metadata"]["name"]
+        wait_for(lambda: name not in kube.names(RAYJOBS), what="the RayJob's deletion (the job's SIGTERM)")
+        answer = {"id": "r1", "custom_id": "a", "response": {"status_code": 200, "body": {}}, "error": None}
+        boto3.client("s3").put_object(
+            Bucket=stack.bucket, Key=f"batch-api/batches/{batch}/output/output.jsonl", Body=json.dumps(answer) + "\n"
+        )
+        OutputStore(output).write_interrupted("SIGTERM", 1)
+
+    cluster = Cluster(stack, kube, [("job", stopped_by_sigterm)])
+    cluster.start()
+    service.tick()
+    wait_for(lambda: bool(cluster.seen), what="the batch's RayJob")
+    assert service.cancel_batch("project", batch)["status"] == "cancelling"
+    assert "release" in actions and kube.names(RAYJOBS) == [] and _desired() == 0, actions
+    cluster.join(timeout=30)
+    assert cluster.error is None
+    service.tick()
+    closed = service.get_batch("project", batch)
+    assert closed["status"] == "cancelled" and closed["output_file_id"] is not None, closed

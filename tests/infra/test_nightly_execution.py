@@ -122,6 +122,26 @@ def test_a_batch_whose_file_is_gone_starts_no_gpu(small_stack: SmallStack) -> No
     assert "files/gone/body" in alert
 
 
+@pytest.mark.parametrize(
+    ("input_key", "output_key"),
+    [("job-settings/secret", "batches/b/output"), ("files/f/body", "output/2026-11-28"), ("files/f", "batches/b/out")],
+)
+def test_a_batch_outside_the_apis_prefix_is_refused_before_any_gpu(
+    small_stack: SmallStack, input_key: str, output_key: str
+) -> None:
+    """Issue 60: PlanBatch runs only the Batch API's own objects. Fails on main, which ran any URI it was given
+    (another tenant's night, the stack's other prefixes) with the job's role."""
+    s3 = boto3.client("s3")
+    s3.put_object(Bucket=small_stack.bucket, Key="job-settings/secret", Body=b"{}\n")
+    store = S3Store(s3, small_stack.bucket, "")  # keys as given, so a run can name objects outside batch-api/
+    run = BatchRun("batch_3", store.uri(input_key), store.uri(output_key), "/v1/chat/completions")
+    result = wait_for_end(_start(small_stack, run_input(run)))
+    assert result["status"] == "FAILED" and json.loads(result["cause"])["Error"] == "BatchOutsideApi", result
+    assert small_stack.desired_capacity() == 0
+    (alert,) = small_stack.alerts()
+    assert "outside s3://llm-batch-small-data/batch-api/" in alert
+
+
 def test_an_interruption_is_retried_on_the_same_output_and_resumes(small_stack: SmallStack) -> None:
     instance = FakeInstance(
         small_stack,

@@ -1,6 +1,6 @@
 """Issue 34: no pod in the cluster runs code as the job. Every Ray pod of the medium and large plans (serving off
 and on) is selected by its cluster's NetworkPolicies, which admit only what the cluster needs; every Ray cluster
-asks KubeRay for token authentication; the manifests match KubeRay's CRDs (../shared/crds, KubeRay 1.7.0's).
+asks KubeRay for token authentication; the manifests match KubeRay's CRDs (tests/infra/data/crds, KubeRay 1.7.0's).
 
 Reachability is worked out here from the plan's own NetworkPolicy objects with Kubernetes' semantics (a pod
 selected by some ingress policy admits the union of their rules; peers in a rule without a namespaceSelector are

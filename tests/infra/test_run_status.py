@@ -186,6 +186,14 @@ def test_run_batch_invokes_the_stacks_tick_function_and_names_its_refusal(
         stub.add_response("invoke", {"StatusCode": 200, "Payload": payload(refusal)}, expected)
         with pytest.raises(run.RunError, match="did not start: batch batch_0 is running"):
             run.start_batch(outputs, "batch_1", client)
+    # The tick's reserved concurrency held by another tick past botocore's retries: a named refusal.
+    from botocore.config import Config
+
+    once = boto3.client("lambda", region_name="us-east-1", config=Config(retries={"max_attempts": 1}))
+    with Stubber(once) as stub:
+        stub.add_client_error("invoke", "TooManyRequestsException", "Rate Exceeded.", 429, expected_params=expected)
+        with pytest.raises(run.RunError, match="batch_1 did not start: the tick function is busy"):
+            run.start_batch(outputs, "batch_1", once)
     path = tmp_path / "outputs.json"
     path.write_text(json.dumps({"nightly_state_machine_arn": "arn:aws:states:us-east-1:1:stateMachine:x"}))
     assert run.main(["small", "--outputs", str(path), "--batch", "batch_1"]) == 2
@@ -234,6 +242,14 @@ def test_status_lists_the_batch_apis_batches_newest_first_with_their_cost(
     assert status.main(["small", "--outputs", str(outputs), "--batches", "--limit", "1"]) == 0
     table = capsys.readouterr().out
     assert queued in table and done not in table and "done/failed/total" in table
+    # One page costs one listing of the order markers and a read per batch shown, however many there are (issue 61).
+    from infra.ops.status_batches import list_batches
+    from tests.workload.store_reads import count_s3_requests
+
+    client = boto3.client("s3")
+    counted = count_s3_requests(client)
+    assert [row.id for row in list_batches(deployed, 2, client)] == [queued, failed]
+    assert counted == {"LIST": 1, "GET": 2}
 
     outputs.write_text(json.dumps({k: v for k, v in deployed.items() if k != "batch_api_url"}))
     assert status.main(["small", "--outputs", str(outputs), "--batches"]) == 2

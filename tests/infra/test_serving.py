@@ -86,7 +86,7 @@ def test_serving_on_plans_a_valid_rayservice_that_passes_every_policy_rule(tier:
     (workers,) = cluster["workerGroupSpecs"]
     assert (workers["minReplicas"], workers["maxReplicas"]) == (0, 2)  # serve.min_replicas 0, max 2
     worker = workers["template"]["spec"]
-    assert worker["automountServiceAccountToken"] is False and worker["serviceAccountName"] == "llm-batch-worker"
+    assert worker["automountServiceAccountToken"] is False and worker["serviceAccountName"] == "llm-batch-serve-worker"
     # The same image as the nightly job's (the plan's one image), and the application the local endpoint builds.
     exports = next(item for item in plan if item["type"] == "pulumi:pulumi:Stack")["outputs"]
     image = json.loads(exports["rayjob_args"])["image"]
@@ -375,6 +375,10 @@ def test_plan_set_overrides_reach_the_config_and_bad_ones_are_named() -> None:
         read_stack_config("large", {"region.x": 1})
 
 
+def _list(value: str | list[str]) -> list[str]:
+    return value if isinstance(value, list) else [value]
+
+
 @pytest.mark.parametrize("tier", ["medium", "large"])
 def test_the_replicas_read_their_api_keys_from_the_stacks_secret_and_only_that_one(tier: str, serve_plan) -> None:
     """The secret is the stack's (its key, no value from Pulumi: the operator puts the keys), named as configured;
@@ -385,14 +389,17 @@ def test_the_replicas_read_their_api_keys_from_the_stacks_secret_and_only_that_o
     assert keys["inputs"]["kmsKeyId"], "the API keys secret is not on the stack's key"
     versions = _of(plan, "aws:secretsmanager/secretVersion:SecretVersion")
     assert not [item for item in versions if "serve-api-keys" in item["name"]], "Pulumi must not hold the keys"
+    # The replicas' own roles (infra/components/serve_identity.py, issue 60) read it; no other policy does.
     statements = [
-        statement
-        for item in _of(plan, "aws:iam/policy:Policy")
+        (item["name"], statement)
+        for item in [*_of(plan, "aws:iam/policy:Policy"), *_of(plan, "aws:iam/rolePolicy:RolePolicy")]
         for statement in json.loads(item["inputs"]["policy"])["Statement"]
         if "secretsmanager:GetSecretValue" in statement["Action"]
     ]
-    readable = {arn for statement in statements for arn in statement["Resource"]}
+    readable = {arn for _, statement in statements for arn in _list(statement["Resource"])}
     assert keys["outputs"]["arn"] in readable and not any("*" in arn for arn in readable), readable
+    readers = {name for name, statement in statements if keys["outputs"]["arn"] in _list(statement["Resource"])}
+    assert readers == {"serve-identity-head-policy", "serve-identity-worker-policy"}
     (service,) = _of(plan, RAYSERVICE)
     (app,) = yaml.safe_load(service["inputs"]["spec"]["serveConfigV2"])["applications"]
     assert app["args"]["config"]["serve"]["api_key_secret"] == keys["outputs"]["arn"]

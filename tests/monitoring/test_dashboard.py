@@ -86,17 +86,29 @@ def test_a_starved_engine_shows_as_free_slots_while_rows_wait() -> None:
     assert expression["expression"] == "IF(rows > 0, free)"
 
 
-def test_free_slots_are_max_num_seqs_less_each_steps_busy_slots_averaged() -> None:
-    """vLLM's own stats objects: a step's busy slots are its running requests plus those it ended."""
+def test_free_slots_are_max_num_seqs_less_the_busy_slots_averaged_over_time() -> None:
+    """vLLM's own stats objects: a step's busy slots are its running requests plus those it ended, weighted by the
+    time since the step before; an engine left with nothing to do counts every slot free until it steps again,
+    so an engine idle for want of rows shows. The clock is a list of instants standing in for time.monotonic."""
     from vllm.v1.metrics.stats import FinishedRequestStats, IterationStats, SchedulerStats
 
     from workload.telemetry.engine_stats import EngineStats
 
-    stats = EngineStats(max_num_seqs=512)
+    instants = iter([0.0, 0.0, 2.0, 3.0, 4.0, 5.0, 14.0, 24.0])
+    stats = EngineStats(max_num_seqs=512, clock=lambda: next(instants))
     ended = IterationStats()
     ended.finished_requests = [FinishedRequestStats(finish_reason=None) for _ in range(12)]
-    stats.record(SchedulerStats(num_running_reqs=500, num_waiting_reqs=0), ended)  # full: 500 + 12 ended
-    stats.record(SchedulerStats(num_running_reqs=256, num_waiting_reqs=0), IterationStats())  # starved: 256 free
-    interval = stats.take()
-    assert interval is not None and interval.free_slots_mean == 128.0
-    assert EngineStats().take() is None  # no step, nothing to publish
+    stats.record(SchedulerStats(num_running_reqs=500, num_waiting_reqs=0), ended)  # at 0: full, 500 + 12 ended
+    stats.record(SchedulerStats(num_running_reqs=500, num_waiting_reqs=0), ended)  # 0-2: full
+    stats.record(SchedulerStats(num_running_reqs=256, num_waiting_reqs=0), IterationStats())  # 2-3: 256 free
+    first = stats.take()  # 3-4: 256 free, as the last step left it
+    # (0 x 2 s + 256 x 1 s + 256 x 1 s) / 4 s; the mean over the three steps would be 85.3.
+    assert first is not None and first.free_slots_mean == 128.0
+    everything_ended = IterationStats()
+    everything_ended.finished_requests = [FinishedRequestStats(finish_reason=None) for _ in range(256)]
+    stats.record(SchedulerStats(num_running_reqs=0, num_waiting_reqs=0), everything_ended)  # 4-5: 256 free
+    idle = stats.take()  # 5-14: nothing running, nothing waiting: all 512 free
+    assert idle is not None and idle.free_slots_mean == (256 * 1 + 512 * 9) / 10  # the mean over steps: 256
+    no_step = stats.take()  # 14-24: no step at all, still published: the engine's slots stood empty
+    assert no_step is not None and no_step.free_slots_mean == 512.0 and no_step.running_requests == 0
+    assert EngineStats().take() is None  # no step and no max_num_seqs: nothing to say

@@ -6,20 +6,17 @@ test_batch_api_e2e.py."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
-import uvicorn
 from openai.types import Batch, FileObject
 
+from tests.workload.served_app import ServedApp
 from workload.auth.keys import ApiKeys, KeySource
 from workload.batch_api.app import build_app
 from workload.batch_api.executor import LocalJobExecutor, RunState
@@ -48,12 +45,6 @@ class Clock:
         return self.now
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Server:
     def __init__(self, tmp: Path, scope: str, limits: Limits) -> None:
         self.clock = Clock()
@@ -61,13 +52,8 @@ class Server:
         # The real local executor; these tests never tick, so it never starts a job.
         self.service = BatchService(self.store, LocalJobExecutor({}, tmp / "runs"), "llm-batch", limits, self.clock)
         keys = ApiKeys(KeySource(key=None, key_file=self._key_file(tmp)))
-        self.port = _free_port()
-        app = build_app(self.service, keys, scope)  # type: ignore[arg-type]
-        self.uvicorn = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=self.uvicorn.run, daemon=True)
-        self.thread.start()
-        while not self.uvicorn.started:
-            time.sleep(0.02)
+        self.served = ServedApp(build_app(self.service, keys, scope))  # type: ignore[arg-type]
+        self.port = self.served.port
 
     @staticmethod
     def _key_file(tmp: Path) -> Path:
@@ -76,11 +62,10 @@ class Server:
         return path
 
     def client(self, key: str = KEY_A) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key=key, max_retries=0)
+        return self.served.client(key)
 
     def stop(self) -> None:
-        self.uvicorn.should_exit = True
-        self.thread.join(10)
+        self.served.stop()
         self.store.close()
 
 
@@ -138,8 +123,8 @@ def test_create_refuses_a_missing_file_a_wrong_endpoint_and_a_wrong_purpose(serv
     assert missing.value.param == "input_file_id"
     good = _upload(client, _line("a"))
     with pytest.raises(openai.BadRequestError) as endpoint:
-        client.batches.create(input_file_id=good.id, endpoint="/v1/embeddings", completion_window="24h")
-    assert endpoint.value.param == "endpoint" and "/v1/chat/completions" in endpoint.value.message
+        client.batches.create(input_file_id=good.id, endpoint="/v1/moderations", completion_window="24h")
+    assert endpoint.value.param == "endpoint" and "/v1/embeddings" in endpoint.value.message
     with pytest.raises(openai.BadRequestError) as window:
         client.batches.create(input_file_id=good.id, endpoint="/v1/completions", completion_window="48h")  # type: ignore[arg-type]
     assert window.value.param == "completion_window"
@@ -154,6 +139,24 @@ def test_create_refuses_a_missing_file_a_wrong_endpoint_and_a_wrong_purpose(serv
             metadata={f"k{i}": "v" for i in range(17)},
         )
     assert metadata.value.param == "metadata"
+
+
+def _embedding_line(custom_id: str) -> str:
+    body = {"model": "llm-batch", "input": ["first text", "second text"], "encoding_format": "base64"}
+    return json.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/embeddings", "body": body}) + "\n"
+
+
+def test_an_embeddings_batch_is_taken_and_its_lines_checked_against_its_endpoint(server: Server) -> None:
+    """The job answers embeddings files (issue 55): the Batch API takes their batches as it takes chat ones."""
+    client = server.client()
+    source = _upload(client, _embedding_line("e1") + _embedding_line("e2"))
+    batch = client.batches.create(input_file_id=source.id, endpoint="/v1/embeddings", completion_window="24h")
+    assert (batch.status, batch.endpoint, batch.request_counts.total) == ("validating", "/v1/embeddings", 2)  # type: ignore[union-attr]
+    assert client.batches.cancel(batch.id).status == "cancelled"  # queued: nothing ran
+    chat_lines = _upload(client, _line("c1"))
+    wrong = client.batches.create(input_file_id=chat_lines.id, endpoint="/v1/embeddings", completion_window="24h")
+    assert wrong.status == "failed" and wrong.errors is not None and wrong.errors.data is not None
+    assert (wrong.errors.data[0].code, wrong.errors.data[0].param) == ("invalid_url", "url")
 
 
 def test_upload_and_request_limits(server: Server) -> None:
@@ -300,6 +303,33 @@ def test_expiry_and_retention_on_the_clock(tmp_path: Path) -> None:
     store.close()
 
 
+def test_a_bom_only_line_and_blank_lines_count_alike_at_create_in_the_job_and_at_close(tmp_path: Path) -> None:
+    """Issue 59: a file opening with a line that holds only a byte order mark, with blank and whitespace lines
+    between its requests, holds as many requests at create time as rows in the job's id pass and as unanswered
+    lines when the batch expires (workload/contract/jsonl_lines.py is the one rule)."""
+    from tests.workload.test_input_plan import _id_pass_counts
+    from workload.contract.config import InputConfig
+    from workload.job.input_plan import plan_input
+
+    body = b"\xef\xbb\xbf\n" + _line("a").encode() + b"\n  \r\n" + _line("b").encode().replace(b"\n", b"\r\n") + b"\t\n"
+    clock, store, executor = Clock(), LocalStore(tmp_path / "data"), Recorder()
+    service = BatchService(store, executor, "llm-batch", Limits(), clock)
+    source = service.upload_file("p", "in.jsonl", "batch", [body[i : i + 2] for i in range(0, len(body), 2)])
+    batch = service.create_batch("p", source["id"], CHAT_ENDPOINT, "24h")
+    (tmp_path / "job-in").mkdir()
+    (tmp_path / "job-in" / "in.jsonl").write_bytes(body)
+    job_rows = _id_pass_counts(plan_input(InputConfig(uri=str(tmp_path / "job-in")))).rows_in
+    assert (batch["request_counts"]["total"], job_rows) == (2, 2)
+    service.tick()
+    clock.now += 24 * 3600
+    service.tick()  # expired unanswered: each request is one `batch_expired` line, and nothing else is
+    closed = service.get_batch("p", batch["id"])
+    assert closed["request_counts"] == {"total": 2, "completed": 0, "failed": 2}, closed
+    unrun = [json.loads(line) for line in b"".join(service.file_content("p", closed["error_file_id"])).splitlines()]
+    assert [(e["custom_id"], e["error"]["code"]) for e in unrun] == [("a", "batch_expired"), ("b", "batch_expired")]
+    store.close()
+
+
 def test_the_app_imports_no_engine() -> None:
     """The AWS front imports the app where Ray, vLLM and torch are not installed."""
     blocker = (
@@ -313,3 +343,22 @@ def test_the_app_imports_no_engine() -> None:
     )
     result = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def _responses_line(custom_id: str, **body: Any) -> str:
+    body = {"model": "llm-batch", "input": "Is it ok?", "instructions": "Answer yes or no.", **body}
+    return json.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/responses", "body": body}) + "\n"
+
+
+def test_a_responses_batch_is_taken_and_its_lines_checked_against_its_endpoint(server: Server) -> None:
+    """OpenAI's Batch API takes `/v1/responses` (the SDK's `endpoint` literal); so does this one (issue 56), with
+    one url per batch as for the other endpoints."""
+    client = server.client()
+    source = _upload(client, _responses_line("r1", max_output_tokens=16) + _responses_line("r2"))
+    batch = client.batches.create(input_file_id=source.id, endpoint="/v1/responses", completion_window="24h")
+    assert (batch.status, batch.endpoint, batch.request_counts.total) == ("validating", "/v1/responses", 2)  # type: ignore[union-attr]
+    assert client.batches.cancel(batch.id).status == "cancelled"  # queued: nothing ran
+    chat_lines = _upload(client, _line("c1"))
+    wrong = client.batches.create(input_file_id=chat_lines.id, endpoint="/v1/responses", completion_window="24h")
+    assert wrong.status == "failed" and wrong.errors is not None and wrong.errors.data is not None
+    assert (wrong.errors.data[0].code, wrong.errors.data[0].param) == ("invalid_url", "url")

@@ -17,7 +17,7 @@ from tests.infra.nightly_aws import ROLE_ARN
 from tests.workload.test_batch_api import _line
 from workload.batch_api import lambda_front
 
-KEY = "sk-lambda-0123456789"
+KEY = "sk-lambda-" + "0123456789" * 3  # the Batch API takes keys of at least 32 characters
 HOST = "abc123.execute-api.us-east-1.amazonaws.com"
 
 
@@ -133,6 +133,52 @@ def test_upload_list_get_download_and_a_batch_over_api_gateway_events(stack: dic
     assert running["name"].startswith(batch_id) and running["status"] == "RUNNING"
 
 
+def test_an_embeddings_batch_over_api_gateway_events_runs_as_an_embeddings_execution(stack: dict[str, str]) -> None:
+    """The AWS front takes `/v1/embeddings` batches (issue 55) and hands the endpoint to the night's execution."""
+    front = Front(lambda_front.build_handler(stack))
+    line = {"custom_id": "e1", "method": "POST", "url": "/v1/embeddings", "body": {"model": "llm-batch", "input": "x"}}
+    body = (json.dumps(line) + "\n").encode()
+    status, _, raw = front.call("POST", "/v1/files", files={"file": ("in.jsonl", body)}, data={"purpose": "batch"})
+    assert status == 200, raw
+    request = {"input_file_id": json.loads(raw)["id"], "endpoint": "/v1/embeddings", "completion_window": "24h"}
+    status, _, raw = front.call("POST", "/v1/batches", json=request)
+    assert status == 200 and json.loads(raw)["status"] == "validating", raw
+    lambda_front.build_service(stack).tick()
+    sfn = boto3.client("stepfunctions")
+    (running,) = sfn.list_executions(stateMachineArn=stack["LLM_BATCH_STATE_MACHINE_ARN"])["executions"]
+    given = json.loads(sfn.describe_execution(executionArn=running["executionArn"])["input"])
+    assert given["batch"]["endpoint"] == "/v1/embeddings" and given["batch"]["id"] == json.loads(raw)["id"]
+
+
+def test_a_responses_batch_over_api_gateway_events_runs_as_a_responses_execution(stack: dict[str, str]) -> None:
+    """The AWS front takes `/v1/responses` batches (issue 56), its per-key bound on output tokens covers
+    `max_output_tokens`, and the endpoint reaches the night's execution."""
+    front = Front(lambda_front.build_handler(stack))
+    body = {"model": "llm-batch", "input": "x", "max_output_tokens": 8}
+    line = {"custom_id": "r1", "method": "POST", "url": "/v1/responses", "body": body}
+    status, _, raw = front.call(
+        "POST", "/v1/files", files={"file": ("in.jsonl", (json.dumps(line) + "\n").encode())}, data={"purpose": "batch"}
+    )
+    assert status == 200, raw
+    request = {"input_file_id": json.loads(raw)["id"], "endpoint": "/v1/responses", "completion_window": "24h"}
+    status, _, raw = front.call("POST", "/v1/batches", json=request)
+    assert status == 200 and json.loads(raw)["status"] == "validating", raw
+    lambda_front.build_service(stack).tick()
+    sfn = boto3.client("stepfunctions")
+    (running,) = sfn.list_executions(stateMachineArn=stack["LLM_BATCH_STATE_MACHINE_ARN"])["executions"]
+    given = json.loads(sfn.describe_execution(executionArn=running["executionArn"])["input"])
+    assert given["batch"]["endpoint"] == "/v1/responses" and given["batch"]["id"] == json.loads(raw)["id"]
+    over = {**line, "body": {**body, "max_output_tokens": 10**9}}
+    status, _, raw = front.call(
+        "POST",
+        "/v1/files",
+        files={"file": ("big.jsonl", (json.dumps(over) + "\n").encode())},
+        data={"purpose": "batch"},
+    )
+    status, _, raw = front.call("POST", "/v1/batches", json={**request, "input_file_id": json.loads(raw)["id"]})
+    assert status == 400 and json.loads(raw)["error"]["param"] == "max_output_tokens", raw
+
+
 def test_the_key_is_the_secrets_and_no_route_is_open(stack: dict[str, str]) -> None:
     front = Front(lambda_front.build_handler(stack))
     for method, path in (("GET", "/v1/files"), ("POST", "/v1/uploads"), ("GET", "/v1/batches/batch_x")):
@@ -175,6 +221,17 @@ def test_a_front_without_its_settings_does_not_start(stack: dict[str, str]) -> N
         lambda_front.build_handler({**stack, "LLM_BATCH_API_SCOPE": "everyone"})
     with pytest.raises(lambda_front.FrontConfigError, match="LLM_BATCH_METRICS_NAMESPACE"):
         lambda_front.build_handler({k: v for k, v in stack.items() if k != "LLM_BATCH_METRICS_NAMESPACE"})
+    # The bound a stopped run's partial files are waited for is the stack's (infra/components/batch_api.py: on EKS
+    # the GPU sweep and the pods' grace, issue 59 finding 6); a front without it keeps the executor's own.
+    from workload.batch_api.sfn_executor import STOP_WAIT_S
+
+    for bad in ("0", "-5", "soon", "nan"):
+        with pytest.raises(lambda_front.FrontConfigError, match=f"LLM_BATCH_STOP_WAIT_S .*got '{bad}'"):
+            lambda_front.build_service({**stack, "LLM_BATCH_STOP_WAIT_S": bad})
+    service = lambda_front.build_service({**stack, "LLM_BATCH_STOP_WAIT_S": "2235"})
+    assert service.executor.stop_wait_s == 2235  # type: ignore[attr-defined]
+    unset = {k: v for k, v in stack.items() if k != "LLM_BATCH_STOP_WAIT_S"}
+    assert lambda_front.build_service(unset).executor.stop_wait_s == STOP_WAIT_S  # type: ignore[attr-defined]
 
 
 def test_the_tick_entry_starts_a_named_batch_ahead_of_the_queue(

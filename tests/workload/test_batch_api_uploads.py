@@ -7,8 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,15 +14,15 @@ import boto3
 import httpx
 import openai
 import pytest
-import uvicorn
 
-from tests.workload.test_batch_api import KEY_A, Clock, _free_port, _line
+from tests.workload.served_app import ServedApp
+from tests.workload.test_batch_api import KEY_A, Clock, _line
 from workload.auth.keys import ApiKeys, KeySource
 from workload.batch_api import uploads
 from workload.batch_api.app import build_app
 from workload.batch_api.executor import LocalJobExecutor
 from workload.batch_api.objects import Limits
-from workload.batch_api.s3_store import S3Store
+from workload.batch_api.s3_store import S3Store, s3_client
 from workload.batch_api.service import BatchService
 from workload.batch_api.store import LocalStore, Store
 
@@ -38,20 +36,14 @@ class Front:
         self.service = BatchService(store, LocalJobExecutor({}, tmp / "runs"), "llm-batch", limits, self.clock)
         (tmp / "keys").write_text(f"{KEY_A}\n")
         app = build_app(self.service, ApiKeys(KeySource(key=None, key_file=tmp / "keys")))
-        self.port = _free_port()
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.02)
-        self.base = f"http://127.0.0.1:{self.port}/v1"
+        self.served = ServedApp(app)
+        self.base = f"{self.served.base}/v1"
 
     def client(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.base, api_key=KEY_A, max_retries=0)
+        return self.served.client(KEY_A)
 
     def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
+        self.served.stop()
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -60,7 +52,7 @@ def front(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Front]:
     if request.param == "local":
         store = LocalStore(tmp_path / "data")
     else:
-        client = boto3.client("s3", endpoint_url=request.getfixturevalue("moto_endpoint"), region_name="us-east-1")
+        client = s3_client(boto3, endpoint_url=request.getfixturevalue("moto_endpoint"), region_name="us-east-1")
         bucket = f"uploads-{secrets.token_hex(4)}"
         client.create_bucket(Bucket=bucket)
         store = S3Store(client, bucket)

@@ -176,9 +176,11 @@ def test_the_job_runs_in_its_container_stops_in_grace_and_resumes_once(
         f"s3://{bucket}/out",
         Path(entrypoint.MODEL_CACHE_DIR),
         resume={"grace_period_s": GRACE_S},
-        # One batch in flight and longer answers: shards commit one after another, so the stop lands mid-run.
+        # One batch in flight and long answers (every row decodes all its tokens): shards commit seconds apart, so the
+        # stop lands mid-run. With 32 tokens that may stop, the rows after the first progress line took under a
+        # second, the poll below missed them and the stop found a finished job (exit 0), as test_resume found.
         max_concurrent_batches=1,
-        sampling={"max_tokens": 32, "temperature": 0.0},
+        sampling={"max_tokens": 96, "temperature": 0.0, "ignore_eos": True},
     )
     config.chmod(0o644)
     output = _s3_output(bucket, "out")
@@ -198,7 +200,7 @@ def test_the_job_runs_in_its_container_stops_in_grace_and_resumes_once(
             not (PROGRESS in _logs(name) and _model_copies(models)) and not output.markers()
         ) and time.monotonic() < deadline:
             assert _podman("inspect", "--format", "{{.State.Running}}", name).stdout.strip() == "true", _logs(name)
-            time.sleep(1)
+            time.sleep(0.2)
         log = _logs(name)
         assert PROGRESS in log or output.markers(), f"the job never reached its work loop:\n{log[-4000:]}"
         stopping = time.monotonic()

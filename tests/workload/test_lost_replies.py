@@ -13,10 +13,11 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ConnectionClosedError
 
 from tests.lost_reply import LostReplyProxy
 from workload.batch_api.executor import LocalJobExecutor
-from workload.batch_api.s3_store import S3Store
+from workload.batch_api.s3_store import PART_BYTES, S3Store
 from workload.batch_api.service import BatchService
 from workload.batch_api.store import update_record
 from workload.files.storage import locate, read_versioned, s3_client
@@ -159,3 +160,31 @@ def test_an_upload_completed_under_a_lost_reply_keeps_its_file(lost_reply: LostR
     assert lost_reply.armed() == 0
     assert done["status"] == "completed"
     assert b"".join(service.file_content("p", done["file"]["id"])) == body
+
+
+def test_a_multipart_body_completed_under_a_lost_reply_is_written(lost_reply: LostReplyProxy) -> None:
+    """botocore retries a CompleteMultipartUpload whose reply was lost. S3 answers a repeated complete with the same
+    parts 200, the object it made (idempotent on real S3: adobe/S3Mock#2586's script against AWS, minio/minio#13318,
+    both read 2026-12-07), and moto does the same, so the write stands with no check of ours; this test fails if
+    that ever changes (a NoSuchUpload would fail a written body)."""
+    store = _store(lost_reply)
+    body = secrets.token_bytes(PART_BYTES + 1024)  # two parts
+    lost_reply.lose("POST", "uploadId=")  # the complete (the create is POST ?uploads)
+    assert store.write_blob("files/file_a", [body]) == len(body)
+    assert lost_reply.armed() == 0
+    found = store.read_blob("files/file_a")
+    assert found is not None and b"".join(found) == body
+
+
+def test_a_multipart_body_whose_complete_never_arrives_leaves_the_key_as_it_was(lost_reply: LostReplyProxy) -> None:
+    """Every try of the complete lost on its way: the write fails, the upload is aborted (no parts left to pay
+    for) and the key keeps the object it had."""
+    store = _store(lost_reply)
+    store.write_blob("files/file_a", [b"the earlier body"])
+    lost_reply.lose("POST", "uploadId=", forward=False, times=20)
+    with pytest.raises(ConnectionClosedError):
+        store.write_blob("files/file_a", [secrets.token_bytes(PART_BYTES + 1024)])
+    assert lost_reply.dropped  # the complete was tried, and lost
+    found = store.read_blob("files/file_a")
+    assert found is not None and b"".join(found) == b"the earlier body"
+    assert not store.s3.list_multipart_uploads(Bucket=store.bucket).get("Uploads")

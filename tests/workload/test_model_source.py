@@ -14,16 +14,17 @@ import pytest
 from workload.contract.config import ModelConfig
 from workload.engine import model_source
 from workload.engine.model_source import ModelSourceError, compile_cache_env, resolve_model
+from workload.engine.tiny_model import TINY_MODEL_VERSION
 
 
 def test_embedded_model_is_built_once_with_4096_positions(tmp_path) -> None:
     first = resolve_model(ModelConfig(cache_dir=str(tmp_path)))
-    config = json.loads((tmp_path / "tiny-llama-v1" / "config.json").read_text())
+    config = json.loads((tmp_path / TINY_MODEL_VERSION / "config.json").read_text())
     assert config["max_position_embeddings"] >= 4096
     assert config["hidden_size"] // config["num_attention_heads"] in {32, 64}  # what vLLM's CPU attention takes
-    built = (tmp_path / "tiny-llama-v1" / "config.json").stat().st_mtime_ns
+    built = (tmp_path / TINY_MODEL_VERSION / "config.json").stat().st_mtime_ns
     assert resolve_model(ModelConfig(cache_dir=str(tmp_path))) == first
-    assert (tmp_path / "tiny-llama-v1" / "config.json").stat().st_mtime_ns == built  # cached, not rebuilt
+    assert (tmp_path / TINY_MODEL_VERSION / "config.json").stat().st_mtime_ns == built  # cached, not rebuilt
 
 
 def test_s3_prefix_is_copied_into_the_cache(tmp_path, moto_endpoint) -> None:

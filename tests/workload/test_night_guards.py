@@ -15,10 +15,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from workload.contract.config import ConfigError, InputConfig, SamplingParams, build_config
-from workload.files.rows import Origin, Record, RowError, iter_records, jsonl_records, validate_record
+from workload.contract.jsonl_lines import jsonl_records
+from workload.files.rows import Origin, Record, RowError, iter_records, validate_record
 from workload.job.input_plan import plan_input
 
-INT_FIELDS = [name for name, field in SamplingParams.model_fields.items() if "int" in str(field.annotation)]
+# Scalar integer fields (a list of ints, stop_token_ids, comes back from numpy as a list of ints: tolist()).
+INT_FIELDS = [
+    name
+    for name, field in SamplingParams.model_fields.items()
+    if "int" in str(field.annotation) and "list" not in str(field.annotation)
+]
 
 
 def test_every_integer_sampling_field_set_in_some_rows_only_reaches_vllm_as_an_int() -> None:
@@ -37,8 +43,11 @@ def test_every_integer_sampling_field_set_in_some_rows_only_reaches_vllm_as_an_i
         for name in INT_FIELDS:
             value = typed[name]
             assert value is None or type(value) is int, (name, value)
-    floated = SamplingParams.restore_types({"seed": np.float64(3.0), "max_tokens": 16.0, "stop": np.array(["x"])})
-    assert floated == {"seed": 3, "max_tokens": 16, "stop": ["x"]} and type(floated["seed"]) is int
+    floated = SamplingParams.restore_types(
+        {"seed": np.float64(3.0), "max_tokens": 16.0, "stop": np.array(["x"]), "stop_token_ids": np.array([7])}
+    )
+    assert floated == {"seed": 3, "max_tokens": 16, "stop": ["x"], "stop_token_ids": [7]}
+    assert type(floated["seed"]) is int and type(floated["stop_token_ids"][0]) is int
     assert SamplingParams.restore_types({"seed": math.nan}) == {"seed": None}
     with pytest.raises(TypeError, match=r"sampling_params\.max_tokens must be an integer"):
         SamplingParams.restore_types({"max_tokens": 16.5})

@@ -73,13 +73,14 @@ def test_a_chat_request_maps_onto_the_native_row_one_to_one() -> None:
 @pytest.mark.parametrize(
     ("line", "param", "error_type"),
     [
-        (_line(tools=[{"type": "function"}]), "tools", "invalid_request"),
+        (_line(functions=[{"name": "f"}]), "functions", "invalid_request"),  # OpenAI's deprecated form of tools
         (_line(stream=True), "stream", "invalid_request"),
         (_line(store=True), "store", "invalid_request"),
         (_line(model="gpt-5"), "model", "model_not_found"),
         (_line(url=COMPLETIONS_URL), "url", "invalid_request"),
         (_line(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]), None, None),
-        (_line(messages=[{"role": "tool", "content": "x"}]), "messages[0].role", "invalid_request"),
+        (_line(messages=[{"role": "tool", "content": "x"}]), "messages[0].tool_call_id", "invalid_request"),
+        (_line(messages=[{"role": "function", "content": "x"}]), "messages[0].role", "invalid_request"),
         (_line(top_logprobs=2), "top_logprobs", "invalid_request"),
         (_line(response_format={"type": "json_schema", "json_schema": {}}), "response_format", "invalid_request"),
         ({**_line(), "method": "GET"}, "method", "invalid_request"),
@@ -110,7 +111,7 @@ def test_completions_take_one_prompt_and_openais_default_limit() -> None:
 def test_a_refused_line_is_an_error_row_with_its_custom_id() -> None:
     raw = json.dumps(_line(custom_id="c-9", tools=[])).encode()
     result = validate_record(Record(0, Origin("f", 0, 1), raw), SamplingParams(), CHAT)
-    assert isinstance(result, RowError) and (result.id, result.error_type) == ("c-9", "invalid_request")
+    assert isinstance(result, RowError) and (result.id, result.error_type) == ("c-9", "invalid_tools")
     assert "(param: tools)" in result.error_message
     line = _error_line(
         {"input_file": "f", "input_row": 0, "input_line": 1, "id": "c-9", "error_type": result.error_type,
@@ -152,6 +153,22 @@ def test_chat_bodies_parse_as_the_sdks_chat_completion() -> None:
     assert content is not None and len(content[0].top_logprobs) == 2
 
 
+def test_usage_names_the_prompts_cached_tokens_where_the_results_count_them() -> None:
+    """vLLM's prefix-cache hits (issue 55) as OpenAI's usage.prompt_tokens_details.cached_tokens, on both endpoints;
+    a shard committed before the job counted them has none, and the body says nothing rather than 0."""
+    counted = {**ROW, "num_cached_tokens": 3}
+    chat = ChatCompletion.model_validate(response_body(counted, {"url": CHAT_URL, "model": "x"}, "m", 1764547200))
+    assert chat.usage is not None and chat.usage.prompt_tokens_details is not None
+    assert chat.usage.prompt_tokens_details.cached_tokens == 3
+    completion = Completion.model_validate(
+        response_body(counted, {"url": COMPLETIONS_URL, "model": "x"}, "m", 1764547200)
+    )
+    assert completion.usage is not None and completion.usage.prompt_tokens_details is not None
+    assert completion.usage.prompt_tokens_details.cached_tokens == 3
+    before = ChatCompletion.model_validate(response_body(ROW, {"url": CHAT_URL, "model": "x"}, "m", 1764547200))
+    assert before.usage is not None and before.usage.prompt_tokens_details is None
+
+
 def test_completion_bodies_parse_as_the_sdks_completion_with_echo_offsets() -> None:
     facts = {"url": COMPLETIONS_URL, "model": "x", "logprobs": True, "echo": True, "prompt": "Once "}
     parsed = Completion.model_validate(response_body(ROW, facts, "llm-batch", 1764547200))
@@ -171,3 +188,57 @@ def test_error_lines_say_400_for_the_request_500_for_the_engine_and_nothing_for_
         {**base, "id": None, "error_type": "malformed_json", "error_message": "bad", "raw_input": '{"custom_id": "c"'}
     )
     assert torn["response"] is None and torn["custom_id"] == "c" and torn["error"]["message"].startswith("line 4:")
+
+
+def test_thinking_switches_on_a_chat_line_reach_the_row_and_bad_ones_are_refused_naming_them() -> None:
+    """Issue 55: both were refused (400) before; now they ride on the row to the chat template."""
+    row = to_row(_line(chat_template_kwargs={"enable_thinking": False}), CHAT)
+    assert row["chat_template_kwargs"] == {"enable_thinking": False}
+    row = to_row(_line(reasoning_effort="low"), CHAT)
+    assert row["chat_template_kwargs"] == {"reasoning_effort": "low", "enable_thinking": True}
+    assert "chat_template_kwargs" not in to_row(_line(), CHAT)  # the template's own defaults
+    for body, param in (
+        ({"chat_template_kwargs": "off"}, "chat_template_kwargs"),
+        ({"chat_template_kwargs": {"add_generation_prompt": False}}, "chat_template_kwargs"),
+        ({"reasoning_effort": "extreme"}, "reasoning_effort"),
+    ):
+        with pytest.raises(RequestRefused) as refused:
+            to_row(_line(**body), CHAT)
+        assert refused.value.param == param, body
+    with pytest.raises(RequestRefused) as refused:  # a completions line has no template
+        to_row(_line(url=COMPLETIONS_URL, reasoning_effort="low"), COMPLETIONS)
+    assert refused.value.param == "reasoning_effort"
+
+
+def test_a_native_chat_row_takes_template_variables_and_a_prompt_row_is_told_it_has_no_template() -> None:
+    chat = {"id": "a", "messages": [{"role": "user", "content": "Hi"}], "chat_template_kwargs": {"enable_thinking": 0}}
+    ok = validate_record(Record(0, Origin("f", 0, 1), json.dumps(chat).encode()), SamplingParams())
+    assert isinstance(ok, ValidRow) and ok.chat_template_kwargs == {"enable_thinking": 0} and not ok.passthrough
+    prompt = {"id": "b", "prompt": "Hi", "chat_template_kwargs": {"enable_thinking": False}}
+    bad = validate_record(Record(1, Origin("f", 1, 2), json.dumps(prompt).encode()), SamplingParams())
+    assert isinstance(bad, RowError) and bad.error_type == "invalid_chat_template_kwargs"
+    assert "needs 'messages'" in bad.error_message
+
+
+def test_a_thinking_answer_carries_its_reasoning_and_counts_its_tokens_as_the_sdk_reads_them() -> None:
+    """What the official SDK keeps: `usage.completion_tokens_details.reasoning_tokens` is typed; `reasoning` is no
+    field of its ChatCompletionMessage and survives as an extra (pydantic's model_extra), read by attribute."""
+    row = {
+        **ROW,
+        "choices": json.dumps(
+            [
+                {"index": 0, "text": "yes", "reasoning": "weigh it", "reasoning_tokens": 3, "num_tokens": 5,
+                 "finish_reason": "stop", "logprobs": None},
+                {"index": 1, "text": None, "reasoning": "still weighing", "reasoning_tokens": 4, "num_tokens": 4,
+                 "finish_reason": "length", "logprobs": None},
+            ]
+        ),
+    }  # fmt: skip
+    parsed = ChatCompletion.model_validate(response_body(row, {"url": CHAT_URL, "model": "x"}, "llm-batch", 1))
+    first, second = (choice.message for choice in parsed.choices)
+    assert (first.content, first.model_extra) == ("yes", {"reasoning": "weigh it"})
+    assert second.content is None and (second.model_extra or {})["reasoning"] == "still weighing"  # no answer
+    assert parsed.usage is not None and parsed.usage.completion_tokens_details is not None
+    assert parsed.usage.completion_tokens_details.reasoning_tokens == 7
+    plain = response_body(ROW, {"url": CHAT_URL, "model": "x"}, "llm-batch", 1)
+    assert plain["choices"][0]["message"]["reasoning"] is None and "completion_tokens_details" not in plain["usage"]

@@ -135,3 +135,36 @@ def test_a_row_rejected_by_validation_keeps_its_error_and_is_not_rendered(strict
     out = _stage(strict_model)(table).to_pylist()
     assert out[0]["__inference_error__"] == "rejected: line is not valid JSON" and out[0]["prompt"] is None
     assert out[1]["__inference_error__"] == "" and "hi" in out[1]["prompt"]
+
+
+def test_the_operators_before_the_engine_ask_the_cpu_stages_share() -> None:
+    """The job's own operators in front of the engine, read from the logical plan Ray Data plans their tasks from
+    (their `ray_remote_args`): each asks the CPU stages' `num_cpus`. Ray Data's default for a task that names none
+    is a whole CPU: the repartition's did, and on a 2-CPU node beside the engine it starved the stages around it
+    (docs/benchmark.md, "Against `vllm run-batch`"). The input is an empty dataset made from Ray Data's own plan
+    classes, as its read functions make one, but without their look at the cluster (`ray.data.range` starts Ray:
+    20 s)."""
+    import ray.data
+    from ray.data._internal.logical.interfaces import LogicalPlan
+    from ray.data._internal.logical.operators import InputData
+    from ray.data._internal.stats import DatasetStats
+    from ray.data.context import DataContext
+
+    from workload.engine.pipeline import engine_batches
+
+    config = build_config({**BASE, "batch_size": 16, "stages": {"num_cpus": 0.25}})
+    context = DataContext.get_current().copy()
+    empty = ray.data.Dataset(
+        LogicalPlan(InputData(input_data=[]), context), context, DatasetStats(metadata={}, parent=None)
+    )
+    dataset = engine_batches(empty, config, config.model.model_dump(mode="json"), chat_template=True)
+    asks = {}
+    operator = dataset._logical_plan.dag
+    while operator.input_dependencies:
+        asks[operator.name] = operator.ray_remote_args.get("num_cpus")
+        (operator,) = operator.input_dependencies
+    assert operator.name == "InputData" and not ray.is_initialized()
+    assert asks == {
+        "StreamingRepartition[num_rows_per_block=16,strict=False]": 0.25,
+        "MapBatches(ApplyChatTemplate)": 0.25,
+    }

@@ -160,9 +160,23 @@ def test_parquet_struct_fields_a_row_never_set_are_not_nulls(tmp_path: Path) -> 
     assert error.id == "d" and error.error_type == "invalid_sampling_params" and "top_p" in error.error_message
 
 
+def test_parquet_chat_template_kwargs_a_row_never_set_are_not_nulls(tmp_path: Path) -> None:
+    """A struct column of template variables (issue 55): a variable one row never set is not a null variable
+    (a null `enable_thinking` would read as thinking off to a template that tests `not enable_thinking`)."""
+    chat = [{"role": "user", "content": "Hi"}]
+    rows = [
+        {"id": "a", "messages": chat, "chat_template_kwargs": {"enable_thinking": False}},
+        {"id": "b", "messages": chat, "chat_template_kwargs": {"reasoning_effort": "low"}},
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in.parquet")
+    validated = read_input(InputConfig(uri=str(tmp_path / "in.parquet")), DEFAULTS)
+    by_id = {r.id: r.chat_template_kwargs for r in validated.rows}
+    assert by_id == {"a": {"enable_thinking": False}, "b": {"reasoning_effort": "low"}} and not validated.errors
+
+
 def test_a_record_split_over_any_chunks_reads_as_in_one_piece() -> None:
     """The streamed readers see a file chunk by chunk: a line (or the BOM) cut anywhere reads the same."""
-    from workload.files.rows import jsonl_records
+    from workload.contract.jsonl_lines import jsonl_records
 
     data = b'\xef\xbb\xbf{"id": 1}\r\n\n  \n{"id": 2, "prompt": "' + b"x" * 50 + b'"}\n{"id": 3}'
     whole = list(jsonl_records([data]))

@@ -2,7 +2,8 @@
 
 Pure ASGI (no framework), so the same class guards vLLM's own server (direct streaming), Serve's FastAPI ingress and
 the Batch API's app. Paths in `open_paths` (a health probe a load balancer or KubeRay calls without a key) pass.
-The matched key's `key_id` goes into `scope["state"]["api_key_id"]` for apps that scope data per key.
+The matched key's `key_id` goes into `scope["state"]["api_key_id"]`, and its name and admin flag (entries.py) into
+`api_key_name` and `api_key_admin`, for apps that scope data per key.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from workload.auth.keys import ApiKeys, bearer_key, openai_auth_error
+from workload.auth.keys import ApiKeys, bearer_key, key_id, openai_auth_error
 
 
 class RequireApiKey:
@@ -26,11 +27,16 @@ class RequireApiKey:
             return
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
         presented = bearer_key(headers.get("authorization"))
-        matched = self.keys.match(presented)
+        matched = self.keys.identify(presented)
         if matched is None:
             await _unauthorized(scope, send, presented)
             return
-        scope.setdefault("state", {})["api_key_id"] = matched
+        state = scope.setdefault("state", {})
+        state["api_key_id"], state["api_key_name"], state["api_key_admin"] = (
+            key_id(matched.key),
+            matched.name,
+            matched.admin,
+        )
         await self.app(scope, receive, send)
 
 

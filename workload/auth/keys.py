@@ -13,8 +13,9 @@ once; a source that yields no key at all is an error at start, never "accept any
 
 Keys are compared as SHA-256 digests with `hmac.compare_digest`, against every key each time: neither the time nor
 the early exit of a comparison tells a caller how much of a key it got right, nor which key nearly matched.
-A matched key is known to the rest of the program only by its `key_id` (a digest prefix), never by its text, so
-logs and stored records can say which key did something without holding a secret.
+A matched key is known to the rest of the program only by its name (entries.py: given in the source, or else its
+`key_id`, a digest prefix), never by its text, so logs and stored records can say which key did something without
+holding a secret.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
-import json
 import os
 import sys
 import threading
@@ -32,35 +32,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workload.auth.entries import KEY_ID_CHARS, KeyConfigError, KeyEntry, check_length, key_id, parse_entries
+
 ENV_KEY = "LLM_BATCH_API_KEY"
 ENV_KEY_FILE = "LLM_BATCH_API_KEY_FILE"
 ENV_KEY_SECRET = "LLM_BATCH_API_KEY_SECRET"
-KEY_ID_CHARS = 16
-
-
-class KeyConfigError(ValueError):
-    """The key source is missing, empty or unreadable at start: the front refuses to start, in one line."""
-
-
-def key_id(key: str) -> str:
-    """A stable, non-secret name for a key: the first characters of its SHA-256 digest."""
-    return hashlib.sha256(key.encode()).hexdigest()[:KEY_ID_CHARS]
 
 
 def parse_key_text(text: str) -> tuple[str, ...]:
-    """Keys from a key file's text or a secret's SecretString (JSON `{"keys": [...]}` or one key per line)."""
-    stripped = text.strip()
-    if stripped.startswith("{"):
-        try:
-            document = json.loads(stripped)
-        except json.JSONDecodeError as error:
-            raise KeyConfigError(f"the key secret is JSON but does not parse: {error.msg}") from None
-        keys = document.get("keys") if isinstance(document, dict) else None
-        if not isinstance(keys, list) or not all(isinstance(key, str) for key in keys):
-            raise KeyConfigError('a JSON key secret must be {"keys": ["key", ...]}')
-        return tuple(key.strip() for key in keys if key.strip())
-    lines = (line.strip() for line in text.splitlines())
-    return tuple(line for line in lines if line and not line.startswith("#"))
+    """Keys from a key file's text or a secret's SecretString (the forms entries.py reads), without their names."""
+    return tuple(entry.key for entry in parse_entries(text))
 
 
 @dataclass(frozen=True)
@@ -112,20 +93,24 @@ class KeySource:
 
     def read(self, secrets_client: Any = None) -> tuple[str, ...]:
         """The keys as the source holds them now; raises KeyConfigError naming the source when it cannot."""
+        return tuple(entry.key for entry in self.entries(secrets_client))
+
+    def entries(self, secrets_client: Any = None) -> tuple[KeyEntry, ...]:
+        """The keys with their names (entries.py); raises KeyConfigError naming the source when it cannot."""
         if self.key:
-            keys: tuple[str, ...] = (self.key.strip(),)
+            entries: tuple[KeyEntry, ...] = (KeyEntry.unnamed(self.key.strip()),)
         elif self.key_file:
             try:
-                keys = parse_key_text(self.key_file.read_text())
+                entries = parse_entries(self.key_file.read_text())
             except OSError as error:
                 raise KeyConfigError(f"cannot read the {self.describe()}: {error.strerror or error}") from None
         elif self.secret_id:
-            keys = parse_key_text(self._secret_text(secrets_client))
+            entries = parse_entries(self._secret_text(secrets_client))
         else:
             raise KeyConfigError("no API key source is configured")
-        if not keys:
+        if not entries:
             raise KeyConfigError(f"the {self.describe()} holds no key")
-        return keys
+        return entries
 
     def _secret_text(self, client: Any) -> str:
         if client is None:
@@ -148,7 +133,11 @@ class KeySource:
 
 
 class ApiKeys:
-    """The keys of one source, checked in constant time, re-read from a file or secret at most every `refresh_s`."""
+    """The keys of one source, checked in constant time, re-read from a file or secret at most every `refresh_s`.
+
+    `min_chars`: the shortest key the source may hold (the Batch API's 32): a shorter one refuses the start, and a
+    re-read that brings one keeps the last keys that loaded, as any unreadable re-read does.
+    """
 
     def __init__(
         self,
@@ -156,20 +145,24 @@ class ApiKeys:
         refresh_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         secrets_client: Any = None,
+        min_chars: int = 1,
     ) -> None:
         self.source = source
         self._refresh_s = refresh_s
         self._clock = clock
         self._secrets_client = secrets_client
+        self._min_chars = min_chars
         self._lock = threading.Lock()
         self._digests = self._load()  # raises KeyConfigError: a front never starts on a source it cannot read
         self._loaded_at = clock()
         self._warned = False
 
-    def _load(self) -> dict[bytes, str]:
-        return {hashlib.sha256(key.encode()).digest(): key_id(key) for key in self.source.read(self._secrets_client)}
+    def _load(self) -> dict[bytes, KeyEntry]:
+        entries = self.source.entries(self._secrets_client)
+        check_length(entries, self._min_chars, self.source.describe())
+        return {hashlib.sha256(entry.key.encode()).digest(): entry for entry in entries}
 
-    def _current(self) -> dict[bytes, str]:
+    def _current(self) -> dict[bytes, KeyEntry]:
         if self.source.key or self._clock() - self._loaded_at < self._refresh_s:
             return self._digests
         with self._lock:
@@ -184,16 +177,21 @@ class ApiKeys:
                 self._loaded_at = self._clock()
         return self._digests
 
-    def match(self, presented: str | None) -> str | None:
-        """The `key_id` of the key `presented` is, or None; every key is compared, each in constant time."""
+    def identify(self, presented: str | None) -> KeyEntry | None:
+        """The entry of the key `presented` is, or None; every key is compared, each in constant time."""
         if not presented:
             return None
         digest = hashlib.sha256(presented.encode()).digest()
-        found: str | None = None
-        for known, name in self._current().items():
+        found: KeyEntry | None = None
+        for known, entry in self._current().items():
             if hmac.compare_digest(digest, known):
-                found = name
+                found = entry
         return found
+
+    def match(self, presented: str | None) -> str | None:
+        """The `key_id` of the key `presented` is, or None."""
+        entry = self.identify(presented)
+        return None if entry is None else key_id(entry.key)
 
     def __len__(self) -> int:
         return len(self._current())
@@ -231,7 +229,7 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
-def keys_for_host(host: str, source: KeySource, front: str) -> ApiKeys | None:
+def keys_for_host(host: str, source: KeySource, front: str, min_chars: int = 1) -> ApiKeys | None:
     """The keys a front bound on `host` checks, or None (no key) where that is allowed: loopback only.
 
     Raises KeyConfigError in one line when a front reachable from other machines has no key source.
@@ -243,4 +241,8 @@ def keys_for_host(host: str, source: KeySource, front: str) -> ApiKeys | None:
             f"{front} binds {host}, reachable from other machines, and has no API key: set {ENV_KEY}, "
             f"{ENV_KEY_FILE} (one key per line) or {ENV_KEY_SECRET}, or bind 127.0.0.1"
         )
-    return ApiKeys(source)
+    return ApiKeys(source, min_chars=min_chars)
+
+
+# Defined in entries.py and used by every front through this module.
+__all__ = ["KEY_ID_CHARS", "ApiKeys", "KeyConfigError", "KeyEntry", "KeySource", "key_id", "parse_key_text"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from typing import Any, Literal
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -24,22 +24,26 @@ from starlette.types import ASGIApp
 
 from workload.auth.asgi import RequireApiKey
 from workload.auth.keys import ApiKeys
+from workload.batch_api.body_cap import capped
 from workload.batch_api.idempotency import HEADER as IDEMPOTENCY_HEADER
 from workload.batch_api.objects import ApiError
 from workload.batch_api.service import BatchService
+from workload.batch_api.tenants import DEFAULT_SCOPE, NO_KEY_OWNER, PROJECT_OWNER, Scope, Tenant
+from workload.batch_api.uploads import MAX_PART_BYTES
 
-Scope = Literal["project", "key"]
 HEALTH = "/health"
-NO_KEY_OWNER = "local"  # the one tenant of a loopback server run without a key
-PROJECT_OWNER = "project"
 MULTIPART_SLACK = 64 * 1024  # a multipart body's boundaries and fields, beyond the file itself
 
 
-def _owner(request: Request, scope: Scope) -> str:
+def _owner(request: Request, scope: Scope) -> Tenant:
+    """The tenant a request acts for (tenants.py), from what workload/auth/asgi.py put in its state."""
     if scope == "project":
-        return PROJECT_OWNER
-    key_id = request.scope.get("state", {}).get("api_key_id")
-    return f"key-{key_id}" if key_id else NO_KEY_OWNER
+        return Tenant(PROJECT_OWNER)
+    state = request.scope.get("state", {})
+    name = state.get("api_key_name")
+    if not name:
+        return Tenant(NO_KEY_OWNER)
+    return Tenant(f"key-{name}", bool(state.get("api_key_admin")))
 
 
 def _int(request: Request, name: str, default: int) -> int:
@@ -62,7 +66,7 @@ async def _json_body(request: Request) -> dict[str, Any]:
     return body
 
 
-def build_app(service: BatchService, keys: ApiKeys | None, scope: Scope = "project") -> ASGIApp:
+def build_app(service: BatchService, keys: ApiKeys | None, scope: Scope = DEFAULT_SCOPE) -> ASGIApp:
     """The ASGI app; with `keys` every route but /health needs one of them (workload/auth)."""
 
     async def call(function: Callable[..., Any], *args: Any) -> Any:
@@ -75,7 +79,8 @@ def build_app(service: BatchService, keys: ApiKeys | None, scope: Scope = "proje
             raise ApiError(413, f"the file is larger than this server's limit of {limit} bytes", "file")
         if not request.headers.get("content-type", "").startswith("multipart/form-data"):
             raise ApiError(400, "upload a file as multipart/form-data with fields 'file' and 'purpose'")
-        form = await request.form(max_files=1, max_fields=8)
+        cap = service.limits.max_file_bytes + MULTIPART_SLACK
+        form = await capped(request, cap, "a file", "file").form(max_files=1, max_fields=8)
         try:
             file, purpose = form.get("file"), form.get("purpose")
             if not isinstance(file, UploadFile):
@@ -133,7 +138,7 @@ def build_app(service: BatchService, keys: ApiKeys | None, scope: Scope = "proje
     async def add_part(request: Request) -> Response:
         if not request.headers.get("content-type", "").startswith("multipart/form-data"):
             raise ApiError(400, "send a part as multipart/form-data with the field 'data'")
-        form = await request.form(max_files=1, max_fields=4)
+        form = await capped(request, MAX_PART_BYTES + MULTIPART_SLACK, "a part", "data").form(max_files=1, max_fields=4)
         try:
             data = form.get("data")
             if not isinstance(data, UploadFile):

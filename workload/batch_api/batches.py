@@ -4,21 +4,32 @@ Both halves of the API change batches: the service (create, cancel) and the sche
 expire). Both change them here, so a close is counted where the write that closed the batch won, once, however
 many fronts race to close it: a try that lost its race is redone on the record read again and counts only if it
 still closes it there. The counts (`take_closed`) are the queue's failed and expired metrics (queue_metrics.py).
+
+It keeps the batches' indexes (batch_index.py) with the same writes: a create adds the batch to the open index
+and the listing's order, a close adds it to the retention's queue and then removes it from the open index. So
+`open` (the tick's, the quotas') reads the index and the open batches, and `page` reads one page.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
+from workload.batch_api.batch_index import STRAY_S, BatchIndex, order_id, ordered_batch_id
 from workload.batch_api.models import BatchRecord
-from workload.batch_api.objects import not_found
+from workload.batch_api.objects import ApiError, list_page, not_found
 from workload.batch_api.records import Records, oldest_first
+from workload.batch_api.tenants import sees
 
 
 class BatchBook:
     def __init__(self, records: Records) -> None:
         self.records = records
+        self.index = BatchIndex(records)
+        # The open batches as the last `open` read them and this book's writes since left them: the tick's
+        # metrics line (queue_metrics.py) counts them without reading the index and the batches a second time.
+        self.known: dict[str, BatchRecord] | None = None
         self.closed: Counter[str] = Counter()  # since the front last took them (take_closed), by status written
 
     def get(self, batch_id: str) -> BatchRecord | None:
@@ -27,17 +38,82 @@ class BatchBook:
     def owned(self, owner: str, batch_id: str) -> BatchRecord:
         """The batch, if `owner` may see it; another tenant's id answers as an unknown one (ids cannot be probed)."""
         found = self.get(batch_id)
-        if found is None or found.owner != owner:
+        if found is None or not sees(owner, found.owner):
             raise not_found("Batch", batch_id)
         return found
 
     def all(self) -> list[BatchRecord]:
-        """Every batch, oldest first."""
+        """Every batch, oldest first: a listing of them all, for the index's rebuild and the tests only."""
         return oldest_first(self.records.all(BatchRecord))
 
+    def open(self) -> list[BatchRecord]:
+        """Every batch not in a final status, oldest first: the index (one read) and each of them (one read each).
+        Finishes what a close or a create left undone in the index (batch_index.py)."""
+        now = self.records.now()
+        found, stale = [], []
+        for batch_id, added in self.index.open_ids().items():
+            record = self.get(batch_id)
+            if record is None:
+                if now >= added + STRAY_S:  # a create that died before writing its batch
+                    stale.append(batch_id)
+            elif record.closed:  # a close that died before removing it
+                self.index.finished(record)
+                stale.append(batch_id)
+            else:
+                found.append(record)
+        self.index.drop_open(stale)
+        self.known = {record.id: record for record in found}
+        return oldest_first(found)
+
+    def open_as_left(self) -> list[BatchRecord]:
+        """The open batches as the last `open` found them and this book's writes since left them (no read), or
+        `open()` when none has been read."""
+        return self.open() if self.known is None else oldest_first(self.known.values())
+
+    def _known(self, record: BatchRecord) -> None:
+        if self.known is not None:
+            if record.closed:
+                self.known.pop(record.id, None)
+            else:
+                self.known[record.id] = record
+
+    def page(self, owner: str, after: str | None, limit: int) -> dict[str, Any]:
+        """OpenAI's page of `owner`'s batches, newest first, after the batch `after`: one listing of the order
+        markers and a read of each batch on it (one more, to say whether there are more, and one for `after`)."""
+        start = None
+        if after is not None:
+            cursor = self.get(after)
+            if cursor is None or not sees(owner, cursor.owner):
+                raise ApiError(400, f"after: no batch {after!r} to page from", "after")
+            start = order_id(cursor)
+        shown: list[BatchRecord] = []
+        first = True
+        while len(shown) <= limit:
+            asked = limit + 1 - len(shown)
+            markers = self.index.newest(start, asked)
+            if first and not markers and self.index.rebuilt_if_missing():  # batches from before the markers
+                markers = self.index.newest(start, asked)
+            first = False
+            for marker in markers:
+                start = marker
+                record = self.get(ordered_batch_id(marker))
+                # A marker whose batch is gone or differs is a create that died or was retried: not a batch.
+                if record is not None and order_id(record) == marker and sees(owner, record.owner):
+                    shown.append(record)
+            if len(markers) < asked:  # the end of the listing
+                break
+        return list_page([record.public() for record in shown[:limit]], has_more=len(shown) > limit)
+
     def create(self, record: BatchRecord) -> None:
+        """Write a new batch, in the indexes first (a create that dies between leaves an id the tick drops);
+        StoreConflict if one with its id exists."""
+        if not record.closed:
+            self.index.add_open(record.id)
+        self.index.listed(record)
         self.records.create(record)
+        self._known(record)
         if record.closed:  # failed at create: its file holds no request, or too many
+            self.index.finished(record)
             self.closed[record.status] += 1
 
     def update(self, batch_id: str, change: Callable[[BatchRecord], None]) -> BatchRecord:
@@ -51,6 +127,10 @@ class BatchBook:
         written = self.records.update(BatchRecord, batch_id, tracked, not_found("Batch", batch_id))
         for status in closing:
             self.closed[status] += 1
+        self._known(written)
+        if closing:
+            self.index.finished(written)
+            self.index.drop_open([batch_id])
         return written
 
     def take_closed(self) -> Counter[str]:

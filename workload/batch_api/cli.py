@@ -13,12 +13,17 @@ import sys
 import threading
 from pathlib import Path
 
-from workload.auth.keys import KeyConfigError, KeySource, keys_for_host
+from starlette.types import ASGIApp
+
+from workload.auth.keys import ApiKeys, KeyConfigError, KeySource, keys_for_host
 from workload.batch_api.app import build_app
+from workload.batch_api.cli_quotas import add_quota_arguments, quotas_from_args
 from workload.batch_api.executor import BatchRun, LocalJobExecutor, check_base_config, job_config
+from workload.batch_api.host_guard import HostGuard, served_hosts
 from workload.batch_api.objects import DEFAULT_RETENTION_S, OPENAI_MAX_FILE_BYTES, OPENAI_MAX_REQUESTS, Limits
 from workload.batch_api.service import BatchService
 from workload.batch_api.store import LocalStore, StoreLocked
+from workload.batch_api.tenants import DEFAULT_SCOPE, MIN_KEY_CHARS, SCOPES
 from workload.contract.config import ConfigError, build_config, read_config_file
 
 
@@ -29,14 +34,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="the job config every batch runs with (model, engine); input/output are set")
     parser.add_argument(
         "--scope",
-        choices=["project", "key"],
-        default="project",
-        help="project: every key sees every file and batch (OpenAI's keys of one project); key: one tenant per key",
+        choices=SCOPES,
+        default=DEFAULT_SCOPE,
+        help="key: one tenant per key name, admin keys also see project-scope records (the default); "
+        "project: every key sees every file and batch (OpenAI's keys of one project)",
     )
     parser.add_argument("--retention-days", type=float, default=DEFAULT_RETENTION_S / 86400, help="files kept")
     parser.add_argument("--max-file-mb", type=float, default=OPENAI_MAX_FILE_BYTES / 1e6, help="upload limit (MB)")
     parser.add_argument("--max-requests", type=int, default=OPENAI_MAX_REQUESTS, help="requests per batch")
     parser.add_argument("--tick-s", type=float, default=1.0, help="how often batches are moved on")
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        help="a host name clients reach the server by, beyond the bind address (repeat for more); others get 403",
+    )
+    add_quota_arguments(parser)
+
+
+def local_app(service: BatchService, keys: ApiKeys | None, scope: str, hosts: frozenset[str]) -> ASGIApp:
+    """The app this server runs: the routes behind the key check, behind the host and origin check
+    (host_guard.py: a browser page of another site, or a rebound name, never reaches a route)."""
+    return HostGuard(build_app(service, keys, scope), hosts)  # type: ignore[arg-type]
 
 
 class Ticker(threading.Thread):
@@ -68,20 +87,22 @@ def run(args: argparse.Namespace, exit_bad_config: int) -> int:
         base = read_config_file(args.config)
         check_base_config(base)
         model = build_config(job_config(base, BatchRun("b", "/in", "/out", "/v1/chat/completions"))).model.name
-        keys = keys_for_host(args.host, KeySource.from_env(), "the Batch API")
+        keys = keys_for_host(args.host, KeySource.from_env(), "the Batch API", MIN_KEY_CHARS)
+        hosts = served_hosts(args.host, args.allowed_host)
+        quotas = quotas_from_args(args)
         store = LocalStore(args.data)
     except (ValueError, ConfigError, KeyConfigError, StoreLocked) as error:
         print(f"llm-batch batch-api: {error}", file=sys.stderr)
         return exit_bad_config
     executor = LocalJobExecutor(base, Path(store.root) / "runs")
-    service = BatchService(store, executor, model, limits)
+    service = BatchService(store, executor, model, limits, quotas=quotas)
     ticker = Ticker(service, args.tick_s)
-    app = build_app(service, keys, args.scope)
+    app = local_app(service, keys, args.scope, hosts)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
     guard = f"keys from {keys.source.describe()}" if keys else "no key (loopback only)"
     print(
         f"llm-batch batch-api: http://{args.host}:{args.port}/v1 serving model {model!r}, data {store.root}, "
-        f"{guard}, scope {args.scope}",
+        f"{guard}, scope {args.scope}, hosts {', '.join(sorted(hosts))} (other hosts and other sites' pages: 403)",
         file=sys.stderr,
         flush=True,
     )

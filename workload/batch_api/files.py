@@ -15,8 +15,10 @@ from typing import Any
 from workload.batch_api.models import FileRecord, Tombstone
 from workload.batch_api.objects import EXPIRES_AFTER_RANGE_S, UPLOAD_PURPOSES, ApiError, Limits, new_id, not_found
 from workload.batch_api.paging import checked_limit, page
+from workload.batch_api.quotas import over_quota
 from workload.batch_api.records import Records
 from workload.batch_api.store import StoreConflict
+from workload.batch_api.tenants import sees
 
 TOMBSTONE_TTL_S = 24 * 3600  # a listing paged through within a day goes on past files deleted meanwhile
 
@@ -54,19 +56,30 @@ class Files:
         return record
 
     def upload(
-        self, owner: str, filename: str, purpose: str, chunks: Iterable[bytes], expires_after_s: int | None = None
+        self,
+        owner: str,
+        filename: str,
+        purpose: str,
+        chunks: Iterable[bytes],
+        expires_after_s: int | None = None,
+        room: int | None = None,
     ) -> dict[str, Any]:
+        """`room`: the bytes the owner's quota leaves (quotas.py); a body past it is refused as it streams (429)."""
         check_purpose(purpose)
         if expires_after_s is not None:
             check_expires_after(expires_after_s)
         file_id = new_id("file")
-        size = self.store.write_blob(body_key(file_id), self._capped(chunks))
+        size = self.store.write_blob(body_key(file_id), self._capped(chunks, room))
         return self.record(owner, file_id, filename, purpose, size, body_key(file_id), expires_after_s).public()
 
-    def _capped(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
+    def _capped(self, chunks: Iterable[bytes], room: int | None = None) -> Iterator[bytes]:
         size = 0
         for chunk in chunks:
             size += len(chunk)
+            if room is not None and size > room:
+                raise over_quota(
+                    f"the file is larger than the {room} bytes this key's quota of stored bytes leaves", "file"
+                )
             if size > self.limits.max_file_bytes:
                 raise ApiError(
                     413, f"the file is larger than this server's limit of {self.limits.max_file_bytes} bytes", "file"
@@ -76,7 +89,7 @@ class Files:
     def owned(self, owner: str, file_id: str, param: str = "id") -> FileRecord:
         """The file, if `owner` may see it; another tenant's id answers as an unknown one."""
         found = self.records.get(FileRecord, file_id)
-        if found is None or found.owner != owner:
+        if found is None or not sees(owner, found.owner):
             raise not_found("File", file_id, param)
         return found
 
@@ -113,14 +126,14 @@ class Files:
     def list(self, owner: str, after: str | None, limit: int, order: str, purpose: str | None) -> dict[str, Any]:
         if order not in ("asc", "desc"):
             raise ApiError(400, f"order must be 'asc' or 'desc', got {order!r}", "order")
-        mine = [r for r in self.records.all(FileRecord) if r.owner == owner and purpose in (None, r.purpose)]
+        mine = [r for r in self.records.all(FileRecord) if sees(owner, r.owner) and purpose in (None, r.purpose)]
 
         def gone(file_id: str) -> Tombstone | None:
             try:
                 found = self.records.get(Tombstone, file_id)
             except ValueError:  # not an id at all
                 return None
-            return found if found is not None and found.owner == owner else None
+            return found if found is not None and sees(owner, found.owner) else None
 
         return page(mine, after, checked_limit(limit, 10_000), descending=order == "desc", gone=gone)
 

@@ -9,9 +9,15 @@ Everything is read from the environment at the first invocation (a bad setting f
 line, before any request is served):
     LLM_BATCH_BUCKET, LLM_BATCH_API_PREFIX (default batch-api/), LLM_BATCH_KMS_KEY_ID (the stack key),
     LLM_BATCH_STATE_MACHINE_ARN, LLM_BATCH_GPU_GROUP (the small tier's GPU group; unset on the EKS tiers),
-    LLM_BATCH_MODEL (the name batches report), LLM_BATCH_API_SCOPE (project or key),
-    LLM_BATCH_API_KEY_SECRET (the endpoint's key secret, workload/auth/keys.py): no key source, no start;
-    LLM_BATCH_STACK and LLM_BATCH_METRICS_NAMESPACE (where the queue's metrics go, queue_metrics.py).
+    LLM_BATCH_RELEASE_FUNCTION (the EKS tiers' nightly submit function, whose `release` a stop invokes),
+    LLM_BATCH_TICK_FUNCTION (the HTTP function's only: the tick function its cancel asks to stop the run),
+    LLM_BATCH_MODEL (the name batches report), LLM_BATCH_API_SCOPE (key, the default, or project),
+    LLM_BATCH_API_KEY_SECRET (the Batch API's own key secret, workload/auth/keys.py; keys of at least 32
+    characters): no key source, no start;
+    LLM_BATCH_STACK and LLM_BATCH_METRICS_NAMESPACE (where the queue's metrics go, queue_metrics.py);
+    LLM_BATCH_STOP_WAIT_S (seconds a cancelled or expired batch's stopped run is waited for, for its partial files:
+    the stack's job grace on the small tier, the GPU sweep and the pods' grace on EKS; infra/components/batch_api.py);
+    LLM_BATCH_QUOTA_<NAME> (each key's quotas and request bounds, quotas.py; unset: its default).
 
 Both functions print the queue's metrics as Embedded Metric Format lines to their log (queue_metrics.py): the
 tick after each tick, the HTTP function after a request that closed a batch failed.
@@ -25,17 +31,20 @@ a presigned S3 URL, which the official client follows (its httpx client has `fol
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from workload.auth.keys import ApiKeys, KeySource
 from workload.batch_api.app import build_app
 from workload.batch_api.objects import ApiError, Limits
 from workload.batch_api.queue_metrics import QueueMetrics
-from workload.batch_api.s3_store import S3Store
+from workload.batch_api.quotas import Quotas
+from workload.batch_api.s3_store import S3Store, s3_client
 from workload.batch_api.service import BatchService
-from workload.batch_api.sfn_executor import StepFunctionsExecutor
+from workload.batch_api.sfn_executor import STOP_WAIT_S, StepFunctionsExecutor
+from workload.batch_api.tenants import DEFAULT_SCOPE, MIN_KEY_CHARS, SCOPES
 
 LAMBDA_PAYLOAD_BYTES = 6 * 1024 * 1024  # Lambda quotas: "6 MB each for request and response (synchronous)"
 # What fits a payload once base64 (4/3) and the event's own JSON (headers, request context: a few KB) are added.
@@ -55,6 +64,51 @@ def _required(env: Mapping[str, str], name: str) -> str:
     return value
 
 
+def _stop_wait_s(env: Mapping[str, str]) -> float:
+    value = env.get("LLM_BATCH_STOP_WAIT_S", "").strip()
+    if not value:  # a front deployed before the stack set it: the executor's own (the small tier's) bound
+        return STOP_WAIT_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise FrontConfigError(f"LLM_BATCH_STOP_WAIT_S must be a positive number of seconds, got {value!r}")
+    return seconds
+
+
+def _release(session: Any, function: str | None) -> Callable[[], None] | None:
+    """The EKS tiers' release after a stop: the nightly submit function's `release` action, invoked asynchronously
+    (it deletes the RayJob through the cluster's API; the HTTP function has 29 s in all), as the machine's own
+    release step would have run it."""
+    if function is None:
+        return None
+    client = session.client("lambda")
+
+    def release() -> None:
+        client.invoke(FunctionName=function, InvocationType="Event", Payload=b'{"action": "release"}')
+
+    return release
+
+
+def stop_by_tick(session: Any, function: str) -> Callable[[str], None]:
+    """The HTTP function's cancel (issue 60): it may not stop executions, so it asks the tick function to, in an
+    asynchronous invoke (allowed on that one function) that returns at once, and the tick stops the run within
+    seconds instead of at its next scheduled minute. A lost event is caught up by that tick (the scheduler
+    stops every cancelling batch's run on every tick)."""
+    client = session.client("lambda")
+
+    def stop(batch_id: str) -> None:
+        payload = json.dumps({"stop_batch": batch_id}).encode()
+        try:
+            client.invoke(FunctionName=function, InvocationType="Event", Payload=payload)
+        except Exception as error:  # throttled, unreachable: the cancel is recorded and the next tick stops the run
+            print(f"llm-batch batch-api: batch {batch_id} cancelled; asking the tick failed ({error}), "
+                  "its next scheduled run stops it", flush=True)  # fmt: skip
+
+    return stop
+
+
 def build_metrics(env: Mapping[str, str]) -> QueueMetrics:
     return QueueMetrics(_required(env, "LLM_BATCH_METRICS_NAMESPACE"), _required(env, "LLM_BATCH_STACK"))
 
@@ -64,18 +118,31 @@ def build_service(env: Mapping[str, str], session: Any = None) -> BatchService:
 
     session = session or boto3.Session()
     store = S3Store(
-        session.client("s3"),
+        s3_client(session),
         _required(env, "LLM_BATCH_BUCKET"),
         env.get("LLM_BATCH_API_PREFIX", "batch-api/"),
         env.get("LLM_BATCH_KMS_KEY_ID") or None,
     )
     group = env.get("LLM_BATCH_GPU_GROUP") or None
     capacity = (session.client("autoscaling"), group) if group else None
+    release = _release(session, env.get("LLM_BATCH_RELEASE_FUNCTION") or None)
     executor = StepFunctionsExecutor(
-        session.client("stepfunctions"), store, _required(env, "LLM_BATCH_STATE_MACHINE_ARN"), capacity
+        session.client("stepfunctions"),
+        store,
+        _required(env, "LLM_BATCH_STATE_MACHINE_ARN"),
+        capacity,
+        stop_wait_s=_stop_wait_s(env),
+        release=release,
     )
     limits = Limits(inline_download_bytes=FRONT_BODY_BYTES)
-    return BatchService(store, executor, _required(env, "LLM_BATCH_MODEL"), limits)
+    try:
+        quotas = Quotas.from_env(env)
+    except ValueError as error:
+        raise FrontConfigError(str(error)) from None
+    service = BatchService(store, executor, _required(env, "LLM_BATCH_MODEL"), limits, quotas=quotas)
+    if tick := env.get("LLM_BATCH_TICK_FUNCTION"):  # the HTTP function's (infra/components/batch_api.py)
+        service.stop_run = stop_by_tick(session, tick)
+    return service
 
 
 def build_handler(env: Mapping[str, str], session: Any = None) -> Any:
@@ -83,17 +150,17 @@ def build_handler(env: Mapping[str, str], session: Any = None) -> Any:
     each request, the batches it closed failed as a metrics line."""
     from mangum import Mangum
 
-    scope = env.get("LLM_BATCH_API_SCOPE", "project")
-    if scope not in ("project", "key"):
-        raise FrontConfigError(f"LLM_BATCH_API_SCOPE must be 'project' or 'key', got {scope!r}")
+    scope = env.get("LLM_BATCH_API_SCOPE") or DEFAULT_SCOPE
+    if scope not in SCOPES:
+        raise FrontConfigError(f"LLM_BATCH_API_SCOPE must be 'key' or 'project', got {scope!r}")
     source = KeySource.from_env(env)
     if not source.configured:  # the front is on the internet: never without a key
-        raise FrontConfigError("the Batch API function needs LLM_BATCH_API_KEY_SECRET (the endpoint's key secret)")
+        raise FrontConfigError("the Batch API function needs LLM_BATCH_API_KEY_SECRET (the Batch API's key secret)")
     metrics = build_metrics(env)
     secrets = session.client("secretsmanager") if session is not None else None
-    keys = ApiKeys(source, secrets_client=secrets)
+    keys = ApiKeys(source, secrets_client=secrets, min_chars=MIN_KEY_CHARS)
     service = build_service(env, session)
-    app = build_app(service, keys, scope)  # type: ignore[arg-type]
+    app = build_app(service, keys, scope)
     # lifespan off: the app has no startup work, and a Lambda has no shutdown to run it at.
     serve = Mangum(cast(Any, app), lifespan="off")  # Starlette's ASGIApp and Mangum's ASGI type: the same shape
 
@@ -123,6 +190,8 @@ def tick(event: dict[str, Any], context: Any) -> dict[str, Any]:
         _built["metrics"], _built["service"] = build_metrics(os.environ), build_service(os.environ)
     service, metrics = _built["service"], _built["metrics"]
     try:
+        if "stop_batch" in event:
+            return {"status": service.stop_cancelled(str(event["stop_batch"]))}
         if "start_batch" in event:
             return {"status": service.start_now(str(event["start_batch"]))}
         if "next_batch" in event:

@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from workload.batch_api import objects
+from workload.batch_api.batch_index import DONE_KIND, ORDER_KIND, order_id
 from workload.batch_api.batches import BatchBook
 from workload.batch_api.executor import BatchRun, ExecutionChain, Executor
 from workload.batch_api.files import Files
@@ -34,11 +35,15 @@ from workload.batch_api.nights import Nights, entry_id
 from workload.batch_api.objects import ACTIVE, ApiError, batch_errors, not_found
 from workload.batch_api.records import Records, oldest_first
 from workload.batch_api.store import StoreConflict
-from workload.batch_api.unfinished import UNFINISHED, request_lines, unfinished_lines
+from workload.batch_api.unfinished import UNFINISHED, unfinished_lines
 from workload.batch_api.uploads import Uploads
+from workload.contract.jsonl_lines import request_lines
 
 OUTPUT, ERRORS = "output.jsonl", "errors.jsonl"  # the job's files (workload/job/openai_files.py)
 STOPPED_ERRORS = "batch_errors.jsonl"  # a stopped batch's error file: the job's, then what never ran (unfinished.py)
+# Finished batches deleted a tick at most: each costs about five requests, so 100 stay well inside the tick's
+# 120 s timeout, and at one tick a minute (the tiers) 144,000 a day clear any backlog an upgrade finds.
+RETENTION_PER_TICK = 100
 STAMPS = {"completed": "completed_at", "failed": "failed_at", "expired": "expired_at", "cancelled": "cancelled_at"}
 
 
@@ -62,7 +67,8 @@ class Scheduler:
     def tick(self) -> None:
         now = self.records.now()
         running = False
-        for record in self.batches.all():
+        open_ = self.batches.open()  # the open-batches index and each open batch: never every batch (issue 61)
+        for record in open_:
             if record.status == "validating" and now >= record.expires_at:
                 self._expire_queued(record.id)
             elif record.status in ACTIVE:
@@ -71,8 +77,8 @@ class Scheduler:
         # itself when its run ends (`next_run`): starting one beside it would be a second boot.
         self._recover_nights(now)
         if not running and not self.executor.occupied():
-            self._start_next()
-        self._sweep(now)
+            self._start_next(open_)
+        self._sweep(now, open_)
 
     def _recover_nights(self, now: int) -> None:
         """A night claimed for a start that never named its execution: its execution, found by name, if the start
@@ -101,9 +107,11 @@ class Scheduler:
     def _batch_run(self, record: BatchRecord) -> BatchRun:
         return BatchRun(record.id, self.store.uri(record.input_key), self.store.uri(record.output_key), record.endpoint)
 
-    def _queue(self) -> list[Record]:
-        """What waits for the GPUs, oldest first: queued batches and the schedule's queued nights (nights.py)."""
-        waiting: list[Record] = [r for r in self.batches.all() if r.status == "validating"]
+    def _queue(self, open_: list[BatchRecord] | None = None) -> list[Record]:
+        """What waits for the GPUs, oldest first: queued batches and the schedule's queued nights (nights.py).
+        `open_`: the open batches as the tick read them (a claim checks each again by compare-and-swap)."""
+        batches = self.batches.open() if open_ is None else open_
+        waiting: list[Record] = [r for r in batches if r.status == "validating"]
         return oldest_first([*waiting, *self.nights.queued()])
 
     def _claim(self, record: BatchRecord) -> BatchRecord | None:
@@ -126,8 +134,8 @@ class Scheduler:
         except StoreConflict:  # cancelled (or taken) since it was listed
             return None
 
-    def _start_next(self) -> None:
-        for entry in self._queue():
+    def _start_next(self, open_: list[BatchRecord]) -> None:
+        for entry in self._queue(open_):
             if isinstance(entry, NightEntry):
                 chain = self._chain()
                 if self.nights.claim(entry.id, None):
@@ -212,8 +220,8 @@ class Scheduler:
         (`running`, or `busy` when a run took the GPUs in between, which the next tick retries); refuses, in one
         line, a batch that is not queued, or a start while another run holds the GPUs (one job on them at a
         time; the execution that holds them runs the queue next, oldest first)."""
-        records = self.batches.all()
-        mine = next((r for r in records if r.id == batch_id), None)
+        records = self.batches.open()
+        mine = self.batches.get(batch_id)
         if mine is None:
             raise not_found("Batch", batch_id)
         others = [r.id for r in records if r.status in ACTIVE and r.id != batch_id]
@@ -372,7 +380,8 @@ class Scheduler:
             if summary:
                 current.usage = {
                     "input_tokens": int(summary["input_tokens"]),
-                    "input_tokens_details": {"cached_tokens": 0},
+                    # vLLM's prefix-cache hits, summed by the job (a summary from before it counted them has none)
+                    "input_tokens_details": {"cached_tokens": int(summary.get("cached_tokens", 0))},
                     "output_tokens": int(summary["output_tokens"]),
                     "output_tokens_details": {"reasoning_tokens": 0},
                     "total_tokens": int(summary["input_tokens"]) + int(summary["output_tokens"]),
@@ -385,20 +394,22 @@ class Scheduler:
 
     # ---- retention ---------------------------------------------------------------------------------------------
 
-    def _sweep(self, now: int) -> None:
-        """Retention: a file past its `expires_at` is deleted (record and body), and a finished batch's job output
-        folder once the retention has passed since it finished (its output files expire at the same moment)."""
+    def _sweep(self, now: int, open_: list[BatchRecord]) -> None:
+        """Retention: a file past its `expires_at` is deleted (record and body), and a finished batch once the
+        retention has passed since it finished: its job output, its record and its markers, at most
+        RETENTION_PER_TICK a tick, oldest finish first (one listing of the retention's queue, batch_index.py)."""
         self.uploads.sweep(now)
         self.nights.sweep(now)
         # A queued batch's input outlives its file's expiry until the batch has run: the job reads it.
-        users = {r.input_file_id for r in self.batches.all() if r.status == "validating" or r.status in ACTIVE}
+        users = {r.input_file_id for r in open_}
         self.files.sweep(now, frozenset(users))
         self.claims.sweep(now)
-        for record in self.batches.all():
-            if record.done_at is not None and not record.output_deleted and now >= record.done_at + self.retention_s:
+        for marker, batch_id in self.batches.index.done_by(now - self.retention_s, RETENTION_PER_TICK):
+            record = self.batches.get(batch_id)
+            if record is not None:
+                # The listing's marker first: a delete that dies after it leaves the record and this marker,
+                # and the next tick finishes it; never a marker naming nothing.
+                self.store.delete(ORDER_KIND, order_id(record))
                 self.store.delete_blobs(record.output_key)
-
-                def deleted(current: BatchRecord) -> None:
-                    current.output_deleted = True
-
-                self.batches.update(record.id, deleted)
+                self.records.delete(BatchRecord, batch_id)
+            self.store.delete(DONE_KIND, marker)

@@ -50,14 +50,18 @@ from workload.batch_api.objects import (
     batch_errors,
     new_id,
 )
-from workload.batch_api.paging import checked_limit, page
+from workload.batch_api.paging import checked_limit
+from workload.batch_api.quotas import Holdings, Quotas, check_request_bounds
 from workload.batch_api.records import Records
 from workload.batch_api.scheduler import Scheduler
 from workload.batch_api.store import Store, StoreConflict
-from workload.batch_api.unfinished import request_lines
 from workload.batch_api.uploads import Uploads
+from workload.contract.jsonl_lines import request_lines
 
-ENDPOINTS = ("/v1/chat/completions", "/v1/completions")  # what the job answers (workload/files/openai_batch.py)
+# What the job answers (workload/files/openai_batch.py URLS): an embeddings batch runs the job's embed task
+# (docs/job.md, "Embeddings"), chosen by the input's url, locally and on the AWS front alike; a responses batch is
+# answered through the chat path (docs/job.md, "Responses").
+ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
 
 
 class BatchService:
@@ -68,6 +72,7 @@ class BatchService:
         model: str,
         limits: Limits | None = None,
         clock: Callable[[], float] = time.time,
+        quotas: Quotas | None = None,
     ) -> None:
         self.store, self.executor, self.model = store, executor, model
         self.limits = limits or Limits()
@@ -77,6 +82,11 @@ class BatchService:
         self.files = Files(self.records, self.limits)
         self.uploads = Uploads(self.records, self.files)
         self.scheduler = Scheduler(self.records, self.batches, executor, self.files, self.uploads)
+        # What a cancel calls to stop the batch's run: the scheduler's stop here; on AWS the internet-facing
+        # function may not stop executions (issue 60), so its cancel hands the stop to the tick (lambda_front.py).
+        self.stop_run: Callable[[str], None] = self.scheduler.stop
+        self.quotas = quotas or Quotas()
+        self.holdings = Holdings(self.records, self.batches, self.quotas)
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -90,7 +100,8 @@ class BatchService:
     def upload_file(
         self, owner: str, filename: str, purpose: str, chunks: Iterable[bytes], expires_after_s: int | None = None
     ) -> dict[str, Any]:
-        return self.files.upload(owner, filename, purpose, chunks, expires_after_s)
+        room = self.holdings.file_room(owner)
+        return self.files.upload(owner, filename, purpose, chunks, expires_after_s, room)
 
     def get_file(self, owner: str, file_id: str) -> dict[str, Any]:
         return self.files.owned(owner, file_id).public()
@@ -111,10 +122,13 @@ class BatchService:
     # ---- uploads -----------------------------------------------------------------------------------------------
 
     def create_upload(self, owner: str, body: dict[str, Any]) -> dict[str, Any]:
+        declared = body.get("bytes")
+        if isinstance(declared, int) and not isinstance(declared, bool):  # a wrong one is refused by the create
+            self.holdings.check_upload(owner, declared)
         return self.uploads.create(owner, body)
 
     def add_upload_part(self, owner: str, upload_id: str, chunks: Iterable[bytes]) -> dict[str, Any]:
-        return self.uploads.add_part(owner, upload_id, chunks)
+        return self.uploads.add_part(owner, upload_id, chunks, self.quotas.upload_parts)
 
     def complete_upload(self, owner: str, upload_id: str, part_ids: Any, md5: Any) -> dict[str, Any]:
         return self.uploads.complete(owner, upload_id, part_ids, md5)
@@ -165,9 +179,11 @@ class BatchService:
             seq=self.records.seq(), input_key=source.key, output_key=f"batches/{batch_id}/output",
         )  # fmt: skip
         problems, record.request_counts.total = self._validate_input(source.key, endpoint)
-        if problems:
+        if problems:  # a batch failed at validation holds nothing: no quota asked
             record.status, record.failed_at, record.done_at = "failed", created, created
             record.errors = batch_errors(problems)
+        else:
+            self.holdings.check_batch(owner, record.request_counts.total)
         try:
             self.batches.create(record)
         except StoreConflict:
@@ -199,6 +215,7 @@ class BatchService:
 
         for total, line in enumerate(request_lines(body), start=1):  # total: read after the loop
             judge(line, total)
+            check_request_bounds(total, line, self.quotas)
         if total == 0:
             return [{"code": "empty_file", "message": "the input file holds no request"}], 0
         if total > self.limits.max_requests:
@@ -213,8 +230,7 @@ class BatchService:
         return self.batches.owned(owner, batch_id).public()
 
     def list_batches(self, owner: str, after: str | None, limit: int) -> dict[str, Any]:
-        mine = [record for record in self.batches.all() if record.owner == owner]
-        return page(mine, after, checked_limit(limit, 100), descending=True)
+        return self.batches.page(owner, after, checked_limit(limit, 100))
 
     def cancel_batch(self, owner: str, batch_id: str) -> dict[str, Any]:
         found = self.batches.owned(owner, batch_id)
@@ -233,7 +249,7 @@ class BatchService:
 
         record = self.batches.update(batch_id, cancel)
         if record.status == "cancelling":
-            self.scheduler.stop(batch_id)
+            self.stop_run(batch_id)
         return record.public()
 
     def take_closed(self) -> Counter[str]:
@@ -241,13 +257,22 @@ class BatchService:
         return self.batches.take_closed()
 
     def statuses(self) -> list[str]:
-        """Every batch's status: the queue's gauges (queue_metrics.py)."""
-        return [record.status for record in self.batches.all()]
+        """Every open batch's status as the last tick left them (read again only before any tick): the queue's
+        gauges after a tick (queue_metrics.py), which count only open ones, at no read of their own (issue 61)."""
+        return [record.status for record in self.batches.open_as_left()]
 
     # ---- the scheduler -----------------------------------------------------------------------------------------
 
     def tick(self) -> None:
         self.scheduler.tick()
+
+    def stop_cancelled(self, batch_id: str) -> str:
+        """Stop a cancelling batch's run now (the tick's `stop_batch`, sent by the front's cancel)."""
+        found = self.batches.get(batch_id)
+        if found is None or found.status != "cancelling":
+            return "nothing to stop"  # a retried or late event: the batch closed or was never cancelled
+        self.scheduler.stop(batch_id)
+        return "stopping"
 
     def start_now(self, batch_id: str) -> str:
         return self.scheduler.start_now(batch_id)

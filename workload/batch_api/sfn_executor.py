@@ -19,10 +19,12 @@ and so is a start that finds the GPU slot taken: `records/gpu_slot/gpus.json`, a
 invocations in the same minute) can only take one at a time (the store's compare-and-swap), naming the execution
 that holds the GPUs, since listing executions and then starting one is not atomic.
 
-A stopped (ABORTED) execution has not stopped its job yet: the node's SIGTERM makes the job commit what finished
-and write its partial files, then `_interrupted.json`. So a stopped run counts as stopped once that note (or a
-summary or failure) is in its output, or once the job's stop bound has passed since the abort (`stop_wait_s`:
-its grace period and margin), never before: the batch then closes with its partial files.
+A stopped (ABORTED) execution has not stopped its job yet, and skips its release step: `stop` releases the GPUs
+itself (the small tier's group to 0, the EKS tiers' RayJob deleted through the submit function), and the job's
+SIGTERM (the node's, or KubeRay's stop of the Ray job) makes it commit what finished and write its partial files,
+then `_interrupted.json`. So a stopped run counts as stopped once that note (or a summary or failure) is in its
+output, or once the stop bound has passed since the abort (`stop_wait_s`: the stack's, LLM_BATCH_STOP_WAIT_S;
+on EKS it also covers a release left to the GPU sweep), never before: the batch then closes with its partial files.
 """
 
 from __future__ import annotations
@@ -82,7 +84,10 @@ def run_input(run: BatchRun, today: str | None = None) -> dict[str, Any]:
 
 class StepFunctionsExecutor:
     """`capacity`: (an autoscaling client, the small tier's GPU group): a stopped execution skips the machine's
-    release step, so `stop` sets the group to 0 itself once no execution runs (what `infra.run --stop` does)."""
+    release step, so `stop` sets the group to 0 itself once no execution runs (what `infra.run --stop` does).
+    `release`: the EKS tiers' counterpart, the nightly submit function's `release` (it deletes the RayJob, so its
+    job gets SIGTERM and its grace to write the partial files, and frees the GPU nodes), called the same way;
+    without it the GPU sweep does that within its 30 minutes (`stop_wait_s` covers that wait)."""
 
     def __init__(
         self,
@@ -92,11 +97,12 @@ class StepFunctionsExecutor:
         capacity: tuple[Any, str] | None = None,
         clock: Callable[[], float] = time.time,
         stop_wait_s: float = STOP_WAIT_S,
+        release: Callable[[], None] | None = None,
     ) -> None:
         if not state_machine_arn.startswith("arn:"):
             raise ValueError(f"not a state machine ARN: {state_machine_arn!r}")
         self.sfn, self.store, self.arn, self.capacity = sfn, store, state_machine_arn, capacity
-        self.clock, self.stop_wait_s = clock, stop_wait_s
+        self.clock, self.stop_wait_s, self.release = clock, stop_wait_s, release
 
     def _running(self) -> list[dict[str, Any]]:
         pages = self.sfn.get_paginator("list_executions").paginate(stateMachineArn=self.arn, statusFilter="RUNNING")
@@ -294,11 +300,22 @@ class StepFunctionsExecutor:
             self.store.blob_size(f"{output}/{name}") is not None for name in ("summary.json", "_failed.json")
         )
         mine = not ended and self._current(arn, batch_id)
+        stopped = None
         if mine and self.sfn.describe_execution(executionArn=arn)["status"] == "RUNNING":
             self.sfn.stop_execution(executionArn=arn, cause=f"batch {batch_id} cancelled or expired (Batch API)")
-        if self.capacity is not None and not self._running():
+            stopped = arn
+        # The execution just stopped may still be listed as running ("This operation is eventually consistent":
+        # ListExecutions, AWS Step Functions API reference, read 2026-12-06; moto's too, under load): it does not
+        # count, or its GPUs would be left to the sweep.
+        if self.capacity is None and self.release is None:  # nothing to release: no listing needed
+            return
+        if any(e["executionArn"] != stopped for e in self._running()):
+            return
+        if self.capacity is not None:
             autoscaling, group = self.capacity
             autoscaling.set_desired_capacity(AutoScalingGroupName=group, DesiredCapacity=0, HonorCooldown=False)
+        if self.release is not None:
+            self.release()
 
     def close(self) -> None:
         """Nothing to do: the runs belong to Step Functions, not to this process, and outlive it."""

@@ -8,12 +8,16 @@ why every change here goes through compare-and-swap on a version too, even thoug
 Layout (keys are the same in both):
     records/<kind>/<id>.json                            one object each (file, batch, upload, night), with its
                                                         private fields (models.py types them)
+    records/control/open-batches.json                   the open batches' ids (batch_index.py: the tick's index)
+    records/batch_order/<key>.json, records/batch_done/  empty markers ordering the batches for the pages and the
+                                                        retention (batch_index.py)
     files/<file id>.jsonl                               an uploaded body
     batches/<batch id>/output/                          the job's output folder (output.jsonl, errors.jsonl, ...)
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import fcntl
 import hashlib
@@ -34,6 +38,7 @@ CHUNK = 1 << 20
 CAS_TRIES = 64
 
 
+MAX_IDS = 1000  # S3's ListObjectsV2 answers at most 1,000 keys a request
 MAX_ID_CHARS = 128  # the longest id this API makes is 45 (an idempotency claim's); OpenAI's are shorter
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -44,6 +49,12 @@ def check_id(object_id: str) -> str:
     if len(object_id) > MAX_ID_CHARS or not _ID.fullmatch(object_id) or ".." in object_id:
         raise ValueError(f"not an id: {object_id[:40]!r}")
     return object_id
+
+
+def check_ids_limit(limit: int) -> int:
+    if not 1 <= limit <= MAX_IDS:
+        raise ValueError(f"a listing of ids takes 1 to {MAX_IDS} at a time, asked {limit}")
+    return limit
 
 
 def is_id(value: str) -> bool:
@@ -79,6 +90,11 @@ class Store(Protocol):
     def delete(self, kind: str, object_id: str) -> None: ...
 
     def records(self, kind: str) -> list[dict[str, Any]]: ...
+
+    def ids(self, kind: str, after: str | None, limit: int) -> list[str]:
+        """The ids of `kind`'s records in the order of their keys (`<id>.json`, S3's listing order), after the id
+        `after`, at most `limit` (1 to MAX_IDS): one listing request, whatever the kind holds."""
+        ...
 
     def write_blob(self, key: str, chunks: Iterable[bytes]) -> int:
         """Store the body `chunks` make under `key`, all or nothing (an exception from `chunks` leaves no body)."""
@@ -206,6 +222,14 @@ class LocalStore:
             with contextlib.suppress(FileNotFoundError):  # deleted between the listing and the read
                 found.append(json.loads(path.read_bytes()))
         return found
+
+    def ids(self, kind: str, after: str | None, limit: int) -> list[str]:
+        check_ids_limit(limit)
+        folder = self.root / "records" / kind
+        names = sorted(path.name for path in folder.glob("*.json")) if folder.is_dir() else []
+        if after is not None:
+            names = names[bisect.bisect_right(names, f"{check_id(after)}.json") :]
+        return [name.removesuffix(".json") for name in names[:limit]]
 
     def write_blob(self, key: str, chunks: Iterable[bytes]) -> int:
         return _atomic_write(self._blob_path(key), chunks)

@@ -3,7 +3,8 @@
 OpenAI closes an expired batch with the answers it has in the output file and each request it did not run in the
 error file, with the code `batch_expired` (`batch_cancelled` for a cancel): the codes of OpenAI's
 BatchRequestOutput error in its OpenAPI spec. The job knows only what it committed, so the server adds these lines
-when it closes the batch: every input line not answered in output.jsonl or errors.jsonl, matched by `custom_id`
+when it closes the batch: every request of the input (its lines by workload/contract/jsonl_lines.py, the rule
+the job reads them by) not answered in output.jsonl or errors.jsonl, matched by `custom_id`
 (by count, so a repeated id is answered as often as it was asked; a line whose id cannot be read counts under
 None, as the job's error line for it does). Built from the job's files each time, so closing twice (a restart
 between the writes) writes the same bytes.
@@ -21,17 +22,6 @@ UNFINISHED = {
     "expired": ("batch_expired", "This request could not be executed before the completion window expired."),
     "cancelled": ("batch_cancelled", "The batch was cancelled before this request executed."),
 }
-
-
-def request_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """The non-blank lines of a JSONL body, as the create-time count sees them (service._validate_input)."""
-    tail = b""
-    for chunk in chunks:
-        lines = (tail + chunk).split(b"\n")
-        tail = lines.pop()
-        yield from (line for line in lines if line.strip())
-    if tail.strip():
-        yield tail
 
 
 def custom_id(line: bytes) -> str | None:

@@ -67,8 +67,8 @@ def _validate(config: JobConfig) -> int:
     from workload.files.rows import read_input
     from workload.job.input_plan import plan_input
 
-    plan = plan_input(config.input, None, config.model.names(), config.task)
-    validated = read_input(config.input, config.sampling, plan.openai, plan.task)
+    plan = plan_input(config.input, None, config.model.names(), config.task, config.model.tools)
+    validated = read_input(config.input, config.sampling, plan.openai, plan.task, plan.tool_parser)
     kinds = Counter(e.error_type for e in validated.errors)
     report = {
         "config": "ok",
@@ -85,7 +85,8 @@ def _validate(config: JobConfig) -> int:
 
 def _run(config: JobConfig, verbose: bool = False) -> int:
     # run_job leaves `_failed.json` beside the output for every failure it raises (while it holds the output's
-    # lease), so a scheduler waiting for summary.json learns why at once; a refused or lost lease leaves none.
+    # lease), a refused output (exit 3) included, so a scheduler waiting for summary.json learns why at once; a
+    # refused or lost lease leaves none.
     from workload.engine.model_source import ModelSourceError, check_model_source
     from workload.files.rows import InputError
     from workload.files.storage import StorageError

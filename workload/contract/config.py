@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from workload.contract.metric_names import ALARM_PERIOD_S
+from workload.contract.reasoning import AUTO, check_reasoning_parser, resolve_reasoning_parser
+from workload.contract.tool_calls import check_tool_parser, resolve_tool_parser
 
 DEFAULT_METRICS_NAMESPACE = "RayDataLLM/BatchInference"
 # max_num_seqs where `auto` is not sized (the CPU, the serve and bench paths): the fixed value of before sizing.
@@ -36,10 +38,10 @@ class InputConfig(_Strict):
         description="Input format; 'auto' decides from each file's extension (.jsonl/.json, .parquet), and reads "
         "JSONL whose first line is an OpenAI Batch request (`custom_id`, `url`, `body`) as one; 'openai' says so.",
     )
-    openai_url: Literal["/v1/chat/completions", "/v1/completions", "/v1/embeddings"] | None = Field(
+    openai_url: Literal["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"] | None = Field(
         None,
         description="The url of an OpenAI Batch input (one per batch); None: the first request line's url. "
-        "/v1/embeddings runs the embed task.",
+        "/v1/embeddings runs the embed task; /v1/responses is answered as chat.",
     )
     max_record_bytes: int = Field(
         16 << 20,
@@ -97,8 +99,39 @@ class ModelConfig(_Strict):
         "off OpenAI): answered by this model, reported under `name`.",
     )
 
+    reasoning_parser: str = Field(
+        AUTO,
+        description="vLLM's reasoning parser for a thinking model (its `--reasoning-parser` names), which puts the "
+        "thinking apart from the answer (`reasoning` in OpenAI chat bodies, in `choices` of native results) and "
+        "lets structured outputs constrain the answer only. 'auto': by the model's name (Qwen3 thinking models: "
+        "qwen3; DeepSeek-R1 and its distills: deepseek_r1; gpt-oss: openai_gptoss; any other, and the embedded "
+        "tiny model: none). 'none': the model's text is the answer, thinking and all (docs/job.md, 'Reasoning "
+        "models').",
+    )
+    tool_call_parser: str = Field(
+        AUTO,
+        description="vLLM's tool-call parser (its `--tool-call-parser` names), which reads `tools` answers into "
+        "`message.tool_calls`. 'auto': by the model's name (workload/contract/tool_calls.py: Qwen and Hermes: "
+        "hermes; the embedded tiny model: hermes; unknown: none). 'none': a line with `tools` is refused, naming why.",
+    )
+
     def names(self) -> frozenset[str]:
         return frozenset({self.name, *self.aliases})
+
+    @field_validator("reasoning_parser", "tool_call_parser")
+    @classmethod
+    def _known_parser(cls, value: str, info: ValidationInfo) -> str:
+        return check_reasoning_parser(value) if info.field_name == "reasoning_parser" else check_tool_parser(value)
+
+    @property
+    def reasoning(self) -> str | None:
+        """The vLLM reasoning parser the engine runs with, or None."""
+        return resolve_reasoning_parser(self.reasoning_parser, self.source)
+
+    @property
+    def tools(self) -> str | None:
+        """The vLLM tool-call parser the engine stage reads tool calls with, or None (tools are refused)."""
+        return resolve_tool_parser(self.tool_call_parser, self.source)
 
 
 class EngineConfig(_Strict):
@@ -192,7 +225,12 @@ class StagesConfig(_Strict):
         "device gpu, off with device cpu (the engine tokenizes itself; two more actors on the engine's own cores "
         "cost more than they save: docs/benchmark.md).",
     )
-    num_cpus: float = Field(0.1, gt=0, description="CPUs reserved per CPU-stage actor.")
+    num_cpus: float = Field(
+        0.1,
+        gt=0,
+        description="CPUs reserved per CPU-stage actor and per task of the job's own CPU operators (the read, "
+        "the validation, the cut into one block per batch).",
+    )
     concurrency: int = Field(1, ge=1, description="Actors per CPU stage.")
     batch_size: int = Field(64, ge=1, description="Rows per batch in the CPU stages.")
 
@@ -221,6 +259,13 @@ class SamplingParams(_Strict):
         '{"json_object": true}; the answer is constrained to it.',
     )
     logit_bias: str | None = Field(None, description="Token id -> bias, as JSON (an object is accepted).")
+    # vLLM's own sampling fields that `vllm run-batch` takes on a line (issue 55): each reaches vLLM's
+    # SamplingParams under the same name, as vLLM's server passes it.
+    min_p: float = Field(0.0, ge=0.0, le=1.0, description="Least probability, relative to the likeliest token; 0: off.")
+    stop_token_ids: list[int] = Field(default_factory=list, description="Token ids that end a row's output.")
+    include_stop_str_in_output: bool = Field(False, description="Keep the stop string that ended a row in its text.")
+    skip_special_tokens: bool = Field(True, description="Leave special tokens out of the text.")
+    spaces_between_special_tokens: bool = Field(True, description="Put spaces between special tokens in the text.")
 
     @field_validator("structured_outputs", "logit_bias", mode="before")
     @classmethod
@@ -417,7 +462,7 @@ class JobConfig(_Strict):
     def output_affecting(self) -> dict[str, Any]:
         engine = self.engine.model_dump(include={"max_model_len", "dtype", "seed", "extra"})
         affecting = {
-            "model": self.model.model_dump(include={"source", "load_format"}),
+            "model": _model_affecting(self.model),
             "engine": engine,
             "sampling": _settled(self.sampling),
             "input": _settled(self.input),
@@ -430,7 +475,21 @@ class JobConfig(_Strict):
 
 # Output-affecting fields added after outputs were first written: left out while at their default, so an output
 # begun by an earlier version still resumes (its manifest has no such key, and the default is what it ran with).
-LATER_FIELDS = frozenset({"n", "logprobs", "structured_outputs", "logit_bias", "max_record_bytes", "openai_url"})
+LATER_FIELDS = frozenset(
+    {"n", "logprobs", "structured_outputs", "logit_bias", "max_record_bytes", "openai_url"}
+    | {"min_p", "stop_token_ids", "include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens"}
+)
+
+
+def _model_affecting(model: ModelConfig) -> dict[str, Any]:
+    affecting = model.model_dump(include={"source", "load_format"})
+    if model.reasoning is not None:  # a later field: kept out while no parser runs, as LATER_FIELDS are
+        affecting["reasoning_parser"] = model.reasoning
+    if model.tool_call_parser != AUTO:
+        # A later field (issue 56), kept out at `auto`: `auto` gives the embedded model a parser, and an output
+        # begun before tools were answered must still resume (its rows with tools were errors then, and stay so).
+        affecting["tool_call_parser"] = model.tools
+    return affecting
 
 
 def _settled(section: BaseModel) -> dict[str, Any]:

@@ -70,10 +70,11 @@ ENGINE_PREEMPTIONS = MetricName(
 )
 ENGINE_RUNNING = MetricName("EngineRunningRequests", "Count", Scope.STACK, "requests an engine was decoding")
 ENGINE_WAITING = MetricName("EngineWaitingRequests", "Count", Scope.STACK, "requests waiting for a place")
-# max_num_seqs less running, averaged over the interval's steps: with rows still to process, an engine the job
-# starves (docs/benchmark.md: the feed); monitoring/dashboard.py charts it while the run has rows.
+# max_num_seqs less running, averaged over the interval's time (an idle engine's slots all free): with rows still to
+# process, an engine the job starves (docs/benchmark.md: the feed); monitoring/dashboard.py charts it while the run
+# has rows.
 ENGINE_FREE_SLOTS = MetricName(
-    "EngineFreeSlots", "Count", Scope.STACK, "sequence slots an engine left empty, mean over the interval's steps"
+    "EngineFreeSlots", "Count", Scope.STACK, "sequence slots an engine left empty, mean over the interval's time"
 )
 ENGINE_METRICS = (KV_CACHE_USAGE, ENGINE_PREEMPTIONS, ENGINE_RUNNING, ENGINE_WAITING, ENGINE_FREE_SLOTS)
 

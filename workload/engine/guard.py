@@ -58,6 +58,7 @@ from workload.engine.auto_settings import (
 from workload.engine.choices import engine_columns
 from workload.engine.model_source import compile_cache_env
 from workload.engine.node_stages import local_model
+from workload.engine.reasoning import ROW_TEMPLATE_KWARGS, send_template_kwargs, splitter_for
 from workload.files.results import (
     ENGINE_CALIBRATION_COLUMN,
     ENGINE_CRASH_PREFIX,
@@ -66,6 +67,8 @@ from workload.files.results import (
     ENGINE_RESTARTS_COLUMN,
     EngineCrashLoopError,
 )
+from workload.files.template_args import TEMPLATE_KWARGS_COLUMN
+from workload.files.tools import TOOLS_COLUMN
 from workload.telemetry.engine_stats import EngineStats, attach, engine_reporter
 from workload.telemetry.feed_trace import attach_trace
 from workload.telemetry.startup_trace import mark
@@ -138,6 +141,14 @@ class _Gate:
                 self._condition.notify_all()
 
 
+def _reader(splitter: Any, output: Any, chat_kwargs: Any, tools_json: Any) -> Callable[[Any], Any] | None:
+    """vLLM's parsers over one sample of a chat row's output (workload/engine/reasoning.py); None elsewhere."""
+    if chat_kwargs is None or output is None:
+        return None
+    prompt_ids = output.prompt_token_ids
+    return lambda sample: splitter.split(sample.text, sample.token_ids, prompt_ids, chat_kwargs, tools_json)
+
+
 class GuardedEngineUDF(vLLMEngineStageUDF):
     """Ray Data LLM's vLLM engine stage with crash isolation (see the module docstring)."""
 
@@ -174,7 +185,8 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         attach(self.llm.engine, self._engine_stats)
         self._engine_reporter = engine_reporter(metrics, self._engine_stats)
         self._rows_in_flight = 0  # rows of the batches this stage holds: the job's feed, as the engine sees it
-        attach_trace(self.llm.engine, self.llm.get_scheduler_config().max_num_seqs, lambda: self._rows_in_flight)
+        self._rows_open = 0  # of those, the rows asked of the engine and not yet back (feed_trace.py says why)
+        attach_trace(self.llm.engine, self.llm.get_scheduler_config().max_num_seqs, self._feed_counts)
         self._keep_metrics = keep_metrics
         self._crash_retries = crash_retries
         self._max_consecutive_crashes = max_consecutive_crashes
@@ -186,6 +198,9 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         self._engine_dead = False
         self._gate = _Gate()
         self._first_request_at: float | None = None  # Unix time of this actor's first batch
+        model = ModelConfig.model_validate(model_config)
+        self._reasoning = model.reasoning  # vLLM's parser name, or None
+        self._tool_parser = model.tools  # vLLM's tool-call parser, or None (validation refused rows with tools)
         self._guard_engine()
 
     # --- the engine ---------------------------------------------------------------------------------------
@@ -203,6 +218,10 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
 
     def _guard_engine(self) -> None:
         generate: Callable[[dict[str, Any]], Awaitable[Any]] = self.llm.generate_async
+        generating = self.task_type == "generate"
+        splitter = splitter_for(self._reasoning, self.llm.engine, self._tool_parser) if generating else None
+        if splitter is not None and splitter.reads_reasoning:
+            send_template_kwargs(self.llm.engine)
 
         async def guarded(row: dict[str, Any]) -> Any:
             try:
@@ -210,8 +229,20 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
                     raise VLLM_FATAL_ERRORS[0]() from RuntimeError(
                         f"failpoint {failpoints.ENGINE_CRASH_ON_ROW}: row {row.get('id')!r}"
                     )
+                chat_kwargs = row.get(TEMPLATE_KWARGS_COLUMN)  # set on chat rows only (pipeline.ApplyChatTemplate)
+                ROW_TEMPLATE_KWARGS.set(chat_kwargs)  # this row's task's own value, read as its request is sent
+                tools_json = row.get(TOOLS_COLUMN) if splitter is not None else None
+                if splitter is not None and tools_json is not None:
+                    # Forced calls through structured outputs, as vLLM's server sends them (engine/reasoning.py).
+                    row["sampling_params"] = splitter.constrain(row["sampling_params"], chat_kwargs, tools_json)
                 request, data, taken = await self._unless_stalled(generate(row))
-                data.update(engine_columns(self._outputs.pop(request.request_id, None), request.params))
+                output = self._outputs.pop(request.request_id, None)
+                split = None
+                if splitter is not None and (splitter.reads_reasoning or tools_json is not None):
+                    split = _reader(splitter, output, chat_kwargs, tools_json)
+
+                choice = json.loads(tools_json)["tool_choice"] if tools_json is not None else None
+                data.update(engine_columns(output, request.params, split, choice))
                 return request, data, taken
             except VLLM_FATAL_ERRORS as error:
                 raise _EngineDied(describe_engine_error(error)) from error
@@ -220,7 +251,7 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         self._outputs: dict[int, Any] = {}
         self._count_progress()
         self._final_outputs_only()
-        if self.task_type != "generate":
+        if not generating:
             return  # a pooling output has no samples to keep (workload/engine/embed.py)
         respond = self.llm._generate_async
 
@@ -310,8 +341,11 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         args, kwargs = self._engine_args
         vLLMEngineStageUDF.__init__(self, *args, **kwargs)
         attach(self.llm.engine, self._engine_stats)
-        attach_trace(self.llm.engine, self.llm.get_scheduler_config().max_num_seqs, lambda: self._rows_in_flight)
+        attach_trace(self.llm.engine, self.llm.get_scheduler_config().max_num_seqs, self._feed_counts)
         self._guard_engine()
+
+    def _feed_counts(self) -> dict[str, int]:
+        return {"rows_in_flight": self._rows_in_flight, "rows_open": self._rows_open}
 
     def _died(self, crash: _Crash) -> None:
         """Note a death (once, however many batches saw it); the engine is rebuilt when rows next need it, so a
@@ -342,9 +376,7 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         generation, batch_uuid = self._generation, uuid.uuid4()
         # Upstream's request builder pops keys off the row it is given (prompt, sampling_params, ...): hand it a
         # copy, so a rerun sees the row whole and every row leaves the stage with the same columns.
-        tasks = [
-            asyncio.ensure_future(self._generate_with_error_handling(copy.deepcopy(row), batch_uuid)) for row in rows
-        ]
+        tasks = [asyncio.ensure_future(self._open_row(copy.deepcopy(row), batch_uuid)) for row in rows]
         try:
             outputs = list(await asyncio.gather(*tasks))
         except _EngineDied as death:
@@ -354,6 +386,14 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
             raise _Crash(death.message, generation, death.hung, alone) from None
         self._consecutive_crashes = 0
         return outputs
+
+    async def _open_row(self, row: dict[str, Any], batch_uuid: uuid.UUID) -> dict[str, Any]:
+        """One row asked of the engine, counted open until its answer (or its cancellation) is back."""
+        self._rows_open += 1
+        try:
+            return await self._generate_with_error_handling(row, batch_uuid)
+        finally:
+            self._rows_open -= 1
 
     def _crash_output(self, row: dict[str, Any], crash: _Crash) -> dict[str, Any]:
         # The same shape as upstream's error rows, so every row of the stage's output has one schema.

@@ -21,7 +21,7 @@ from ray.data.llm import Processor, build_processor, vLLMEngineProcessorConfig
 from workload import failpoints
 from workload.contract.config import JobConfig, ModelConfig
 from workload.engine.auto_settings import without_gpu_sizing
-from workload.engine.choices import CHOICES_COLUMN, FINISH_COLUMN
+from workload.engine.choices import CACHED_COLUMN, CHOICES_COLUMN, FINISH_COLUMN
 from workload.engine.feed import Feed, plan_feed
 from workload.engine.guard import GuardedEngineUDF
 from workload.engine.model_source import is_hub_id, model_label
@@ -32,6 +32,8 @@ from workload.files.results import (
     ENGINE_FIRST_REQUEST_COLUMN,
     ENGINE_RESTARTS_COLUMN,
 )
+from workload.files.template_args import TEMPLATE_KWARGS_COLUMN
+from workload.files.tools import TOOLS_COLUMN
 from workload.telemetry import feed_trace, startup_trace
 
 # Columns the driver needs back; the rest (token ids, prompts) is dropped before it crosses to the driver.
@@ -50,6 +52,7 @@ RESULT_COLUMNS = (
     ENGINE_CALIBRATION_COLUMN,
     CHOICES_COLUMN,
     FINISH_COLUMN,
+    CACHED_COLUMN,
 )
 ERROR_COLUMN = "__inference_error__"
 
@@ -72,15 +75,23 @@ class ApplyChatTemplate:
         adds_bos = bos is not None and self.tokenizer("x").input_ids[:1] == [self.tokenizer.bos_token_id]
         self.strip_bos: str | None = bos if adds_bos else None
 
-    def render(self, messages_json: str) -> str:
+    def render(self, messages_json: str, kwargs_json: str | None = None, tools_json: str | None = None) -> str:
         messages = json.loads(messages_json)
-        add_generation_prompt = messages[-1]["role"] == "user"
+        # A row's tools are the template's `tools` argument, as vLLM's server renders them (also under
+        # tool_choice "none": vLLM leaves them in unless told to exclude them): workload/files/tools.py.
+        tools = json.loads(tools_json)["tools"] if tools_json else None
+        # The answer's turn opens after a user's message or a tool's answer (vLLM's server opens it by default).
+        add_generation_prompt = messages[-1]["role"] in ("user", "tool")
         text = str(
             self.tokenizer.apply_chat_template(
                 messages,
                 tokenize=False,
                 add_generation_prompt=add_generation_prompt,
                 continue_final_message=not add_generation_prompt,
+                # The row's own template variables (enable_thinking, reasoning_effort, ...): workload/files/
+                # template_args.py. Validation refused the names this call sets itself.
+                **(json.loads(kwargs_json) if kwargs_json else {}),
+                **({"tools": tools} if tools else {}),
             )
         )
         if self.strip_bos and text.startswith(self.strip_bos):
@@ -94,20 +105,41 @@ class ApplyChatTemplate:
         earlier = (
             batch.column(ERROR_COLUMN).to_pylist() if ERROR_COLUMN in batch.column_names else [""] * batch.num_rows
         )
-        for prompt, messages_json, error in zip(
-            batch.column("prompt").to_pylist(), batch.column("messages_json").to_pylist(), earlier, strict=True
+        given = (
+            batch.column(TEMPLATE_KWARGS_COLUMN).to_pylist()
+            if TEMPLATE_KWARGS_COLUMN in batch.column_names
+            else [None] * batch.num_rows
+        )
+        tools = (
+            batch.column(TOOLS_COLUMN).to_pylist() if TOOLS_COLUMN in batch.column_names else [None] * batch.num_rows
+        )
+        chat_kwargs: list[str | None] = []
+        for prompt, messages_json, kwargs_json, tools_json, error in zip(
+            batch.column("prompt").to_pylist(),
+            batch.column("messages_json").to_pylist(),
+            given,
+            tools,
+            earlier,
+            strict=True,
         ):
             error = error or ""
             if messages_json is not None and not error:
                 try:
-                    prompt = self.render(messages_json)
+                    prompt = self.render(messages_json, kwargs_json, tools_json)
                 except Exception as failure:  # jinja's TemplateError, transformers' "no chat template", ...
                     prompt, error = None, f"{CHAT_TEMPLATE_PREFIX}{type(failure).__name__}: {failure}"
             prompts.append(prompt)
             errors.append(error)
-        batch = batch.drop_columns([c for c in ("messages_json", ERROR_COLUMN) if c in batch.column_names])
+            # From here the column marks the chat rows ("{}": the template's defaults), the ones whose answers
+            # the engine stage reads for thinking (workload/engine/reasoning.py), as vLLM reads chat answers only.
+            chat_kwargs.append((kwargs_json or "{}") if messages_json is not None else None)
+        dropped = ("messages_json", ERROR_COLUMN, TEMPLATE_KWARGS_COLUMN, TOOLS_COLUMN)
+        batch = batch.drop_columns([c for c in dropped if c in batch.column_names])
         index = batch.schema.get_field_index("prompt")
         batch = batch.set_column(index, "prompt", pa.array(prompts, pa.string()))
+        batch = batch.append_column(TEMPLATE_KWARGS_COLUMN, pa.array(chat_kwargs, pa.string()))
+        # Kept for the engine stage, which forces and reads the calls (workload/engine/reasoning.py).
+        batch = batch.append_column(TOOLS_COLUMN, pa.array(tools, pa.string()))
         return batch.append_column(ERROR_COLUMN, pa.array(errors, pa.string()))
 
 
@@ -131,6 +163,11 @@ def engine_kwargs(config: JobConfig, seeded: bool | None = None, keep_auto: bool
         # cannot pad an object past max_tokens before closing it.
         "structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True},
     }
+    if config.model.reasoning is not None:
+        # Where vLLM 0.32 takes its reasoning parser (`--reasoning-parser` sets this same field): the grammar of a
+        # structured output then starts after the thinking ends, and the engine stage splits answers with the same
+        # parser (workload/engine/reasoning.py).
+        kwargs["structured_outputs_config"]["reasoning_parser"] = config.model.reasoning
     if engine.max_num_batched_tokens is not None:
         kwargs["max_num_batched_tokens"] = engine.max_num_batched_tokens
     if config.device == "cpu" or not keep_auto:
@@ -344,6 +381,54 @@ def input_blocks(table: pa.Table, batch_size: int) -> list[pa.Table]:
     return [table.slice(start, block_rows) for start in range(0, table.num_rows, block_rows)]
 
 
+def engine_batches(
+    dataset: ray.data.Dataset, config: JobConfig, model_config: dict[str, Any], chat_template: bool
+) -> ray.data.Dataset:
+    """The rows as the engine stage takes them (lazy, no Ray needed): chat rows templated, one block per batch.
+
+    Every operator added here asks Ray for the CPU stages' `num_cpus`, never Ray Data's default of one CPU a task:
+    see `one_batch_per_block`."""
+    stages = config.stages
+    templated = dataset
+    if chat_template:
+        templated = dataset.map_batches(
+            ApplyChatTemplate,
+            fn_constructor_kwargs={"model_config": model_config},
+            batch_size=stages.batch_size,
+            num_cpus=stages.num_cpus,
+            compute=ray.data.ActorPoolStrategy(size=cpu_stage_actors(config)),
+            scheduling_strategy="SPREAD",
+            batch_format="pyarrow",
+        )
+    # One block per batch: Ray Data runs an actor task per block, and inside it up to 4 of the block's batches at
+    # once (ray/data/_internal/planner/plan_udf_map_op.py, DEFAULT_ASYNC_BATCH_UDF_MAX_CONCURRENCY), so rows in
+    # flight depended on how the read cut its blocks. With one batch a block, the engine actor runs exactly
+    # `feed.batches` batches (its max_concurrency) and the feed is the line's number.
+    return one_batch_per_block(templated, config.batch_size, stages.num_cpus)
+
+
+def one_batch_per_block(dataset: ray.data.Dataset, rows: int, num_cpus: float) -> ray.data.Dataset:
+    """`dataset` cut into blocks of `rows` (Ray Data's streaming repartition), its tasks asking `num_cpus` each.
+
+    Why the CPUs: `Dataset.repartition` takes no Ray options, so its tasks asked Ray Data's default for a map task,
+    one whole CPU (ray/data/_internal/execution/operators/map_operator.py, `_canonicalize_ray_remote_args`, Ray
+    2.60). On a 2-CPU node whose engine bundle holds the other CPU, each repartition task took all that was left,
+    in Ray and in Ray Data's CPU budget: the tasks ran one at a time and, while one ran, the 0.1-CPU stages after
+    it (Ray Data LLM's pre- and post-processing maps) got a budget of 0-0.1 CPU, so the engine got its first
+    batches in a trickle and its answers queued unread (docs/benchmark.md, "Against `vllm run-batch`", read from
+    Ray Data's own execution log). The repartition only re-slices blocks: the stages' share is plenty."""
+    from ray.data._internal.logical.operators import StreamingRepartition
+
+    cut = dataset.repartition(target_num_rows_per_block=rows)
+    # The one way in: the operator Ray just planned. A Ray that plans something else fails here, by name, rather
+    # than running its tasks at one CPU each again.
+    operator = cut._logical_plan.dag
+    if not isinstance(operator, StreamingRepartition):
+        raise TypeError(f"Ray Data planned {type(operator).__name__} for a repartition, not StreamingRepartition")
+    operator.ray_remote_args["num_cpus"] = num_cpus
+    return cut
+
+
 def build_pipeline(
     dataset: ray.data.Dataset,
     config: JobConfig,
@@ -366,26 +451,10 @@ def build_pipeline(
     """
     stages = config.stages
     model = config.model if model_path is None else config.model.model_copy(update={"source": model_path})
-    model_config = model.model_dump(mode="json")
-    templated = dataset
-    if chat_template:
-        templated = dataset.map_batches(
-            ApplyChatTemplate,
-            fn_constructor_kwargs={"model_config": model_config},
-            batch_size=stages.batch_size,
-            num_cpus=stages.num_cpus,
-            compute=ray.data.ActorPoolStrategy(size=cpu_stage_actors(config)),
-            scheduling_strategy="SPREAD",
-            batch_format="pyarrow",
-        )
+    templated = engine_batches(dataset, config, model.model_dump(mode="json"), chat_template)
     columns = RESULT_COLUMNS + (("metrics",) if keep_metrics else ())
     feed = engine_feed(config)
     print(feed.line(), flush=True)
-    # One block per batch: Ray Data runs an actor task per block, and inside it up to 4 of the block's batches at
-    # once (ray/data/_internal/planner/plan_udf_map_op.py, DEFAULT_ASYNC_BATCH_UDF_MAX_CONCURRENCY), so rows in
-    # flight depended on how the read cut its blocks. With one batch a block, the engine actor runs exactly
-    # `feed.batches` batches (its max_concurrency) and the feed is the line's number.
-    templated = templated.repartition(target_num_rows_per_block=config.batch_size)
     with usage_telemetry_off_when_disabled():
         processor = build_processor(
             processor_config(config, model, seeded, feed),

@@ -6,14 +6,22 @@ What maps one to one (docs/job.md, "Coming from OpenAI Batch"):
   user, assistant) become the row's messages; completions (`/v1/completions`): `prompt` (one string);
 - sampling: `max_completion_tokens` / `max_tokens`, `temperature`, `top_p`, `n`, `stop`, `seed`, `presence_penalty`,
   `frequency_penalty`, `logit_bias`, `logprobs` + `top_logprobs` (chat) or `logprobs` (completions, an integer);
-- `response_format` `json_object` and `json_schema` through vLLM's structured outputs (the engine's grammars allow
-  no free whitespace, so a small model still closes its JSON);
+- `response_format` `json_object` and `json_schema` (chat and completions) through vLLM's structured outputs (the
+  engine's grammars allow no free whitespace, so a small model still closes its JSON);
+- vLLM's own fields that `vllm run-batch` takes (`top_k`, `min_tokens`, `structured_outputs`, ...): each is answered
+  or refused naming it with the reason, as workload/files/vllm_fields.py classifies it;
 - `model`: the job's model name or one of its aliases; `user`, `metadata` and `echo` are carried to the output;
+- chat: `chat_template_kwargs` (e.g. {"enable_thinking": false}) and `reasoning_effort` reach the model's chat
+  template as vLLM's server passes them (workload/files/template_args.py);
+- chat: `tools`, `tool_choice` and `parallel_tool_calls` ride on the row under the same names (checked, with the
+  model's tool-call parser, by workload/files/tools.py), and history turns with tool calls (an assistant's
+  `tool_calls`, a `tool` message's `tool_call_id`) are kept for the template;
 - embeddings (`/v1/embeddings`): `input` (one string, or an array of strings: one vector each), `encoding_format`
   (float or base64, applied when the output is written) and `dimensions` (passed to vLLM, which answers it only for
-  a model trained for shorter vectors, Matryoshka; elsewhere the line's error names it). Token-id inputs are refused.
+  a model trained for shorter vectors, Matryoshka; elsewhere the line's error names it). Token-id inputs are refused;
+- responses (`/v1/responses`, issue 56): translated into a chat line by workload/files/responses.py and read as one.
 
-Everything else a request can name (`tools`, `tool_choice`, `stream`, `store`, `prediction`, `audio`, image parts,
+Everything else a request can name (`stream`, `store`, `prediction`, `audio`, image parts,
 ...) is refused as the line's error, naming the parameter: the engine would not honour it, and ignoring it would
 hand back an answer to another question.
 """
@@ -25,10 +33,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from workload.files import responses, tools, vllm_fields
+from workload.files.responses import RESPONSES_URL
+from workload.files.template_args import check_kwargs, with_effort
+
 CHAT_URL = "/v1/chat/completions"
 COMPLETIONS_URL = "/v1/completions"
 EMBEDDINGS_URL = "/v1/embeddings"
-URLS = (CHAT_URL, COMPLETIONS_URL, EMBEDDINGS_URL)
+URLS = (CHAT_URL, COMPLETIONS_URL, EMBEDDINGS_URL, RESPONSES_URL)
 # The row's key an embeddings line's texts and dimensions ride on (workload/files/rows.py reads it).
 EMBED_KEY = "_embed"
 REQUEST_KEYS = frozenset({"custom_id", "method", "url", "body"})
@@ -43,19 +55,55 @@ _SAMPLING = {
     "presence_penalty": "presence_penalty",
     "frequency_penalty": "frequency_penalty",
 }
-_COMMON = frozenset({"model", "max_tokens", "stop", "logit_bias", "logprobs", "user", "metadata", *_SAMPLING})
-_CHAT_KEYS = _COMMON | {"messages", "max_completion_tokens", "top_logprobs", "response_format"}
-_COMPLETION_KEYS = _COMMON | {"prompt", "echo"}
-_EMBEDDING_KEYS = frozenset({"model", "input", "encoding_format", "dimensions", "user"})
-_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+_COMMON = frozenset(
+    {"model", "max_tokens", "stop", "logit_bias", "logprobs", "user", "metadata", "response_format", *_SAMPLING}
+)
+# OpenAI's parameters, and every vLLM field vllm_fields.py classifies (issue 55): a refused one was refused by name
+# before this set is read (`_refuse_vllm_fields`), so one still here is answered or at a value that asks nothing.
+# A chat line's own chat-template variables, passed as vLLM's server passes them.
+TEMPLATE_KEYS = ("chat_template_kwargs", "reasoning_effort")
+_CHAT_KEYS = (
+    _COMMON
+    | {"messages", "max_completion_tokens", "top_logprobs", *TEMPLATE_KEYS}
+    | vllm_fields.known(vllm_fields.CHAT)
+)
+_COMPLETION_KEYS = _COMMON | {"prompt", "echo"} | vllm_fields.known(vllm_fields.COMPLETIONS)
+_EMBEDDING_KEYS = frozenset({"model", "input", "encoding_format", "dimensions", "user"}) | vllm_fields.known(
+    vllm_fields.EMBEDDINGS
+)
+_ENDPOINT = {
+    CHAT_URL: vllm_fields.CHAT,
+    COMPLETIONS_URL: vllm_fields.COMPLETIONS,
+    EMBEDDINGS_URL: vllm_fields.EMBEDDINGS,
+}
+_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+# A message's keys besides role, content and name, by role: the tool-call turns of a history (workload/files/tools.py).
+_TOOL_TURN_KEYS = {"assistant": {"tool_calls"}, "tool": {"tool_call_id"}}
+# The row's key a chat line's chat-template variables ride on (workload/files/template_args.py), as in native rows.
+TEMPLATE_KWARGS_KEY = "chat_template_kwargs"
+
+
+# The urls whose lines become one kind of row, messages through the chat template: an input may mix them where no
+# url was named for it (`OpenAIDialect.mixed_chat`).
+CHAT_ROW_URLS = frozenset({CHAT_URL, RESPONSES_URL})
 
 
 @dataclass(frozen=True)
 class OpenAIDialect:
-    """How this input's lines are read: the one url of the batch and the names the model answers to."""
+    """How this input's lines are read: the one url of the batch and the names the model answers to.
+
+    `mixed_chat`: the input's url came from its first line, not from `input.openai_url` (which the Batch API always
+    sets, as OpenAI holds a batch to one url). Such an input's /v1/chat/completions and /v1/responses lines are
+    then both answered, each in its own shape, as vLLM's run-batch answers each line for its own url: both are chat
+    rows to the engine, so a file carrying both, say while its code moves to Responses, needs no second job."""
 
     url: str
     model_names: frozenset[str]
+    mixed_chat: bool = False
+
+    def takes(self, url: str) -> bool:
+        """Whether a line of `url` is one of this input's requests."""
+        return url == self.url or (self.mixed_chat and self.url in CHAT_ROW_URLS and url in CHAT_ROW_URLS)
 
 
 class RequestRefused(ValueError):
@@ -97,11 +145,38 @@ def to_row(line: dict[str, Any], dialect: OpenAIDialect) -> dict[str, Any]:
     if line.get("method", "POST") != "POST":
         raise RequestRefused(f"method must be POST, got {line.get('method')!r}", "method")
     url = line.get("url")
-    if url != dialect.url:
+    if not isinstance(url, str) or not dialect.takes(url):
         raise RequestRefused(f"url {url!r} is not this batch's url {dialect.url!r} (one url per batch)", "url")
     body = line["body"]
     if not isinstance(body, dict):
         raise RequestRefused("body must be an object", "body")
+    if url == RESPONSES_URL:
+        return _responses_row(custom_id, body, dialect)
+    return _body_row(custom_id, url, body, dialect)
+
+
+def _responses_row(custom_id: str, body: dict[str, Any], dialect: OpenAIDialect) -> dict[str, Any]:
+    """A /v1/responses line read as the chat line it translates to (workload/files/responses.py), so the engine
+    path is chat's; a refusal names the parameter in this API's words, and the answer's echoed fields ride along."""
+    try:
+        chat, echo = responses.to_chat(body)
+    except responses.Refused as refused:
+        raise RequestRefused(refused.message, refused.param) from None
+    try:
+        row = _body_row(custom_id, CHAT_URL, chat, dialect)
+    except RequestRefused as refused:
+        message = refused.message
+        for theirs, ours in responses.CHAT_NAMES.items():
+            message = message.replace(theirs, ours)
+        raise RequestRefused(message, responses.chat_param(refused.param), refused.error_type) from None
+    facts = json.loads(row[OPENAI_COLUMN])
+    facts.update(url=RESPONSES_URL, responses=echo)
+    row[OPENAI_COLUMN] = json.dumps(facts, sort_keys=True)
+    return row
+
+
+def _body_row(custom_id: str, url: str, body: dict[str, Any], dialect: OpenAIDialect) -> dict[str, Any]:
+    _refuse_vllm_fields(body, url)
     allowed = {CHAT_URL: _CHAT_KEYS, COMPLETIONS_URL: _COMPLETION_KEYS, EMBEDDINGS_URL: _EMBEDDING_KEYS}[url]
     refused = sorted(set(body) - allowed)
     if refused:
@@ -120,8 +195,13 @@ def to_row(line: dict[str, Any], dialect: OpenAIDialect) -> dict[str, Any]:
     row: dict[str, Any] = {"id": custom_id, "sampling_params": sampling}
     if url == CHAT_URL:
         row["messages"] = _messages(body.get("messages"))
+        template = _template_kwargs(body)
+        if template is not None:
+            row[TEMPLATE_KWARGS_KEY] = template
         if body.get("logprobs"):
             facts["logprobs"] = True
+        # Checked with the model's parser by the row's own validation (workload/files/rows.py), as native rows are.
+        row.update({key: body[key] for key in tools.TOOL_KEYS if body.get(key) is not None})
     else:
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
@@ -133,6 +213,36 @@ def to_row(line: dict[str, Any], dialect: OpenAIDialect) -> dict[str, Any]:
             facts["logprobs"] = True
     row[OPENAI_COLUMN] = json.dumps(facts, sort_keys=True)
     return row
+
+
+def _refuse_vllm_fields(body: dict[str, Any], url: str) -> None:
+    """A vLLM field this endpoint refuses (workload/files/vllm_fields.py), named with the reason."""
+    found = vllm_fields.refusal(_ENDPOINT[url], body)
+    if found is not None:
+        raise RequestRefused(f"parameter {found[0]!r} is refused by this batch job: {found[1]}", found[0])
+
+
+def _vllm_sampling(body: dict[str, Any]) -> dict[str, Any]:
+    """The vLLM sampling fields a line sets (vllm_fields.sampling), a bad one refused by name."""
+    try:
+        found = vllm_fields.sampling(body)
+    except vllm_fields.FieldRefused as refused:
+        raise RequestRefused(str(refused), refused.field) from None
+    if "structured_outputs" in found and body.get("response_format") not in (None, {"type": "text"}):
+        raise RequestRefused("give response_format or structured_outputs, not both", "structured_outputs")
+    return found
+
+
+def _template_kwargs(body: dict[str, Any]) -> dict[str, Any] | None:
+    kwargs = body.get("chat_template_kwargs")
+    try:
+        checked = None if kwargs is None else check_kwargs(kwargs)
+    except ValueError as error:
+        raise RequestRefused(str(error), "chat_template_kwargs") from None
+    try:
+        return with_effort(checked, body.get("reasoning_effort"))
+    except ValueError as error:
+        raise RequestRefused(str(error), "reasoning_effort") from None
 
 
 def _embedding_row(custom_id: str, body: dict[str, Any], model: str) -> dict[str, Any]:
@@ -163,20 +273,28 @@ def _embedding_row(custom_id: str, body: dict[str, Any], model: str) -> dict[str
     }
 
 
-def _messages(messages: Any) -> list[dict[str, str]]:
+def _messages(messages: Any) -> list[dict[str, Any]]:
     if not isinstance(messages, list) or not messages:
         raise RequestRefused("messages must be a non-empty array", "messages")
-    out = []
+    out: list[dict[str, Any]] = []
     for index, message in enumerate(messages):
         where = f"messages[{index}]"
         if not isinstance(message, dict):
             raise RequestRefused(f"{where} must be an object", where)
-        extra = sorted(set(message) - {"role", "content", "name"})
-        if extra:
-            raise RequestRefused(f"{where}.{extra[0]} is not supported by this batch job", f"{where}.{extra[0]}")
         role = _ROLES.get(message.get("role"))  # type: ignore[arg-type]
         if role is None:
             raise RequestRefused(f"{where}.role {message.get('role')!r} is not supported", f"{where}.role")
+        extra = sorted(set(message) - {"role", "content", "name"} - _TOOL_TURN_KEYS.get(role, set()))
+        if extra:
+            raise RequestRefused(f"{where}.{extra[0]} is not supported by this batch job", f"{where}.{extra[0]}")
+        if role == "tool" or message.get("tool_calls") is not None:
+            content = message.get("content")
+            text = "" if content is None else _text(content, f"{where}.content")
+            try:
+                out.append(tools.history_message({**message, "role": role, "content": text}, where))
+            except tools.ToolsRefused as refused:
+                raise RequestRefused(str(refused), refused.field) from None
+            continue
         out.append({"role": role, "content": _text(message.get("content"), f"{where}.content")})
     return out
 
@@ -212,11 +330,12 @@ def _sampling(body: dict[str, Any], url: str) -> dict[str, Any]:
             sampling["logprobs"] = int(body.get("top_logprobs") or 0)
         elif body.get("top_logprobs") is not None:
             raise RequestRefused("top_logprobs needs logprobs: true", "top_logprobs")
-        structured = _response_format(body.get("response_format"))
-        if structured is not None:
-            sampling["structured_outputs"] = structured
     elif body.get("logprobs") is not None:
         sampling["logprobs"] = body["logprobs"]
+    structured = _response_format(body.get("response_format"))
+    if structured is not None:
+        sampling["structured_outputs"] = structured
+    sampling.update(_vllm_sampling(body))
     return sampling
 
 

@@ -11,10 +11,19 @@ rows into other rows' places. Every read of an input file therefore goes through
   driver also compares them before each commit: workload/job/committer.py.)
 
 A change raises InputChangedError naming the file; the job stops with exit code 3 and commits nothing more.
+
+The version pins a read within an attempt; it is not the input's identity across attempts. An ETag is the MD5 of
+the bytes only for a single-part PUT stored plaintext or with SSE-S3: with SSE-KMS (this stack's buckets) or a
+multipart upload (`aws s3 cp` of a large file; ETag "<md5 of the parts' md5s>-<parts>") it is not (the S3 API
+Reference's Object.ETag, as quoted in iterate-ch/cyberduck#10371 and aptly-dev/aptly#1117, read 2026-12-06), so
+an identical re-upload can get another ETag; a local copy gets another modification time. So a stream also
+hashes what it reads (`PinnedStream.digest`, `content_digest`): the sha256 of the planned bytes is what a resume
+compares (workload/job/input_plan.py, `hash_moved_files` and `input_changes`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 from typing import Any
@@ -74,6 +83,7 @@ class PinnedStream(io.RawIOBase):
         super().__init__()
         self.location, self.size, self.version = location, size, version
         self._left = size
+        self._hash = hashlib.sha256()
         self._body: Any = None
         self._local: Any = None
         if location.is_s3:
@@ -104,7 +114,13 @@ class PinnedStream(io.RawIOBase):
         if not data:
             raise changed(self.location.uri, f"it ended {self._left} bytes before its planned size")
         self._left -= len(data)
+        self._hash.update(data)
         return data
+
+    @property
+    def digest(self) -> str | None:
+        """The sha256 of the planned bytes once every one of them has been read; None before."""
+        return f"sha256:{self._hash.hexdigest()}" if self._left <= 0 else None
 
     def close(self) -> None:
         for handle in (self._body, self._local):
@@ -168,6 +184,18 @@ def open_pinned(location: Location, size: int, version: str, random_access: bool
     if random_access:
         return PinnedRandomAccess(location, size, version)
     return PinnedStream(location, size, version)
+
+
+def content_digest(location: Location, size: int, version: str) -> str:
+    """The sha256 of the file's planned bytes, read front to back pinned to `version` (as the id pass hashes them)."""
+    with PinnedStream(location, size, version) as stream:
+        while stream.read(DIGEST_CHUNK):
+            pass
+        # Every planned byte was read: read() raises when the file ends before its planned size.
+        return str(stream.digest)
+
+
+DIGEST_CHUNK = 4 << 20
 
 
 def current_version(location: Location) -> tuple[int, str] | None:

@@ -18,9 +18,12 @@ RESULT_SCHEMA = pa.schema(
         ("generated_text", pa.string()),
         ("num_input_tokens", pa.int64()),
         ("num_output_tokens", pa.int64()),
+        # Of num_input_tokens, those vLLM's prefix cache held (issue 55); null where the engine kept no count.
+        ("num_cached_tokens", pa.int64()),
         ("finish_reason", pa.string()),
         # Every sample as JSON (index, text, num_tokens, finish_reason, logprobs) where the row asked for n > 1 or
-        # logprobs; null otherwise. generated_text is always the first sample's text.
+        # logprobs, or a reasoning parser read a chat row (then `text` is the answer, beside `reasoning` and
+        # `reasoning_tokens`); null otherwise. generated_text is always the first sample's text (its answer).
         ("choices", pa.string()),
     ]
 )
@@ -110,6 +113,7 @@ class ShardBuffer:
             "rows_failed": len(self.errors),
             "input_tokens": sum(r["num_input_tokens"] for r in self.results),
             "output_tokens": sum(r["num_output_tokens"] for r in self.results),
+            "cached_tokens": sum(r.get("num_cached_tokens") or 0 for r in self.results),
             "error_types": dict(Counter(e.error_type for e in self.errors)),
         }
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import pickle
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,18 +18,36 @@ import pyarrow.parquet as pq
 from pydantic import ValidationError
 
 from workload.contract.config import InputConfig, SamplingParams
-from workload.files.openai_batch import EMBED_KEY, OpenAIDialect, RequestRefused, message_with_param
+from workload.contract.jsonl_lines import (
+    RECORD_HEAD_BYTES,
+    TOO_LARGE,
+    jsonl_records,
+    too_large,
+    too_large_parts,
+)
+from workload.files.openai_batch import (
+    EMBED_KEY,
+    OPENAI_COLUMN,
+    TEMPLATE_KWARGS_KEY,
+    OpenAIDialect,
+    RequestRefused,
+    message_with_param,
+)
 from workload.files.openai_batch import to_row as openai_row
+from workload.files.responses import RESPONSES_URL, chat_param
 from workload.files.storage import Location, StorageError, list_files, locate, read_bytes
+from workload.files.template_args import check_kwargs
+from workload.files.tools import TOOL_KEYS, ToolsRefused, asks_tools, check_request, forces_call, history_message
 
 # Output columns a pass-through input column may not shadow.
-RESERVED_COLUMNS = frozenset({"generated_text", "num_input_tokens", "num_output_tokens", "finish_reason", "choices"})
-_ROW_KEYS = frozenset({"id", "prompt", "messages", "sampling_params"})
+RESERVED_COLUMNS = frozenset(
+    {"generated_text", "num_input_tokens", "num_output_tokens", "num_cached_tokens", "finish_reason", "choices"}
+)
+_ROW_KEYS = frozenset({"id", "prompt", "messages", "sampling_params", TEMPLATE_KWARGS_KEY, *TOOL_KEYS})
 # An embedding row's own keys, and the output columns its pass-through columns may not shadow.
 _EMBED_ROW_KEYS = frozenset({"id", "input", "prompt", EMBED_KEY})
 EMBED_RESERVED = frozenset({"embedding", "embeddings", "num_input_tokens"})
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
-_BOM = b"\xef\xbb\xbf"
 
 
 class InputError(ValueError):
@@ -57,13 +75,17 @@ class ValidRow:
     position: int
     id: str
     prompt: str | None
-    messages: list[dict[str, str]] | None
+    messages: list[dict[str, Any]] | None
     sampling: dict[str, Any]
     origin: Origin
     raw_text: str  # kept so an engine-side failure can still be reported with the row as it was read
     passthrough: dict[str, Any] = field(default_factory=dict)
     # The embed task's request: {"texts": [...], "dimensions": int | None}; None for generation.
     embed: dict[str, Any] | None = None
+    # A chat row's own chat-template variables (workload/files/template_args.py); None: the template's defaults.
+    chat_template_kwargs: dict[str, Any] | None = None
+    # A chat row's tool request (workload/files/tools.py): {"tools", "tool_choice", "parallel_tool_calls"}.
+    tools: dict[str, Any] | None = None
 
     def failed(self, error_type: str, message: str) -> RowError:
         return RowError(self.position, self.id, self.origin, self.raw_text, "utf-8", error_type, message)
@@ -118,79 +140,6 @@ def format_of(location: Location, configured: str) -> str:
     return _format_of(location, configured)
 
 
-# A record over input.max_record_bytes travels as this marker, its size and its first bytes: no stage ever holds
-# the whole of it, and the validation stage makes it a `record_too_large` error row. No JSON text starts with NUL.
-TOO_LARGE = b"\x00llm-batch:record_too_large:"
-RECORD_HEAD_BYTES = 1024
-
-
-def too_large(size: int, head: bytes) -> bytes:
-    return TOO_LARGE + str(size).encode() + b":" + head[:RECORD_HEAD_BYTES]
-
-
-def _too_large_parts(raw: bytes) -> tuple[int, bytes]:
-    size, _, head = raw.removeprefix(TOO_LARGE).partition(b":")
-    return int(size), head
-
-
-class _Line:
-    """One line's bytes as its chunks arrive; past the cap only its size is kept (and its first bytes)."""
-
-    def __init__(self, cap: int | None) -> None:
-        self.parts: list[bytes] = []
-        self.size, self.cap, self.over, self.nonblank = 0, cap, False, False
-
-    def add(self, piece: bytes) -> None:
-        self.size += len(piece)
-        if self.over:
-            self.nonblank = self.nonblank or bool(piece.strip())
-            return
-        self.parts.append(piece)
-        if self.cap is not None and self.size > self.cap:
-            whole = b"".join(self.parts)
-            self.nonblank, self.parts, self.over = bool(whole.strip()), [whole[:RECORD_HEAD_BYTES]], True
-
-    def record(self) -> bytes | None:
-        if self.over:
-            return too_large(self.size, self.parts[0]) if self.nonblank else None
-        line = b"".join(self.parts)
-        return line.rstrip(b"\r") if line.strip() else None
-
-
-def jsonl_records(chunks: Iterable[bytes], max_record_bytes: int | None = None) -> Iterator[tuple[int, bytes]]:
-    """(1-based line number, line) of every record of a JSONL file given as consecutive chunks of its bytes.
-
-    The one rule for what a record is, shared by the record count that fixes positions and by the readers: a
-    blank line carries no record (a trailing newline ends every JSONL file), a UTF-8 byte order mark is a valid
-    start of a text file and not part of the first record, and a line's trailing CR is not part of it. A line
-    longer than `max_record_bytes` is yielded as a `too_large` marker, and never held whole: the count pass
-    and the readers hold at most one chunk and the cap."""
-    number = 0
-    line = _Line(max_record_bytes)
-    head = b""
-    first = True
-    for chunk in chunks:
-        if first:
-            head += chunk
-            if len(head) < len(_BOM) and _BOM.startswith(head):  # maybe a BOM split over tiny chunks: wait
-                continue
-            chunk, head, first = head.removeprefix(_BOM), b"", False
-        pieces = chunk.split(b"\n")
-        for piece in pieces[:-1]:
-            line.add(piece)
-            number += 1
-            record = line.record()
-            if record is not None:
-                yield number, record
-            line = _Line(max_record_bytes)
-        line.add(pieces[-1])
-    if first:
-        line.add(head.removeprefix(_BOM))
-    record = line.record()
-    if record is not None:
-        yield number + 1, record
-
-
 def parquet_record(value: dict[str, Any], max_record_bytes: int | None) -> bytes:
     """A Parquet row as it travels between the job's own processes (pickled), or its `too_large` marker."""
     data = pickle.dumps(unset_struct_fields(value))
@@ -224,10 +173,11 @@ def iter_records(config: InputConfig) -> Iterator[Record]:
 
 def unset_struct_fields(value: dict[str, Any]) -> dict[str, Any]:
     """A Parquet struct column has one set of fields for all rows, so a field one row never set reads back as
-    null: in `sampling_params` that means "not set", not a null value."""
-    sampling = value.get("sampling_params")
-    if isinstance(sampling, dict):
-        value = {**value, "sampling_params": {k: v for k, v in sampling.items() if v is not None}}
+    null: in `sampling_params` and `chat_template_kwargs` that means "not set", not a null value."""
+    for key in ("sampling_params", TEMPLATE_KWARGS_KEY):
+        struct = value.get(key)
+        if isinstance(struct, dict):
+            value = {**value, key: {k: v for k, v in struct.items() if v is not None}}
     return value
 
 
@@ -256,7 +206,7 @@ def _lone_surrogate(value: Any, where: str = "") -> str | None:
 
 def raw_text(raw: bytes | dict[str, Any]) -> tuple[str, str]:
     if isinstance(raw, bytes) and raw.startswith(TOO_LARGE):
-        raw = _too_large_parts(raw)[1]  # the record's first bytes stand for it in errors/
+        raw = too_large_parts(raw)[1]  # the record's first bytes stand for it in errors/
     if isinstance(raw, dict):
         text = json.dumps(raw, default=str, ensure_ascii=False)
         if _lone_surrogate(text):  # keep the record writable as UTF-8: escape what UTF-8 cannot hold
@@ -277,7 +227,7 @@ def _parse(record: Record) -> dict[str, Any] | RowError:
     if isinstance(record.raw, dict):
         return record.raw
     if record.raw.startswith(TOO_LARGE):
-        size, _ = _too_large_parts(record.raw)
+        size, _ = too_large_parts(record.raw)
         return _error(record, None, "record_too_large", f"record of {size} bytes is over input.max_record_bytes")
     try:
         text = record.raw.decode("utf-8")
@@ -320,19 +270,36 @@ def _row_id(value: Any) -> str | None:
     return None
 
 
-def _check_messages(messages: Any) -> str | None:
+# The tool-call turns of a history (workload/files/tools.py): an assistant's calls, a tool's answer to one.
+_TOOL_TURN_KEYS = {"assistant": {"tool_calls"}, "tool": {"tool_call_id"}}
+
+
+def _check_messages(messages: Any) -> list[dict[str, Any]] | str:
+    """The messages as the template gets them, or what is wrong with them."""
     if not isinstance(messages, list) or not messages:
         return "messages must be a non-empty list of {role, content} objects"
+    checked: list[dict[str, Any]] = []
     for index, message in enumerate(messages):
-        if not isinstance(message, dict) or set(message) - {"role", "content"}:
-            return f"messages[{index}] must be an object with only 'role' and 'content'"
-        if message.get("role") not in _ROLES:
+        role = message.get("role") if isinstance(message, dict) else None
+        turn_keys = _TOOL_TURN_KEYS.get(role, set()) if isinstance(role, str) else set()
+        if not isinstance(message, dict) or set(message) - {"role", "content"} - turn_keys:
+            return f"messages[{index}] must be an object with only 'role' and 'content' (and tool-call turns' keys)"
+        if role not in _ROLES:
             return f"messages[{index}].role must be one of {sorted(_ROLES)}"
+        if role == "tool" or message.get("tool_calls") is not None:
+            if message.get("content") is not None and not isinstance(message["content"], str):
+                return f"messages[{index}].content must be a string"
+            try:
+                checked.append(history_message(message, f"messages[{index}]"))
+            except ToolsRefused as refused:
+                return str(refused)
+            continue
         if not isinstance(message.get("content"), str):
             return f"messages[{index}].content must be a string"
-    if not any(m["content"].strip() for m in messages):
+        checked.append(message)
+    if not any(m["content"].strip() or m.get("tool_calls") for m in checked):
         return "every message is empty"
-    return None
+    return checked
 
 
 def _embed_row(
@@ -367,11 +334,16 @@ def _embed_row(
 
 
 def validate_record(
-    record: Record, defaults: SamplingParams, openai: OpenAIDialect | None = None, task: str = "generate"
+    record: Record,
+    defaults: SamplingParams,
+    openai: OpenAIDialect | None = None,
+    task: str = "generate",
+    tool_parser: str | None = None,
 ) -> ValidRow | RowError:
     """The row the engine gets, or the record's error. `openai`: the input is an OpenAI Batch file, whose request
     lines are first turned into the job's own rows (workload/files/openai_batch.py). `task`: the job's task (an
-    embedding row takes text to embed, not a prompt to answer)."""
+    embedding row takes text to embed, not a prompt to answer). `tool_parser`: the model's vLLM tool-call parser
+    (ModelConfig.tools); None refuses a row with tools, naming why."""
     parsed = _parse(record)
     if isinstance(parsed, RowError):
         return parsed
@@ -408,22 +380,84 @@ def validate_record(
         if not prompt.strip():
             return _error(record, row_id, "missing_prompt", "'prompt' is empty")
     else:
-        problem = _check_messages(messages)
-        if problem:
-            return _error(record, row_id, "invalid_messages", problem)
+        checked = _check_messages(messages)
+        if isinstance(checked, str):
+            return _error(record, row_id, "invalid_messages", checked)
+        messages = checked
+
+    template = _template_kwargs(parsed, messages is not None)
+    if isinstance(template, str):
+        return _error(record, row_id, "invalid_chat_template_kwargs", template)
 
     overrides = parsed.get("sampling_params")
     if overrides is not None and not isinstance(overrides, dict):
         return _error(record, row_id, "invalid_sampling_params", "'sampling_params' must be an object")
     try:
-        sampling = SamplingParams.model_validate({**defaults.model_dump(), **(overrides or {})})
+        # A row without overrides takes the config's defaults, validated once at load: this runs for every row,
+        # twice an attempt (the id pass, the main stream), and a model_dump and validate cost a third of a row's check.
+        sampling = SamplingParams.model_validate({**defaults.model_dump(), **overrides}) if overrides else defaults
     except ValidationError as error:
         detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
         return _error(record, row_id, "invalid_sampling_params", detail)
 
+    tool_request = _tool_request(parsed, messages is not None, tool_parser)
+    if isinstance(tool_request, ToolsRefused):
+        return _error(record, row_id, "invalid_tools", _named(tool_request, parsed, openai is not None))
+    if tool_request is not None and forces_call(tool_request["tool_choice"]) and sampling.structured_outputs:
+        # vLLM's server forces the call through structured outputs: one constraint per answer.
+        conflict = ToolsRefused("tool_choice", "a required or named tool_choice cannot take a structured output too")
+        return _error(record, row_id, "invalid_tools", _named(conflict, parsed, openai is not None))
+
     passthrough = {key: value for key, value in parsed.items() if key not in _ROW_KEYS}
     text, _ = raw_text(record.raw)
-    return ValidRow(record.position, row_id, prompt, messages, sampling.for_engine(), record.origin, text, passthrough)
+    return ValidRow(
+        record.position,
+        row_id,
+        prompt,
+        messages,
+        sampling.for_engine(),
+        record.origin,
+        text,
+        passthrough,
+        chat_template_kwargs=template,
+        tools=tool_request,
+    )
+
+
+def _tool_request(parsed: dict[str, Any], chat: bool, parser: str | None) -> dict[str, Any] | ToolsRefused | None:
+    if not asks_tools(parsed):
+        return None
+    if not chat:
+        return ToolsRefused("tools", "tools need 'messages': a 'prompt' row is sent as written, with no template")
+    try:
+        return check_request(parsed, parser)
+    except ToolsRefused as refused:
+        return refused
+
+
+def _named(refused: ToolsRefused, parsed: dict[str, Any], openai: bool) -> str:
+    """The message, with the field as an OpenAI line's error `param` where the row came from one: a /v1/responses
+    line's in that API's words (`tools[0].name`, where chat nests `tools[0].function.name`)."""
+    if not openai:
+        return str(refused)
+    field, message = refused.field, str(refused)
+    if json.loads(parsed.get(OPENAI_COLUMN) or "{}").get("url") == RESPONSES_URL:
+        field = chat_param(field) or field
+        message = message.replace(refused.field, field)
+    return message_with_param(RequestRefused(message, field))
+
+
+def _template_kwargs(parsed: dict[str, Any], chat: bool) -> dict[str, Any] | str | None:
+    """The row's chat-template variables, or why they are refused (a string)."""
+    value = parsed.get(TEMPLATE_KWARGS_KEY)
+    if value is None:
+        return None
+    if not chat:
+        return f"{TEMPLATE_KWARGS_KEY} needs 'messages': a 'prompt' row is sent as written, with no template"
+    try:
+        return check_kwargs(value)
+    except ValueError as error:
+        return str(error)
 
 
 @dataclass
@@ -434,7 +468,11 @@ class ValidatedInput:
 
 
 def read_input(
-    config: InputConfig, defaults: SamplingParams, openai: OpenAIDialect | None = None, task: str = "generate"
+    config: InputConfig,
+    defaults: SamplingParams,
+    openai: OpenAIDialect | None = None,
+    task: str = "generate",
+    tool_parser: str | None = None,
 ) -> ValidatedInput:
     """Validate every record; a repeated id keeps its first row and sends the others to errors."""
     rows: list[ValidRow] = []
@@ -443,7 +481,7 @@ def read_input(
     count = 0
     for record in iter_records(config):
         count += 1
-        outcome = validate_record(record, defaults, openai, task)
+        outcome = validate_record(record, defaults, openai, task, tool_parser)
         if isinstance(outcome, RowError):
             errors.append(outcome)
         elif outcome.id in seen:

@@ -209,8 +209,9 @@ def size_of(location: Location) -> int:
 
 
 def content_version(location: Location) -> tuple[int, str]:
-    """Size and a version that changes when the content does: the ETag on S3 (derived from the bytes, so an
-    identical re-upload keeps it), the modification time in nanoseconds locally (hashing every input is not cheap)."""
+    """Size and a version that changes when the content does: the ETag on S3, the modification time in nanoseconds
+    locally. Not the content's identity: an identical re-upload can get another ETag (SSE-KMS, multipart uploads)
+    and a copy another time; the job's resume compares the sha256 of the bytes (workload/files/pinned.py)."""
     if not location.is_s3:
         stat = Path(location.path).stat()
         return stat.st_size, f"mtime_ns:{stat.st_mtime_ns}"

@@ -4,6 +4,7 @@
 - `committer`: rows coming back from the engine, buffered per shard and committed when a shard is complete;
 - `engine_loop`: driving the pipeline's stream, with the engine guard's retries and the stop signal;
 - `input_plan`, `input_stream`: the input's plan (listing, sizes, versions) and the stream the cluster reads;
+- `rejects`: the rows validation rejects, handed to the driver beside the engine's stream;
 - `output`: the output layout and the commit protocol (shards, manifest, markers);
 - `lease`: one attempt at a time per output;
 - `summary`: `summary.json` and its human version.

@@ -24,7 +24,14 @@ from workload import failpoints
 from workload.contract.config import JobConfig
 from workload.job.committer import ShardCommitter
 from workload.job.engine_loop import run_engine
-from workload.job.input_plan import InputPlan, files_after_plan, plan_input, verify_unchanged
+from workload.job.input_plan import (
+    InputPlan,
+    files_after_plan,
+    hash_moved_files,
+    input_changes,
+    plan_input,
+    verify_unchanged,
+)
 from workload.job.lease import LeaseLostError, OutputLease, hold_lease
 from workload.job.openai_files import build_openai_files
 from workload.job.output import OutputFencedError, OutputStore, utc_now
@@ -55,7 +62,8 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _identity(entry: dict[str, Any]) -> dict[str, Any]:
-    """What says a file is unchanged: its size and content version (its record count follows from them)."""
+    """What `input_fingerprint` holds of a file: its size and content version. A resume compares the listing
+    itself, by size and digest (input_plan.input_changes); the fingerprint serves outputs older than the listing."""
     return {"size": entry["size"], "version": entry["version"]}
 
 
@@ -70,19 +78,6 @@ def _legacy_fingerprint(listing: dict[str, dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(pairs).encode()).hexdigest()[:16]
 
 
-def _changed_inputs(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]]) -> list[str]:
-    changes = []
-    for uri in sorted(old.keys() | new.keys()):
-        if uri not in new:
-            changes.append(f"{uri} (removed)")
-        elif uri not in old:
-            changes.append(f"{uri} (added)")
-        elif _identity(old[uri]) != _identity(new[uri]):
-            what = "size" if old[uri]["size"] != new[uri]["size"] else "content"
-            changes.append(f"{uri} ({what} changed)")
-    return changes
-
-
 def _check_same_input(store: OutputStore, config: JobConfig, manifest: dict[str, Any], listing: dict) -> None:
     recorded = manifest.get("input_files")
     if recorded is None:  # an output begun before versions were recorded: names and sizes are all it can compare
@@ -93,7 +88,7 @@ def _check_same_input(store: OutputStore, config: JobConfig, manifest: dict[str,
             )
         manifest.update(input_files=listing, input_fingerprint=_fingerprint(listing))
         return
-    changed = _changed_inputs(recorded, listing)
+    changed = input_changes(recorded, listing)
     if changed:
         raise OutputMismatchError(
             f"{store.root.uri} holds output of a different input; changed since it was made: {', '.join(changed)}. "
@@ -123,7 +118,7 @@ def _start_attempt(
             )
         _check_same_input(store, config, manifest, listing)
         manifest["input_files"] = listing  # the same files; their record counts are kept for the next resume
-    # Only now, with every check passed: a refused rerun leaves the output exactly as it found it. The manifest
+    # Only now, with every check passed: a refused rerun leaves the rows and manifest as it found them. The manifest
     # is this attempt's first change (a conditional write: the fence, see workload/job/output.py).
     if manifest is None or config.resume.mode == "restart":
         manifest = store.reset({**identity, "attempts": []})
@@ -165,7 +160,11 @@ def run_job(config: JobConfig) -> RunOutcome:
 
     Raises LeaseHeldError (nothing touched) when another live attempt holds the output, LeaseLostError (nothing
     written after the loss) when this one loses it. Any other failure is recorded in `_failed.json` while the
-    lease is still held, so the note can never land on another attempt's output.
+    lease is still held, so the note can never land on another attempt's output. That includes a refusal
+    (OutputMismatchError: the settings or input changed), which leaves the output's rows and manifest as they were
+    and names what changed in the note: a scheduler that waits for the output's markers (the nightly machines of
+    every tier, the Batch API) ends the run at once, by name, rather than starting the job again and again
+    (issue 59). The next attempt's start removes the note, so a rerun with the output's settings resumes.
     """
     started = time.monotonic()
     store_root = OutputStore(config.output.uri).root
@@ -173,7 +172,7 @@ def run_job(config: JobConfig) -> RunOutcome:
         store = OutputStore(config.output.uri, guard=lease.check)
         try:
             return _run_attempt(config, store, lease, started)
-        except (LeaseLostError, OutputMismatchError):  # lost: not ours to write; refused: nothing was touched
+        except LeaseLostError:  # lost: the output is not ours to write on
             raise
         except Exception as error:
             try:
@@ -189,7 +188,9 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
     timings: dict[str, float] = {"t0": started}
     previous = store.read_manifest()
     known = previous.get("input_files") if previous and config.resume.mode == "resume" else None
-    plan = plan_input(config.input, known, config.model.names(), config.task)
+    plan = plan_input(config.input, known, config.model.names(), config.task, config.model.tools)
+    # Before the claim: a re-uploaded file's digest decides whether this is still the output's input.
+    plan = hash_moved_files(plan, known)
     if plan.task != config.task:  # an OpenAI /v1/embeddings input: the task, and so the config hash, is embed
         config = config.model_copy(update={"task": plan.task})
     if plan.task == "embed":

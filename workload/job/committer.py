@@ -8,6 +8,7 @@ a shard is committed only once it has received as many rows as it holds.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from collections import defaultdict
@@ -17,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from workload.contract.config import JobConfig
-from workload.engine.choices import CHOICES_COLUMN, FINISH_COLUMN
+from workload.engine.choices import CACHED_COLUMN, CHOICES_COLUMN, FINISH_COLUMN
 from workload.files.embeddings import SIZES_COLUMN, VECTORS_COLUMN, unpack_vectors
 from workload.files.results import (
     ENGINE_CALIBRATION_COLUMN,
@@ -155,6 +156,7 @@ class ShardCommitter:
                     "generated_text": item["generated_text"],
                     "num_input_tokens": num_in,
                     "num_output_tokens": num_out,
+                    "num_cached_tokens": _cached_tokens(item),
                     # vLLM's own reason where the engine stage kept it; else told from the limits, as before
                     "finish_reason": item.get(FINISH_COLUMN)
                     or finish_reason(num_in, num_out, int(item["_max_tokens"]), max_model_len),
@@ -173,6 +175,13 @@ class ShardCommitter:
             self.metrics.rows_rejected(rejected)
         self.commit_ready()
         return ok, failed, rejected, out_tokens
+
+
+def _cached_tokens(item: dict[str, Any]) -> int | None:
+    """vLLM's prefix-cache hits of the row's prompt; None where the engine stage kept no count (an upstream path
+    that bypasses the guarded stage), so the output says "unknown" rather than 0."""
+    value = item.get(CACHED_COLUMN)
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else int(value)
 
 
 def _embedded(item: dict[str, Any], position: int) -> dict[str, Any]:

@@ -8,6 +8,7 @@ Ray's wrapping is raised as the guard's own verdict.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -42,6 +43,7 @@ def run_engine(
     (the committer's pending shards among them); it returns the attempt's progress."""
     from workload.engine.pipeline import build_pipeline
     from workload.job.input_stream import id_pass, input_stream, stream_read_concurrency
+    from workload.job.rejects import Rejects
 
     started = time.monotonic()
     stop.install()  # ours already (runtime._signals_kept keeps Ray's handlers out); cheap insurance
@@ -62,51 +64,57 @@ def run_engine(
         raise ConfigError(problem)
     committer.types = facts.types
 
-    def rows(rejected: bool) -> Any:
-        return input_stream(
-            plan,
-            config.sampling,
-            duplicates,
-            config.output.shard_rows,
-            committer.pending,
-            config.stages.num_cpus,
-            rejected,
-            stream_read_concurrency(config.max_replicas or config.replicas),
-        )
-
-    # Rows that failed validation never enter the engine's stages: they go straight to their shards. Read only
-    # where the id pass found such rows (none at all in a clean input).
-    rejected_files = plan.rejected_files
-    pending_files = plan.files_with(committer.pending, config.output.shard_rows)
-    has_rejects = rejected_files is None or any(f.uri in rejected_files for f in pending_files)
-    dataset = rows(rejected=True) if has_rejects else None
+    # Rows that failed validation never enter the engine's stages: the one read of the main stream hands them to
+    # the driver beside it (workload/job/rejects.py), and they go straight to their shards.
+    rejects = Rejects()
+    dataset = input_stream(
+        plan,
+        config.sampling,
+        duplicates,
+        config.output.shard_rows,
+        committer.pending,
+        config.stages.num_cpus,
+        rejects.report,
+        stream_read_concurrency(config.max_replicas or config.replicas),
+    )
     if facts.valid_rows:
         # No model on the driver: each node running a stage fetches config.model itself
         # (workload/engine/node_stages.py).
         if config.task == "embed":
             from workload.engine.embed import build_embed_pipeline
 
-            answered = build_embed_pipeline(rows(False), config)
+            dataset = build_embed_pipeline(dataset, config)
         else:
-            answered = build_pipeline(rows(False), config, chat_template=facts.has_messages, seeded=facts.seeded)
-        dataset = answered if dataset is None else answered.union(dataset)
-    if dataset is None:  # no valid row and no rejected one: the pending shards hold no row at all
-        return True
+            dataset = build_pipeline(dataset, config, chat_template=facts.has_messages, seeded=facts.seeded)
     # Every ray.init (ours, and the one build_processor makes) would install a SIGTERM handler that exits at once,
     # without committing; runtime._signals_kept stops that, and this takes the signal back should anything else.
     stop.install()
     memory["before_stream"] = rss_mib()
+
+    def take(table: pa.Table) -> None:
+        ok, failed, rejected, out_tokens = committer.take(table)
+        if committer.first_request_at is not None and "first_engine_request_s" not in timings:
+            timings["first_answer_s"] = round(time.monotonic() - timings["t0"], 3)
+            timings["first_engine_request_s"] = round(committer.first_request_at - timings["t0"], 3)
+        progress.advance(ok, failed + rejected, out_tokens)
+
     try:
+        drained = time.monotonic()
         for batch in _batches_or_ticks(dataset):
+            # The rejected rows handed in since the last drain: on each tick, and between batches at most every
+            # DRAIN_S, since each drain is a round trip to the actor and a big engine's batches come many a second.
+            if batch is None or time.monotonic() - drained >= DRAIN_S:
+                for table in rejects.drain():
+                    take(table)
+                drained = time.monotonic()
             if batch is not None:
-                ok, failed, rejected, out_tokens = committer.take(batch)
-                if committer.first_request_at is not None and "first_engine_request_s" not in timings:
-                    timings["first_answer_s"] = round(time.monotonic() - timings["t0"], 3)
-                    timings["first_engine_request_s"] = round(committer.first_request_at - timings["t0"], 3)
-                progress.advance(ok, failed + rejected, out_tokens)
+                take(batch)
             lease.check()  # a lost lease stops the engine work now, not only at the next commit
             if stop.stopped:
                 return False
+        # The stream has ended, so every validation task has returned, and so handed in its rejected rows.
+        for table in rejects.drain():
+            take(table)
     except LeaseLostError:
         raise
     except Exception as error:
@@ -119,11 +127,14 @@ def run_engine(
         raise
     finally:
         progress.close()  # the bar ends before the summary or a stop's notice is printed below it
+        with contextlib.suppress(Exception):  # the actor ends with Ray anyway; a failed kill changes nothing
+            rejects.close()
     return True
 
 
 _END = object()
 TICK_S = 1.0
+DRAIN_S = 0.5
 
 
 def _batches_or_ticks(dataset: Any) -> Iterator[pa.Table | None]:

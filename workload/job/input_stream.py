@@ -9,11 +9,14 @@ driver holds only what is per file (the plan) or per shard, never per row.
    file's records, which fix every row's position (files in path order, then file order) and so its shard. What
    comes back to the driver is one (id, first position) per id that repeats, and a count per file. The same pass
    decides one Arrow type per pass-through column, whether any row has `messages` and whether any row is seeded,
-   over the whole input.
+   over the whole input, and takes the sha256 of each file not yet hashed (of the JSONL bytes it streams; a
+   Parquet file up to PARQUET_WHOLE_BYTES is read whole and parsed from memory; a larger one, read by ranges, is
+   read once more front to back), the input's identity for a resume.
 3. Main stream (cluster): read again, only the files and rows of shards not yet committed; validate; a row whose
    id repeats and is not that id's first is a `duplicate_id` error. The valid rows go to the engine's stages;
-   a second read yields the bad rows as error rows, with their file, line and raw bytes, joined after the
-   stages, so every row reaches the driver exactly once, in its shard.
+   the same parse hands the bad rows, as error rows with their file, line and raw bytes, to the driver beside
+   the stream (workload/job/rejects.py), so every row reaches the driver exactly once, in its shard, and each
+   line is parsed twice per attempt: once by the id pass, once here.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import contextlib
 import json
 import pickle
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,25 +33,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
 import ray.data
-from ray.data.aggregate import Count, Max, Min
+from ray.data.aggregate import Count, Min
 from ray.data.datasource import FileBasedDatasource
 
 from workload.contract.config import SamplingParams
+from workload.contract.jsonl_lines import TOO_LARGE, jsonl_records
 from workload.files.openai_batch import OpenAIDialect
-from workload.files.pinned import changed, open_pinned
+from workload.files.pinned import changed, content_digest, open_pinned
 from workload.files.results import JSON_TYPE
-from workload.files.rows import (
-    TOO_LARGE,
-    Origin,
-    Record,
-    RowError,
-    ValidRow,
-    jsonl_records,
-    parquet_record,
-    raw_text,
-    validate_record,
-)
+from workload.files.rows import Origin, Record, RowError, ValidRow, parquet_record, raw_text, validate_record
 from workload.files.storage import Location
+from workload.files.template_args import TEMPLATE_KWARGS_COLUMN
+from workload.files.tools import TOOLS_COLUMN
+from workload.job.driver_node import on_driver_node
 from workload.job.input_plan import REJECTED_PREFIX, InputFile, InputPlan, chunks
 
 
@@ -72,17 +69,29 @@ SAMPLING_TYPE = pa.struct(
 )
 BLOCK_ROWS = 1024  # rows per block a reader yields: small enough to stream, big enough to batch
 BLOCK_BYTES = 16 << 20
+# A Parquet file not yet hashed, up to this size, is read whole into its read task's memory, hashed and parsed
+# there (one read); a larger one is read by ranges and then once more front to back to hash it, so a read task
+# never holds more than this of one file.
+PARQUET_WHOLE_BYTES = 128 << 20
 ERROR_COLUMN = "__inference_error__"
 
 
 class RecordReader:
     """Our record rule, what each read task runs: a file opened pinned to its planned version, streamed chunk by
-    chunk, yielding blocks of raw records with their positions. Apart from Ray, so it runs in any process."""
+    chunk, yielding blocks of raw records with their positions. Apart from Ray, so it runs in any process.
+
+    `digests`: told (uri, "sha256:<hex>") of each file without a digest once the whole of it has been read."""
 
     def __init__(
-        self, files: list[InputFile], shard_rows: int, shards: set[int] | None, max_record_bytes: int | None = None
+        self,
+        files: list[InputFile],
+        shard_rows: int,
+        shards: set[int] | None,
+        max_record_bytes: int | None = None,
+        digests: Callable[[str, str], None] | None = None,
     ) -> None:
         self._max_record_bytes = max_record_bytes
+        self._digests = digests
         self._by_path = {f.path: f for f in files}
         self._shard_rows = shard_rows
         self._shards = frozenset(shards) if shards is not None else None  # None: every row
@@ -103,12 +112,14 @@ class RecordReader:
     def _read_stream(self, f: Any, path: str) -> Iterator[pa.Table]:
         file = self._file_of(path)
         block = _BlockBuilder(file.uri)
+        hashed: dict[str, str] = {}  # a Parquet file read whole: its digest, taken of the bytes parsed
         if file.format == "jsonl":
             records: Iterator[tuple[int, int | None, bytes]] = (
                 (row, line, raw) for row, (line, raw) in enumerate(jsonl_records(chunks(f), self._max_record_bytes))
             )
         else:
-            records = self._parquet_records(file)
+            whole = self._digests is not None and file.digest is None and file.size <= PARQUET_WHOLE_BYTES
+            records = self._parquet_records(file, hashed if whole else None)
         for row, line, raw in records:
             # More records in the planned bytes than the id pass counted: not the same file.
             if file.records is not None and row >= file.records:
@@ -119,14 +130,34 @@ class RecordReader:
             block.add(position, row, line, raw)
             if block.full:
                 yield block.take()
+        if self._digests is not None and file.digest is None:
+            # JSONL: the stream hashed every byte it gave the records above; a Parquet file up to
+            # PARQUET_WHOLE_BYTES was read whole and hashed; a larger one was read by ranges, and is read again.
+            digest = getattr(f, "digest", None) if file.format == "jsonl" else hashed.get(file.uri)
+            self._digests(file.uri, digest or content_digest(Location(file.uri), file.size, file.version))
         if block.rows:
             yield block.take()
 
-    def _parquet_records(self, file: InputFile) -> Iterator[tuple[int, int | None, bytes]]:
+    def _parquet_records(
+        self, file: InputFile, hashed: dict[str, str] | None
+    ) -> Iterator[tuple[int, int | None, bytes]]:
+        """The file's rows. With `hashed`, the file is read whole in one pinned stream, hashed as read, and parsed
+        from memory: one GET of its bytes where reading by ranges and then hashing fetched them twice."""
         # A Parquet row is a dict, not bytes: it travels pickled (one run's own data, between its own processes).
-        with open_pinned(Location(file.uri), file.size, file.version, random_access=True) as handle:
+        with contextlib.ExitStack() as opened:
+            if hashed is None:
+                source = opened.enter_context(
+                    open_pinned(Location(file.uri), file.size, file.version, random_access=True)
+                )
+            else:
+                stream = opened.enter_context(open_pinned(Location(file.uri), file.size, file.version))
+                whole = bytearray()  # grown in place and wrapped without a copy: the file is held once
+                for chunk in chunks(stream):
+                    whole += chunk
+                source = pa.BufferReader(pa.py_buffer(whole))
+                hashed[file.uri] = str(stream.digest)  # every planned byte was read: read() raises if fewer
             row = 0
-            for batch in pq.ParquetFile(handle).iter_batches(batch_size=BLOCK_ROWS):
+            for batch in pq.ParquetFile(source).iter_batches(batch_size=BLOCK_ROWS):
                 for value in batch.to_pylist():
                     yield row, None, parquet_record(value, self._max_record_bytes)
                     row += 1
@@ -142,9 +173,10 @@ class RecordSource(RecordReader, FileBasedDatasource):
         shard_rows: int,
         shards: set[int] | None,
         max_record_bytes: int | None = None,
+        digests: Callable[[str, str], None] | None = None,
     ) -> None:
         FileBasedDatasource.__init__(self, [f.path for f in files], filesystem=filesystem)
-        RecordReader.__init__(self, files, shard_rows, shards, max_record_bytes)
+        RecordReader.__init__(self, files, shard_rows, shards, max_record_bytes, digests)
 
 
 class _BlockBuilder:
@@ -188,13 +220,14 @@ def read_records(
     num_cpus: float,
     concurrency: int | None = None,
     max_record_bytes: int | None = None,
+    digests: Callable[[str, str], None] | None = None,
 ) -> ray.data.Dataset:
     """`num_cpus` per read task: reading waits on storage more than it computes, and beside an engine that holds
     whole CPUs a read task asking for one would never be scheduled on a small node. `concurrency`: the most read
     tasks at once (None: as many as there are files)."""
     filesystem = Location(files[0].uri).fs
     return ray.data.read_datasource(
-        RecordSource(files, filesystem, shard_rows, shards, max_record_bytes),
+        RecordSource(files, filesystem, shard_rows, shards, max_record_bytes, digests),
         ray_remote_args={"num_cpus": num_cpus},
         concurrency=concurrency,
     )
@@ -273,18 +306,33 @@ class _FactsCollector:
         self.facts = InputFacts({})
         self.seen: set[int] = set()  # the first position of each block reported: one entry per block
         self.records: dict[int, int] = {}  # file index -> its records: the highest row number seen, plus one
-        self.rejects: set[int] = set()  # indexes of the files holding a row that failed validation
+        self.digests: dict[str, str] = {}  # uri -> the sha256 of its bytes (a retried read reports the same)
 
-    def add(self, block: int, facts: InputFacts, records: dict[int, int], rejects: set[int] | None = None) -> None:
+    def add(self, block: int, facts: InputFacts, records: dict[int, int]) -> None:
         for file, count in records.items():  # a maximum: a retried task's report changes nothing
             self.records[file] = max(self.records.get(file, 0), count)
-        self.rejects |= rejects or set()
         if block not in self.seen:  # a retried task reports its block again: counted once
             self.seen.add(block)
             self.facts.merge(facts)
 
-    def result(self) -> tuple[InputFacts, dict[int, int], set[int]]:
-        return self.facts, self.records, self.rejects
+    def result(self) -> tuple[InputFacts, dict[int, int]]:
+        return self.facts, self.records
+
+    def add_digest(self, uri: str, digest: str) -> None:
+        self.digests[uri] = digest
+
+    def digests_found(self) -> dict[str, str]:
+        return dict(self.digests)
+
+
+class _DigestReport:
+    """What a read task calls with a file's digest: a report to the collector actor (picklable, unlike a lambda)."""
+
+    def __init__(self, collector: Any) -> None:
+        self.collector = collector
+
+    def __call__(self, uri: str, digest: str) -> None:
+        ray.get(self.collector.add_digest.remote(uri, digest))
 
 
 # The id pass's key of a row: its file's index above KEY_BITS, its row number in the file below. Keys order rows
@@ -302,14 +350,18 @@ def _records_per_file(keys: pa.Array) -> dict[int, int]:
 
 
 def _valid_ids(
-    batch: pa.Table, defaults: SamplingParams, collector: Any, openai: OpenAIDialect | None, task: str = "generate"
+    batch: pa.Table,
+    defaults: SamplingParams,
+    collector: Any,
+    openai: OpenAIDialect | None,
+    task: str = "generate",
+    tool_parser: str | None = None,
 ) -> pa.Table:
-    checked = [validate_record(rec, defaults, openai, task) for rec in _records(batch)]
+    checked = [validate_record(rec, defaults, openai, task, tool_parser) for rec in _records(batch)]
     rows = [r for r in checked if isinstance(r, ValidRow)]
-    rejects = {r.position >> KEY_BITS for r in checked if not isinstance(r, ValidRow)}
     keys = batch.column("_pos")
     first = keys[0].as_py() if batch.num_rows else -1
-    ray.get(collector.add.remote(first, facts_of(rows), _records_per_file(keys), rejects))
+    ray.get(collector.add.remote(first, facts_of(rows), _records_per_file(keys)))
     return pa.table(
         {"id": pa.array([r.id for r in rows], pa.string()), "_pos": pa.array([r.position for r in rows], pa.int64())}
     )
@@ -321,44 +373,51 @@ def id_pass(
     """{id: its first position} for every id that repeats, the input's facts, and the plan with every file's
     record count (counted by this read). The grouping is Ray Data's hash-partitioned aggregation; only repeated ids
     and a count per file come back to the driver."""
-    collector = ray.remote(num_cpus=0)(_FactsCollector).remote()
+    collector = ray.remote(num_cpus=0, scheduling_strategy=on_driver_node())(_FactsCollector).remote()
     # Each file's rows are keyed by the file's index and their row number (KEY_BITS): no count is needed first.
     keyed = [replace(f, first=index << KEY_BITS) for index, f in enumerate(plan.files)]
     ids = read_records(
-        [f for f in keyed if f.records != 0], 1, None, num_cpus, max_record_bytes=plan.max_record_bytes
+        [f for f in keyed if f.records != 0],
+        1,
+        None,
+        num_cpus,
+        max_record_bytes=plan.max_record_bytes,
+        digests=_DigestReport(collector),
     ).map_batches(
         _valid_ids,
-        fn_kwargs={"defaults": defaults, "collector": collector, "openai": plan.openai, "task": plan.task},
+        fn_kwargs={
+            "defaults": defaults,
+            "collector": collector,
+            "openai": plan.openai,
+            "task": plan.task,
+            "tool_parser": plan.tool_parser,
+        },
         batch_format="pyarrow",
         batch_size=None,
         num_cpus=num_cpus,
     )
     grouped = ids.groupby("id", num_partitions=partitions).aggregate(
-        Count(alias_name="n"), Min("_pos", alias_name="first"), Max("_pos", alias_name="last")
+        Count(alias_name="n"), Min("_pos", alias_name="first")
     )
     repeated = grouped.filter(_repeats)
     first_keys: dict[str, int] = {}
-    spans: list[tuple[int, int]] = []  # each repeated id's first and last key
     for batch in repeated.iter_batches(batch_size=None, batch_format="pyarrow"):
-        firsts, lasts = batch.column("first").to_pylist(), batch.column("last").to_pylist()
-        first_keys.update(zip(batch.column("id").to_pylist(), firsts, strict=True))
-        spans.extend(zip(firsts, lasts, strict=True))
-    facts, records, rejects = ray.get(collector.result.remote())
+        first_keys.update(zip(batch.column("id").to_pylist(), batch.column("first").to_pylist(), strict=True))
+    facts, records = ray.get(collector.result.remote())
+    digests = ray.get(collector.digests_found.remote())
     with contextlib.suppress(Exception):
         ray.kill(collector)
     counted = plan.with_counts([records.get(index, 0) for index in range(len(plan.files))])
-    counted = replace(counted, rejected_files=files_with_rejects(counted, rejects, spans))
+    counted = _hash_unread(counted.with_digests(digests))
     return positions_of(first_keys, counted), facts, counted
 
 
-def files_with_rejects(counted: InputPlan, rejects: set[int], spans: list[tuple[int, int]]) -> frozenset[str]:
-    """The files that may hold a rejected row: those where validation failed a row (`rejects`, file indexes), and
-    for each repeated id (`spans`: its first and last key) every file from its first row's to its last row's, where
-    its later rows lie. One entry per file, never per row."""
-    indexes = set(rejects)
-    for first, last in spans:
-        indexes.update(range(first >> KEY_BITS, (last >> KEY_BITS) + 1))
-    return frozenset(counted.files[index].uri for index in indexes)
+def _hash_unread(plan: InputPlan) -> InputPlan:
+    """The plan with a digest for each file the pass did not read and no manifest hashed (one known to hold no
+    record: an empty file, a Parquet file of no rows), read here on the driver."""
+    unread = {f.uri: f for f in plan.files if f.digest is None}
+    found = {uri: content_digest(Location(uri), f.size, f.version) for uri, f in unread.items()}
+    return plan.with_digests(found) if found else plan
 
 
 def positions_of(first_keys: dict[str, int], counted: InputPlan) -> dict[str, int]:
@@ -375,24 +434,44 @@ def _repeats(row: dict[str, Any]) -> bool:
 # --- the main stream's validation stage ------------------------------------------------------------------------
 
 # `_embed`: an embedding row's texts and dimensions as JSON (workload/engine/embed.py), null for generation.
-ENGINE_FIELDS = ("_pos", "id", "prompt", "messages_json", "sampling_params", "_max_tokens", "_passthrough", "_embed")
+# TEMPLATE_KWARGS_COLUMN: a chat row's own chat-template variables as JSON (workload/engine/pipeline.py), or null.
+# TOOLS_COLUMN: a chat row's tool request as JSON (workload/files/tools.py), or null.
+ENGINE_FIELDS = (
+    "_pos",
+    "id",
+    "prompt",
+    "messages_json",
+    "sampling_params",
+    "_max_tokens",
+    "_passthrough",
+    "_embed",
+    TEMPLATE_KWARGS_COLUMN,
+    TOOLS_COLUMN,
+)
 ERROR_FIELDS = ("_file", "_row", "_line", "_raw", "_raw_encoding", "_error_type", ERROR_COLUMN)
+
+
+def _json_or_none(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, sort_keys=True)
 
 
 def _validated(
     batch: pa.Table,
     defaults: SamplingParams,
     duplicates: dict[str, int],
-    rejected: bool,
+    rejects: Callable[[pa.Table], None],
     openai: OpenAIDialect | None = None,
     task: str = "generate",
+    tool_parser: str | None = None,
 ) -> pa.Table:
-    """One block of records: the valid ones as the engine's input, or (`rejected`) the bad ones as error rows
-    (`__inference_error__` set, with the record's file, line, row and raw bytes)."""
-    columns: dict[str, list[Any]] = {name: [] for name in ENGINE_FIELDS + ERROR_FIELDS}
+    """One block of records, parsed and validated once: the valid ones returned as the engine's input, the bad
+    ones handed to `rejects` as error rows (`__inference_error__` set, with the record's file, line, row and raw
+    bytes; workload/job/rejects.py), when there are any."""
+    valid: dict[str, list[Any]] = {name: [] for name in ENGINE_FIELDS + ERROR_FIELDS}
+    rejected: dict[str, list[Any]] = {name: [] for name in ENGINE_FIELDS + ERROR_FIELDS}
     fallback = defaults.for_engine()
     for record in _records(batch):
-        outcome = validate_record(record, defaults, openai, task)
+        outcome = validate_record(record, defaults, openai, task, tool_parser)
         if isinstance(outcome, ValidRow) and duplicates.get(outcome.id, record.position) != record.position:
             text, encoding = raw_text(record.raw)
             outcome = RowError(
@@ -404,9 +483,8 @@ def _validated(
                 "duplicate_id",
                 f"id {outcome.id!r} appeared earlier",
             )
-        if isinstance(outcome, ValidRow) == rejected:
-            continue  # the other read's row
         if isinstance(outcome, ValidRow):
+            columns = valid
             values = {
                 "_pos": outcome.position,
                 "id": outcome.id,
@@ -416,6 +494,8 @@ def _validated(
                 "_max_tokens": int(outcome.sampling["max_tokens"]),
                 "_passthrough": pickle.dumps(outcome.passthrough) if outcome.passthrough else None,
                 "_embed": None if outcome.embed is None else json.dumps(outcome.embed),
+                TEMPLATE_KWARGS_COLUMN: _json_or_none(outcome.chat_template_kwargs),
+                TOOLS_COLUMN: _json_or_none(outcome.tools),
                 "_file": outcome.origin.file,
                 "_row": outcome.origin.row,
                 "_line": outcome.origin.line,
@@ -425,6 +505,7 @@ def _validated(
                 ERROR_COLUMN: "",
             }
         else:
+            columns = rejected
             values = {
                 "_pos": outcome.position,
                 "id": outcome.id,
@@ -434,6 +515,8 @@ def _validated(
                 "_max_tokens": int(fallback["max_tokens"]),
                 "_passthrough": None,
                 "_embed": None,
+                TEMPLATE_KWARGS_COLUMN: None,
+                TOOLS_COLUMN: None,
                 "_file": outcome.origin.file,
                 "_row": outcome.origin.row,
                 "_line": outcome.origin.line,
@@ -444,15 +527,23 @@ def _validated(
             }
         for name, value in values.items():
             columns[name].append(value)
-    types = {
-        "sampling_params": SAMPLING_TYPE,
-        "_pos": pa.int64(),
-        "_row": pa.int64(),
-        "_line": pa.int64(),
-        "_max_tokens": pa.int64(),
-        "_passthrough": pa.binary(),
-    }
-    return pa.table({name: pa.array(values, types.get(name, pa.string())) for name, values in columns.items()})
+    if rejected["_pos"]:
+        rejects(_table(rejected))
+    return _table(valid)
+
+
+_TYPES = {
+    "sampling_params": SAMPLING_TYPE,
+    "_pos": pa.int64(),
+    "_row": pa.int64(),
+    "_line": pa.int64(),
+    "_max_tokens": pa.int64(),
+    "_passthrough": pa.binary(),
+}
+
+
+def _table(columns: dict[str, list[Any]]) -> pa.Table:
+    return pa.table({name: pa.array(values, _TYPES.get(name, pa.string())) for name, values in columns.items()})
 
 
 def input_stream(
@@ -462,32 +553,25 @@ def input_stream(
     shard_rows: int,
     shards: set[int],
     num_cpus: float,
-    rejected: bool,
+    rejects: Callable[[pa.Table], None],
     read_concurrency: int,
 ) -> ray.data.Dataset:
-    """The rows of `shards`, validated: the valid ones (the pipeline's input, see workload/engine/pipeline.py's
-    build_pipeline), or with `rejected` the ones that failed validation, as error rows.
+    """The rows of `shards`, read and validated once: the valid ones as this dataset (the pipeline's input, see
+    workload/engine/pipeline.py's build_pipeline), the ones that failed validation handed to `rejects` as error
+    rows (workload/job/rejects.py says why they travel beside the stream).
 
-    The two are separate reads of the same files, joined after the engine stages (`Dataset.union`): a batch of
-    only failed rows inside Ray Data LLM's stages gets other column types than its neighbours, which Ray Data
-    then cannot concatenate (a null column where the others hold a struct).
-
-    The read of rejected rows reads only the files where the id pass found a bad row or a repeated id's later
-    row (`InputPlan.rejected_files`): a clean input is read twice per attempt, not three times.
-
-    `read_concurrency` caps the read tasks of each of the two reads: unlike the id pass, this read only has to keep
-    ahead of the engines, and every read task beyond that takes CPU from them (see stream_read_concurrency)."""
+    `read_concurrency` caps the read tasks: unlike the id pass, this read only has to keep ahead of the engines,
+    and every read task beyond that takes CPU from them (see stream_read_concurrency)."""
     files = plan.files_with(shards, shard_rows)
-    if rejected and plan.rejected_files is not None:  # the id pass found where rejected rows can be
-        files = [f for f in files if f.uri in plan.rejected_files]
     return read_records(files, shard_rows, shards, num_cpus, read_concurrency, plan.max_record_bytes).map_batches(
         _validated,
         fn_kwargs={
             "defaults": defaults,
             "duplicates": duplicates,
-            "rejected": rejected,
+            "rejects": rejects,
             "openai": plan.openai,
             "task": plan.task,
+            "tool_parser": plan.tool_parser,
         },
         batch_format="pyarrow",
         batch_size=None,

@@ -7,7 +7,8 @@ a resumed run rewrites them whole, `build_openai_files` makes them for a stopped
 Lines are OpenAI's batch output objects: `id`, `custom_id`, `response` (`status_code`, `request_id`, `body`) and
 `error`. Bodies are OpenAI's: a `chat.completion` or a `text_completion` with every choice, vLLM's finish reason,
 log probabilities in OpenAI's shape and usage over all choices; for /v1/embeddings a `list` of `embedding` objects,
-one per input with its index, float or base64 as the line asked (workload/files/embeddings.py). Rows refused at
+one per input with its index, float or base64 as the line asked (workload/files/embeddings.py); for /v1/responses
+a `response` object (workload/files/responses.py). Rows refused at
 validation answer 400 with OpenAI's error body, as do requests vLLM refuses (`invalid_request`: `dimensions` on a
 model without Matryoshka training); the engine's failures (`engine_crash`, `engine_hang`, `inference_error`) 500; a
 line that could not be parsed at all has no response, only an `error` naming its line (and its `custom_id` where
@@ -26,6 +27,9 @@ import pyarrow.parquet as pq
 
 from workload.files.embeddings import embedding_body
 from workload.files.openai_batch import CHAT_URL, EMBEDDINGS_URL, OPENAI_COLUMN, split_param
+from workload.files.responses import RESPONSES_URL
+from workload.files.responses import response_body as responses_body
+from workload.files.tools import answer_calls
 from workload.job.output import OutputStore, ShardCommit
 
 SERVER_ERRORS = frozenset({"engine_crash", "engine_hang", "inference_error", "prompt_too_long"})
@@ -37,9 +41,28 @@ def _digest(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:24]
 
 
-def _usage(row: dict[str, Any]) -> dict[str, int]:
+def _usage(row: dict[str, Any], samples: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     prompt, completion = int(row["num_input_tokens"]), int(row["num_output_tokens"])
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    usage.update(_prompt_details(row))
+    if samples and any("reasoning_tokens" in s for s in samples):
+        # A reasoning parser read the answer (workload/engine/reasoning.py): its thinking tokens over every choice,
+        # as vLLM's server counts them; absent where no parser ran, as there.
+        usage["completion_tokens_details"] = {
+            "reasoning_tokens": sum(int(s.get("reasoning_tokens", 0)) for s in samples)
+        }
+    return usage
+
+
+def _prompt_details(row: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's `prompt_tokens_details.cached_tokens`: vLLM's prefix-cache hits of the row's prompt (issue 55);
+    left out where the results hold no count (a shard committed before the job counted them)."""
+    cached = row.get("num_cached_tokens")
+    return {} if cached is None else {"prompt_tokens_details": {"cached_tokens": int(cached)}}
 
 
 def _samples(row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -66,11 +89,14 @@ def response_body(row: dict[str, Any], facts: dict[str, Any], model: str, create
     if facts["url"] == EMBEDDINGS_URL:
         return embedding_body(row, facts, model)
     samples = _samples(row)
+    if facts["url"] == RESPONSES_URL:  # one choice: Responses has no `n` (workload/files/responses.py)
+        key = _digest(row["id"], "response")
+        return responses_body(key, samples[0], _usage(row, samples), facts["responses"], model, created)
     if facts["url"] == CHAT_URL:
         choices = [
             {
                 "index": s["index"],
-                "message": {"role": "assistant", "content": s["text"], "refusal": None},
+                "message": _message(s),
                 "logprobs": {"content": s["logprobs"], "refusal": None} if facts.get("logprobs") else None,
                 "finish_reason": s["finish_reason"],
             }
@@ -95,8 +121,19 @@ def response_body(row: dict[str, Any], facts: dict[str, Any], model: str, create
         "created": created,
         "model": model,
         "choices": choices,
-        "usage": _usage(row),
+        "usage": _usage(row, samples if facts["url"] == CHAT_URL else None),
     }
+
+
+def _message(sample: dict[str, Any]) -> dict[str, Any]:
+    # The thinking apart from the answer under vLLM 0.32's name, `reasoning` (its ChatMessage; the older
+    # `reasoning_content` it now only reads on input); null where no parser ran or none was written.
+    message = {"role": "assistant", "content": sample["text"], "refusal": None, "reasoning": sample.get("reasoning")}
+    if sample.get("tool_calls"):
+        # The calls vLLM's tool parser read (workload/engine/reasoning.py); left out where none was made, as OpenAI
+        # leaves it out.
+        message["tool_calls"] = answer_calls(sample["tool_calls"])
+    return message
 
 
 def _answer_line(row: dict[str, Any], model: str, created: int) -> dict[str, Any]:

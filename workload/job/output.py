@@ -105,6 +105,7 @@ class ShardCommit:
     files: list[str]  # paths relative to the output root, e.g. "results/part-000003.g0a1.parquet"
     error_types: dict[str, int]
     generation: int = 0  # the manifest's generation it was made in (0: before generations were recorded)
+    cached_tokens: int = 0  # of input_tokens, vLLM's prefix-cache hits (0 in commits made before they were counted)
 
     @classmethod
     def decode(cls, data: bytes) -> ShardCommit:
@@ -410,6 +411,8 @@ class OutputStore:
             files=files,
             error_types=dict(stats["error_types"]),
             generation=self.generation,
+            # Stats without the count (a caller that commits hand-made shards) read as commits made before it.
+            cached_tokens=int(stats.get("cached_tokens", 0)),
         )
         marker = _marker_name(shard, tag)
         self._write(self._at(marker), self._encode(asdict(commit)))

@@ -25,6 +25,8 @@ def build_summary(config: JobConfig, manifest: dict[str, Any], commits: dict[int
         "rows_failed": sum(c.rows_failed for c in commits.values()),
         "errors_by_type": dict(sorted(error_types.items())),
         "input_tokens": sum(c.input_tokens for c in commits.values()),
+        # Of input_tokens, those vLLM's prefix cache held (the Batch API's usage.input_tokens_details, issue 55).
+        "cached_tokens": sum(c.cached_tokens for c in commits.values()),
         "output_tokens": output_tokens,
         "wall_s": round(wall_s, 3),
         "output_tok_per_s": round(output_tokens / wall_s, 1) if wall_s > 0 else 0.0,
