@@ -245,11 +245,11 @@ class Cluster:
             ],
             worker=False,
         )
-        self._wait_for_nodes(1, timeout_s)
+        self.wait_for_nodes(1, timeout_s)
         (group,) = self.spec["workerGroupSpecs"]
         for _ in range(int(group["replicas"])):
             self.add_worker()
-        self._wait_for_nodes(1 + len(self.workers), timeout_s)
+        self.wait_for_nodes(1 + len(self.workers), timeout_s)
 
     def add_worker(self) -> Node:
         """A new worker pod of the manifest's worker group, with empty volumes of its own: what KubeRay starts
@@ -260,7 +260,7 @@ class Cluster:
         self.workers.append(node)
         return node
 
-    def _wait_for_nodes(self, count: int, timeout_s: float) -> None:
+    def wait_for_nodes(self, count: int, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for node in [self.head, *self.workers]:

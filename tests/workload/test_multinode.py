@@ -7,7 +7,13 @@ reclaim does) once the first shard is committed, and a new worker pod starts in 
 fixed-size worker group. Each run pays about two and a half minutes of start-up on 2 cores (the id pass, then the
 stage actors and engines), so a second, undisturbed run would nearly double the module's time; what the first test
 checks (the run completes, each worker fetched the model once into its own cache however many of its actors load
-it, the head fetched nothing) holds on this run too, for all three workers."""
+it, the head fetched nothing) holds on this run too, for every worker that loaded the model.
+
+Where Ray puts the lost worker's work is Ray's choice: its engine restarts on the new worker once that joins (a
+minute of pod and engine start on 2 cores), and the batches in flight rerun on whichever live engine is free first.
+On a quiet machine the surviving worker may finish the night before the new engine is up (CI, 2026-12-07: killed
+at 144.5 s, done 60.5 s later, the new worker never loaded the model), so the tests hold the run to live workers,
+not to the new one."""
 
 from __future__ import annotations
 
@@ -183,6 +189,11 @@ def _busy_worker(cluster: cluster_box.Cluster, timeout_s: float = 30) -> tuple[c
     pytest.fail(f"no engine batch in flight on a worker after the first commit: {states}")
 
 
+def _survivors(cluster: cluster_box.Cluster, night: Night) -> list[cluster_box.Node]:
+    """The workers that ran the night from its start and were not killed."""
+    return [w for w in cluster.workers if w not in (night.lost, night.replacement)]
+
+
 @dataclass
 class Night:
     output: str
@@ -219,48 +230,61 @@ def test_each_worker_fetches_the_model_into_its_own_cache(cluster: cluster_box.C
     bucket = night.output[len("s3://") :].split("/", 1)[0]
     ids = Counter(row["id"] for row in _results(bucket, night.output))
     assert len(ids) == ROWS and set(ids.values()) == {1}
-    # One engine on each worker (each has one GPU), none on the head: the lost worker's engine moved to the new one.
+    # Two engines (each worker has one GPU), none on the head; the lost worker's engine is the same actor, restarted
+    # on the new worker or still waiting for its GPU when the night ended.
     engines = cluster.actors("GuardedEngineUDF")
     engine_nodes = {_name(cluster, a["node_id"]) for a in engines}
     assert len(engines) == 2 and "head" not in engine_nodes, engines
-    for worker in cluster.workers:
-        copies = list(worker.models.rglob(COMPLETE_MARKER))
-        assert len(copies) == 1, worker.name
-        assert _weights(copies[0].parent), f"{worker.name} has no weights in its own cache"
     # One fetch per node, however many of its actors load the model (the engine, the tokenizer, detokenizer and
     # chat-template stages each resolve it): the node lock makes the first fetch and the others find its copy.
     loaders = [a for a in cluster.actors("") if any(name in (a["class_name"] or "") for name in MODEL_LOADERS)]
     per_node = Counter(_name(cluster, a["node_id"]) for a in loaders)
-    for worker in cluster.workers:
+    # Both first workers loaded the model before the kill (the lost one was answering a batch); the new one did only
+    # if its engine came up before the night ended. A worker's own disk says whether it fetched.
+    loading = [w for w in cluster.workers if w is not night.replacement or any(w.models.rglob(COMPLETE_MARKER))]
+    for worker in loading:
+        copies = list(worker.models.rglob(COMPLETE_MARKER))
+        assert len(copies) == 1, worker.name
+        assert _weights(copies[0].parent), f"{worker.name} has no weights in its own cache"
         cache = worker.models / Path(MODEL_CACHE_DIR).relative_to(MODELS_DIR)
         fetches = (cache / FETCH_LOG).read_text().splitlines()
         assert len(fetches) == 1, (worker.name, per_node[worker.name], fetches)
     assert max(per_node.values()) >= 2, per_node  # a node whose several loading actors shared one fetch
-    print(f"model-loading actors per node {dict(per_node)}; one fetch on each of {len(cluster.workers)} workers")
+    print(
+        f"model-loading actors per node {dict(per_node)}; one fetch on each of {len(loading)} workers; the new "
+        f"worker {'loaded the model' if night.replacement in loading else 'joined after the work had gone'}"
+    )
     assert cluster.head is not None
     assert not _weights(cluster.head.models), "the head fetched weights"
 
 
 def test_a_lost_worker_costs_only_its_work_in_flight(cluster: cluster_box.Cluster, night: Night) -> None:
-    """The run finished without the lost worker: its engine batches in flight were rerun on the new worker, every
-    other batch was answered once, and every row was written once."""
+    """The run finished without the lost worker: its engine batches in flight were rerun on a live worker (the new
+    one or the survivor), every other batch was answered once, and every row was written once."""
     assert night.status == "SUCCEEDED", night.logs[-6000:]
     dead = {n["node_id"] for n in cluster.all_nodes() if n["state"] == "DEAD"}
     assert dead == {night.lost_id}
+    # The new pod joined with the manifest's flags, whether or not work was left for it: a worker group back at size.
+    cluster.wait_for_nodes(len(cluster.workers), timeout_s=120)  # the head and every worker but the lost one
+    alive = {_name(cluster, n["node_id"]) for n in cluster.alive_nodes()}
+    assert night.replacement.name in alive, alive
     # Each attempt of a batch is a task record; those Ray made while the actor was unreachable or restarting
-    # failed at once. The attempt that answered a rerun batch ran on the new worker.
+    # failed at once. The attempt that answered a rerun batch ran on a live worker: the new one, or the survivor
+    # when its engine was free first.
     answered = [t for t in _engine_batches(cluster) if t["state"] == "FINISHED"]
     # A batch answered again: rerun after its attempt died with the node, or recomputed because its answer was
     # only in the lost node's object store.
     rerun = [t for t in answered if t["attempt_number"] > 0]
-    assert {_name(cluster, t["node_id"]) for t in answered if t["attempt_number"] > 0} <= {night.replacement.name}
+    live = {night.replacement.name, *(w.name for w in _survivors(cluster, night))}
+    assert {_name(cluster, t["node_id"]) for t in rerun} <= live, (live, rerun)
     # One engine batch per input file (asserted), so the rows re-done are the rerun batches' files.
     assert len({t["task_id"] for t in answered}) == FILES
     bucket, prefix = night.output[len("s3://") :].split("/", 1)
     manifest = json.loads(boto3.client("s3").get_object(Bucket=bucket, Key=f"{prefix}_manifest.json")["Body"].read())
     (attempt,) = manifest["attempts"]
     print(
-        f"lost node: {len(rerun)} of {FILES} engine batches rerun on the new worker, {len(rerun) * FILE_ROWS} of "
+        f"lost node: {len(rerun)} of {FILES} engine batches rerun "
+        f"{dict(Counter(_name(cluster, t['node_id']) for t in rerun))}, {len(rerun) * FILE_ROWS} of "
         f"{ROWS} rows re-done; {attempt['rows_redelivered']} rows reached the driver twice and were dropped"
     )
     assert rerun, "no engine batch was in flight on the lost worker: it was killed too late to test anything"
