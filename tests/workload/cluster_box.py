@@ -88,6 +88,7 @@ class Node:
     root: Path  # on the host: models/, config/, tmp/ of this node
     process: subprocess.Popen[bytes]
     log: Path
+    killed: bool = False  # set by kill(): its exit is the test's doing, not a crash
 
     @property
     def models(self) -> Path:
@@ -96,6 +97,8 @@ class Node:
     def kill(self) -> None:
         """SIGKILL the node: `ray start --block`, its raylet, object store and every worker and engine process."""
         import psutil
+
+        self.killed = True
 
         try:
             parent = psutil.Process(self.process.pid)
@@ -264,7 +267,7 @@ class Cluster:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for node in [self.head, *self.workers]:
-                if node is not None and node.process.poll() is not None:
+                if node is not None and not node.killed and node.process.poll() is not None:
                     raise RuntimeError(f"{node.name} exited: {node.log.read_text()[-3000:]}")
             if len(self.alive_nodes()) >= count:
                 return
