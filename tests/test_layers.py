@@ -128,6 +128,7 @@ WORKLOAD_FOR_INFRA = {
     "workload.contract.model_shape",
     "workload.contract.jsonl_lines",
     "workload.contract.batch_api_quotas",
+    "workload.contract.parser_choice",
     "workload.contract.reasoning",
     "workload.contract.tool_calls",
 }

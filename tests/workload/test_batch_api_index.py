@@ -16,7 +16,7 @@ import pytest
 from tests.workload.store_reads import CountingStore, count_s3_requests, reads, seed_moto, write_finished
 from tests.workload.test_batch_api import Clock, Recorder
 from workload.batch_api import scheduler
-from workload.batch_api.batch_index import DONE_KIND, OPEN_ID, ORDER_KIND, OpenBatches, order_id
+from workload.batch_api.batch_index import DONE_KIND, OPEN_ID, ORDER_KIND, STRAY_S, OpenBatches, order_id
 from workload.batch_api.models import BatchRecord
 from workload.batch_api.objects import Limits
 from workload.batch_api.s3_store import S3Store
@@ -147,6 +147,23 @@ def test_a_lost_open_index_is_rebuilt_from_the_batches_once(store: Store, monkey
     monkeypatch.setattr(store, "records", records)
     service.tick()
     assert listed and "batch" not in listed, listed
+
+
+def test_a_page_drops_the_marker_of_a_create_that_died_once_no_create_can_still_write_it(store: Store) -> None:
+    """A create writes the order marker before the batch; one that dies between leaves a marker naming nothing,
+    which every page would read again for ever. Pages skip it, and the first page after STRAY_S deletes it."""
+    clock = Clock()
+    service = _service(store, clock)
+    source = service.upload_file("p", "in.jsonl", "batch", [LINE])
+    kept = service.create_batch("p", source["id"], LINE_URL, "24h")
+    died = _finished(7, int(clock.now))
+    died.created_at = int(clock.now)  # made now: its create wrote the marker, then died
+    service.batches.index.listed(died)
+    assert service.list_batches("p", None, 10)["data"] == [service.get_batch("p", kept["id"])]
+    assert order_id(died) in store.ids(ORDER_KIND, None, 10)  # a create under way may still write its batch
+    clock.now += STRAY_S
+    assert [b["id"] for b in service.list_batches("p", None, 10)["data"]] == [kept["id"]]
+    assert store.ids(ORDER_KIND, None, 10) == [order_id(service.batches.get(kept["id"]))]
 
 
 def test_finished_batches_go_after_the_retention_a_bounded_number_a_tick_oldest_first(

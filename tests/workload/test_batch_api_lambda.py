@@ -133,21 +133,28 @@ def test_upload_list_get_download_and_a_batch_over_api_gateway_events(stack: dic
     assert running["name"].startswith(batch_id) and running["status"] == "RUNNING"
 
 
-def test_an_embeddings_batch_over_api_gateway_events_runs_as_an_embeddings_execution(stack: dict[str, str]) -> None:
-    """The AWS front takes `/v1/embeddings` batches (issue 55) and hands the endpoint to the night's execution."""
-    front = Front(lambda_front.build_handler(stack))
-    line = {"custom_id": "e1", "method": "POST", "url": "/v1/embeddings", "body": {"model": "llm-batch", "input": "x"}}
-    body = (json.dumps(line) + "\n").encode()
-    status, _, raw = front.call("POST", "/v1/files", files={"file": ("in.jsonl", body)}, data={"purpose": "batch"})
+def _assert_runs_as_endpoint(stack: dict[str, str], front: Front, line: dict[str, Any]) -> dict[str, str]:
+    """Uploads `line` as a batch file, creates a batch for its `url` and ticks the queue: the night's execution is
+    handed that endpoint. The create request, for more batches of the same kind."""
+    status, _, raw = front.call(
+        "POST", "/v1/files", files={"file": ("in.jsonl", (json.dumps(line) + "\n").encode())}, data={"purpose": "batch"}
+    )
     assert status == 200, raw
-    request = {"input_file_id": json.loads(raw)["id"], "endpoint": "/v1/embeddings", "completion_window": "24h"}
+    request = {"input_file_id": json.loads(raw)["id"], "endpoint": line["url"], "completion_window": "24h"}
     status, _, raw = front.call("POST", "/v1/batches", json=request)
     assert status == 200 and json.loads(raw)["status"] == "validating", raw
     lambda_front.build_service(stack).tick()
     sfn = boto3.client("stepfunctions")
     (running,) = sfn.list_executions(stateMachineArn=stack["LLM_BATCH_STATE_MACHINE_ARN"])["executions"]
     given = json.loads(sfn.describe_execution(executionArn=running["executionArn"])["input"])
-    assert given["batch"]["endpoint"] == "/v1/embeddings" and given["batch"]["id"] == json.loads(raw)["id"]
+    assert given["batch"]["endpoint"] == line["url"] and given["batch"]["id"] == json.loads(raw)["id"]
+    return request
+
+
+def test_an_embeddings_batch_over_api_gateway_events_runs_as_an_embeddings_execution(stack: dict[str, str]) -> None:
+    """The AWS front takes `/v1/embeddings` batches (issue 55) and hands the endpoint to the night's execution."""
+    line = {"custom_id": "e1", "method": "POST", "url": "/v1/embeddings", "body": {"model": "llm-batch", "input": "x"}}
+    _assert_runs_as_endpoint(stack, Front(lambda_front.build_handler(stack)), line)
 
 
 def test_a_responses_batch_over_api_gateway_events_runs_as_a_responses_execution(stack: dict[str, str]) -> None:
@@ -156,18 +163,7 @@ def test_a_responses_batch_over_api_gateway_events_runs_as_a_responses_execution
     front = Front(lambda_front.build_handler(stack))
     body = {"model": "llm-batch", "input": "x", "max_output_tokens": 8}
     line = {"custom_id": "r1", "method": "POST", "url": "/v1/responses", "body": body}
-    status, _, raw = front.call(
-        "POST", "/v1/files", files={"file": ("in.jsonl", (json.dumps(line) + "\n").encode())}, data={"purpose": "batch"}
-    )
-    assert status == 200, raw
-    request = {"input_file_id": json.loads(raw)["id"], "endpoint": "/v1/responses", "completion_window": "24h"}
-    status, _, raw = front.call("POST", "/v1/batches", json=request)
-    assert status == 200 and json.loads(raw)["status"] == "validating", raw
-    lambda_front.build_service(stack).tick()
-    sfn = boto3.client("stepfunctions")
-    (running,) = sfn.list_executions(stateMachineArn=stack["LLM_BATCH_STATE_MACHINE_ARN"])["executions"]
-    given = json.loads(sfn.describe_execution(executionArn=running["executionArn"])["input"])
-    assert given["batch"]["endpoint"] == "/v1/responses" and given["batch"]["id"] == json.loads(raw)["id"]
+    request = _assert_runs_as_endpoint(stack, front, line)
     over = {**line, "body": {**body, "max_output_tokens": 10**9}}
     status, _, raw = front.call(
         "POST",

@@ -9,7 +9,9 @@
   before the first tick after an upgrade), it is rebuilt once from a listing of the batches.
 - `records/batch_order/<order id>.json`: an empty marker per batch whose id sorts newest first (created_at, then
   the sequence, both inverted), so `GET /v1/batches` (and `infra.status --batches`) list one page of markers
-  (S3's ListObjectsV2 with StartAfter and MaxKeys) and read only that page's batches.
+  (S3's ListObjectsV2 with StartAfter and MaxKeys) and read only that page's batches. A marker whose batch is
+  missing or differs (a create that died, or was retried with another created_at) is dropped by the page that
+  finds it after STRAY_S, so dead markers do not pile up in every page's reads.
 - `records/batch_done/<done_at>.<batch id>.json`: a marker per finished batch, oldest finish first, so the
   retention deletes the batches past it a bounded number a tick, oldest first, with one listing.
 """
@@ -59,6 +61,11 @@ def order_id(record: Record) -> str:
 
 def ordered_batch_id(marker: str) -> str:
     return marker.split(".", 2)[2]
+
+
+def ordered_created_at(marker: str) -> int:
+    """The created_at the marker `marker` was written for."""
+    return 10**_CREATED_DIGITS - 1 - int(marker.split(".", 1)[0])
 
 
 def done_id(batch_id: str, done_at: int) -> str:
@@ -156,6 +163,10 @@ class BatchIndex:
     def _mark(self, kind: str, marker: str, batch_id: str) -> None:
         with contextlib.suppress(StoreConflict):  # written before: the same marker
             self.store.put(kind, {"id": marker, "batch": batch_id}, None)
+
+    def drop_listed(self, marker: str) -> None:
+        """Remove a stray order marker (one whose batch is missing or differs, see above)."""
+        self.store.delete(ORDER_KIND, marker)
 
     def newest(self, after: str | None, limit: int) -> list[str]:
         """One listing: the order markers after the marker `after`, newest batch first."""

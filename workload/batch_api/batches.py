@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from workload.batch_api.batch_index import STRAY_S, BatchIndex, order_id, ordered_batch_id
+from workload.batch_api.batch_index import STRAY_S, BatchIndex, order_id, ordered_batch_id, ordered_created_at
 from workload.batch_api.models import BatchRecord
 from workload.batch_api.objects import ApiError, list_page, not_found
 from workload.batch_api.records import Records, oldest_first
@@ -98,8 +98,11 @@ class BatchBook:
                 start = marker
                 record = self.get(ordered_batch_id(marker))
                 # A marker whose batch is gone or differs is a create that died or was retried: not a batch.
-                if record is not None and order_id(record) == marker and sees(owner, record.owner):
-                    shown.append(record)
+                if record is not None and order_id(record) == marker:
+                    if sees(owner, record.owner):
+                        shown.append(record)
+                elif self.records.now() >= ordered_created_at(marker) + STRAY_S:  # no create under way writes it
+                    self.index.drop_listed(marker)
             if len(markers) < asked:  # the end of the listing
                 break
         return list_page([record.public() for record in shown[:limit]], has_more=len(shown) > limit)

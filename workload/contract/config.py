@@ -18,7 +18,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from workload.contract.metric_names import ALARM_PERIOD_S
-from workload.contract.reasoning import AUTO, check_reasoning_parser, resolve_reasoning_parser
+from workload.contract.parser_choice import AUTO
+from workload.contract.reasoning import check_reasoning_parser, resolve_reasoning_parser
 from workload.contract.tool_calls import check_tool_parser, resolve_tool_parser
 
 DEFAULT_METRICS_NAMESPACE = "RayDataLLM/BatchInference"

@@ -9,6 +9,8 @@ read 2026-12-06.
 
 from __future__ import annotations
 
+from workload.contract.parser_choice import AUTO, NONE, Families, check_parser, parser_of_family
+
 REASONING_PARSERS = frozenset(
     {
         "cohere_command3",
@@ -51,7 +53,6 @@ REASONING_PARSERS = frozenset(
         "step3p5",
     }
 )
-AUTO, NONE = "auto", "none"
 
 # `auto`: the parser of a known thinking family, told by the model's name (hub id or folder), before any download.
 # In order; the first family whose marker the lower-cased name holds, and none of whose exceptions, wins.
@@ -61,7 +62,7 @@ AUTO, NONE = "auto", "none"
 # - DeepSeek-R1 and its distills (R1-Distill-Qwen/Llama) take `deepseek_r1`.
 # - gpt-oss writes OpenAI's harmony channels, which `openai_gptoss` reads (vLLM picks its harmony parser for the
 #   gpt_oss architecture whatever the name).
-FAMILY_PARSERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+FAMILY_PARSERS: Families = (
     ("deepseek-r1", (), "deepseek_r1"),
     ("qwen3", ("instruct", "coder", "embedding", "reranker"), "qwen3"),
     ("gpt-oss", (), "openai_gptoss"),
@@ -70,12 +71,7 @@ FAMILY_PARSERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
 
 def check_reasoning_parser(value: str) -> str:
     """The setting as given, or ValueError naming the choices."""
-    if value in (AUTO, NONE) or value in REASONING_PARSERS:
-        return value
-    raise ValueError(
-        f"unknown reasoning parser {value!r}: use 'auto', 'none' or one of vLLM 0.32's: "
-        + ", ".join(sorted(REASONING_PARSERS))
-    )
+    return check_parser(value, REASONING_PARSERS, "reasoning parser")
 
 
 def resolve_reasoning_parser(setting: str, source: str | None) -> str | None:
@@ -85,8 +81,4 @@ def resolve_reasoning_parser(setting: str, source: str | None) -> str | None:
         return None
     if setting != AUTO:
         return setting
-    name = (source or "").rstrip("/").lower()
-    for marker, exceptions, parser in FAMILY_PARSERS:
-        if marker in name and not any(word in name for word in exceptions):
-            return parser
-    return None
+    return parser_of_family(source or "", FAMILY_PARSERS)

@@ -9,6 +9,8 @@ read 2026-12-07.
 
 from __future__ import annotations
 
+from workload.contract.parser_choice import AUTO, NONE, Families, check_parser, parser_of_family
+
 TOOL_PARSERS = frozenset(
     {
         "apertus",
@@ -67,7 +69,6 @@ TOOL_PARSERS = frozenset(
         "xlam",
     }
 )
-AUTO, NONE = "auto", "none"
 # The embedded tiny model's template writes Hermes/Qwen-style `<tool_call>{json}</tool_call>` (workload/engine/
 # tiny_model.py), which vLLM's `hermes` parser reads.
 TINY_MODEL_PARSER = "hermes"
@@ -77,7 +78,7 @@ TINY_MODEL_PARSER = "hermes"
 # docs (docs/features/tool_calling.md, vLLM 0.32, read 2026-12-07) name: Qwen3-Coder `qwen3_coder`; Qwen2.5 and
 # Qwen3 (their templates write Hermes-style calls) and Hermes 2 Pro / 3 `hermes`; Llama 3.1-3.3 `llama3_json`;
 # Mistral `mistral`; gpt-oss `openai`.
-FAMILY_PARSERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+FAMILY_PARSERS: Families = (
     ("qwen3-coder", (), "qwen3_coder"),
     ("qwen", ("embedding", "reranker"), "hermes"),
     ("hermes", (), "hermes"),
@@ -89,12 +90,7 @@ FAMILY_PARSERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
 
 def check_tool_parser(value: str) -> str:
     """The setting as given, or ValueError naming the choices."""
-    if value in (AUTO, NONE) or value in TOOL_PARSERS:
-        return value
-    raise ValueError(
-        f"unknown tool-call parser {value!r}: use 'auto', 'none' or one of vLLM 0.32's: "
-        + ", ".join(sorted(TOOL_PARSERS))
-    )
+    return check_parser(value, TOOL_PARSERS, "tool-call parser")
 
 
 def resolve_tool_parser(setting: str, source: str | None) -> str | None:
@@ -106,8 +102,4 @@ def resolve_tool_parser(setting: str, source: str | None) -> str | None:
         return setting
     if source is None:
         return TINY_MODEL_PARSER
-    name = source.rstrip("/").lower()
-    for marker, exceptions, parser in FAMILY_PARSERS:
-        if marker in name and not any(word in name for word in exceptions):
-            return parser
-    return None
+    return parser_of_family(source, FAMILY_PARSERS)
