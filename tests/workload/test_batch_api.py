@@ -10,7 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import openai
 import pytest
@@ -148,13 +148,24 @@ def _embedding_line(custom_id: str) -> str:
 
 def test_an_embeddings_batch_is_taken_and_its_lines_checked_against_its_endpoint(server: Server) -> None:
     """The job answers embeddings files (issue 55): the Batch API takes their batches as it takes chat ones."""
+    _assert_taken_and_chat_lines_refused(server, "/v1/embeddings", _embedding_line("e1") + _embedding_line("e2"))
+
+
+def _assert_taken_and_chat_lines_refused(
+    server: Server, endpoint: Literal["/v1/embeddings", "/v1/responses"], two_lines: str
+) -> None:
+    """A batch of `two_lines` for `endpoint` is taken (and cancelled while queued); one of chat lines for the same
+    endpoint fails at create, naming the lines' url."""
     client = server.client()
-    source = _upload(client, _embedding_line("e1") + _embedding_line("e2"))
-    batch = client.batches.create(input_file_id=source.id, endpoint="/v1/embeddings", completion_window="24h")
-    assert (batch.status, batch.endpoint, batch.request_counts.total) == ("validating", "/v1/embeddings", 2)  # type: ignore[union-attr]
+    batch = client.batches.create(
+        input_file_id=_upload(client, two_lines).id,
+        endpoint=endpoint,
+        completion_window="24h",
+    )
+    assert (batch.status, batch.endpoint, batch.request_counts.total) == ("validating", endpoint, 2)  # type: ignore[union-attr]
     assert client.batches.cancel(batch.id).status == "cancelled"  # queued: nothing ran
     chat_lines = _upload(client, _line("c1"))
-    wrong = client.batches.create(input_file_id=chat_lines.id, endpoint="/v1/embeddings", completion_window="24h")
+    wrong = client.batches.create(input_file_id=chat_lines.id, endpoint=endpoint, completion_window="24h")
     assert wrong.status == "failed" and wrong.errors is not None and wrong.errors.data is not None
     assert (wrong.errors.data[0].code, wrong.errors.data[0].param) == ("invalid_url", "url")
 
@@ -353,12 +364,5 @@ def _responses_line(custom_id: str, **body: Any) -> str:
 def test_a_responses_batch_is_taken_and_its_lines_checked_against_its_endpoint(server: Server) -> None:
     """OpenAI's Batch API takes `/v1/responses` (the SDK's `endpoint` literal); so does this one (issue 56), with
     one url per batch as for the other endpoints."""
-    client = server.client()
-    source = _upload(client, _responses_line("r1", max_output_tokens=16) + _responses_line("r2"))
-    batch = client.batches.create(input_file_id=source.id, endpoint="/v1/responses", completion_window="24h")
-    assert (batch.status, batch.endpoint, batch.request_counts.total) == ("validating", "/v1/responses", 2)  # type: ignore[union-attr]
-    assert client.batches.cancel(batch.id).status == "cancelled"  # queued: nothing ran
-    chat_lines = _upload(client, _line("c1"))
-    wrong = client.batches.create(input_file_id=chat_lines.id, endpoint="/v1/responses", completion_window="24h")
-    assert wrong.status == "failed" and wrong.errors is not None and wrong.errors.data is not None
-    assert (wrong.errors.data[0].code, wrong.errors.data[0].param) == ("invalid_url", "url")
+    lines = _responses_line("r1", max_output_tokens=16) + _responses_line("r2")
+    _assert_taken_and_chat_lines_refused(server, "/v1/responses", lines)
