@@ -178,6 +178,7 @@ def test_a_finished_batchs_close_takes_its_line_counts_from_the_summary(tmp_path
         store.write_blob(f"{output}/output.jsonl", [b'{"custom_id": "a"}\n{"custom_id": "b"}\n'])
         store.write_blob(f"{output}/errors.jsonl", [b'{"custom_id": "c"}\n'])
         summary = {"rows_in": 3, "input_tokens": 9, "cached_tokens": 5, "output_tokens": 4, "wall_s": 1.0}
+        summary["reasoning_tokens"] = 3
         summary["cost_usd"] = 0.001
         store.write_blob(
             f"{output}/summary.json",
@@ -190,7 +191,8 @@ def test_a_finished_batchs_close_takes_its_line_counts_from_the_summary(tmp_path
         assert done["status"] == "completed" and done["output_file_id"] and done["error_file_id"]
         assert done["request_counts"] == {"total": 3, "completed": 2, "failed": 1}
         assert not [key for key in store.read if key.endswith(("output.jsonl", "errors.jsonl"))], store.read
-        usage = Batch.model_validate(done).usage  # vLLM's prefix-cache hits, as the job summed them (issue 55)
+        usage = Batch.model_validate(done).usage  # prefix-cache hits and thinking, as the job summed them (issue 55)
         assert usage is not None and usage.input_tokens_details.cached_tokens == 5 and usage.input_tokens == 9
+        assert usage.output_tokens_details.reasoning_tokens == 3
     finally:
         store.close()

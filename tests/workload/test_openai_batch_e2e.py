@@ -244,6 +244,13 @@ def test_chat_batch_in_openai_files_out_matching_vllms_own_runner(tmp_path: Path
     assert cached["prefix-later"].cached_tokens > 0, cached  # type: ignore[union-attr,operator]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["cached_tokens"] >= cached["prefix-later"].cached_tokens  # type: ignore[union-attr]
+    # The batch's usage sums each line's thinking (chat's completion_tokens_details, Responses' output_tokens_details).
+    thinking = [
+        (a["response"]["body"]["usage"].get(k) or {}).get("reasoning_tokens", 0)
+        for a in every_answer
+        for k in ("completion_tokens_details", "output_tokens_details")
+    ]
+    assert summary["reasoning_tokens"] == sum(thinking) > 0, thinking
     _check_thinking(bodies)
     _check_tools(bodies)
 

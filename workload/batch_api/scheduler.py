@@ -383,7 +383,8 @@ class Scheduler:
                     # vLLM's prefix-cache hits, summed by the job (a summary from before it counted them has none)
                     "input_tokens_details": {"cached_tokens": int(summary.get("cached_tokens", 0))},
                     "output_tokens": int(summary["output_tokens"]),
-                    "output_tokens_details": {"reasoning_tokens": 0},
+                    # the thinking a reasoning parser read apart, summed by the job (none in an older summary)
+                    "output_tokens_details": {"reasoning_tokens": int(summary.get("reasoning_tokens", 0))},
                     "total_tokens": int(summary["input_tokens"]) + int(summary["output_tokens"]),
                 }
             if reason is not None:

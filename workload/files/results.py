@@ -114,6 +114,7 @@ class ShardBuffer:
             "input_tokens": sum(r["num_input_tokens"] for r in self.results),
             "output_tokens": sum(r["num_output_tokens"] for r in self.results),
             "cached_tokens": sum(r.get("num_cached_tokens") or 0 for r in self.results),
+            "reasoning_tokens": sum(r.get("_reasoning_tokens", 0) for r in self.results),
             "error_types": dict(Counter(e.error_type for e in self.errors)),
         }
 

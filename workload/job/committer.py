@@ -147,8 +147,9 @@ class ShardCommitter:
                 continue
             num_in, num_out = int(item["num_input_tokens"]), int(item["num_generated_tokens"])
             choices = item.get(CHOICES_COLUMN)
-            if choices:  # several samples: every one's tokens count, as OpenAI's usage does
-                num_out = sum(int(c["num_tokens"]) for c in json.loads(choices))
+            samples = json.loads(choices) if choices else []
+            if samples:  # several samples: every one's tokens count, as OpenAI's usage does
+                num_out = sum(int(c["num_tokens"]) for c in samples)
             buffer.results.append(
                 {
                     "_pos": position,
@@ -161,6 +162,8 @@ class ShardCommitter:
                     "finish_reason": item.get(FINISH_COLUMN)
                     or finish_reason(num_in, num_out, int(item["_max_tokens"]), max_model_len),
                     "choices": choices,
+                    # Of num_out, the thinking a reasoning parser read apart (the batch's usage sums them)
+                    "_reasoning_tokens": sum(int(c.get("reasoning_tokens") or 0) for c in samples),
                     "_passthrough": passthrough_of(item.get("_passthrough")),
                 }
             )

@@ -106,6 +106,7 @@ class ShardCommit:
     error_types: dict[str, int]
     generation: int = 0  # the manifest's generation it was made in (0: before generations were recorded)
     cached_tokens: int = 0  # of input_tokens, vLLM's prefix-cache hits (0 in commits made before they were counted)
+    reasoning_tokens: int = 0  # of output_tokens, the thinking a reasoning parser read apart (0 likewise)
 
     @classmethod
     def decode(cls, data: bytes) -> ShardCommit:
@@ -413,6 +414,7 @@ class OutputStore:
             generation=self.generation,
             # Stats without the count (a caller that commits hand-made shards) read as commits made before it.
             cached_tokens=int(stats.get("cached_tokens", 0)),
+            reasoning_tokens=int(stats.get("reasoning_tokens", 0)),
         )
         marker = _marker_name(shard, tag)
         self._write(self._at(marker), self._encode(asdict(commit)))

@@ -28,6 +28,8 @@ def build_summary(config: JobConfig, manifest: dict[str, Any], commits: dict[int
         # Of input_tokens, those vLLM's prefix cache held (the Batch API's usage.input_tokens_details, issue 55).
         "cached_tokens": sum(c.cached_tokens for c in commits.values()),
         "output_tokens": output_tokens,
+        # Of output_tokens, the thinking a reasoning parser read apart (usage.output_tokens_details there).
+        "reasoning_tokens": sum(c.reasoning_tokens for c in commits.values()),
         "wall_s": round(wall_s, 3),
         "output_tok_per_s": round(output_tokens / wall_s, 1) if wall_s > 0 else 0.0,
         # An embedding run's throughput is its prompts': it decodes nothing.
