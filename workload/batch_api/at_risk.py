@@ -32,7 +32,7 @@ import math
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from workload.batch_api.batches import BatchBook
 from workload.batch_api.models import BatchRecord, Record
@@ -45,15 +45,22 @@ SAMPLES = 20  # finished runs the rate is measured over: about a day of a busy q
 REFRESH_S = 300  # a standing report is refreshed at most this often (the alarms' period, metric_names.ALARM_PERIOD_S)
 
 
+class Run(BaseModel):
+    batch: str
+    rows: int
+    wall_s: float
+
+
 class Throughput(Record):
-    """The last SAMPLES completed runs: batch id -> [rows, wall seconds] (records/control/throughput.json)."""
+    """The last SAMPLES completed runs, oldest first (records/control/throughput.json): a list, since the store
+    writes a mapping's keys sorted."""
 
     KIND: ClassVar[str] = "control"
 
-    runs: dict[str, list[float]] = Field(default_factory=dict)
+    runs: list[Run] = Field(default_factory=list)
 
     def rows_per_s(self) -> float | None:
-        rows, seconds = sum(run[0] for run in self.runs.values()), sum(run[1] for run in self.runs.values())
+        rows, seconds = sum(run.rows for run in self.runs), sum(run.wall_s for run in self.runs)
         return rows / seconds if rows > 0 and seconds > 0 else None
 
 
@@ -64,10 +71,9 @@ def record_run(records: Records, batch_id: str, summary: dict[str, Any] | None) 
         return
 
     def add(measure: Throughput) -> None:
-        measure.runs.pop(batch_id, None)
-        measure.runs[batch_id] = [rows, seconds]  # newest last: the oldest go first
-        for old in list(measure.runs)[: max(0, len(measure.runs) - SAMPLES)]:
-            del measure.runs[old]
+        if any(run.batch == batch_id for run in measure.runs):
+            return
+        measure.runs = [*measure.runs, Run(batch=batch_id, rows=rows, wall_s=seconds)][-SAMPLES:]
 
     for _ in range(2):  # made by the first run ever measured; a racing maker's record is changed instead
         try:
@@ -102,14 +108,19 @@ def assess(in_order: Iterable[BatchRecord], now: int, rows_per_s: float | None) 
             found[record.id] = {
                 "rows_left": own,
                 "rows_ahead": ahead,
-                "rows_short": min(own, math.ceil(ahead + own - rows_per_s * window_s)),
+                "rows_short": min(own, _whole(ahead + own - rows_per_s * window_s)),
                 "rows_per_s": _figure(rows_per_s),
                 "rows_per_s_needed": _figure((ahead + own) / window_s) if window_s else None,
-                "finishes_at": math.ceil(now + needed_s),
+                "finishes_at": now + _whole(needed_s),
                 "as_of": now,
             }
         ahead += own
     return found
+
+
+def _whole(value: float) -> int:
+    """Rounded up, past float noise: 26 rows less 24.000000000004 that fit is 2 rows short, not 3."""
+    return math.ceil(round(value, 6))
 
 
 def _figure(value: float) -> float:
