@@ -90,7 +90,7 @@ def front_items(config: StackConfig) -> list[LineItem]:
         ),
         _line(f"Batch API: Lambda arm64 compute{where}", gb_seconds, "GB-second", prices.lambda_arm64_gb_second),
         _line(
-            f"Batch API: the queue's CloudWatch metrics (queued, running, failed, expired){where}",
+            f"Batch API: the queue's CloudWatch metrics (queued, running, failed, expired, at risk){where}",
             QUEUE_METRICS,
             "metric-month",
             prices.cloudwatch_metric_month,
