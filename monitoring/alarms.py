@@ -296,11 +296,12 @@ def serve_alarms(stack: str, namespace: str, watch: ServeWatch) -> list[AlarmSpe
 
 
 def batch_api_alarms(stack: str, namespace: str) -> list[AlarmSpec]:
-    """A batch that failed, and one that expired, each alarms once (batch_api.enabled).
+    """A batch that failed, and one that expired, each alarms once; a batch at risk of expiring alarms while it is
+    (batch_api.enabled).
 
     The counts come from the Batch API's functions (workload/batch_api/queue_metrics.py): every tick publishes
     them, 0 included, so the alarm returns to OK the period after; no data (the function is new, or does not
-    run) is no batch closed, not a breach."""
+    run) is no batch closed or at risk, not a breach."""
     return [
         AlarmSpec(
             key="batch-api-failed",
@@ -331,6 +332,23 @@ def batch_api_alarms(stack: str, namespace: str) -> list[AlarmSpec]:
             evaluation_periods=1,
             treat_missing_data="notBreaching",
             metric=_job_metric(namespace, stack, mn.BATCH_API_EXPIRED, "Sum"),
+        ),
+        AlarmSpec(
+            key="batch-api-at-risk",
+            meaning="A Batch API batch would not finish inside its 24-hour window at the throughput measured on "
+            "the last finished batches (the rows of the batches ahead of it and its own, over rows per second); "
+            "it has not expired yet.",
+            action=(
+                "Run `python -m infra.status STACK --batches`: each batch at risk shows the rows its window "
+                "cannot hold (`llm_batch.at_risk` on the batch). Lower the priority of work that can wait "
+                "(`batch_api.quotas.priorities`, or the batch's metadata `llm_batch_priority`), cancel what is "
+                "not needed, or raise the throughput (a larger GPU, `engine.*`); the owner may split a batch."
+            ),
+            comparison="GreaterThanThreshold",
+            threshold=0,
+            evaluation_periods=1,
+            treat_missing_data="notBreaching",
+            metric=_job_metric(namespace, stack, mn.BATCH_API_AT_RISK, "Maximum"),
         ),
     ]
 

@@ -208,8 +208,9 @@ def serve_widgets(stack: str, namespace: str, region: str, serve: ServeWatch) ->
 
 
 def batch_api_widgets(stack: str, namespace: str, region: str) -> list[dict[str, Any]]:
-    """The Batch API's queue: batches waiting and running (each tick's count), and those that failed or expired
-    (each period's sum, what the batch-api-failed / batch-api-expired alarms read)."""
+    """The Batch API's queue: batches waiting, running and at risk of missing their window (each tick's count; the
+    last is what the batch-api-at-risk alarm reads), and those that failed or expired (each period's sum, what the
+    batch-api-failed / batch-api-expired alarms read)."""
     period = mn.ALARM_PERIOD_S  # a tick every 1 to 60 minutes (batch_api.tick_minutes): one period holds one
     return [
         _graph(
@@ -218,6 +219,7 @@ def batch_api_widgets(stack: str, namespace: str, region: str) -> list[dict[str,
             [
                 _metric(namespace, stack, mn.BATCH_API_QUEUED, "Maximum", period, label="queued (validating)"),
                 _metric(namespace, stack, mn.BATCH_API_RUNNING, "Maximum", period, label="running"),
+                _metric(namespace, stack, mn.BATCH_API_AT_RISK, "Maximum", period, label="at risk of expiring"),
             ],
             yAxis={"left": {"min": 0}},
         ),

@@ -129,6 +129,7 @@ WORKLOAD_FOR_INFRA = {
     "workload.contract.jsonl_lines",
     "workload.contract.batch_api_quotas",
     "workload.contract.parser_choice",
+    "workload.contract.batch_api_priorities",  # mixed into batch_api_quotas: the stack's priorities per key
     "workload.contract.reasoning",
     "workload.contract.tool_calls",
 }

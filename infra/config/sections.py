@@ -310,5 +310,7 @@ class BatchApiSection(_Section):
     quotas: BatchApiQuotas = Field(
         default_factory=BatchApiQuotas,
         description="What one key may hold (batches open and their requests, files and bytes, Uploads and parts) "
-        "and how large a request may ask (n, max_tokens): a 429 or 400 past them (docs/batch-api.md, 'Quotas').",
+        "and how large a request may ask (n, max_tokens): a 429 or 400 past them (docs/batch-api.md, 'Quotas'); "
+        "and each key's queue priority (priorities: key name -> -100..100, larger first; docs/batch-api.md, "
+        "'Priorities and deadlines').",
     )

@@ -9,7 +9,9 @@ service, so the two cannot drift apart.
 
 The cost is the batch's side field `llm_batch` (workload/batch_api/objects.py `gpu_share`): its job's time on the
 GPU nodes and what that cost. The boot of the execution it ran in is not in it: that is the execution's, in the
-runs `python -m infra.status STACK` lists.
+runs `python -m infra.status STACK` lists. An open batch that would not finish in its window at the measured
+throughput carries `llm_batch.at_risk` (workload/batch_api/at_risk.py) instead: the table says so in its last
+column, with the rows the window cannot hold, and `--json` gives the whole report.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class BatchRow:
     job_wall_s: float | None
     cost_usd: float | None
     reason: str | None
+    at_risk: dict[str, Any] | None = None  # llm_batch.at_risk: rows_short, rows_per_s, ... (at_risk.py)
 
 
 def batch_api_deployed(outputs: dict[str, Any]) -> bool:
@@ -105,18 +108,31 @@ def _row(record: dict[str, Any]) -> BatchRow:
         job_wall_s=share.get("job_wall_s"),
         cost_usd=share.get("cost_usd"),
         reason=reason,
+        at_risk=share.get("at_risk"),
     )
 
 
 def render_batches(rows: list[BatchRow]) -> str:
     header = f"{'created (UTC)':25} {'batch':30} {'status':11} {'done/failed/total':>17} {'GPU time':>9} {'cost':>9}"
-    lines = [header + "  reason"]
+    lines = [header + "  reason (or at risk)"]
     for row in rows:
         counted = f"{row.completed}/{row.failed}/{row.total}"
         gpu = f"{row.job_wall_s / 60:.1f} min" if row.job_wall_s is not None else "-"
         cost = f"${row.cost_usd:.4f}" if row.cost_usd is not None else "-"
-        line = f"{row.created:25} {row.id:30} {row.status:11} {counted:>17} {gpu:>9} {cost:>9}  {row.reason or ''}"
+        note = row.reason or _at_risk_note(row.at_risk)
+        line = f"{row.created:25} {row.id:30} {row.status:11} {counted:>17} {gpu:>9} {cost:>9}  {note}"
         lines.append(line.rstrip())
     if not rows:
         lines.append("(no batches yet)")
     return "\n".join(lines)
+
+
+def _at_risk_note(report: dict[str, Any] | None) -> str:
+    if not report:
+        return ""
+    needed = report.get("rows_per_s_needed")
+    pace = f"needs {needed} rows/s" if needed is not None else "its window is over"
+    return (
+        f"AT RISK: {report.get('rows_short')} rows short of its window ({report.get('rows_ahead')} ahead, "
+        f"{report.get('rows_left')} its own; measured {report.get('rows_per_s')} rows/s, {pace})"
+    )

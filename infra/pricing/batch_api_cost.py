@@ -1,7 +1,7 @@
 """The Batch API front's own lines in the estimate (batch_api.enabled): API Gateway HTTP API requests, Lambda
 requests and GB-seconds, including the tick schedule's invocations, which run whether or not anyone calls, and
 the queue's custom metrics, which every tick publishes (workload/batch_api/queue_metrics.py); with them, the
-tick's and the listings' S3 requests (infra/pricing/batch_api_requests.py). Its two alarms are counted with the
+tick's and the listings' S3 requests (infra/pricing/batch_api_requests.py). Its alarms are counted with the
 plan's others (infra/pricing/stack_costs.py).
 
 Prices: infra/facts/batch_api_prices.json (dated, with its source; tests/infra/test_batch_api_cost.py fails when
@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from infra.config import StackConfig
 from infra.pricing.batch_api_requests import request_items
 from infra.pricing.estimate import Estimate, LineItem
+from workload.contract import metric_names as mn
 
 PRICES_FILE = Path(__file__).resolve().parent.parent / "facts" / "batch_api_prices.json"
 MINUTES_PER_MONTH = 730.0 * 60
@@ -31,7 +32,7 @@ MINUTES_PER_MONTH = 730.0 * 60
 API_REQUESTS_PER_MONTH = 20_000
 REQUEST_SECONDS = 0.3  # a warm request: one or two S3 calls
 TICK_SECONDS = 1.0  # a tick: list the records, describe the running execution
-QUEUE_METRICS = 4  # workload.contract.metric_names.BATCH_API_METRICS: each billed every hour a tick publishes it
+QUEUE_METRICS = len(mn.BATCH_API_METRICS)  # each billed every hour a tick publishes it
 
 
 class FrontPrices(BaseModel):
@@ -89,7 +90,7 @@ def front_items(config: StackConfig) -> list[LineItem]:
         ),
         _line(f"Batch API: Lambda arm64 compute{where}", gb_seconds, "GB-second", prices.lambda_arm64_gb_second),
         _line(
-            f"Batch API: the queue's CloudWatch metrics (queued, running, failed, expired){where}",
+            f"Batch API: the queue's CloudWatch metrics (queued, running, failed, expired, at risk){where}",
             QUEUE_METRICS,
             "metric-month",
             prices.cloudwatch_metric_month,

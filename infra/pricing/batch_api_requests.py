@@ -4,9 +4,11 @@ priced from infra/facts/idle_prices.json (S3 Standard's GET and LIST prices, dat
 What each step asks, by the store's design (docs/batch-api.md, "What the tick and the pages read", measured there
 at 0, 1,000 and 10,000 finished batches):
 - a tick reads the open-batches index (1 GET) and each open batch's record (1 GET each), never a listing of the
-  batches, so finished batches cost it nothing; it lists the other record kinds and the retention's queue
-  (`TICK_LISTS`) and reads each record held there (the files a month's batches made, the nights); the tiers' tick
-  then writes a metrics line from the open batches as the tick left them, with no read of its own;
+  batches, so finished batches cost it nothing; while any batch is open, the measured throughput too (1 GET,
+  workload/batch_api/at_risk.py: which batches would miss their window); it lists the other record kinds and
+  the retention's queue (`TICK_LISTS`) and reads each record held there (the files a month's batches made, the
+  nights); the tiers' tick then writes a metrics line from the open batches as the tick left them, with no read
+  of its own;
 - a `GET /v1/batches` page lists one page of order markers (1 LIST) and reads the batches it returns and one
   more, to say `has_more`;
 - a finished batch goes once it has been listable for the retention: a GET of its record and a LIST of its job
@@ -39,6 +41,7 @@ TICK_LISTS = 8
 # (BatchService.statuses) with no read of its own.
 FUNCTION_INDEX_GETS = TICK_INDEX_GETS
 GETS_PER_OPEN_BATCH = 1
+RATE_GETS = 1  # the measured throughput (records/control/throughput.json), read by a tick that finds a batch open
 NIGHT_READS_PER_TICK = 3  # the nights are listed, and each read, three times
 PAGE_LISTS = 1  # one page of order markers
 PAGE_EXTRA_GETS = 1  # the batch after the page, for `has_more`
@@ -88,7 +91,8 @@ def request_items(config: StackConfig) -> list[LineItem]:
             "fixed",
             f"Batch API: the tick's S3 reads (the open-batches index, {found:.2f} open batches, {held:.0f} files' and "
             f"nights' records; {ticks:,.0f} ticks){where}",
-            ticks * (FUNCTION_INDEX_GETS + GETS_PER_OPEN_BATCH * found + held),
+            # the rate's read: in the share of ticks that find a batch open, at most every tick
+            ticks * (FUNCTION_INDEX_GETS + GETS_PER_OPEN_BATCH * found + RATE_GETS * min(1.0, found) + held),
             "request",
             get,
         ),

@@ -408,11 +408,20 @@ def test_the_queues_alarms_and_graphs_come_with_the_front_and_read_what_its_func
             assert (alarm["evaluationPeriods"], alarm["treatMissingData"]) == (1, "notBreaching")
             assert alarm["alarmActions"] == [topic["outputs"]["arn"]] == alarm["okActions"]
             assert alarms[naming.child(tier, key)]["outputs"]["arn"] in widgets["Alarms"]["alarms"]
+        # The at-risk alarm reads the tick's gauge: the most batches at risk in the period, above 0.
+        risk = alarms[naming.child(tier, "batch-api-at-risk")]
+        watched = {k: risk["inputs"][k] for k in ("metricName", "statistic", "namespace", "dimensions", "threshold")}
+        assert watched == {
+            "metricName": mn.BATCH_API_AT_RISK.name, "statistic": "Maximum", "namespace": namespace,
+            "dimensions": {mn.DIM_STACK: tier}, "threshold": 0,
+        }  # fmt: skip
+        assert risk["inputs"]["comparisonOperator"] == "GreaterThanThreshold"
+        assert risk["inputs"]["alarmActions"] == [topic["outputs"]["arn"]]
+        assert risk["outputs"]["arn"] in widgets["Alarms"]["alarms"]
         queue = widgets["Batch API: queued and running batches"]["metrics"]
         closed = widgets["Batch API: failed and expired batches"]["metrics"]
-        assert [line[:4] for line in queue] == [
-            [namespace, m.name, mn.DIM_STACK, tier] for m in (mn.BATCH_API_QUEUED, mn.BATCH_API_RUNNING)
-        ]
+        gauges = (mn.BATCH_API_QUEUED, mn.BATCH_API_RUNNING, mn.BATCH_API_AT_RISK)
+        assert [line[:4] for line in queue] == [[namespace, m.name, mn.DIM_STACK, tier] for m in gauges]
         summed = [(mn.BATCH_API_FAILED.name, "Sum"), (mn.BATCH_API_EXPIRED.name, "Sum")]
         assert [(line[1], line[4]["stat"]) for line in closed] == summed
     for tier in ("small", "medium", "large"):  # off: none of it

@@ -32,7 +32,8 @@ def test_the_front_costs_its_ticks_and_its_assumed_requests() -> None:
     assert requests.monthly_usd == pytest.approx(requests.quantity * 0.2)
     assert compute.quantity == pytest.approx(ticks * 1.0 + 20_000 * 0.3)  # GB-seconds at 1 GB
     assert compute.monthly_usd == pytest.approx(compute.quantity * 0.0000133334)
-    assert (metrics.quantity, metrics.monthly_usd) == (4, pytest.approx(1.2))  # $0.30 a metric, every hour published
+    # $0.30 a metric, every hour published: queued, running, failed, expired and at risk (issue 62)
+    assert (metrics.quantity, metrics.monthly_usd) == (5, pytest.approx(1.5))
     assert {line.group for line in (http, requests, compute, metrics)} == {"fixed"}
     (every_minute,) = [line for line in front_items(_config(enabled=True, tick_minutes=1)) if "ticks" in line.item]
     assert every_minute.quantity == pytest.approx((730 * 60 + 20_000) / 1e6)
@@ -67,8 +68,9 @@ def test_the_ticks_requests_follow_the_open_batches_not_the_finished_ones() -> N
     held = batches * (720 / 730) * 2 + (730 / 24) * (720 / 730) * 3
     lines = _requests(config)
     reads = lines["Batch API: the tick's S3 reads"]
-    # The index and each open batch once (the tiers' metrics line reads nothing more), and the held records once.
-    assert reads.quantity == pytest.approx(ticks * (1 + open_now + held))
+    # The index and each open batch once (the tiers' metrics line reads nothing more), the held records once, and
+    # the measured throughput in the share of ticks that find a batch open (issue 62's at-risk report).
+    assert reads.quantity == pytest.approx(ticks * (1 + open_now + min(1.0, open_now) + held))
     assert reads.monthly_usd == pytest.approx(reads.quantity * get)
     listings = lines["Batch API: the tick's S3 listings"]
     assert (listings.quantity, listings.unit_price) == (pytest.approx(ticks * 8), pytest.approx(lst))
@@ -86,7 +88,9 @@ def test_the_ticks_requests_follow_the_open_batches_not_the_finished_ones() -> N
     # A longer night keeps more batches open at a tick; the finished ones move nothing the tick reads.
     overrides = {"cost_center": "cc", "batch_api": {"enabled": True}, "cost": {"nightly_hours": 8}}
     longer = _requests(load_stack_config("small", overrides))["Batch API: the tick's S3 reads"]
-    assert longer.quantity - reads.quantity == pytest.approx(ticks * open_now)  # twice the hours, twice the open
+    # twice the hours, twice the open, and the rate's read in twice the ticks (open_now is under one batch here)
+    assert open_now * 2 < 1
+    assert longer.quantity - reads.quantity == pytest.approx(ticks * open_now * 2)
 
 
 def test_the_request_lines_are_in_the_stacks_estimate_only_with_the_front() -> None:

@@ -84,6 +84,7 @@ def test_a_nights_queue_counts_each_close_once_and_prices_each_batch(service: Ba
     service.tick()
     assert _values(METRICS.after_tick(service)) == {
         "BatchApiQueued": 1, "BatchApiRunning": 1, "BatchApiFailed": 0, "BatchApiExpired": 0,
+        "BatchApiAtRisk": 0,
     }  # fmt: skip
     assert service.get_batch("p", first)[SIDE_FIELD] is None  # open: no share yet
 
@@ -104,6 +105,7 @@ def test_a_nights_queue_counts_each_close_once_and_prices_each_batch(service: Ba
     assert failed["status"] == "failed" and failed[SIDE_FIELD] is None  # no summary: nothing ran to its end
     assert _values(METRICS.after_tick(service)) == {
         "BatchApiQueued": 0, "BatchApiRunning": 0, "BatchApiFailed": 1, "BatchApiExpired": 0,
+        "BatchApiAtRisk": 0,
     }  # fmt: skip
 
     # Two more: the first's run is refused while another run holds the GPUs, the second waits behind it.
@@ -116,6 +118,7 @@ def test_a_nights_queue_counts_each_close_once_and_prices_each_batch(service: Ba
     assert [service.get_batch("p", b)["status"] for b in (held, waiting)] == ["expired", "expired"]
     assert _values(METRICS.after_tick(service)) == {
         "BatchApiQueued": 0, "BatchApiRunning": 0, "BatchApiFailed": 0, "BatchApiExpired": 2,
+        "BatchApiAtRisk": 0,
     }  # fmt: skip
     service.tick()
     counted = _values(METRICS.after_tick(service))

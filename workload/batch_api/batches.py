@@ -18,7 +18,7 @@ from typing import Any
 
 from workload.batch_api.batch_index import STRAY_S, BatchIndex, order_id, ordered_batch_id, ordered_created_at
 from workload.batch_api.models import BatchRecord
-from workload.batch_api.objects import ApiError, list_page, not_found
+from workload.batch_api.objects import AT_RISK, ApiError, list_page, not_found
 from workload.batch_api.records import Records, oldest_first
 from workload.batch_api.tenants import sees
 
@@ -126,6 +126,8 @@ class BatchBook:
             was_open = not record.closed
             change(record)
             closing[:] = [record.status] if was_open and record.closed else []
+            if closing and record.llm_batch and AT_RISK in record.llm_batch:  # over: no longer at risk (at_risk.py)
+                record.llm_batch = {k: v for k, v in record.llm_batch.items() if k != AT_RISK} or None
 
         written = self.records.update(BatchRecord, batch_id, tracked, not_found("Batch", batch_id))
         for status in closing:

@@ -31,6 +31,7 @@ EXPIRES_AFTER_RANGE_S = (3600, 30 * 24 * 3600)
 # The one field a Batch carries beyond OpenAI's (docs/batch-api.md, "Per-batch status, cost and alarms"): the
 # official client's `openai.types.Batch` keeps unknown fields (its model allows extras: `batch.llm_batch`).
 SIDE_FIELD = "llm_batch"
+AT_RISK = "at_risk"  # its report while open, of a batch that would miss its window (at_risk.py)
 GPU_SHARE_BASIS = "job: its attempts' wall time on the run's GPU nodes x their price per hour (summary.json)"
 
 

@@ -11,8 +11,9 @@ double counts.
 
 What is published (names: workload.contract.metric_names; the `Stack` dimension alone, as every alarm reads):
 - every tick, after it: `BatchApiQueued` (validating) and `BatchApiRunning` (in_progress, finalizing,
-  cancelling), counted in the store; and `BatchApiFailed` / `BatchApiExpired`, the batches this tick closed so
-  (0 when none, so the graph shows the quiet ticks).
+  cancelling), counted in the store; `BatchApiAtRisk`, the open batches the tick found would not finish in
+  their window at the measured throughput (at_risk.py); and `BatchApiFailed` / `BatchApiExpired`, the batches
+  this tick closed so (0 when none, so the graph shows the quiet ticks).
 - after a request of the HTTP function that closed a batch (created failed: its file holds no request, or too
   many): that request's `BatchApiFailed`, alone.
 Each close is counted by the service whose write closed the batch (batches.BatchBook), and each line takes what
@@ -64,6 +65,7 @@ class QueueMetrics:
             mn.BATCH_API_RUNNING: sum(1 for status in statuses if status in ACTIVE),
             mn.BATCH_API_FAILED: closed["failed"],
             mn.BATCH_API_EXPIRED: closed["expired"],
+            mn.BATCH_API_AT_RISK: service.at_risk(),
         }
         return json.dumps(self.document(values, service.now() * 1000), sort_keys=True)
 

@@ -24,7 +24,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from workload.batch_api import objects
+from workload.batch_api import at_risk, objects
 from workload.batch_api.batch_index import DONE_KIND, ORDER_KIND, order_id
 from workload.batch_api.batches import BatchBook
 from workload.batch_api.executor import BatchRun, ExecutionChain, Executor
@@ -33,10 +33,12 @@ from workload.batch_api.idempotency import Claims
 from workload.batch_api.models import BatchRecord, NightEntry, Record
 from workload.batch_api.nights import Nights, entry_id
 from workload.batch_api.objects import ACTIVE, ApiError, batch_errors, not_found
-from workload.batch_api.records import Records, oldest_first
+from workload.batch_api.priorities import queue_order
+from workload.batch_api.records import Records
 from workload.batch_api.store import StoreConflict
 from workload.batch_api.unfinished import UNFINISHED, unfinished_lines
 from workload.batch_api.uploads import Uploads
+from workload.contract.batch_api_quotas import BatchApiQuotas
 from workload.contract.jsonl_lines import request_lines
 
 OUTPUT, ERRORS = "output.jsonl", "errors.jsonl"  # the job's files (workload/job/openai_files.py)
@@ -54,10 +56,18 @@ def _output_file_id(batch_id: str, kind: str) -> str:
 
 class Scheduler:
     def __init__(
-        self, records: Records, batches: BatchBook, executor: Executor, files: Files, uploads: Uploads
+        self,
+        records: Records,
+        batches: BatchBook,
+        executor: Executor,
+        files: Files,
+        uploads: Uploads,
+        quotas: BatchApiQuotas | None = None,
     ) -> None:
         self.records, self.store, self.batches, self.executor = records, records.store, batches, executor
         self.files, self.uploads = files, uploads
+        self.quotas = quotas or BatchApiQuotas()  # the priorities per key the queue is ordered by (priorities.py)
+        self.at_risk: dict[str, dict[str, Any]] = {}  # the last tick's reports, by batch id (at_risk.py)
         self.retention_s = files.limits.retention_s
         self.nights = Nights(records, self.retention_s)
         self.claims = Claims(records)
@@ -78,7 +88,22 @@ class Scheduler:
         self._recover_nights(now)
         if not running and not self.executor.occupied():
             self._start_next(open_)
+        self._report_at_risk(now)
         self._sweep(now, open_)
+
+    def _report_at_risk(self, now: int) -> None:
+        """Which open batches cannot finish in their window at the measured rate (at_risk.py), in the order they
+        will run: the running one first (not one being stopped), then the queue."""
+        open_ = self.batches.open_as_left()  # as this tick left them: no read
+        if not open_:  # an idle tick reads nothing more (infra/pricing/batch_api_requests.py bills what it reads)
+            self.at_risk = {}
+            return
+        running = [r for r in open_ if r.status in ("in_progress", "finalizing") and r.stop is None]
+        # The nights are not listed again: their rows are not known here (at_risk.py).
+        queued = queue_order([r for r in open_ if r.status == "validating"], self.quotas)
+        in_order = [*running, *(r for r in queued if isinstance(r, BatchRecord))]
+        self.at_risk = at_risk.assess(in_order, now, at_risk.rate(self.records))
+        at_risk.report(self.batches, open_, self.at_risk, now)
 
     def _recover_nights(self, now: int) -> None:
         """A night claimed for a start that never named its execution: its execution, found by name, if the start
@@ -108,11 +133,12 @@ class Scheduler:
         return BatchRun(record.id, self.store.uri(record.input_key), self.store.uri(record.output_key), record.endpoint)
 
     def _queue(self, open_: list[BatchRecord] | None = None) -> list[Record]:
-        """What waits for the GPUs, oldest first: queued batches and the schedule's queued nights (nights.py).
-        `open_`: the open batches as the tick read them (a claim checks each again by compare-and-swap)."""
+        """What waits for the GPUs, first to run first: queued batches and the schedule's queued nights
+        (nights.py), by priority, then the end of their window, then age (priorities.py). `open_`: the open
+        batches as the tick read them (a claim checks each again by compare-and-swap)."""
         batches = self.batches.open() if open_ is None else open_
         waiting: list[Record] = [r for r in batches if r.status == "validating"]
-        return oldest_first([*waiting, *self.nights.queued()])
+        return queue_order([*waiting, *self.nights.queued()], self.quotas)
 
     def _claim(self, record: BatchRecord) -> BatchRecord | None:
         """Take a queued batch for a run (validating -> in_progress, by compare-and-swap); None: it is gone (its
@@ -165,14 +191,14 @@ class Scheduler:
     ) -> dict[str, Any]:
         """The running execution's NextBatch step: its run ended well (or was skipped) and it still holds the GPUs.
 
-        Claims the oldest queued entry for it and answers `{"run": <the execution input of that run>}` (a batch's
-        `{"batch": ...}`, a night's `{"date": ...}`), so the same boot runs it; or `{"none": why}`, and the
-        execution releases the GPUs. `polls`: what the run that ended spent; the execution takes another run only
-        while its polls so far plus a whole run's (`max_polls`) stay within `poll_budget`, which keeps it inside
-        Step Functions' history limit (the machine's own timeout is set from the same budget,
-        infra/components/nightly.py). `asked`: when the execution entered its NextBatch step; a retry of that step
-        (the answer lost on its way) gets the answer already given, so no entry is claimed twice and none is left
-        claimed by a run that never comes."""
+        Claims the first queued entry (in the queue's order, priorities.py) for it and answers `{"run": <the
+        execution input of that run>}` (a batch's `{"batch": ...}`, a night's `{"date": ...}`), so the same boot
+        runs it; or `{"none": why}`, and the execution releases the GPUs. `polls`: what the run that ended spent;
+        the execution takes another run only while its polls so far plus a whole run's (`max_polls`) stay within
+        `poll_budget`, which keeps it inside Step Functions' history limit (the machine's own timeout is set from
+        the same budget, infra/components/nightly.py). `asked`: when the execution entered its NextBatch step; a
+        retry of that step (the answer lost on its way) gets the answer already given, so no entry is claimed
+        twice and none is left claimed by a run that never comes."""
         chain = self._chain()
         again = chain.answered(execution_arn, asked)
         if again is not None:
@@ -219,7 +245,7 @@ class Scheduler:
         front's function): the tick's own start, so the same executor path. Returns how the run stands
         (`running`, or `busy` when a run took the GPUs in between, which the next tick retries); refuses, in one
         line, a batch that is not queued, or a start while another run holds the GPUs (one job on them at a
-        time; the execution that holds them runs the queue next, oldest first)."""
+        time; the execution that holds them runs the queue next, in its order)."""
         records = self.batches.open()
         mine = self.batches.get(batch_id)
         if mine is None:
@@ -228,7 +254,7 @@ class Scheduler:
         if others:
             raise ApiError(409, f"batch {others[0]} is running; {batch_id} starts after it (one job on the GPUs)")
         if mine.status == "validating" and self.executor.occupied():
-            # The execution on the GPUs takes the queue, oldest first, when its run ends: the same boot.
+            # The execution on the GPUs takes the queue, in its order, when its run ends: the same boot.
             raise ApiError(409, f"a run holds the GPUs; {batch_id} stays queued and runs after it on the same boot")
 
         def begin(record: BatchRecord) -> None:
@@ -391,7 +417,9 @@ class Scheduler:
                 code, _, message = reason.partition(": ")
                 current.errors = batch_errors([{"code": code, "message": message}])
 
-        self.batches.update(batch_id, close)
+        written = self.batches.update(batch_id, close)
+        if written.status == "completed":  # the measure keeps one sample per batch: a second finish adds none
+            at_risk.record_run(self.records, batch_id, summary)
 
     # ---- retention ---------------------------------------------------------------------------------------------
 

@@ -7,8 +7,9 @@ decides the mapping: one project for every key, as OpenAI's keys of one project,
 
 The second half is the scheduler's (scheduler.py), called every second by the local server and by the tiers'
 schedule and state machine there: `tick` expires and deletes what is past its time, follows the batch that runs,
-and starts the oldest queued batch when none runs and the executor is not `occupied` (on the tiers an execution
-holding the GPUs takes the queue itself: `next_run`). Statuses are OpenAI's:
+and starts the first queued batch (by priority, then the end of its window: priorities.py) when none runs and the
+executor is not `occupied` (on the tiers an execution holding the GPUs takes the queue itself: `next_run`).
+Statuses are OpenAI's:
 
     validating --(its turn: the executor starts the job)--> in_progress --(every request answered)--> finalizing
         --(the job wrote its files)--> completed
@@ -51,6 +52,7 @@ from workload.batch_api.objects import (
     new_id,
 )
 from workload.batch_api.paging import checked_limit
+from workload.batch_api.priorities import asked_priority
 from workload.batch_api.quotas import Holdings, Quotas, check_request_bounds
 from workload.batch_api.records import Records
 from workload.batch_api.scheduler import Scheduler
@@ -81,11 +83,11 @@ class BatchService:
         self.batches = BatchBook(self.records)
         self.files = Files(self.records, self.limits)
         self.uploads = Uploads(self.records, self.files)
-        self.scheduler = Scheduler(self.records, self.batches, executor, self.files, self.uploads)
+        self.quotas = quotas or Quotas()
+        self.scheduler = Scheduler(self.records, self.batches, executor, self.files, self.uploads, self.quotas)
         # What a cancel calls to stop the batch's run: the scheduler's stop here; on AWS the internet-facing
         # function may not stop executions (issue 60), so its cancel hands the stop to the tick (lambda_front.py).
         self.stop_run: Callable[[str], None] = self.scheduler.stop
-        self.quotas = quotas or Quotas()
         self.holdings = Holdings(self.records, self.batches, self.quotas)
 
     @property
@@ -159,6 +161,7 @@ class BatchService:
         if completion_window not in COMPLETION_WINDOWS:
             raise ApiError(400, f"completion_window must be '24h', got {completion_window!r}", "completion_window")
         _check_metadata(metadata)
+        asked_priority(metadata, self.quotas.key_priority(owner))  # a batch may only lower its key's priority
         source = self.files.owned(owner, input_file_id, "input_file_id")
         if source.purpose != "batch":
             raise ApiError(
@@ -255,6 +258,10 @@ class BatchService:
     def take_closed(self) -> Counter[str]:
         """The batches closed since the last call, by status; the count starts again from zero."""
         return self.batches.take_closed()
+
+    def at_risk(self) -> int:
+        """How many open batches the last tick found at risk of missing their window (at_risk.py)."""
+        return len(self.scheduler.at_risk)
 
     def statuses(self) -> list[str]:
         """Every open batch's status as the last tick left them (read again only before any tick): the queue's

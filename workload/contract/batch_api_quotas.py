@@ -8,15 +8,19 @@ The service's checks are in workload/batch_api/quotas.py.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from workload.contract.batch_api_priorities import PrioritiesMixin, parse_priorities, priorities_text
 
 ENV_PREFIX = "LLM_BATCH_QUOTA_"
+PRIORITIES = "priorities"  # the one field that is not a count: a mapping (batch_api_priorities.py)
 
 
-class BatchApiQuotas(BaseModel):
+class BatchApiQuotas(PrioritiesMixin):
     """Per key (per owner: the key's tenant in key scope, the project in project scope); defaults for a team
-    sharing one GPU queue. Every value at least 1."""
+    sharing one GPU queue. Every count at least 1; the queue's priorities per key (PrioritiesMixin)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -43,11 +47,20 @@ class BatchApiQuotas(BaseModel):
     )
 
     @classmethod
+    def counts(cls) -> list[str]:
+        """The fields that are counts (each a positive integer): every one but `priorities`."""
+        return [name for name in cls.model_fields if name != PRIORITIES]
+
+    @classmethod
     def from_env(cls, env: Mapping[str, str]) -> BatchApiQuotas:
-        """The quotas set as LLM_BATCH_QUOTA_<FIELD> (LLM_BATCH_QUOTA_OPEN_BATCHES=20, ...); unset: the default.
-        A value that is not a positive integer is a ValueError naming the setting."""
-        given: dict[str, int] = {}
-        for name in cls.model_fields:
+        """The quotas set as LLM_BATCH_QUOTA_<FIELD> (LLM_BATCH_QUOTA_OPEN_BATCHES=20, ...,
+        LLM_BATCH_QUOTA_PRIORITIES=team-a=10,nightly=-5); unset: the default. A value that is not a positive
+        integer (or, for the priorities, not NAME=PRIORITY pairs) is a ValueError naming the setting."""
+        given: dict[str, Any] = {}
+        setting = ENV_PREFIX + PRIORITIES.upper()
+        if env.get(setting, "").strip():
+            given[PRIORITIES] = parse_priorities(env[setting], setting)
+        for name in cls.counts():
             setting = ENV_PREFIX + name.upper()
             value = env.get(setting, "").strip()
             if not value:
@@ -58,5 +71,9 @@ class BatchApiQuotas(BaseModel):
         return cls(**given)
 
     def env(self) -> dict[str, str]:
-        """The settings `from_env` reads: what the stack passes to the front."""
-        return {ENV_PREFIX + name.upper(): str(getattr(self, name)) for name in type(self).model_fields}
+        """The settings `from_env` reads: what the stack passes to the front (the priorities only when some are
+        set: unset reads as none)."""
+        settings = {ENV_PREFIX + name.upper(): str(getattr(self, name)) for name in type(self).counts()}
+        if self.priorities:
+            settings[ENV_PREFIX + PRIORITIES.upper()] = priorities_text(self.priorities)
+        return settings

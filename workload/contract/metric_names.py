@@ -122,7 +122,11 @@ BATCH_API_FAILED = MetricName("BatchApiFailed", "Count", Scope.STACK, "batches t
 BATCH_API_EXPIRED = MetricName(
     "BatchApiExpired", "Count", Scope.STACK, "batches that became expired (24 h window over) since the last line"
 )
-BATCH_API_METRICS = (BATCH_API_QUEUED, BATCH_API_RUNNING, BATCH_API_FAILED, BATCH_API_EXPIRED)
+# Open batches that the measured throughput would not finish inside their window (workload/batch_api/at_risk.py).
+BATCH_API_AT_RISK = MetricName(
+    "BatchApiAtRisk", "Count", Scope.STACK, "open batches that would not finish in their window at the measured rate"
+)
+BATCH_API_METRICS = (BATCH_API_QUEUED, BATCH_API_RUNNING, BATCH_API_FAILED, BATCH_API_EXPIRED, BATCH_API_AT_RISK)
 
 # The account-wide billing metric (AWS publishes it, in us-east-1 only).
 BILLING_NAMESPACE = "AWS/Billing"
