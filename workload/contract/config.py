@@ -17,6 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from workload.contract.images import ImageInputSettings
 from workload.contract.metric_names import ALARM_PERIOD_S
 from workload.contract.reasoning import AUTO, check_reasoning_parser, resolve_reasoning_parser
 from workload.contract.tool_calls import check_tool_parser, resolve_tool_parser
@@ -31,7 +32,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class InputConfig(_Strict):
+class InputConfig(ImageInputSettings, _Strict):
     uri: str = Field(description="Local file or folder, or s3://bucket/prefix, holding the prompts.")
     format: Literal["auto", "jsonl", "parquet", "openai"] = Field(
         "auto",
