@@ -4,7 +4,8 @@ Why Idefics3: vLLM serves it (`Idefics3ForConditionalGeneration`) and its proces
 (transformers' `Idefics3ImageProcessorPil`), so it runs on the CPU set, which leaves torchvision out on purpose
 (docs/development.md); Qwen2-VL's and LLaVA's processors need torchvision. The text side is the tiny text model's
 shape and tokenizer (workload/engine/tiny_model.py) with Idefics3's image tokens added. Images are not split into
-tiles (`do_image_splitting` off), so every image costs the same tokens: `image_tokens_per_image()`.
+tiles (`do_image_splitting` off), so every image costs the same tokens: what engine-plan's image count gives for
+its config (workload/contract/vision_shape.py).
 """
 
 from __future__ import annotations
@@ -39,12 +40,6 @@ _CHAT_TEMPLATE = (
     "{% endfor %}{% endif %}</s>\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
-
-
-def image_tokens_per_image() -> int:
-    """The prompt tokens one image adds, placeholder replaced: `<fake_token_around_image><global-img>`, the image's
-    tokens, `<fake_token_around_image>`, less the one `<image>` the template wrote."""
-    return IMAGE_SEQ_LEN + 3 - 1
 
 
 def _build(target: Path, text_model: Path) -> None:
