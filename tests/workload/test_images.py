@@ -151,6 +151,7 @@ def test_the_stage_fetches_data_urls_and_files_under_the_prefix_and_decodes_them
         (png()[:40], "invalid_image", "not a readable image"),  # a truncated PNG fails at decode, not at open
         (png(64, 64) + b"\0" * 2048, "image_too_large", "max_image_bytes=1024"),
     ],
+    ids=["not-an-image", "truncated", "too-large"],
 )
 def test_a_bad_file_is_its_rows_error(tmp_path: Path, data: bytes, error_type: str, words: str) -> None:
     (tmp_path / "images").mkdir()
@@ -184,3 +185,11 @@ def test_the_plan_counts_image_tokens_by_family() -> None:
         vision_plan({"model_type": "llama"}, 1, 512)
     with pytest.raises(SizingError, match="mllama"):
         vision_plan({"model_type": "mllama", "vision_config": {}}, 1, 512)
+
+
+def test_a_batch_api_batch_never_reads_the_servers_image_prefix() -> None:
+    from workload.batch_api.executor import BatchRun, job_config
+
+    base = {**BASE, "input": {"uri": "x", "image_prefix": "s3://shared/images/"}}
+    config = build_config(job_config(base, BatchRun("batch_1", "/in.jsonl", "/out", CHAT_URL)))
+    assert config.input.image_prefix is None  # data: URLs only: no tenant reads another's objects
