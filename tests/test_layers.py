@@ -130,6 +130,8 @@ WORKLOAD_FOR_INFRA = {
     "workload.contract.batch_api_quotas",
     "workload.contract.reasoning",
     "workload.contract.tool_calls",
+    "workload.contract.images",  # the input's image settings, a mixin of InputConfig (issue 57)
+    "workload.contract.vision_shape",  # engine-plan's vision encoder and image tokens, from config.json alone
 }
 
 
