@@ -193,3 +193,35 @@ def test_a_batch_api_batch_never_reads_the_servers_image_prefix() -> None:
     base = {**BASE, "input": {"uri": "x", "image_prefix": "s3://shared/images/"}}
     config = build_config(job_config(base, BatchRun("batch_1", "/in.jsonl", "/out", CHAT_URL)))
     assert config.input.image_prefix is None  # data: URLs only: no tenant reads another's objects
+
+
+def test_engine_plan_with_images_sizes_the_encoder_and_the_rows_image_tokens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+
+    from workload.cli import engine_plan
+
+    config = {
+        "architectures": ["Idefics3ForConditionalGeneration"],
+        "model_type": "idefics3",
+        "scale_factor": 4,
+        "vision_config": {"image_size": 512, "patch_size": 16, "hidden_size": 768, "num_hidden_layers": 12},
+        "text_config": {
+            "model_type": "llama", "hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,
+            "num_key_value_heads": 3, "vocab_size": 49280, "max_position_embeddings": 8192,
+        },
+    }  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    parser = argparse.ArgumentParser()
+    engine_plan.add_arguments(parser)
+    base = ["--model", str(tmp_path), "--gpu", "l4"]
+    assert engine_plan.run(parser.parse_args(base)) == 0
+    text = json.loads(capsys.readouterr().out)
+    assert "vision" not in text
+    assert engine_plan.run(parser.parse_args([*base, "--images-per-row", "2", "--image-size", "512"])) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["vision"]["image_tokens_per_row"] == 2 * 67
+    assert plan["row_tokens"] == text["row_tokens"] + 2 * 67
+    assert plan["vision"]["encoder_parameters_m"] > 80  # SigLIP-base's 12 layers of 768: about 86 M
+    assert plan["kv_cache_tokens"] < text["kv_cache_tokens"]  # the encoder's weights take their share
