@@ -186,6 +186,9 @@ def engine_kwargs(config: JobConfig, seeded: bool | None = None, keep_auto: bool
         # request, and only with a named backend: xgrammar, what "auto" picks): shorter answers, and a small model
         # cannot pad an object past max_tokens before closing it.
         "structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True},
+        # A vision model's engine profiles its encoder with this many images a prompt (vLLM's default: 999), and no
+        # row carries more (workload/files/images.py). A text model's engine ignores it.
+        "limit_mm_per_prompt": {"image": config.input.max_images_per_row},
     }
     if config.model.reasoning is not None:
         # Where vLLM 0.32 takes its reasoning parser (`--reasoning-parser` sets this same field): the grammar of a
