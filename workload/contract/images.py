@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, field_validator
 # An image's bytes travel in Ray's object store beside its row until the engine reads them: a bound keeps one row
 # from filling a worker's memory, as max_record_bytes bounds a line.
 DEFAULT_MAX_IMAGE_BYTES = 8 << 20
+DEFAULT_MAX_IMAGES_PER_ROW = 4
 
 
 class ImageInputSettings(BaseModel):
@@ -23,7 +24,7 @@ class ImageInputSettings(BaseModel):
         "host is ever fetched. None: `data:` URLs only.",
     )
     max_images_per_row: int = Field(
-        4,
+        DEFAULT_MAX_IMAGES_PER_ROW,
         ge=1,
         le=64,
         description="Most images one row may carry (its messages' image_url parts, or its `images` column). More "

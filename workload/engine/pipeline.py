@@ -20,6 +20,7 @@ from ray.data.llm import Processor, build_processor, vLLMEngineProcessorConfig
 
 from workload import failpoints
 from workload.contract.config import JobConfig, ModelConfig
+from workload.contract.images import DEFAULT_MAX_IMAGES_PER_ROW
 from workload.engine.auto_settings import without_gpu_sizing
 from workload.engine.choices import CACHED_COLUMN, CHOICES_COLUMN, FINISH_COLUMN
 from workload.engine.feed import Feed, plan_feed
@@ -186,10 +187,13 @@ def engine_kwargs(config: JobConfig, seeded: bool | None = None, keep_auto: bool
         # request, and only with a named backend: xgrammar, what "auto" picks): shorter answers, and a small model
         # cannot pad an object past max_tokens before closing it.
         "structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True},
-        # A vision model's engine profiles its encoder with this many images a prompt (vLLM's default: 999), and no
-        # row carries more (workload/files/images.py). A text model's engine ignores it.
-        "limit_mm_per_prompt": {"image": config.input.max_images_per_row},
     }
+    # A vision model's engine profiles its encoder with this many images a prompt (vLLM's default: 999), and no row
+    # carries more (workload/files/images.py); a text model's engine ignores it. The endpoint's config
+    # (workload/contract/serve_config.py) has no input: the default, so its engine stays the job's.
+    job_input = getattr(config, "input", None)
+    images = job_input.max_images_per_row if job_input is not None else DEFAULT_MAX_IMAGES_PER_ROW
+    kwargs["limit_mm_per_prompt"] = {"image": images}
     if config.model.reasoning is not None:
         # Where vLLM 0.32 takes its reasoning parser (`--reasoning-parser` sets this same field): the grammar of a
         # structured output then starts after the thinking ends, and the engine stage splits answers with the same

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from workload.contract.images import DEFAULT_MAX_IMAGE_BYTES
+from workload.contract.images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGES_PER_ROW
 
 IMAGES_KEY = "images"
 # The column a row's image urls ride on (JSON list) from validation to the image stage.
@@ -58,7 +58,7 @@ class ImageRules:
 
 
 # InputConfig's defaults (workload/contract/images.py): data: URLs only.
-ImageRules.DEFAULT = ImageRules(None, 4, DEFAULT_MAX_IMAGE_BYTES)
+ImageRules.DEFAULT = ImageRules(None, DEFAULT_MAX_IMAGES_PER_ROW, DEFAULT_MAX_IMAGE_BYTES)
 
 
 def content_parts(content: list[Any], where: str) -> tuple[list[dict[str, Any]] | str, list[str]]:
