@@ -58,6 +58,15 @@ def test_an_image_url_part_stays_in_place_and_its_url_rides_on_the_row() -> None
     assert "_image_urls" not in row.passthrough
 
 
+def test_an_image_rows_other_messages_become_text_parts_for_templates_that_loop_over_parts() -> None:
+    raw = {"id": "n1", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]}
+    row = _validated(json.dumps({**raw, "images": [data_url(png())]}).encode(), openai=False)
+    assert isinstance(row, ValidRow) and row.messages is not None
+    assert row.messages[0] == {"role": "system", "content": [{"type": "text", "text": "Be brief."}]}
+    plain = _validated(json.dumps(raw).encode(), openai=False)
+    assert isinstance(plain, ValidRow) and plain.messages == raw["messages"]  # a text row renders as before
+
+
 def test_a_text_only_parts_array_reads_as_before() -> None:
     row = _validated(_line([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]))
     assert isinstance(row, ValidRow) and row.messages == [{"role": "user", "content": "ab"}] and row.images is None

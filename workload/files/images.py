@@ -100,6 +100,19 @@ def with_row_images(messages: list[dict[str, Any]], count: int) -> list[dict[str
     return [*messages[:last], placed, *messages[last + 1 :]]
 
 
+def as_parts(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An image row's messages with every plain string content as one text part: VLM templates that loop over
+    parts (SmolVLM's) would drop a string's text silently, and the ones that take both (Qwen2.5-VL's) read parts
+    the same. Tool-call turns keep their own shape (workload/files/tools.py)."""
+    plain = ("system", "user", "assistant")
+    return [
+        {**m, "content": [{"type": "text", "text": m["content"]}]}
+        if isinstance(m.get("content"), str) and m["role"] in plain and not m.get("tool_calls")
+        else m
+        for m in messages
+    ]
+
+
 def row_images(value: Any) -> list[str]:
     """A native row's `images` column: a list of url strings."""
     if not isinstance(value, list) or not all(isinstance(u, str) for u in value):

@@ -30,6 +30,7 @@ from workload.files.images import (
     IMAGES_KEY,
     ImageRefused,
     ImageRules,
+    as_parts,
     check_urls,
     row_images,
     with_row_images,
@@ -352,7 +353,9 @@ def _images(
     if image_parts(messages) != len(urls):
         raise ImageRefused("invalid_messages", f"{image_parts(messages)} image parts for {len(urls)} images")
     check_urls(urls, rules)
-    return messages, (urls or None)
+    if not urls:
+        return messages, None
+    return as_parts(messages or []), urls
 
 
 def _embed_row(
