@@ -60,7 +60,7 @@ REFUSED: dict[str, tuple[str, tuple[Any, ...]]] = {
     "safety_identifier": ("the job runs no moderation to tie an identifier to", ()),
     "moderation": ("the job runs no moderation", ()),
     "access_programs": ("OpenAI's account programs have no meaning here", ()),
-    "image": ("the job answers text: image inputs and outputs are refused", ()),
+    "image": ("the job makes no images; it reads them on /v1/chat/completions lines (image_url parts)", ()),
     "background_options": ("every batch line already runs in the background", ()),
 }
 _FUNCTION_KEYS = frozenset({"type", "name", "description", "parameters", "strict"})
