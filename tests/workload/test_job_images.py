@@ -67,6 +67,8 @@ def test_an_image_reaches_the_model_counted_in_its_prompt_tokens(tmp_path: Path)
         input={"uri": str(inputs), "image_prefix": str(images), "max_images_per_row": 2},
         model={"source": str(model), "cache_dir": str(cache)},
         sampling={"max_tokens": 2, "temperature": 0.0},
+        # The GPUs' layout: Ray's tokenize stage on, whose token ids an image row drops (image_stage.with_images).
+        stages={"batch_size": 4, "tokenize_on_cpu": True},
     )
 
     code, log = run_job(["run", "--config", str(config)])
