@@ -67,6 +67,21 @@ def test_an_image_rows_other_messages_become_text_parts_for_templates_that_loop_
     assert isinstance(plain, ValidRow) and plain.messages == raw["messages"]  # a text row renders as before
 
 
+def test_a_responses_input_image_is_read_as_chats_image_url_part() -> None:
+    from workload.files.openai_batch import to_row
+    from workload.files.responses import RESPONSES_URL
+
+    url = data_url(png())
+    item = {
+        "role": "user",
+        "content": [{"type": "input_text", "text": "What?"}, {"type": "input_image", "image_url": url}],
+    }
+    line = {"custom_id": "r1", "method": "POST", "url": RESPONSES_URL, "body": {"model": "llm-batch", "input": [item]}}
+    row = to_row(line, OpenAIDialect(RESPONSES_URL, frozenset({"llm-batch"})))
+    assert row["messages"] == [{"role": "user", "content": [{"type": "text", "text": "What?"}, {"type": "image"}]}]
+    assert row["_image_urls"] == [url]
+
+
 def test_a_text_only_parts_array_reads_as_before() -> None:
     row = _validated(_line([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]))
     assert isinstance(row, ValidRow) and row.messages == [{"role": "user", "content": "ab"}] and row.images is None
