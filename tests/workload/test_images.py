@@ -249,3 +249,10 @@ def test_engine_plan_with_images_sizes_the_encoder_and_the_rows_image_tokens(
     assert plan["row_tokens"] == text["row_tokens"] + 2 * 67
     assert plan["vision"]["encoder_parameters_m"] > 80  # SigLIP-base's 12 layers of 768: about 86 M
     assert plan["kv_cache_tokens"] < text["kv_cache_tokens"]  # the encoder's weights take their share
+
+
+def test_the_image_settings_change_the_output_hash_only_when_set() -> None:
+    base = build_config({**BASE, "input": {"uri": "in/"}})
+    assert "image_prefix" not in base.output_affecting()["input"]  # a night begun before images still resumes
+    limited = build_config({**BASE, "input": {"uri": "in/", "max_images_per_row": 1}})
+    assert limited.output_hash() != base.output_hash()

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from workload.contract.images import ImageInputSettings
+from workload.contract.images import IMAGE_FIELDS, ImageInputSettings
 from workload.contract.metric_names import ALARM_PERIOD_S
 from workload.contract.reasoning import AUTO, check_reasoning_parser, resolve_reasoning_parser
 from workload.contract.tool_calls import check_tool_parser, resolve_tool_parser
@@ -479,6 +479,7 @@ class JobConfig(_Strict):
 LATER_FIELDS = frozenset(
     {"n", "logprobs", "structured_outputs", "logit_bias", "max_record_bytes", "openai_url"}
     | {"min_p", "stop_token_ids", "include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens"}
+    | IMAGE_FIELDS
 )
 
 

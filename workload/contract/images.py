@@ -12,6 +12,9 @@ from pydantic import BaseModel, Field, field_validator
 # from filling a worker's memory, as max_record_bytes bounds a line.
 DEFAULT_MAX_IMAGE_BYTES = 8 << 20
 DEFAULT_MAX_IMAGES_PER_ROW = 4
+# Output-affecting, and later than the first outputs: left out of the output hash at their defaults
+# (config.LATER_FIELDS), so a night begun before images existed still resumes.
+IMAGE_FIELDS = frozenset({"image_prefix", "max_images_per_row", "max_image_bytes"})
 
 
 class ImageInputSettings(BaseModel):
