@@ -132,6 +132,8 @@ WORKLOAD_FOR_INFRA = {
     "workload.contract.batch_api_priorities",  # mixed into batch_api_quotas: the stack's priorities per key
     "workload.contract.reasoning",
     "workload.contract.tool_calls",
+    "workload.contract.images",  # the input's image settings, a mixin of InputConfig (issue 57)
+    "workload.contract.vision_shape",  # engine-plan's vision encoder and image tokens, from config.json alone
 }
 
 

@@ -78,7 +78,13 @@ def test_a_chat_request_maps_onto_the_native_row_one_to_one() -> None:
         (_line(store=True), "store", "invalid_request"),
         (_line(model="gpt-5"), "model", "model_not_found"),
         (_line(url=COMPLETIONS_URL), "url", "invalid_request"),
-        (_line(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]), None, None),
+        # Images only in a user's content (issue 57), each with a url; a system message's parts are text.
+        (_line(messages=[{"role": "system", "content": [{"type": "image_url", "image_url": {}}]}]), None, None),
+        (
+            _line(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]),
+            "messages[0].content[0]",
+            "invalid_image",
+        ),
         (_line(messages=[{"role": "tool", "content": "x"}]), "messages[0].tool_call_id", "invalid_request"),
         (_line(messages=[{"role": "function", "content": "x"}]), "messages[0].role", "invalid_request"),
         (_line(top_logprobs=2), "top_logprobs", "invalid_request"),

@@ -134,6 +134,9 @@ def job_config(base: dict[str, Any], run: BatchRun) -> dict[str, Any]:
     """The job config of one batch: the server's base config with the batch's input, endpoint and output."""
     config = yaml.safe_load(yaml.safe_dump(base)) or {}
     config["input"] = {**config.get("input", {}), "uri": run.input_uri, "format": "openai", "openai_url": run.endpoint}
+    # A batch's images are its own `data:` URLs: the server's image prefix is no tenant's, and a key under it
+    # would let one caller have the model describe an object it never uploaded (docs/batch-api.md, "Images").
+    config["input"]["image_prefix"] = None
     config["output"] = {**config.get("output", {}), "uri": run.output_uri}
     config.setdefault("resume", {})["mode"] = "resume"  # a restarted server resumes; it never starts over
     return config

@@ -7,9 +7,19 @@ fit; exit 2 for a source with no readable config.json.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
-from workload.contract.engine_sizing import DEFAULT_ROW_TOKENS, ModelShape, SizingError, gpu_kinds, plan_engine
+from workload.contract.engine_sizing import (
+    DEFAULT_ROW_TOKENS,
+    MIB,
+    ModelShape,
+    SizingError,
+    gpu_kind,
+    gpu_kinds,
+    plan_engine,
+)
+from workload.contract.vision_shape import VisionPlan, encoder_weight_bytes, vision_plan
 
 EXIT_CANNOT_FIT = 1
 EXIT_BAD_SOURCE = 2
@@ -25,13 +35,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.90, help="vLLM's share of GPU memory")
     parser.add_argument("--tensor-parallel-size", type=int, help="pin it (default: the fastest layout that fits)")
+    parser.add_argument("--images-per-row", type=int, default=0, help="a vision model's images in a typical row")
+    parser.add_argument("--image-size", type=int, default=512, help="their side in pixels, square (default 512)")
 
 
 def run(args: argparse.Namespace) -> int:
     from workload.engine.auto_settings import model_config_json
 
+    name = args.model.rstrip("/").rsplit("/", 1)[-1]
     try:
-        shape = ModelShape.from_config(model_config_json(args.model), args.model.rstrip("/").rsplit("/", 1)[-1])
+        config = model_config_json(args.model)
+        shape = ModelShape.from_config(config, name)
+        vision = vision_plan(config, args.images_per_row, args.image_size, name) if args.images_per_row else None
     except SizingError as error:
         print(f"llm-batch: {error}", file=sys.stderr)
         return EXIT_BAD_SOURCE
@@ -42,11 +57,25 @@ def run(args: argparse.Namespace) -> int:
             args.gpus,
             max_model_len=args.max_model_len,
             gpu_memory_utilization=args.gpu_memory_utilization,
-            row_tokens=args.row_tokens,
+            **_with_images(vision, args),
             tensor_parallel_size=args.tensor_parallel_size,
         )
     except SizingError as error:
         print(f"llm-batch: {error}", file=sys.stderr)
         return EXIT_CANNOT_FIT
-    print(plan.model_dump_json(indent=2))
+    print(json.dumps({**plan.model_dump(), **({"vision": vision.model_dump()} if vision else {})}, indent=2))
     return 0
+
+
+def _with_images(vision: VisionPlan | None, args: argparse.Namespace) -> dict[str, int]:
+    """A row's image tokens join its prompt (so row_tokens), and the encoder's weights leave the GPU memory the
+    language model and its KV cache are sized from (every GPU holds the encoder: vLLM does not shard small ones)."""
+    if vision is None:
+        return {"row_tokens": args.row_tokens}
+    prompt = args.row_tokens * 2 // 3 + vision.image_tokens_per_row  # plan_engine's default prompt share, plus images
+    memory = gpu_kind(args.gpu).cuda_total_mib * MIB - encoder_weight_bytes(vision)
+    return {
+        "row_tokens": args.row_tokens + vision.image_tokens_per_row,
+        "prompt_tokens": prompt,
+        "memory_bytes": memory,
+    }

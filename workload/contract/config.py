@@ -17,6 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from workload.contract.images import IMAGE_FIELDS, ImageInputSettings
 from workload.contract.metric_names import ALARM_PERIOD_S
 from workload.contract.parser_choice import AUTO
 from workload.contract.reasoning import check_reasoning_parser, resolve_reasoning_parser
@@ -32,7 +33,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class InputConfig(_Strict):
+class InputConfig(ImageInputSettings, _Strict):
     uri: str = Field(description="Local file or folder, or s3://bucket/prefix, holding the prompts.")
     format: Literal["auto", "jsonl", "parquet", "openai"] = Field(
         "auto",
@@ -479,6 +480,7 @@ class JobConfig(_Strict):
 LATER_FIELDS = frozenset(
     {"n", "logprobs", "structured_outputs", "logit_bias", "max_record_bytes", "openai_url"}
     | {"min_p", "stop_token_ids", "include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens"}
+    | IMAGE_FIELDS
 )
 
 

@@ -56,6 +56,7 @@ from workload.engine.auto_settings import (
     settled_summary,
 )
 from workload.engine.choices import engine_columns
+from workload.engine.image_stage import with_images
 from workload.engine.model_source import compile_cache_env
 from workload.engine.node_stages import local_model
 from workload.engine.reasoning import ROW_TEMPLATE_KWARGS, send_template_kwargs, splitter_for
@@ -229,6 +230,7 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
                     raise VLLM_FATAL_ERRORS[0]() from RuntimeError(
                         f"failpoint {failpoints.ENGINE_CRASH_ON_ROW}: row {row.get('id')!r}"
                     )
+                with_images(row)
                 chat_kwargs = row.get(TEMPLATE_KWARGS_COLUMN)  # set on chat rows only (pipeline.ApplyChatTemplate)
                 ROW_TEMPLATE_KWARGS.set(chat_kwargs)  # this row's task's own value, read as its request is sent
                 tools_json = row.get(TOOLS_COLUMN) if splitter is not None else None

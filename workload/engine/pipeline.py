@@ -20,12 +20,15 @@ from ray.data.llm import Processor, build_processor, vLLMEngineProcessorConfig
 
 from workload import failpoints
 from workload.contract.config import JobConfig, ModelConfig
+from workload.contract.images import DEFAULT_MAX_IMAGES_PER_ROW
 from workload.engine.auto_settings import without_gpu_sizing
 from workload.engine.choices import CACHED_COLUMN, CHOICES_COLUMN, FINISH_COLUMN
 from workload.engine.feed import Feed, plan_feed
 from workload.engine.guard import GuardedEngineUDF
+from workload.engine.image_stage import IMAGE_BYTES_COLUMN, ImageFetcher, error_text
 from workload.engine.model_source import is_hub_id, model_label
 from workload.engine.node_stages import NodeDetokenizeUDF, NodeTokenizeUDF, local_model
+from workload.files.images import IMAGES_COLUMN, ImageRefused, ImageRules
 from workload.files.results import (
     CHAT_TEMPLATE_PREFIX,
     ENGINE_CALIBRATION_COLUMN,
@@ -65,10 +68,13 @@ class ApplyChatTemplate:
     (`__inference_error__`, which every later Ray Data LLM stage passes through untouched).
     """
 
-    def __init__(self, model_config: dict[str, Any]) -> None:
+    def __init__(self, model_config: dict[str, Any], image_rules: ImageRules = ImageRules.DEFAULT) -> None:
         from transformers import AutoTokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(local_model(model_config))
+        self.folder = local_model(model_config)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
+        self.image_rules = image_rules
+        self.images: ImageFetcher | None = None  # made at the first image row: a text night never reads the config
         # The tokenize stage adds the tokenizer's special tokens; a template that writes the BOS itself would
         # give chat rows two. Strip the template's copy where the tokenizer adds its own.
         bos = self.tokenizer.bos_token
@@ -113,16 +119,23 @@ class ApplyChatTemplate:
         tools = (
             batch.column(TOOLS_COLUMN).to_pylist() if TOOLS_COLUMN in batch.column_names else [None] * batch.num_rows
         )
+        urls = (
+            batch.column(IMAGES_COLUMN).to_pylist() if IMAGES_COLUMN in batch.column_names else [None] * batch.num_rows
+        )
         chat_kwargs: list[str | None] = []
-        for prompt, messages_json, kwargs_json, tools_json, error in zip(
+        fetched: list[list[bytes] | None] = []
+        for prompt, messages_json, kwargs_json, tools_json, error, urls_json in zip(
             batch.column("prompt").to_pylist(),
             batch.column("messages_json").to_pylist(),
             given,
             tools,
             earlier,
+            urls,
             strict=True,
         ):
             error = error or ""
+            images, error = self.fetch_images(urls_json, error)
+            fetched.append(images)
             if messages_json is not None and not error:
                 try:
                     prompt = self.render(messages_json, kwargs_json, tools_json)
@@ -133,14 +146,26 @@ class ApplyChatTemplate:
             # From here the column marks the chat rows ("{}": the template's defaults), the ones whose answers
             # the engine stage reads for thinking (workload/engine/reasoning.py), as vLLM reads chat answers only.
             chat_kwargs.append((kwargs_json or "{}") if messages_json is not None else None)
-        dropped = ("messages_json", ERROR_COLUMN, TEMPLATE_KWARGS_COLUMN, TOOLS_COLUMN)
+        dropped = ("messages_json", ERROR_COLUMN, TEMPLATE_KWARGS_COLUMN, TOOLS_COLUMN, IMAGES_COLUMN)
         batch = batch.drop_columns([c for c in dropped if c in batch.column_names])
         index = batch.schema.get_field_index("prompt")
         batch = batch.set_column(index, "prompt", pa.array(prompts, pa.string()))
         batch = batch.append_column(TEMPLATE_KWARGS_COLUMN, pa.array(chat_kwargs, pa.string()))
         # Kept for the engine stage, which forces and reads the calls (workload/engine/reasoning.py).
         batch = batch.append_column(TOOLS_COLUMN, pa.array(tools, pa.string()))
+        batch = batch.append_column(IMAGE_BYTES_COLUMN, pa.array(fetched, pa.list_(pa.binary())))
         return batch.append_column(ERROR_COLUMN, pa.array(errors, pa.string()))
+
+    def fetch_images(self, urls_json: str | None, error: str) -> tuple[list[bytes] | None, str]:
+        """A row's images (workload/engine/image_stage.py), or its error; a row that failed earlier keeps its own."""
+        if urls_json is None or error:
+            return None, error
+        if self.images is None:
+            self.images = ImageFetcher(self.folder, self.image_rules)
+        try:
+            return self.images.fetch(urls_json), ""
+        except ImageRefused as refused:
+            return None, error_text(refused)
 
 
 def engine_kwargs(config: JobConfig, seeded: bool | None = None, keep_auto: bool = False) -> dict[str, Any]:
@@ -163,6 +188,12 @@ def engine_kwargs(config: JobConfig, seeded: bool | None = None, keep_auto: bool
         # cannot pad an object past max_tokens before closing it.
         "structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True},
     }
+    # A vision model's engine profiles its encoder with this many images a prompt (vLLM's default: 999), and no row
+    # carries more (workload/files/images.py); a text model's engine ignores it. The endpoint's config
+    # (workload/contract/serve_config.py) has no input: the default, so its engine stays the job's.
+    job_input = getattr(config, "input", None)
+    images = job_input.max_images_per_row if job_input is not None else DEFAULT_MAX_IMAGES_PER_ROW
+    kwargs["limit_mm_per_prompt"] = {"image": images}
     if config.model.reasoning is not None:
         # Where vLLM 0.32 takes its reasoning parser (`--reasoning-parser` sets this same field): the grammar of a
         # structured output then starts after the thinking ends, and the engine stage splits answers with the same
@@ -393,7 +424,7 @@ def engine_batches(
     if chat_template:
         templated = dataset.map_batches(
             ApplyChatTemplate,
-            fn_constructor_kwargs={"model_config": model_config},
+            fn_constructor_kwargs={"model_config": model_config, "image_rules": ImageRules.of(config.input)},
             batch_size=stages.batch_size,
             num_cpus=stages.num_cpus,
             compute=ray.data.ActorPoolStrategy(size=cpu_stage_actors(config)),

@@ -21,7 +21,10 @@ What maps one to one (docs/job.md, "Coming from OpenAI Batch"):
   a model trained for shorter vectors, Matryoshka; elsewhere the line's error names it). Token-id inputs are refused;
 - responses (`/v1/responses`, issue 56): translated into a chat line by workload/files/responses.py and read as one.
 
-Everything else a request can name (`stream`, `store`, `prediction`, `audio`, image parts,
+- chat: `image_url` content parts in user messages (`data:` URLs, or keys under `input.image_prefix`), kept in
+  place as the template's image parts, their urls on the row (workload/files/images.py, issue 57).
+
+Everything else a request can name (`stream`, `store`, `prediction`, `audio`, file parts,
 ...) is refused as the line's error, naming the parameter: the engine would not honour it, and ignoring it would
 hand back an answer to another question.
 """
@@ -33,7 +36,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from workload.files import responses, tools, vllm_fields
+from workload.files import images, responses, tools, vllm_fields
 from workload.files.responses import RESPONSES_URL
 from workload.files.template_args import check_kwargs, with_effort
 
@@ -195,6 +198,9 @@ def _body_row(custom_id: str, url: str, body: dict[str, Any], dialect: OpenAIDia
     row: dict[str, Any] = {"id": custom_id, "sampling_params": sampling}
     if url == CHAT_URL:
         row["messages"] = _messages(body.get("messages"))
+        urls = [u for m in row["messages"] for u in m.pop(images.URLS_FIELD, [])]
+        if urls:
+            row[images.IMAGE_URLS_KEY] = urls
         template = _template_kwargs(body)
         if template is not None:
             row[TEMPLATE_KWARGS_KEY] = template
@@ -295,7 +301,15 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
             except tools.ToolsRefused as refused:
                 raise RequestRefused(str(refused), refused.field) from None
             continue
-        out.append({"role": role, "content": _text(message.get("content"), f"{where}.content")})
+        content = message.get("content")
+        if role == "user" and isinstance(content, list):
+            try:
+                parts, urls = images.content_parts(content, f"{where}.content")
+            except images.ImageRefused as refused:
+                raise RequestRefused(refused.message, refused.field, refused.error_type) from None
+            out.append({"role": role, "content": parts, images.URLS_FIELD: urls})
+            continue
+        out.append({"role": role, "content": _text(content, f"{where}.content")})
     return out
 
 

@@ -60,7 +60,7 @@ REFUSED: dict[str, tuple[str, tuple[Any, ...]]] = {
     "safety_identifier": ("the job runs no moderation to tie an identifier to", ()),
     "moderation": ("the job runs no moderation", ()),
     "access_programs": ("OpenAI's account programs have no meaning here", ()),
-    "image": ("the job answers text: image inputs and outputs are refused", ()),
+    "image": ("the job makes no images; it reads them on /v1/chat/completions lines (image_url parts)", ()),
     "background_options": ("every batch line already runs in the background", ()),
 }
 _FUNCTION_KEYS = frozenset({"type", "name", "description", "parameters", "strict"})
@@ -238,14 +238,33 @@ def _message(item: Any, where: str) -> dict[str, Any]:
         return {"role": role, "content": content}
     if not isinstance(content, list) or not content:
         raise Refused(f"{where}.content must be a string or a non-empty array of text parts", f"{where}.content")
-    texts = []
+    parts: list[dict[str, Any]] = []
     for index, part in enumerate(content):
         part_where = f"{where}.content[{index}]"
+        if role == "user" and isinstance(part, dict) and part.get("type") == "input_image":
+            parts.append(_image_part(part, part_where))
+            continue
         if not isinstance(part, dict) or part.get("type") not in _TEXT_PARTS or not isinstance(part.get("text"), str):
             kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-            raise Refused(f"{part_where} is a {kind!r} part; only input_text and output_text are supported", part_where)
-        texts.append(part["text"])
-    return {"role": role, "content": "".join(texts)}
+            message = f"{part_where} is a {kind!r} part; only input_text, output_text and input_image are supported"
+            raise Refused(message, part_where)
+        parts.append({"type": "text", "text": part["text"]})
+    if any(p["type"] == "image_url" for p in parts):
+        return {"role": role, "content": parts}  # chat's image_url parts, read as chat reads them (files/images.py)
+    return {"role": role, "content": "".join(p["text"] for p in parts)}
+
+
+def _image_part(part: dict[str, Any], where: str) -> dict[str, Any]:
+    """An `input_image` part as chat's `image_url` part (issue 57): a url (`data:` or under input.image_prefix);
+    an uploaded file's `file_id` is not served (docs/batch-api.md, "Images")."""
+    if part.get("file_id") is not None:
+        raise Refused(f"{where}.file_id is not served: give the image as image_url (a data: URL)", f"{where}.file_id")
+    extra = sorted(set(part) - {"type", "image_url", "detail"})
+    if extra:
+        raise Refused(f"{where}.{extra[0]} is not supported by this batch job", f"{where}.{extra[0]}")
+    if not isinstance(part.get("image_url"), str):
+        raise Refused(f"{where}.image_url must be a string url", f"{where}.image_url")
+    return {"type": "image_url", "image_url": {"url": part["image_url"]}}
 
 
 def _text(value: Any) -> dict[str, Any]:

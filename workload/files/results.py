@@ -32,6 +32,8 @@ JSON_TYPE = "json"  # the type of a pass-through column whose values share no Ar
 ENGINE_CRASH_PREFIX = "engine_crash: "  # the row killed the engine on its own (workload/engine/guard.py)
 ENGINE_HANG_PREFIX = "engine_hang: "  # the row stalled the engine on its own (workload/engine/guard.py)
 CHAT_TEMPLATE_PREFIX = "chat_template: "  # the model's chat template rejected the row's messages
+# The image stage's error: "image: <error_type>: <message>" (workload/engine/image_stage.py).
+IMAGE_ERROR_PREFIX = "image: "
 ENGINE_RESTARTS_COLUMN = "engine_restarts"  # engine rebuilds a batch needed (on its first row; 0 on the others)
 # When the answering engine actor took its first batch (Unix time, on every row): the job's time to first engine
 # request, measured where the request happens rather than estimated at the driver from when answers arrive.
@@ -63,6 +65,9 @@ def classify_inference_error(message: str) -> tuple[str, str]:
         return "engine_hang", message.removeprefix(ENGINE_HANG_PREFIX)
     if message.startswith(CHAT_TEMPLATE_PREFIX):
         return "chat_template_error", message.removeprefix(CHAT_TEMPLATE_PREFIX)
+    if message.startswith(IMAGE_ERROR_PREFIX):
+        kind, _, text = message.removeprefix(IMAGE_ERROR_PREFIX).partition(": ")
+        return kind, text
     # vLLM's wording has changed between releases; both forms name the context limit.
     if "maximum context length" in message or "maximum model length" in message:
         return "prompt_too_long", message

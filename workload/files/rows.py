@@ -25,6 +25,16 @@ from workload.contract.jsonl_lines import (
     too_large,
     too_large_parts,
 )
+from workload.files.images import (
+    IMAGE_URLS_KEY,
+    IMAGES_KEY,
+    ImageRefused,
+    ImageRules,
+    as_parts,
+    check_urls,
+    row_images,
+    with_row_images,
+)
 from workload.files.openai_batch import (
     EMBED_KEY,
     OPENAI_COLUMN,
@@ -43,7 +53,9 @@ from workload.files.tools import TOOL_KEYS, ToolsRefused, asks_tools, check_requ
 RESERVED_COLUMNS = frozenset(
     {"generated_text", "num_input_tokens", "num_output_tokens", "num_cached_tokens", "finish_reason", "choices"}
 )
-_ROW_KEYS = frozenset({"id", "prompt", "messages", "sampling_params", TEMPLATE_KWARGS_KEY, *TOOL_KEYS})
+_ROW_KEYS = frozenset(
+    {"id", "prompt", "messages", "sampling_params", TEMPLATE_KWARGS_KEY, IMAGES_KEY, IMAGE_URLS_KEY, *TOOL_KEYS}
+)
 # An embedding row's own keys, and the output columns its pass-through columns may not shadow.
 _EMBED_ROW_KEYS = frozenset({"id", "input", "prompt", EMBED_KEY})
 EMBED_RESERVED = frozenset({"embedding", "embeddings", "num_input_tokens"})
@@ -86,6 +98,8 @@ class ValidRow:
     chat_template_kwargs: dict[str, Any] | None = None
     # A chat row's tool request (workload/files/tools.py): {"tools", "tool_choice", "parallel_tool_calls"}.
     tools: dict[str, Any] | None = None
+    # A chat row's image urls (workload/files/images.py), in the order of its messages' image parts.
+    images: list[str] | None = None
 
     def failed(self, error_type: str, message: str) -> RowError:
         return RowError(self.position, self.id, self.origin, self.raw_text, "utf-8", error_type, message)
@@ -294,12 +308,54 @@ def _check_messages(messages: Any) -> list[dict[str, Any]] | str:
             except ToolsRefused as refused:
                 return str(refused)
             continue
-        if not isinstance(message.get("content"), str):
+        if not isinstance(message.get("content"), str) and not _placed_images(message.get("content")):
             return f"messages[{index}].content must be a string"
         checked.append(message)
-    if not any(m["content"].strip() or m.get("tool_calls") for m in checked):
+    if not any(_has_content(m["content"]) or m.get("tool_calls") for m in checked):
         return "every message is empty"
     return checked
+
+
+def _placed_images(content: Any) -> bool:
+    """Content an OpenAI line's reader made of text and placed image parts (workload/files/images.py)."""
+    return isinstance(content, list) and all(
+        isinstance(part, dict)
+        and (part == {"type": "image"} or (part.get("type") == "text" and isinstance(part.get("text"), str)))
+        for part in content
+    )
+
+
+def _has_content(content: Any) -> bool:
+    return bool(content.strip()) if isinstance(content, str) else bool(content)
+
+
+def image_parts(messages: list[dict[str, Any]] | None) -> int:
+    return sum(p == {"type": "image"} for m in messages or () if isinstance(m["content"], list) for p in m["content"])
+
+
+def _images(
+    parsed: dict[str, Any], messages: list[dict[str, Any]] | None, rules: ImageRules
+) -> tuple[list[dict[str, Any]] | None, list[str] | None]:
+    """The row's messages with its images placed, and its image urls; raises ImageRefused."""
+    if IMAGE_URLS_KEY in parsed:  # an OpenAI line's, placed already
+        urls = list(parsed[IMAGE_URLS_KEY])
+    elif parsed.get(IMAGES_KEY) is not None:
+        urls = row_images(parsed[IMAGES_KEY])
+        if messages is None:
+            message = "'images' need 'messages': a 'prompt' row is sent as written"
+            raise ImageRefused("invalid_image", message, IMAGES_KEY)
+        if image_parts(messages):
+            raise ImageRefused("invalid_image", "give images in the 'images' column or as message parts, not both")
+        if urls:
+            messages = with_row_images(messages, len(urls))
+    else:
+        urls = []
+    if image_parts(messages) != len(urls):
+        raise ImageRefused("invalid_messages", f"{image_parts(messages)} image parts for {len(urls)} images")
+    check_urls(urls, rules)
+    if not urls:
+        return messages, None
+    return as_parts(messages or []), urls
 
 
 def _embed_row(
@@ -339,6 +395,7 @@ def validate_record(
     openai: OpenAIDialect | None = None,
     task: str = "generate",
     tool_parser: str | None = None,
+    image_rules: ImageRules = ImageRules.DEFAULT,
 ) -> ValidRow | RowError:
     """The row the engine gets, or the record's error. `openai`: the input is an OpenAI Batch file, whose request
     lines are first turned into the job's own rows (workload/files/openai_batch.py). `task`: the job's task (an
@@ -385,6 +442,11 @@ def validate_record(
             return _error(record, row_id, "invalid_messages", checked)
         messages = checked
 
+    try:
+        messages, images = _images(parsed, messages, image_rules)
+    except ImageRefused as refused:
+        return _error(record, row_id, refused.error_type, refused.message)
+
     template = _template_kwargs(parsed, messages is not None)
     if isinstance(template, str):
         return _error(record, row_id, "invalid_chat_template_kwargs", template)
@@ -421,6 +483,7 @@ def validate_record(
         passthrough,
         chat_template_kwargs=template,
         tools=tool_request,
+        images=images,
     )
 
 

@@ -55,7 +55,10 @@ _OPENAI = _answered('OpenAI\'s own parameter (docs/job.md, "Coming from OpenAI B
 _SAMPLING = _answered("vLLM's SamplingParams field of the same name")
 _STREAM_WHY = "a batch answer is written whole: there is nothing to stream"
 _STREAM = _refused(_STREAM_WHY)
-_TEXT_ONLY_WHY = "the job answers text: image, audio and video inputs are refused"
+_TEXT_ONLY_WHY = (
+    "per-line media settings are not taken: images come as image_url parts (docs/job.md, Images); audio and video "
+    "are refused"
+)
 _TEXT_ONLY = _refused(_TEXT_ONLY_WHY)
 _TOKEN_EXTRAS_WHY = "a token-level extra of vLLM's server response that the job's output does not carry"
 _TOKEN_EXTRAS = _refused(_TOKEN_EXTRAS_WHY)

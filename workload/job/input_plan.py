@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from workload.contract.config import InputConfig
 from workload.contract.jsonl_lines import jsonl_records
+from workload.files.images import ImageRules
 from workload.files.openai_batch import EMBEDDINGS_URL, URLS, OpenAIDialect, is_request
 from workload.files.pinned import InputChangedError, changed, content_digest, current_version, open_pinned
 from workload.files.rows import InputError, Origin, RowError, format_of, input_files
@@ -57,6 +58,7 @@ class InputPlan:
     openai: OpenAIDialect | None = None  # an OpenAI Batch input: its one url and the model's names
     task: str = "generate"  # what the engine does: the config's task, or embed for a /v1/embeddings input
     tool_parser: str | None = None  # the model's vLLM tool-call parser (ModelConfig.tools); None: tools refused
+    images: ImageRules = ImageRules.DEFAULT  # where a row's images may come from, how many (input.image_prefix, ...)
 
     @property
     def counted(self) -> bool:
@@ -221,7 +223,13 @@ def plan_input(
     ]
     openai = _openai_dialect(config, files, model_names)
     plan = InputPlan(
-        files, None, config.max_record_bytes, openai, input_task(task, openai, config.uri), tool_parser=tool_parser
+        files,
+        None,
+        config.max_record_bytes,
+        openai,
+        input_task(task, openai, config.uri),
+        tool_parser=tool_parser,
+        images=ImageRules.of(config),
     )
     if all(f.records is not None for f in files):  # a resume over unchanged files: every shard known now
         plan = plan.with_counts([int(f.records or 0) for f in files])

@@ -38,6 +38,7 @@ from ray.data.datasource import FileBasedDatasource
 
 from workload.contract.config import SamplingParams
 from workload.contract.jsonl_lines import TOO_LARGE, jsonl_records
+from workload.files.images import IMAGES_COLUMN, ImageRules
 from workload.files.openai_batch import OpenAIDialect
 from workload.files.pinned import changed, content_digest, open_pinned
 from workload.files.results import JSON_TYPE
@@ -356,8 +357,9 @@ def _valid_ids(
     openai: OpenAIDialect | None,
     task: str = "generate",
     tool_parser: str | None = None,
+    images: ImageRules = ImageRules.DEFAULT,
 ) -> pa.Table:
-    checked = [validate_record(rec, defaults, openai, task, tool_parser) for rec in _records(batch)]
+    checked = [validate_record(rec, defaults, openai, task, tool_parser, images) for rec in _records(batch)]
     rows = [r for r in checked if isinstance(r, ValidRow)]
     keys = batch.column("_pos")
     first = keys[0].as_py() if batch.num_rows else -1
@@ -391,6 +393,7 @@ def id_pass(
             "openai": plan.openai,
             "task": plan.task,
             "tool_parser": plan.tool_parser,
+            "images": plan.images,
         },
         batch_format="pyarrow",
         batch_size=None,
@@ -436,6 +439,7 @@ def _repeats(row: dict[str, Any]) -> bool:
 # `_embed`: an embedding row's texts and dimensions as JSON (workload/engine/embed.py), null for generation.
 # TEMPLATE_KWARGS_COLUMN: a chat row's own chat-template variables as JSON (workload/engine/pipeline.py), or null.
 # TOOLS_COLUMN: a chat row's tool request as JSON (workload/files/tools.py), or null.
+# IMAGES_COLUMN: a chat row's image urls as JSON (workload/files/images.py), or null: the image stage fetches them.
 ENGINE_FIELDS = (
     "_pos",
     "id",
@@ -447,6 +451,7 @@ ENGINE_FIELDS = (
     "_embed",
     TEMPLATE_KWARGS_COLUMN,
     TOOLS_COLUMN,
+    IMAGES_COLUMN,
 )
 ERROR_FIELDS = ("_file", "_row", "_line", "_raw", "_raw_encoding", "_error_type", ERROR_COLUMN)
 
@@ -463,6 +468,7 @@ def _validated(
     openai: OpenAIDialect | None = None,
     task: str = "generate",
     tool_parser: str | None = None,
+    images: ImageRules = ImageRules.DEFAULT,
 ) -> pa.Table:
     """One block of records, parsed and validated once: the valid ones returned as the engine's input, the bad
     ones handed to `rejects` as error rows (`__inference_error__` set, with the record's file, line, row and raw
@@ -471,7 +477,7 @@ def _validated(
     rejected: dict[str, list[Any]] = {name: [] for name in ENGINE_FIELDS + ERROR_FIELDS}
     fallback = defaults.for_engine()
     for record in _records(batch):
-        outcome = validate_record(record, defaults, openai, task, tool_parser)
+        outcome = validate_record(record, defaults, openai, task, tool_parser, images)
         if isinstance(outcome, ValidRow) and duplicates.get(outcome.id, record.position) != record.position:
             text, encoding = raw_text(record.raw)
             outcome = RowError(
@@ -496,6 +502,7 @@ def _validated(
                 "_embed": None if outcome.embed is None else json.dumps(outcome.embed),
                 TEMPLATE_KWARGS_COLUMN: _json_or_none(outcome.chat_template_kwargs),
                 TOOLS_COLUMN: _json_or_none(outcome.tools),
+                IMAGES_COLUMN: _json_or_none(outcome.images),
                 "_file": outcome.origin.file,
                 "_row": outcome.origin.row,
                 "_line": outcome.origin.line,
@@ -517,6 +524,7 @@ def _validated(
                 "_embed": None,
                 TEMPLATE_KWARGS_COLUMN: None,
                 TOOLS_COLUMN: None,
+                IMAGES_COLUMN: None,
                 "_file": outcome.origin.file,
                 "_row": outcome.origin.row,
                 "_line": outcome.origin.line,
@@ -572,6 +580,7 @@ def input_stream(
             "openai": plan.openai,
             "task": plan.task,
             "tool_parser": plan.tool_parser,
+            "images": plan.images,
         },
         batch_format="pyarrow",
         batch_size=None,

@@ -1,0 +1,91 @@
+"""Images through the real job (issue 57): real Ray Data LLM and real vLLM on the tiny vision-language model
+(workload/engine/tiny_vlm.py, an Idefics3 with random weights), one engine start for all of it.
+
+The input is an OpenAI Batch file, the Batch API's format, with `image_url` parts (native rows' `images` column
+meets the same path after validation: tests/workload/test_images.py). That the image reached the model is checked
+by counts, not by the (random) text: the image line's `usage.prompt_tokens` is the text line's plus the image tokens
+engine-plan predicts from the model's config, once per image; an image read from the configured prefix (a local
+folder here) counts the same. Every body parses as the official SDK's ChatCompletion. Every bad image is its
+line's error (status 400, the error type as its code), nothing lost: too many and another host (found by the
+validation stage), an undecodable PNG (found by the image stage on the workers)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai.types.chat import ChatCompletion
+
+from tests.workload.jobrun import run_job, write_config, write_jsonl
+from tests.workload.test_images import data_url, png
+from workload.contract.engine_sizing import read_model_config
+from workload.contract.vision_shape import vision_plan
+from workload.engine.tiny_vlm import IMAGE_SIZE, ensure_tiny_vlm
+
+pytestmark = pytest.mark.slow
+
+
+def _line(custom_id: str, *urls: str) -> dict[str, Any]:
+    parts = [{"type": "image_url", "image_url": {"url": url}} for url in urls]
+    content = [{"type": "text", "text": "Describe it."}, *parts] if urls else "Describe it."
+    body = {"model": "llm-batch", "messages": [{"role": "user", "content": content}], "max_tokens": 2}
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_an_image_reaches_the_model_counted_in_its_prompt_tokens(tmp_path: Path) -> None:
+    cache = tmp_path / "models"
+    model = ensure_tiny_vlm(cache)
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "cat.png").write_bytes(png(48, 24))
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    picture = data_url(png(20, 30))
+    write_jsonl(
+        inputs / "requests.jsonl",
+        [
+            _line("text"),
+            _line("one", picture),
+            _line("two", picture, str(images / "cat.png")),
+            _line("many", picture, picture, picture),
+            _line("broken", data_url(b"\x89PNG not really")),
+            _line("elsewhere", "https://example.com/cat.png"),
+        ],
+    )
+    out = tmp_path / "out"
+    config = write_config(
+        tmp_path / "job.yaml",
+        str(inputs),
+        str(out),
+        cache,
+        input={"uri": str(inputs), "image_prefix": str(images), "max_images_per_row": 2},
+        model={"source": str(model), "cache_dir": str(cache)},
+        sampling={"max_tokens": 2, "temperature": 0.0},
+        # The GPUs' layout: Ray's tokenize stage on, whose token ids an image row drops (image_stage.with_images).
+        stages={"batch_size": 4, "tokenize_on_cpu": True},
+    )
+
+    code, log = run_job(["run", "--config", str(config)])
+    assert code == 0, log
+
+    answers, errors = _lines(out / "output.jsonl"), _lines(out / "errors.jsonl")
+    bodies = {a["custom_id"]: ChatCompletion.model_validate(a["response"]["body"]) for a in answers}
+    assert set(bodies) == {"text", "one", "two"}, (answers, errors)
+    prompt = {name: body.usage.prompt_tokens for name, body in bodies.items() if body.usage is not None}
+    per_image = vision_plan(read_model_config(model), 1, IMAGE_SIZE).tokens_per_image
+    assert prompt["one"] == prompt["text"] + per_image
+    assert prompt["two"] == prompt["text"] + 2 * per_image
+    refused = {e["custom_id"]: (e["response"]["status_code"], e["response"]["body"]["error"]) for e in errors}
+    assert {name: (status, error["code"]) for name, (status, error) in refused.items()} == {
+        "many": (400, "too_many_images"),
+        "broken": (400, "invalid_image"),
+        "elsewhere": (400, "invalid_image"),
+    }
+    assert "max_images_per_row=2" in refused["many"][1]["message"]
+    assert "not a readable image" in refused["broken"][1]["message"]
