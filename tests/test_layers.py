@@ -130,6 +130,7 @@ WORKLOAD_FOR_INFRA = {
     "workload.contract.batch_api_quotas",
     "workload.contract.reasoning",
     "workload.contract.tool_calls",
+    "workload.contract.adapter_config",
 }
 
 

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from workload.contract.adapter_config import AdapterModel
 from workload.contract.metric_names import ALARM_PERIOD_S
 from workload.contract.reasoning import AUTO, check_reasoning_parser, resolve_reasoning_parser
 from workload.contract.tool_calls import check_tool_parser, resolve_tool_parser
@@ -76,7 +77,7 @@ class OutputConfig(_Strict):
         return value
 
 
-class ModelConfig(_Strict):
+class ModelConfig(_Strict, AdapterModel):
     source: str | None = Field(
         None,
         description="Local path, s3:// prefix or Hugging Face hub id. None: the embedded tiny model "
@@ -489,6 +490,8 @@ def _model_affecting(model: ModelConfig) -> dict[str, Any]:
         # A later field (issue 56), kept out at `auto`: `auto` gives the embedded model a parser, and an output
         # begun before tools were answered must still resume (its rows with tools were errors then, and stay so).
         affecting["tool_call_parser"] = model.tools
+    if model.adapters:  # a later field (issue 57), kept out while empty
+        affecting["adapters"] = {name: a.model_dump() for name, a in sorted(model.adapters.items())}
     return affecting
 
 

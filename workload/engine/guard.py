@@ -48,6 +48,7 @@ from ray.llm._internal.common.errors import VLLM_FATAL_ERRORS
 from workload import failpoints
 from workload.contract.config import ModelConfig
 from workload.contract.config import SamplingParams as JobSampling
+from workload.engine.adapters import AdapterRoutes, adapter_folders
 from workload.engine.auto_settings import (
     CALIBRATION_LINE,
     calibration_record,
@@ -169,6 +170,8 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         mark("engine_actor_process_start", at=psutil.Process().create_time())
         mark("engine_build_start")
         kwargs["model"] = local_model(model_config)
+        # The LoRA adapters too, before the engine starts: a missing one fails the actor's start by name.
+        self._adapters = AdapterRoutes(adapter_folders(ModelConfig.model_validate(model_config)))
         # `auto` engine settings sized here, on the engine's own GPU, from the fetched model's config.json.
         kwargs["engine_kwargs"], plan = settle(kwargs["engine_kwargs"], kwargs["model"], row_tokens)
         if plan is not None:
@@ -202,6 +205,10 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         self._reasoning = model.reasoning  # vLLM's parser name, or None
         self._tool_parser = model.tools  # vLLM's tool-call parser, or None (validation refused rows with tools)
         self._guard_engine()
+
+    async def _maybe_get_lora_request(self, row: dict[str, Any]) -> Any:
+        """The row's adapter from the config's own (workload/engine/adapters.py says why not upstream's)."""
+        return self._adapters.request_for(row)
 
     # --- the engine ---------------------------------------------------------------------------------------
     def _log_calibration(self, plan: Any) -> str:

@@ -19,6 +19,7 @@ import ray.data
 from ray.data.llm import Processor, build_processor, vLLMEngineProcessorConfig
 
 from workload import failpoints
+from workload.contract.adapter_config import lora_engine_kwargs
 from workload.contract.config import JobConfig, ModelConfig
 from workload.engine.auto_settings import without_gpu_sizing
 from workload.engine.choices import CACHED_COLUMN, CHOICES_COLUMN, FINISH_COLUMN
@@ -181,6 +182,8 @@ def engine_kwargs(config: JobConfig, seeded: bool | None = None, keep_auto: bool
         # (`config.seeded_cpu_conflict` refuses explicit settings that contradict this.)
         kwargs["enable_chunked_prefill"] = False
         kwargs["max_num_batched_tokens"] = max(kwargs.get("max_num_batched_tokens", 0), engine.max_model_len)
+    # LoRA slots for `model.adapters` (workload/contract/adapter_config.py says why one more on the CPU).
+    kwargs.update(lora_engine_kwargs(config.model.adapters, config.device))
     kwargs.update(engine.extra)
     return kwargs
 

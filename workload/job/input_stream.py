@@ -38,7 +38,7 @@ from ray.data.datasource import FileBasedDatasource
 
 from workload.contract.config import SamplingParams
 from workload.contract.jsonl_lines import TOO_LARGE, jsonl_records
-from workload.files.openai_batch import OpenAIDialect
+from workload.files.openai_batch import ADAPTER_COLUMN, OpenAIDialect, adapter_of
 from workload.files.pinned import changed, content_digest, open_pinned
 from workload.files.results import JSON_TYPE
 from workload.files.rows import Origin, Record, RowError, ValidRow, parquet_record, raw_text, validate_record
@@ -436,6 +436,7 @@ def _repeats(row: dict[str, Any]) -> bool:
 # `_embed`: an embedding row's texts and dimensions as JSON (workload/engine/embed.py), null for generation.
 # TEMPLATE_KWARGS_COLUMN: a chat row's own chat-template variables as JSON (workload/engine/pipeline.py), or null.
 # TOOLS_COLUMN: a chat row's tool request as JSON (workload/files/tools.py), or null.
+# ADAPTER_COLUMN: the LoRA adapter an OpenAI line's `model` named (workload/engine/adapters.py), or null.
 ENGINE_FIELDS = (
     "_pos",
     "id",
@@ -447,6 +448,7 @@ ENGINE_FIELDS = (
     "_embed",
     TEMPLATE_KWARGS_COLUMN,
     TOOLS_COLUMN,
+    ADAPTER_COLUMN,
 )
 ERROR_FIELDS = ("_file", "_row", "_line", "_raw", "_raw_encoding", "_error_type", ERROR_COLUMN)
 
@@ -496,6 +498,7 @@ def _validated(
                 "_embed": None if outcome.embed is None else json.dumps(outcome.embed),
                 TEMPLATE_KWARGS_COLUMN: _json_or_none(outcome.chat_template_kwargs),
                 TOOLS_COLUMN: _json_or_none(outcome.tools),
+                ADAPTER_COLUMN: adapter_of(outcome.passthrough),
                 "_file": outcome.origin.file,
                 "_row": outcome.origin.row,
                 "_line": outcome.origin.line,
@@ -517,6 +520,7 @@ def _validated(
                 "_embed": None,
                 TEMPLATE_KWARGS_COLUMN: None,
                 TOOLS_COLUMN: None,
+                ADAPTER_COLUMN: None,
                 "_file": outcome.origin.file,
                 "_row": outcome.origin.row,
                 "_line": outcome.origin.line,
