@@ -263,6 +263,9 @@ FOREIGN_PRIVATE_REACHES = {
     # Ray Data LLM's vLLM stage has no hook for the whole output or the output kind (workload/engine/guard.py).
     ("workload/engine/guard.py", "self.llm._generate_async"),
     ("workload/engine/guard.py", "self.llm._prepare_llm_request"),
+    # Its LoRA routing downloads whatever a row's `model` names; the job routes by the config's adapters instead
+    # (workload/engine/adapters.py).
+    ("workload/engine/guard.py", "self.llm._maybe_get_lora_request"),
     # Ray tells the raylet's pid nowhere else (workload/leftovers.py).
     ("workload/leftovers.py", "worker._global_node"),
     # Dataset.repartition takes no Ray options, and its tasks' default of a whole CPU each starved the stages beside

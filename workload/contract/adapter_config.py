@@ -59,9 +59,9 @@ class AdapterModel(BaseModel):
     adapters: dict[str, AdapterConfig] = Field(
         default_factory=dict,
         description="LoRA adapters served by the same engine as the base model, by name: a request line whose "
-        "`model` is one of these names runs with that adapter (and its answer reports that name). Each a local "
-        "folder or s3:// prefix in PEFT's format, with its rank. Names must differ from `name` and `aliases` "
-        "(docs/job.md, 'LoRA adapters').",
+        "`model` is one of these names runs with that adapter (and its answer reports that name). Each is "
+        "{source: a local folder or s3:// prefix in PEFT's format, rank: its LoRA rank}. Names must differ from "
+        "`name` and `aliases` (docs/job.md, 'LoRA adapters').",
     )
 
     @field_validator("adapters")

@@ -206,10 +206,6 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         self._tool_parser = model.tools  # vLLM's tool-call parser, or None (validation refused rows with tools)
         self._guard_engine()
 
-    async def _maybe_get_lora_request(self, row: dict[str, Any]) -> Any:
-        """The row's adapter from the config's own (workload/engine/adapters.py says why not upstream's)."""
-        return self._adapters.request_for(row)
-
     # --- the engine ---------------------------------------------------------------------------------------
     def _log_calibration(self, plan: Any) -> str:
         """vLLM's KV-cache tokens beside the plan's (docs/gpu.md: calibration), logged and returned as JSON for
@@ -255,6 +251,12 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
                 raise _EngineDied(describe_engine_error(error)) from error
 
         self.llm.generate_async = guarded
+
+        async def lora_request(row: dict[str, Any]) -> Any:
+            return self._adapters.request_for(row)
+
+        # Each row's LoRA adapter by the config's own routes (workload/engine/adapters.py says why not upstream's).
+        self.llm._maybe_get_lora_request = lora_request
         self._outputs: dict[int, Any] = {}
         self._count_progress()
         self._final_outputs_only()

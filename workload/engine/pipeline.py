@@ -182,8 +182,9 @@ def engine_kwargs(config: JobConfig, seeded: bool | None = None, keep_auto: bool
         # (`config.seeded_cpu_conflict` refuses explicit settings that contradict this.)
         kwargs["enable_chunked_prefill"] = False
         kwargs["max_num_batched_tokens"] = max(kwargs.get("max_num_batched_tokens", 0), engine.max_model_len)
-    # LoRA slots for `model.adapters` (workload/contract/adapter_config.py says why one more on the CPU).
-    kwargs.update(lora_engine_kwargs(config.model.adapters, config.device))
+    if config.task == "generate":  # adapters answer generation only (an embeddings line naming one is refused)
+        # LoRA slots for `model.adapters` (workload/contract/adapter_config.py says why one more on the CPU).
+        kwargs.update(lora_engine_kwargs(config.model.adapters, config.device))
     kwargs.update(engine.extra)
     return kwargs
 
