@@ -28,6 +28,7 @@ from workload.contract.adapter_config import lora_bytes, lora_engine_kwargs, ser
 from workload.contract.config import ConfigError, ModelConfig, build_config
 from workload.contract.engine_sizing import plan_engine, read_model_config
 from workload.contract.model_shape import ModelShape
+from workload.contract.serve_config import build_serve_config
 from workload.engine.adapters import AdapterRoutes, adapter_folders, check_adapters
 from workload.engine.model_source import ModelSourceError
 from workload.engine.pipeline import engine_kwargs
@@ -196,3 +197,8 @@ def test_models_list_names_the_model_aliases_and_adapters(tmp_path: Path) -> Non
         store.close()
     assert [model.id for model in listed] == list(served)
     assert all(isinstance(model, Model) and model.owned_by == "llm-batch" for model in listed)
+
+
+def test_the_online_endpoint_refuses_adapters_rather_than_ignore_them() -> None:
+    with pytest.raises(ConfigError, match=r"model\.adapters: the online endpoint serves the base model only"):
+        build_serve_config({"model": {"adapters": {"a": {"source": "/a", "rank": 8}}}})
