@@ -101,7 +101,9 @@ def lora_engine_kwargs(adapters: dict[str, AdapterConfig], device: str) -> dict[
     spare slot more: vLLM's CPU LoRA ops (vllm/lora/ops/torch_ops/lora_ops.py, `bgmv_*`) index the stacked adapter
     weights with each token's slot, and a base-model token's slot is -1, which PyTorch reads as the last slot: with
     every slot holding an adapter, base rows batched beside adapter rows got that adapter's delta (wrong answers,
-    no error). The spare last slot is never loaded, so its weights stay zero and -1 adds nothing. Upstream:
+    no error; seen here 2026-12-07 with the tiny model and adapter: one slot, a greedy base prompt beside the
+    adapter's answered the adapter's text; two slots, its own). The spare last slot is never loaded, so its weights
+    stay zero and -1 adds nothing. Upstream:
     vllm-project/vllm#48421 ("[Bugfix][LoRA] Skip no-LoRA tokens (index -1) in CPU torch bgmv ops", open as of
     2026-12); drop the spare slot once a vLLM with that fix is pinned. GPUs run the Triton kernels, which skip -1.
     """
