@@ -170,8 +170,11 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         mark("engine_actor_process_start", at=psutil.Process().create_time())
         mark("engine_build_start")
         kwargs["model"] = local_model(model_config)
-        # The LoRA adapters too, before the engine starts: a missing one fails the actor's start by name.
-        self._adapters = AdapterRoutes(adapter_folders(ModelConfig.model_validate(model_config)))
+        # The LoRA adapters too, before the engine starts: a missing one fails the actor's start by name. Only a
+        # generating engine has LoRA slots (pipeline.engine_kwargs); an embedding one runs the base.
+        generates = str(kwargs.get("task_type", "generate")) == "generate"
+        model_settings = ModelConfig.model_validate(model_config)
+        self._adapters = AdapterRoutes(adapter_folders(model_settings) if generates else {})
         # `auto` engine settings sized here, on the engine's own GPU, from the fetched model's config.json.
         kwargs["engine_kwargs"], plan = settle(kwargs["engine_kwargs"], kwargs["model"], row_tokens)
         if plan is not None:
