@@ -105,6 +105,15 @@ def test_an_adapter_folder_is_checked_by_file_and_rank(tmp_path: Path) -> None:
     wrong = ModelConfig(adapters={"a": {"source": str(folder), "rank": 16}})
     with pytest.raises(ModelSourceError, match=r"adapter_config.json says rank \(r\) 8, the config says 16"):
         adapter_folders(wrong)
+    torn = tmp_path / "torn"
+    torn.mkdir()
+    (torn / "adapter_config.json").write_text((folder / "adapter_config.json").read_text())
+    (torn / "adapter_model.safetensors").write_bytes(b"garbage")
+    with pytest.raises(ModelSourceError, match=r"adapter_model\.safetensors cannot be read"):
+        adapter_folders(ModelConfig(adapters={"t": {"source": str(torn), "rank": 8}}))
+    (torn / "adapter_model.safetensors").unlink()
+    with pytest.raises(ModelSourceError, match=r"no adapter_model\.safetensors \(PEFT's weights file\)"):
+        adapter_folders(ModelConfig(adapters={"t": {"source": str(torn), "rank": 8}}))
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(ModelSourceError, match=r"model\.adapters\.b\.source .*empty: the folder has no adapter_config"):

@@ -20,6 +20,7 @@ from workload.engine.model_source import ModelSourceError, check_folder, resolve
 from workload.files.openai_batch import ADAPTER_COLUMN
 
 ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 
 def _what(name: str) -> str:
@@ -35,16 +36,46 @@ def _checked_rank(name: str, folder: str, rank: int) -> None:
     if found != rank:
         raise ModelSourceError(
             f"model.adapters.{name}: its {ADAPTER_CONFIG} says rank (r) {found!r}, the config says {rank}: "
-            "set model.adapters.{name}.rank to the adapter's own"
+            f"set model.adapters.{name}.rank to the adapter's own"
         )
 
 
+def _checked_weights(name: str, folder: str, rank: int) -> None:
+    """The weights file reads, and its LoRA A and B are of the rank: checked before the engine loads them, because
+    vLLM 0.32 on the CPU died of `Illegal instruction` (the whole actor with it) when a request named an adapter
+    whose weights file was unreadable (seen here 2026-12-07; its `add_lora` raised, a request crashed)."""
+    path = Path(folder) / ADAPTER_WEIGHTS
+    if not path.is_file():
+        if (Path(folder) / "adapter_model.bin").is_file():
+            return  # PEFT's older pickle format, which vLLM also loads; not opened here (it would run pickle)
+        raise ModelSourceError(f"{_what(name)}: no {ADAPTER_WEIGHTS} (PEFT's weights file) in {folder}")
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), "numpy") as weights:
+            shapes = {key: weights.get_slice(key).get_shape() for key in weights.keys()}
+    except Exception as error:  # safetensors' own error type for a bad header or a truncated file
+        raise ModelSourceError(f"{_what(name)}: {ADAPTER_WEIGHTS} cannot be read: {error}") from None
+    pairs = [key for key in shapes if ".lora_A." in key]
+    if not pairs:
+        raise ModelSourceError(f"{_what(name)}: {ADAPTER_WEIGHTS} holds no LoRA weights (no lora_A tensors)")
+    wrong = sorted(
+        key
+        for key, shape in shapes.items()
+        if (".lora_A." in key and shape[0] != rank) or (".lora_B." in key and shape[-1] != rank)
+    )
+    if wrong:
+        raise ModelSourceError(f"model.adapters.{name}: {wrong[0]} is not of rank {rank}: {shapes[wrong[0]]}")
+
+
 def adapter_folders(model: ModelConfig) -> dict[str, str]:
-    """This node's folder for every adapter of `model`, fetched now where the node lacks it; ranks checked."""
+    """This node's folder for every adapter of `model`, fetched now where the node lacks it; ranks and weights
+    checked."""
     folders = {}
     for name, adapter in sorted(model.adapters.items()):
         folder = resolve_folder(adapter.source, model.cache_dir, ADAPTER_CONFIG, _what(name))
         _checked_rank(name, folder, adapter.rank)
+        _checked_weights(name, folder, adapter.rank)
         folders[name] = folder
     return folders
 
