@@ -53,7 +53,8 @@ def _checked_weights(name: str, folder: str, rank: int) -> None:
 
     try:
         with safe_open(str(path), "numpy") as weights:
-            shapes = {key: weights.get_slice(key).get_shape() for key in weights.keys()}
+            # safe_open's handle lists its tensors by keys() and is not iterable itself.
+            shapes = {key: weights.get_slice(key).get_shape() for key in weights.keys()}  # noqa: SIM118
     except Exception as error:  # safetensors' own error type for a bad header or a truncated file
         raise ModelSourceError(f"{_what(name)}: {ADAPTER_WEIGHTS} cannot be read: {error}") from None
     pairs = [key for key in shapes if ".lora_A." in key]
