@@ -129,11 +129,13 @@ WORKLOAD_FOR_INFRA = {
     "workload.contract.jsonl_lines",
     "workload.contract.batch_api_quotas",
     "workload.contract.parser_choice",
+    "workload.contract.model_parsers",  # mixed into ModelConfig: the reasoning and tool-call parsers
     "workload.contract.batch_api_priorities",  # mixed into batch_api_quotas: the stack's priorities per key
     "workload.contract.reasoning",
     "workload.contract.tool_calls",
     "workload.contract.images",  # the input's image settings, a mixin of InputConfig (issue 57)
     "workload.contract.vision_shape",  # engine-plan's vision encoder and image tokens, from config.json alone
+    "workload.contract.adapter_config",
 }
 
 
@@ -266,6 +268,9 @@ FOREIGN_PRIVATE_REACHES = {
     # Ray Data LLM's vLLM stage has no hook for the whole output or the output kind (workload/engine/guard.py).
     ("workload/engine/guard.py", "self.llm._generate_async"),
     ("workload/engine/guard.py", "self.llm._prepare_llm_request"),
+    # Its LoRA routing downloads whatever a row's `model` names; the job routes by the config's adapters instead
+    # (workload/engine/adapters.py).
+    ("workload/engine/guard.py", "self.llm._maybe_get_lora_request"),
     # Ray tells the raylet's pid nowhere else (workload/leftovers.py).
     ("workload/leftovers.py", "worker._global_node"),
     # Dataset.repartition takes no Ray options, and its tasks' default of a whole CPU each starved the stages beside

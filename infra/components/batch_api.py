@@ -36,6 +36,7 @@ from infra.config import StackConfig
 from infra.k8s.rayjob import termination_grace_s
 from infra.statemachines import timing
 from workload.contract import entrypoint
+from workload.contract.adapter_config import served_names
 from workload.contract.batch_api_quotas import BatchApiQuotas
 from workload.contract.config import ResumeConfig
 
@@ -258,6 +259,8 @@ class BatchApiArgs:
     release_function: str | None = None
     # batch_api.public_endpoint_acknowledged: carried on the API as PUBLIC_ENDPOINT_TAG, which the gate reads.
     public_endpoint_acknowledged: bool = False
+    # Every name a batch's lines may give as `model` (GET /v1/models): the job's model, aliases and LoRA adapters.
+    served_models: tuple[str, ...] = ()
 
     @classmethod
     def from_config(
@@ -279,6 +282,7 @@ class BatchApiArgs:
             state_machine_arn=state_machine_arn,
             # The served name is the job's: a batch's `model` must match what the nightly job loads.
             model_name=job.model.name,
+            served_models=served_names(job.model),
             code=code,
             metrics_namespace=config.monitoring.metrics_namespace,
             log_retention_days=config.monitoring.log_retention_days,
@@ -368,6 +372,8 @@ class BatchApi(pulumi.ComponentResource):
             "LLM_BATCH_KMS_KEY_ID": args.key_arn,
             "LLM_BATCH_STATE_MACHINE_ARN": args.state_machine_arn,
             "LLM_BATCH_MODEL": args.model_name,
+            # GET /v1/models: the model, its aliases and LoRA adapters (workload/batch_api/lambda_front.py).
+            "LLM_BATCH_SERVED_MODELS": ",".join(args.served_models or (args.model_name,)),
             "LLM_BATCH_GPU_GROUP": args.group_name or "",
             "LLM_BATCH_STOP_WAIT_S": str(args.stop_wait_s),
             "LLM_BATCH_RELEASE_FUNCTION": release_arn or "",

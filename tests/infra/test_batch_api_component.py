@@ -123,6 +123,8 @@ def test_the_internet_facing_function_has_its_own_role_its_own_keys_and_cannot_r
     variables = http["inputs"]["environment"]["variables"]
     assert variables["LLM_BATCH_API_KEY_SECRET"] == keys["outputs"]["arn"] and variables["LLM_BATCH_API_SCOPE"] == "key"
     assert variables["LLM_BATCH_TICK_FUNCTION"] == tick["inputs"]["name"]
+    # GET /v1/models (issue 57): the job's model first, then its aliases and adapters.
+    assert variables["LLM_BATCH_SERVED_MODELS"].split(",")[0] == variables["LLM_BATCH_MODEL"]
     assert "LLM_BATCH_API_KEY_SECRET" not in tick["inputs"]["environment"]["variables"]
     by_sid = {statement["Sid"]: statement for statement in _statements(plan, "batch-api-front-policy")}
     assert by_sid["ReadApiKeys"] == {**by_sid["ReadApiKeys"], "Resource": keys["outputs"]["arn"]}

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import boto3
 import httpx
 import pytest
+from openai.types import Model
 
 from tests.infra.nightly_aws import ROLE_ARN
 from tests.workload.test_batch_api import _line
@@ -173,6 +174,17 @@ def test_a_responses_batch_over_api_gateway_events_runs_as_a_responses_execution
     )
     status, _, raw = front.call("POST", "/v1/batches", json={**request, "input_file_id": json.loads(raw)["id"]})
     assert status == 400 and json.loads(raw)["error"]["param"] == "max_output_tokens", raw
+
+
+def test_the_models_list_comes_from_the_stacks_served_names(stack: dict[str, str]) -> None:
+    """GET /v1/models on the AWS front (issue 57): LLM_BATCH_SERVED_MODELS, which the stack sets from the job's
+    model, aliases and adapters; unset, the model alone."""
+    status, _, raw = Front(lambda_front.build_handler(stack)).call("GET", "/v1/models")
+    assert status == 200 and [m["id"] for m in json.loads(raw)["data"]] == ["llm-batch"]
+    served = {**stack, "LLM_BATCH_SERVED_MODELS": "llm-batch,gpt-4o-mini,support"}
+    status, _, raw = Front(lambda_front.build_handler(served)).call("GET", "/v1/models")
+    listed = [Model.model_validate(m) for m in json.loads(raw)["data"]]
+    assert status == 200 and [m.id for m in listed] == ["llm-batch", "gpt-4o-mini", "support"]
 
 
 def test_the_key_is_the_secrets_and_no_route_is_open(stack: dict[str, str]) -> None:

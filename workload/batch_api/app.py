@@ -1,4 +1,4 @@
-"""The Batch API's HTTP routes (OpenAI's Files, Uploads and Batches), as one ASGI app over a `BatchService`.
+"""The Batch API's HTTP routes (OpenAI's Files, Uploads, Batches, Models), as one ASGI app over a `BatchService`.
 
 Starlette alone (no FastAPI): every body in and out is OpenAI's, including its error bodies, which FastAPI's own
 validation errors (422, `detail`) are not. Imports neither Ray nor vLLM (tests/workload/test_batch_api.py checks),
@@ -192,6 +192,9 @@ def build_app(service: BatchService, keys: ApiKeys | None, scope: Scope = DEFAUL
     async def cancel_batch(request: Request) -> Response:
         return JSONResponse(await call(service.cancel_batch, _owner(request, scope), request.path_params["batch_id"]))
 
+    async def list_models(request: Request) -> Response:
+        return JSONResponse(service.list_models())
+
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
@@ -220,6 +223,7 @@ def build_app(service: BatchService, keys: ApiKeys | None, scope: Scope = DEFAUL
         Route("/v1/batches", list_batches, methods=["GET"]),
         Route("/v1/batches/{batch_id}", get_batch, methods=["GET"]),
         Route("/v1/batches/{batch_id}/cancel", cancel_batch, methods=["POST"]),
+        Route("/v1/models", list_models, methods=["GET"]),
     ]
     app = Starlette(routes=routes, exception_handlers={ApiError: api_error, HTTPException: http_error})
     if keys is None:

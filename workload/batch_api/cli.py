@@ -24,6 +24,7 @@ from workload.batch_api.objects import DEFAULT_RETENTION_S, OPENAI_MAX_FILE_BYTE
 from workload.batch_api.service import BatchService
 from workload.batch_api.store import LocalStore, StoreLocked
 from workload.batch_api.tenants import DEFAULT_SCOPE, MIN_KEY_CHARS, SCOPES
+from workload.contract.adapter_config import served_names
 from workload.contract.config import ConfigError, build_config, read_config_file
 
 
@@ -86,7 +87,8 @@ def run(args: argparse.Namespace, exit_bad_config: int) -> int:
         )
         base = read_config_file(args.config)
         check_base_config(base)
-        model = build_config(job_config(base, BatchRun("b", "/in", "/out", "/v1/chat/completions"))).model.name
+        served = build_config(job_config(base, BatchRun("b", "/in", "/out", "/v1/chat/completions"))).model
+        model = served.name
         keys = keys_for_host(args.host, KeySource.from_env(), "the Batch API", MIN_KEY_CHARS)
         hosts = served_hosts(args.host, args.allowed_host)
         quotas = quotas_from_args(args)
@@ -95,7 +97,7 @@ def run(args: argparse.Namespace, exit_bad_config: int) -> int:
         print(f"llm-batch batch-api: {error}", file=sys.stderr)
         return exit_bad_config
     executor = LocalJobExecutor(base, Path(store.root) / "runs")
-    service = BatchService(store, executor, model, limits, quotas=quotas)
+    service = BatchService(store, executor, model, limits, quotas=quotas, served_models=served_names(served))
     ticker = Ticker(service, args.tick_s)
     app = local_app(service, keys, args.scope, hosts)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))

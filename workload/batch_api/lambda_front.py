@@ -11,7 +11,9 @@ line, before any request is served):
     LLM_BATCH_STATE_MACHINE_ARN, LLM_BATCH_GPU_GROUP (the small tier's GPU group; unset on the EKS tiers),
     LLM_BATCH_RELEASE_FUNCTION (the EKS tiers' nightly submit function, whose `release` a stop invokes),
     LLM_BATCH_TICK_FUNCTION (the HTTP function's only: the tick function its cancel asks to stop the run),
-    LLM_BATCH_MODEL (the name batches report), LLM_BATCH_API_SCOPE (key, the default, or project),
+    LLM_BATCH_MODEL (the name batches report), LLM_BATCH_SERVED_MODELS (the names GET /v1/models lists, comma
+    separated: the model, its aliases and LoRA adapters; unset: LLM_BATCH_MODEL alone),
+    LLM_BATCH_API_SCOPE (key, the default, or project),
     LLM_BATCH_API_KEY_SECRET (the Batch API's own key secret, workload/auth/keys.py; keys of at least 32
     characters): no key source, no start;
     LLM_BATCH_STACK and LLM_BATCH_METRICS_NAMESPACE (where the queue's metrics go, queue_metrics.py);
@@ -139,7 +141,9 @@ def build_service(env: Mapping[str, str], session: Any = None) -> BatchService:
         quotas = Quotas.from_env(env)
     except ValueError as error:
         raise FrontConfigError(str(error)) from None
-    service = BatchService(store, executor, _required(env, "LLM_BATCH_MODEL"), limits, quotas=quotas)
+    model = _required(env, "LLM_BATCH_MODEL")
+    served = tuple(name for name in env.get("LLM_BATCH_SERVED_MODELS", "").split(",") if name.strip())
+    service = BatchService(store, executor, model, limits, quotas=quotas, served_models=served)
     if tick := env.get("LLM_BATCH_TICK_FUNCTION"):  # the HTTP function's (infra/components/batch_api.py)
         service.stop_run = stop_by_tick(session, tick)
     return service

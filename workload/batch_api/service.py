@@ -75,8 +75,11 @@ class BatchService:
         limits: Limits | None = None,
         clock: Callable[[], float] = time.time,
         quotas: Quotas | None = None,
+        served_models: tuple[str, ...] = (),
     ) -> None:
         self.store, self.executor, self.model = store, executor, model
+        # What a line's `model` may name (GET /v1/models): the model, its aliases and its LoRA adapters (issue 57).
+        self.served_models = served_models or (model,)
         self.limits = limits or Limits()
         self.records = Records(store, clock)
         self.claims = Claims(self.records)
@@ -96,6 +99,12 @@ class BatchService:
 
     def now(self) -> int:
         return self.records.now()
+
+    def list_models(self) -> dict[str, Any]:
+        """OpenAI's model list (GET /v1/models): every name a batch's lines may give as `model`. `created` is 0:
+        the names come from the job's config, which records no creation time."""
+        data = [{"id": name, "object": "model", "created": 0, "owned_by": "llm-batch"} for name in self.served_models]
+        return {"object": "list", "data": data}
 
     # ---- files -------------------------------------------------------------------------------------------------
 

@@ -67,7 +67,8 @@ def _validate(config: JobConfig) -> int:
     from workload.files.rows import read_input
     from workload.job.input_plan import plan_input
 
-    plan = plan_input(config.input, None, config.model.names(), config.task, config.model.tools)
+    model = config.model
+    plan = plan_input(config.input, None, model.names(), config.task, model.tools, model.adapter_names())
     validated = read_input(config.input, config.sampling, plan.openai, plan.task, plan.tool_parser)
     kinds = Counter(e.error_type for e in validated.errors)
     report = {
@@ -87,6 +88,7 @@ def _run(config: JobConfig, verbose: bool = False) -> int:
     # run_job leaves `_failed.json` beside the output for every failure it raises (while it holds the output's
     # lease), a refused output (exit 3) included, so a scheduler waiting for summary.json learns why at once; a
     # refused or lost lease leaves none.
+    from workload.engine.adapters import check_adapters
     from workload.engine.model_source import ModelSourceError, check_model_source
     from workload.files.rows import InputError
     from workload.files.storage import StorageError
@@ -96,6 +98,7 @@ def _run(config: JobConfig, verbose: bool = False) -> int:
     # The nodes fetch the model themselves, once their engines start: a source that cannot be a model is refused
     # here, before the lease, Ray or any engine (one LIST for an s3:// prefix, nothing downloaded).
     check_model_source(config.model)
+    check_adapters(config.model)
     from workload.telemetry.terminal import run_display
 
     try:

@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 
+from workload.contract.adapter_config import VLLM_LORA_RANKS, slot_rank
 from workload.contract.engine_sizing import (
     DEFAULT_ROW_TOKENS,
     MIB,
@@ -37,6 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tensor-parallel-size", type=int, help="pin it (default: the fastest layout that fits)")
     parser.add_argument("--images-per-row", type=int, default=0, help="a vision model's images in a typical row")
     parser.add_argument("--image-size", type=int, default=512, help="their side in pixels, square (default 512)")
+    parser.add_argument(
+        "--adapters", type=int, default=0, help="LoRA adapters served beside the model (model.adapters; default 0)"
+    )
+    parser.add_argument(
+        "--adapter-rank", type=int, default=16, help="the adapters' largest LoRA rank (default 16; with --adapters)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,6 +57,15 @@ def run(args: argparse.Namespace) -> int:
     except SizingError as error:
         print(f"llm-batch: {error}", file=sys.stderr)
         return EXIT_BAD_SOURCE
+    if args.adapters < 0 or not 1 <= args.adapter_rank <= VLLM_LORA_RANKS[-1]:
+        print(
+            f"llm-batch: --adapters must be 0 or more and --adapter-rank 1 to {VLLM_LORA_RANKS[-1]}, got "
+            f"{args.adapters} and {args.adapter_rank}",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_SOURCE
+    # One slot per adapter on a GPU, as the job builds its engine (workload/contract/adapter_config.py).
+    lora = (args.adapters, slot_rank([args.adapter_rank])) if args.adapters else None
     try:
         plan = plan_engine(
             shape,
@@ -59,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
             gpu_memory_utilization=args.gpu_memory_utilization,
             **_with_images(vision, args),
             tensor_parallel_size=args.tensor_parallel_size,
+            lora=lora,
         )
     except SizingError as error:
         print(f"llm-batch: {error}", file=sys.stderr)

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from workload.contract.adapter_config import AdapterModel
 from workload.contract.images import IMAGE_FIELDS, ImageInputSettings
 from workload.contract.metric_names import ALARM_PERIOD_S
+from workload.contract.model_parsers import ParserModel
 from workload.contract.parser_choice import AUTO
-from workload.contract.reasoning import check_reasoning_parser, resolve_reasoning_parser
-from workload.contract.tool_calls import check_tool_parser, resolve_tool_parser
 
 DEFAULT_METRICS_NAMESPACE = "RayDataLLM/BatchInference"
 # max_num_seqs where `auto` is not sized (the CPU, the serve and bench paths): the fixed value of before sizing.
@@ -78,7 +78,7 @@ class OutputConfig(_Strict):
         return value
 
 
-class ModelConfig(_Strict):
+class ModelConfig(_Strict, AdapterModel, ParserModel):
     source: str | None = Field(
         None,
         description="Local path, s3:// prefix or Hugging Face hub id. None: the embedded tiny model "
@@ -101,39 +101,8 @@ class ModelConfig(_Strict):
         "off OpenAI): answered by this model, reported under `name`.",
     )
 
-    reasoning_parser: str = Field(
-        AUTO,
-        description="vLLM's reasoning parser for a thinking model (its `--reasoning-parser` names), which puts the "
-        "thinking apart from the answer (`reasoning` in OpenAI chat bodies, in `choices` of native results) and "
-        "lets structured outputs constrain the answer only. 'auto': by the model's name (Qwen3 thinking models: "
-        "qwen3; DeepSeek-R1 and its distills: deepseek_r1; gpt-oss: openai_gptoss; any other, and the embedded "
-        "tiny model: none). 'none': the model's text is the answer, thinking and all (docs/job.md, 'Reasoning "
-        "models').",
-    )
-    tool_call_parser: str = Field(
-        AUTO,
-        description="vLLM's tool-call parser (its `--tool-call-parser` names), which reads `tools` answers into "
-        "`message.tool_calls`. 'auto': by the model's name (workload/contract/tool_calls.py: Qwen and Hermes: "
-        "hermes; the embedded tiny model: hermes; unknown: none). 'none': a line with `tools` is refused, naming why.",
-    )
-
     def names(self) -> frozenset[str]:
         return frozenset({self.name, *self.aliases})
-
-    @field_validator("reasoning_parser", "tool_call_parser")
-    @classmethod
-    def _known_parser(cls, value: str, info: ValidationInfo) -> str:
-        return check_reasoning_parser(value) if info.field_name == "reasoning_parser" else check_tool_parser(value)
-
-    @property
-    def reasoning(self) -> str | None:
-        """The vLLM reasoning parser the engine runs with, or None."""
-        return resolve_reasoning_parser(self.reasoning_parser, self.source)
-
-    @property
-    def tools(self) -> str | None:
-        """The vLLM tool-call parser the engine stage reads tool calls with, or None (tools are refused)."""
-        return resolve_tool_parser(self.tool_call_parser, self.source)
 
 
 class EngineConfig(_Strict):
@@ -492,6 +461,8 @@ def _model_affecting(model: ModelConfig) -> dict[str, Any]:
         # A later field (issue 56), kept out at `auto`: `auto` gives the embedded model a parser, and an output
         # begun before tools were answered must still resume (its rows with tools were errors then, and stay so).
         affecting["tool_call_parser"] = model.tools
+    if model.adapters:  # a later field (issue 57), kept out while empty
+        affecting["adapters"] = {name: a.model_dump() for name, a in sorted(model.adapters.items())}
     return affecting
 
 

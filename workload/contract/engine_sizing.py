@@ -34,6 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from workload.contract.adapter_config import lora_bytes
 from workload.contract.model_shape import DTYPE_BYTES, ModelShape, SizingError
 
 __all__ = ["DTYPE_BYTES", "EnginePlan", "ModelShape", "SizingError", "plan_engine"]
@@ -126,6 +127,7 @@ class EnginePlan(BaseModel):
     gpu_memory_gib: float = Field(description="What the sizing started from: CUDA's total for the kind, or the free")
     gpu_memory_utilization: float
     reserve_gib: float = Field(description="Per GPU: CUDA graphs and non-torch memory plus the profiled peak")
+    lora_gib: float = Field(0.0, description="Per GPU: the LoRA adapters' slots (`model.adapters`), 0 without")
     kv_cache_gib: float = Field(description="Per GPU")
     kv_cache_tokens: int = Field(description="Per engine: the tokens its cache holds at once")
     row_tokens: int = Field(description="A typical row's prompt + output tokens, the unit of max_num_seqs")
@@ -240,11 +242,14 @@ def _size_at(
     max_model_len: int,
     row_tokens: int,
     prompt_tokens: int | None = None,
+    lora: tuple[int, int] | None = None,
 ) -> EnginePlan | None:
-    """The plan at one tensor-parallel size, or None where its cache cannot hold one max_model_len sequence."""
+    """The plan at one tensor-parallel size, or None where its cache cannot hold one max_model_len sequence.
+    `lora`: (slots, rank) of the engine's LoRA adapters, whose buffers come out of the cache's memory."""
     prompt = prompt_tokens if prompt_tokens is not None else row_tokens * 2 // 3
     weights_per_gpu = shape.weight_bytes() / tp
-    usable = memory_bytes * utilization - weights_per_gpu
+    adapters = lora_bytes(shape, lora[0], lora[1], tp) if lora else 0
+    usable = memory_bytes * utilization - weights_per_gpu - adapters
     kv_per_token = shape.kv_bytes_per_token(tp)
     for batched in BATCHED_TOKEN_STEPS:
         seqs_guess = max(1, min(MAX_NUM_SEQS_CAP, int(usable // kv_per_token) // max(row_tokens, 1)))
@@ -268,6 +273,7 @@ def _size_at(
         gpu_memory_gib=round(memory_bytes / GIB, 2),
         gpu_memory_utilization=utilization,
         reserve_gib=round(reserve_bytes(shape, batched, seqs_guess, tp) / GIB, 2),
+        lora_gib=round(adapters / GIB, 3),
         kv_cache_gib=round(tokens * kv_per_token / GIB, 2),
         kv_cache_tokens=tokens,
         row_tokens=row_tokens,
@@ -310,10 +316,12 @@ def plan_engine(
     prompt_tokens: int | None = None,
     tensor_parallel_size: int | None = None,
     memory_bytes: int | None = None,
+    lora: tuple[int, int] | None = None,
 ) -> EnginePlan:
     """The fastest layout that fits the node (or the tensor-parallel size given) and the settings it gives.
     `memory_bytes`: one GPU's memory to size from (the real free memory at start); default CUDA's total for the
-    kind. `prompt_tokens`: of row_tokens, the prompt's (default two thirds: 400 of 600)."""
+    kind. `prompt_tokens`: of row_tokens, the prompt's (default two thirds: 400 of 600). `lora`: (slots, rank) of
+    the LoRA adapters the engine serves (`lora_engine_kwargs`), None for none."""
     if gpus < 1:
         raise SizingError(f"--gpus must be at least 1, got {gpus}")
     if max_model_len > shape.max_position_embeddings:
@@ -333,7 +341,7 @@ def plan_engine(
         plan
         for tp in candidates
         if (plan := _size_at(shape, gpu, memory, gpus, tp, gpu_memory_utilization, max_model_len, row_tokens,
-                             prompt_tokens))
+                             prompt_tokens, lora))
         is not None
     ]  # fmt: skip
     if not plans:

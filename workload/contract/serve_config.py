@@ -129,6 +129,12 @@ class ServeConfig(_Strict):
             raise ValueError(
                 f"engine.extra.{logging[0]}: the endpoint never logs prompts or answers (they are user data); remove it"
             )
+        if self.model.adapters:
+            # Refused, not ignored (as above): the endpoint routes no request to an adapter (issue 57 is the job's).
+            raise ValueError(
+                "model.adapters: the online endpoint serves the base model only; LoRA adapters are the batch job's "
+                "(docs/job.md, 'LoRA adapters'); remove them from this config"
+            )
         if self.serve.api_key_file and self.serve.api_key_secret:
             raise ValueError("serve.api_key_file and serve.api_key_secret: set one key source, not both")
         return self

@@ -150,6 +150,8 @@ def settle(
             row_tokens=row_tokens,
             tensor_parallel_size=int(settled.get("tensor_parallel_size", 1)),
             memory_bytes=free,
+            # The LoRA slots' buffers (model.adapters) come out of the KV cache's memory, as vLLM's profile finds.
+            lora=(int(settled["max_loras"]), int(settled["max_lora_rank"])) if settled.get("enable_lora") else None,
         )
     except SizingError as error:
         # The estimate errs on the small side; vLLM's own profile decides (and refuses a cache that cannot hold

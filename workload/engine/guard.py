@@ -48,6 +48,7 @@ from ray.llm._internal.common.errors import VLLM_FATAL_ERRORS
 from workload import failpoints
 from workload.contract.config import ModelConfig
 from workload.contract.config import SamplingParams as JobSampling
+from workload.engine.adapters import AdapterRoutes, adapter_folders
 from workload.engine.auto_settings import (
     CALIBRATION_LINE,
     calibration_record,
@@ -170,6 +171,11 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
         mark("engine_actor_process_start", at=psutil.Process().create_time())
         mark("engine_build_start")
         kwargs["model"] = local_model(model_config)
+        # The LoRA adapters too, before the engine starts: a missing one fails the actor's start by name. Only a
+        # generating engine has LoRA slots (pipeline.engine_kwargs); an embedding one runs the base.
+        generates = str(kwargs.get("task_type", "generate")) == "generate"
+        model_settings = ModelConfig.model_validate(model_config)
+        self._adapters = AdapterRoutes(adapter_folders(model_settings) if generates else {})
         # `auto` engine settings sized here, on the engine's own GPU, from the fetched model's config.json.
         kwargs["engine_kwargs"], plan = settle(kwargs["engine_kwargs"], kwargs["model"], row_tokens)
         if plan is not None:
@@ -250,6 +256,12 @@ class GuardedEngineUDF(vLLMEngineStageUDF):
                 raise _EngineDied(describe_engine_error(error)) from error
 
         self.llm.generate_async = guarded
+
+        async def lora_request(row: dict[str, Any]) -> Any:
+            return self._adapters.request_for(row)
+
+        # Each row's LoRA adapter by the config's own routes (workload/engine/adapters.py says why not upstream's).
+        self.llm._maybe_get_lora_request = lora_request
         self._outputs: dict[int, Any] = {}
         self._count_progress()
         self._final_outputs_only()

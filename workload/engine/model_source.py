@@ -194,24 +194,24 @@ def _download_all(client: Any, bucket: str, files: list[_Remote], staging: Path)
             raise ModelSourceError(f"model.source s3://{bucket}/{file.key}: got {got} bytes of {file.size}")
 
 
-def _model_listing(client: Any, uri: str) -> list[_Remote]:
-    """The files under an s3:// prefix, refused unless they look like a model folder."""
+def _model_listing(client: Any, uri: str, required: str = "config.json", what: str = "model.source") -> list[_Remote]:
+    """The files under an s3:// prefix, refused unless they look like a model folder (an adapter's: `required`)."""
     files = _list_remote(client, uri)
     if not files:
-        raise ModelSourceError(f"model.source {uri}: no files under that prefix")
-    if "config.json" not in {f.relative for f in files}:
-        raise ModelSourceError(f"model.source {uri}: no config.json under that prefix; is it a model folder?")
+        raise ModelSourceError(f"{what} {uri}: no files under that prefix")
+    if required not in {f.relative for f in files}:
+        raise ModelSourceError(f"{what} {uri}: no {required} under that prefix; is it a model folder?")
     return files
 
 
-def _from_s3(uri: str, cache: Path) -> Path:
+def _from_s3(uri: str, cache: Path, required: str = "config.json", what: str = "model.source") -> Path:
     """This node's copy of an s3:// prefix, fetched once and kept while the prefix lists the same files."""
     try:
         source = locate(uri)
     except StorageError as error:
-        raise ModelSourceError(f"model.source {uri}: {error}") from error
+        raise ModelSourceError(f"{what} {uri}: {error}") from error
     target = cache / "s3" / source.path
-    files = _model_listing(_s3_client(PARALLEL_REQUESTS), uri)
+    files = _model_listing(_s3_client(PARALLEL_REQUESTS), uri, required, what)
     client = _s3_client(request_pool_size(files))
     if _is_complete(target, files):
         return target
@@ -312,3 +312,33 @@ def check_model_source(config: ModelConfig) -> None:
         return
     if not is_hub_id(source):
         raise ModelSourceError(f"model.source {source}: no such local folder, and not a hub id (owner/name)")
+
+
+def resolve_folder(source: str, cache_dir: str, required: str, what: str) -> str:
+    """This node's folder for a local folder or s3:// prefix that must hold `required` (a LoRA adapter's
+    adapter_config.json: workload/engine/adapters.py), fetched into `cache_dir` once per node as the base model is.
+    `what` names the setting in errors."""
+    if source.startswith("s3://"):
+        return str(_from_s3(source, _cache_root_of(cache_dir), required, what))
+    local = Path(source).expanduser()
+    if not local.is_dir():
+        raise ModelSourceError(f"{what} {source}: no such local folder (give a folder or an s3:// prefix)")
+    if not (local / required).is_file():
+        raise ModelSourceError(f"{what} {source}: the folder has no {required}")
+    return str(local.resolve())
+
+
+def check_folder(source: str, required: str, what: str) -> None:
+    """`resolve_folder`'s refusals without a download (one LIST for an s3:// prefix): for the planning process."""
+    if source.startswith("s3://"):
+        try:
+            locate(source)
+        except StorageError as error:
+            raise ModelSourceError(f"{what} {source}: {error}") from error
+        _model_listing(_s3_client(1), source, required, what)
+        return
+    resolve_folder(source, "", required, what)
+
+
+def _cache_root_of(cache_dir: str) -> Path:
+    return Path(os.path.expanduser(cache_dir))

@@ -19,6 +19,7 @@ import ray.data
 from ray.data.llm import Processor, build_processor, vLLMEngineProcessorConfig
 
 from workload import failpoints
+from workload.contract.adapter_config import lora_engine_kwargs
 from workload.contract.config import JobConfig, ModelConfig
 from workload.contract.images import DEFAULT_MAX_IMAGES_PER_ROW
 from workload.engine.auto_settings import without_gpu_sizing
@@ -212,6 +213,9 @@ def engine_kwargs(config: JobConfig, seeded: bool | None = None, keep_auto: bool
         # (`config.seeded_cpu_conflict` refuses explicit settings that contradict this.)
         kwargs["enable_chunked_prefill"] = False
         kwargs["max_num_batched_tokens"] = max(kwargs.get("max_num_batched_tokens", 0), engine.max_model_len)
+    if config.task == "generate":  # adapters answer generation only (an embeddings line naming one is refused)
+        # LoRA slots for `model.adapters` (workload/contract/adapter_config.py says why one more on the CPU).
+        kwargs.update(lora_engine_kwargs(config.model.adapters, config.device))
     kwargs.update(engine.extra)
     return kwargs
 

@@ -21,6 +21,8 @@ _HEADS = 2
 _LAYERS = 2
 _VOCAB = 2048
 _POSITIONS = 4096
+# The shape its adapters are written for (workload/engine/tiny_adapter.py).
+HIDDEN_SIZE, LAYERS = _HIDDEN, _LAYERS
 
 # Reasoning as Qwen3's thinking models mark it: the answer's turn opens a `<think>` block (Qwen3-2507-Thinking's
 # template writes `<think>\n` into the prompt), and `enable_thinking: false` closes it at once with an empty one

@@ -49,6 +49,8 @@ EMBED_KEY = "_embed"
 REQUEST_KEYS = frozenset({"custom_id", "method", "url", "body"})
 # The row's key the translated request's own facts ride on to the output (a pass-through column).
 OPENAI_COLUMN = "openai_request"
+# The LoRA adapter a line's `model` names (workload/engine/adapters.py), or null for the base model and its aliases.
+ADAPTER_COLUMN = "_adapter"
 
 _SAMPLING = {
     "temperature": "temperature",
@@ -103,6 +105,8 @@ class OpenAIDialect:
     url: str
     model_names: frozenset[str]
     mixed_chat: bool = False
+    # LoRA adapters served beside the model (`model.adapters`): a line naming one runs on it (issue 57).
+    adapters: frozenset[str] = frozenset()
 
     def takes(self, url: str) -> bool:
         """Whether a line of `url` is one of this input's requests."""
@@ -185,13 +189,17 @@ def _body_row(custom_id: str, url: str, body: dict[str, Any], dialect: OpenAIDia
     if refused:
         raise RequestRefused(f"parameter {refused[0]!r} is not supported by this batch job", refused[0])
     model = body.get("model")
-    if not isinstance(model, str) or model not in dialect.model_names:
-        names = ", ".join(sorted(dialect.model_names))
+    if not isinstance(model, str) or model not in dialect.model_names | dialect.adapters:
+        names = ", ".join(sorted(dialect.model_names | dialect.adapters))
         raise RequestRefused(f"model {model!r} is not served here (served: {names})", "model", "model_not_found")
     if url == EMBEDDINGS_URL:
+        if model in dialect.adapters:
+            raise RequestRefused(f"model {model!r} is a LoRA adapter: adapters answer generation only", "model")
         return _embedding_row(custom_id, body, model)
     sampling = _sampling(body, url)
     facts: dict[str, Any] = {"url": url, "model": model}
+    if model in dialect.adapters:
+        facts["adapter"] = model  # the engine's LoRA request (adapter_of) and the answer's `model`
     for key in ("user", "metadata"):
         if body.get(key) is not None:
             facts[key] = body[key]
@@ -369,3 +377,9 @@ def _response_format(value: Any) -> dict[str, Any] | None:
             raise RequestRefused("response_format.json_schema.schema must be an object", "response_format")
         return {"json": schema}
     raise RequestRefused(f"response_format type {kind!r} is not supported", "response_format")
+
+
+def adapter_of(passthrough: dict[str, Any]) -> str | None:
+    """The LoRA adapter a validated row's request line named (its ADAPTER_COLUMN), or None."""
+    facts = passthrough.get(OPENAI_COLUMN)
+    return json.loads(facts).get("adapter") if facts else None

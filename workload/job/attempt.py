@@ -188,7 +188,8 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
     timings: dict[str, float] = {"t0": started}
     previous = store.read_manifest()
     known = previous.get("input_files") if previous and config.resume.mode == "resume" else None
-    plan = plan_input(config.input, known, config.model.names(), config.task, config.model.tools)
+    model = config.model
+    plan = plan_input(config.input, known, model.names(), config.task, model.tools, model.adapter_names())
     # Before the claim: a re-uploaded file's digest decides whether this is still the output's input.
     plan = hash_moved_files(plan, known)
     if plan.task != config.task:  # an OpenAI /v1/embeddings input: the task, and so the config hash, is embed

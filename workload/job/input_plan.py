@@ -132,7 +132,9 @@ def _parquet_rows(location: Location, size: int, version: str) -> int:
         raise InputError(f"cannot read {location.uri}: {error}") from error
 
 
-def _openai_dialect(config: InputConfig, files: list[InputFile], model_names: frozenset[str]) -> OpenAIDialect | None:
+def _openai_dialect(
+    config: InputConfig, files: list[InputFile], model_names: frozenset[str], adapters: frozenset[str] = frozenset()
+) -> OpenAIDialect | None:
     """An OpenAI Batch input, told by `input.format: openai` or by its first parseable line's shape; its url is
     `input.openai_url`, else that line's (OpenAI allows one url per batch: other lines' urls are their errors)."""
     if config.format not in ("auto", "jsonl", "openai"):
@@ -166,7 +168,7 @@ def _openai_dialect(config: InputConfig, files: list[InputFile], model_names: fr
             f"{config.uri}: an OpenAI Batch input needs a url of {list(URLS)}; the first request says {url!r} "
             "(set input.openai_url)"
         )
-    return OpenAIDialect(str(url), model_names, mixed_chat=config.openai_url is None)
+    return OpenAIDialect(str(url), model_names, mixed_chat=config.openai_url is None, adapters=adapters)
 
 
 def input_task(configured: str, openai: OpenAIDialect | None, uri: str) -> str:
@@ -190,12 +192,14 @@ def plan_input(
     model_names: frozenset[str] = frozenset({"llm-batch"}),
     task: str = "generate",
     tool_parser: str | None = None,
+    adapters: frozenset[str] = frozenset(),
 ) -> InputPlan:
     """Every input file with its size and version, in path order, and the record counts known without reading
     rows: a Parquet footer's, and `known` (a manifest's listing): a file whose size and version are unchanged keeps
     its recorded count. The others are None until the id pass counts them (`InputPlan.with_counts`).
     `task`: the config's; the plan's is the one the input asks for (`input_task`). `tool_parser`: the model's
-    (ModelConfig.tools), which the validation stages judge a row's tools by."""
+    (ModelConfig.tools), which the validation stages judge a row's tools by. `adapters`: the LoRA adapters' names
+    (`model.adapters`), which an OpenAI line's `model` may give."""
     input_files(config)  # raises InputError naming the URI when it holds no input files
     try:
         listed = [(loc, size, version) for loc, size, version in list_versions(config.uri) if _is_input(loc)]
@@ -221,7 +225,7 @@ def plan_input(
         InputFile(location.uri, location.path, fmt, 0, records, size, version, digest)
         for (location, size, version), fmt, (records, digest) in zip(listed, formats, counts, strict=True)
     ]
-    openai = _openai_dialect(config, files, model_names)
+    openai = _openai_dialect(config, files, model_names, adapters)
     plan = InputPlan(
         files,
         None,

@@ -39,7 +39,7 @@ from ray.data.datasource import FileBasedDatasource
 from workload.contract.config import SamplingParams
 from workload.contract.jsonl_lines import TOO_LARGE, jsonl_records
 from workload.files.images import IMAGES_COLUMN, ImageRules
-from workload.files.openai_batch import OpenAIDialect
+from workload.files.openai_batch import ADAPTER_COLUMN, OpenAIDialect, adapter_of
 from workload.files.pinned import changed, content_digest, open_pinned
 from workload.files.results import JSON_TYPE
 from workload.files.rows import Origin, Record, RowError, ValidRow, parquet_record, raw_text, validate_record
@@ -440,19 +440,13 @@ def _repeats(row: dict[str, Any]) -> bool:
 # TEMPLATE_KWARGS_COLUMN: a chat row's own chat-template variables as JSON (workload/engine/pipeline.py), or null.
 # TOOLS_COLUMN: a chat row's tool request as JSON (workload/files/tools.py), or null.
 # IMAGES_COLUMN: a chat row's image urls as JSON (workload/files/images.py), or null: the image stage fetches them.
+# ADAPTER_COLUMN: the LoRA adapter an OpenAI line's `model` named (workload/engine/adapters.py), or null.
+# fmt: off
 ENGINE_FIELDS = (
-    "_pos",
-    "id",
-    "prompt",
-    "messages_json",
-    "sampling_params",
-    "_max_tokens",
-    "_passthrough",
-    "_embed",
-    TEMPLATE_KWARGS_COLUMN,
-    TOOLS_COLUMN,
-    IMAGES_COLUMN,
+    "_pos", "id", "prompt", "messages_json", "sampling_params", "_max_tokens", "_passthrough", "_embed",
+    TEMPLATE_KWARGS_COLUMN, TOOLS_COLUMN, IMAGES_COLUMN, ADAPTER_COLUMN,
 )
+# fmt: on
 ERROR_FIELDS = ("_file", "_row", "_line", "_raw", "_raw_encoding", "_error_type", ERROR_COLUMN)
 
 
@@ -503,6 +497,7 @@ def _validated(
                 TEMPLATE_KWARGS_COLUMN: _json_or_none(outcome.chat_template_kwargs),
                 TOOLS_COLUMN: _json_or_none(outcome.tools),
                 IMAGES_COLUMN: _json_or_none(outcome.images),
+                ADAPTER_COLUMN: adapter_of(outcome.passthrough),
                 "_file": outcome.origin.file,
                 "_row": outcome.origin.row,
                 "_line": outcome.origin.line,
@@ -525,6 +520,7 @@ def _validated(
                 TEMPLATE_KWARGS_COLUMN: None,
                 TOOLS_COLUMN: None,
                 IMAGES_COLUMN: None,
+                ADAPTER_COLUMN: None,
                 "_file": outcome.origin.file,
                 "_row": outcome.origin.row,
                 "_line": outcome.origin.line,

@@ -144,7 +144,8 @@ def _answer_line(row: dict[str, Any], model: str, created: int) -> dict[str, Any
         "response": {
             "status_code": 200,
             "request_id": _digest(row["id"], "request"),
-            "body": response_body(row, facts, model, created),
+            # A line run on a LoRA adapter reports the adapter's name, as vLLM's server does (engine/adapters.py).
+            "body": response_body(row, facts, facts.get("adapter") or model, created),
         },
         "error": None,
     }
