@@ -11,6 +11,7 @@ import argparse
 import signal
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from starlette.types import ASGIApp
@@ -87,8 +88,10 @@ def run(args: argparse.Namespace, exit_bad_config: int) -> int:
         )
         base = read_config_file(args.config)
         check_base_config(base)
-        served = build_config(job_config(base, BatchRun("b", "/in", "/out", "/v1/chat/completions"))).model
-        model = served.name
+        probe = build_config(job_config(base, BatchRun("b", "/in", "/out", "/v1/chat/completions")))
+        served, model = probe.model, probe.model.name
+        # Vision files are bounded as the job bounds an image; this server's executor hands the job their paths.
+        limits = replace(limits, max_image_bytes=probe.input.max_image_bytes)
         keys = keys_for_host(args.host, KeySource.from_env(), "the Batch API", MIN_KEY_CHARS)
         hosts = served_hosts(args.host, args.allowed_host)
         quotas = quotas_from_args(args)

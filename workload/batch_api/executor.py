@@ -26,7 +26,8 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -49,6 +50,8 @@ class BatchRun:
     input_uri: str
     output_uri: str
     endpoint: str
+    # The vision files its lines name, checked at create to be its owner's: file id -> where the job reads it.
+    image_files: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -134,9 +137,12 @@ def job_config(base: dict[str, Any], run: BatchRun) -> dict[str, Any]:
     """The job config of one batch: the server's base config with the batch's input, endpoint and output."""
     config = yaml.safe_load(yaml.safe_dump(base)) or {}
     config["input"] = {**config.get("input", {}), "uri": run.input_uri, "format": "openai", "openai_url": run.endpoint}
-    # A batch's images are its own `data:` URLs: the server's image prefix is no tenant's, and a key under it
-    # would let one caller have the model describe an object it never uploaded (docs/batch-api.md, "Images").
+    # A batch's images are its own `data:` URLs and its own uploads: the server's image prefix is no tenant's, and
+    # a key under it would let one caller have the model describe an object it never uploaded; the uploads are
+    # exactly the files its create checked, which the job resolves a file_id through and nothing else
+    # (docs/batch-api.md, "Images").
     config["input"]["image_prefix"] = None
+    config["input"]["image_files"] = dict(run.image_files) or None
     config["output"] = {**config.get("output", {}), "uri": run.output_uri}
     config.setdefault("resume", {})["mode"] = "resume"  # a restarted server resumes; it never starts over
     return config

@@ -19,13 +19,16 @@ from workload.batch_api.quotas import over_quota
 from workload.batch_api.records import Records
 from workload.batch_api.store import StoreConflict
 from workload.batch_api.tenants import sees
+from workload.batch_api.vision import VISION, capped, check_image, check_size
 
 TOMBSTONE_TTL_S = 24 * 3600  # a listing paged through within a day goes on past files deleted meanwhile
 
 
 def check_purpose(purpose: Any) -> None:
     if purpose not in UPLOAD_PURPOSES:
-        raise ApiError(400, f"purpose {purpose!r} not served here; upload batch input as 'batch'", "purpose")
+        raise ApiError(
+            400, f"purpose {purpose!r} not served here; upload batch input as 'batch', images as 'vision'", "purpose"
+        )
 
 
 def check_expires_after(seconds: Any) -> None:
@@ -68,9 +71,23 @@ class Files:
         check_purpose(purpose)
         if expires_after_s is not None:
             check_expires_after(expires_after_s)
+        body = self._capped(chunks, room)
+        if purpose == VISION:
+            check_size(0, self.limits.max_image_bytes)  # a front serving none refuses before a byte is stored
+            body = capped(body, self.limits.max_image_bytes or 0)
         file_id = new_id("file")
-        size = self.store.write_blob(body_key(file_id), self._capped(chunks, room))
+        size = self.store.write_blob(body_key(file_id), body)
+        if purpose == VISION:
+            self.check_vision(body_key(file_id))
         return self.record(owner, file_id, filename, purpose, size, body_key(file_id), expires_after_s).public()
+
+    def check_vision(self, key: str) -> None:
+        """A `vision` file's stored body is an image (vision.py), or it is deleted and the upload refused."""
+        try:
+            check_image(self.store.read_blob(key) or iter(()))
+        except ApiError:
+            self.store.delete_blobs(key)
+            raise
 
     def _capped(self, chunks: Iterable[bytes], room: int | None = None) -> Iterator[bytes]:
         size = 0

@@ -77,11 +77,12 @@ class RequestCounts(BaseModel):
 
 class BatchRecord(Owned):
     """openai.types.Batch (with the side field `llm_batch`), and the job's input and output keys, the stop the
-    scheduler is carrying out (`_stop`: cancelled or expired), when it closed (`_done_at`) and whether its job
-    output has been deleted after the retention (`_output_deleted`)."""
+        scheduler is carrying out (`_stop`: cancelled or expired), when it closed (`_done_at`) and whether its job
+        output has been deleted after the retention (`_output_deleted`), and the vision files its lines name
+    (`_image_files`)."""
 
     KIND: ClassVar[str] = "batch"
-    LATE: ClassVar[tuple[str, ...]] = ("_done_at", "_output_deleted")
+    LATE: ClassVar[tuple[str, ...]] = ("_done_at", "_output_deleted", "_image_files")
 
     object: str = "batch"
     endpoint: str
@@ -110,6 +111,8 @@ class BatchRecord(Owned):
     stop: str | None = Field(default=None, alias="_stop")
     done_at: int | None = Field(default=None, alias="_done_at")
     output_deleted: bool = Field(default=False, alias="_output_deleted")
+    # The vision files its lines name, checked at create to be its owner's (vision.py): file id -> store key.
+    image_files: dict[str, str] | None = Field(default=None, alias="_image_files")
 
     @classmethod
     def window_end(cls, created_at: int, completion_window: str) -> int:

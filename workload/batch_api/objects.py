@@ -12,8 +12,9 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-FILE_PURPOSES = ("batch", "batch_output")  # what this API stores: inputs it runs and the outputs it writes
-UPLOAD_PURPOSES = ("batch",)  # what a client may upload (the others of OpenAI's are for features not served)
+# What this API stores: inputs it runs, the outputs it writes, and images a batch's lines name (OpenAI's `vision`).
+FILE_PURPOSES = ("batch", "batch_output", "vision")
+UPLOAD_PURPOSES = ("batch", "vision")  # what a client may upload (the others of OpenAI's are for features not served)
 COMPLETION_WINDOWS = {"24h": 24 * 3600}  # OpenAI's only window
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 ACTIVE = frozenset({"in_progress", "finalizing", "cancelling"})  # a job runs (or is being stopped) for the batch
@@ -43,10 +44,15 @@ class Limits:
     # A download larger than this is answered with a redirect to the store's presigned URL, where the store has
     # one (S3Store): the Lambda front answers at most 6 MB. None: always answered inline (the local server).
     inline_download_bytes: int | None = None
+    # The largest `vision` file (the job's input.max_image_bytes, which its image stage applies again). None: this
+    # front serves no vision files (the tiers' job is not handed a batch's images yet: docs/batch-api.md, "Images").
+    max_image_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.inline_download_bytes is not None and self.inline_download_bytes < 0:
             raise ValueError(f"inline_download_bytes must be at least 0, got {self.inline_download_bytes}")
+        if self.max_image_bytes is not None and self.max_image_bytes < 1:
+            raise ValueError(f"max_image_bytes must be at least 1, got {self.max_image_bytes}")
         for name in ("max_file_bytes", "max_requests", "retention_s"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")

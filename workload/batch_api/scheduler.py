@@ -130,7 +130,9 @@ class Scheduler:
         self.batches.update(batch_id, expire)
 
     def _batch_run(self, record: BatchRecord) -> BatchRun:
-        return BatchRun(record.id, self.store.uri(record.input_key), self.store.uri(record.output_key), record.endpoint)
+        images = {file_id: self.store.uri(key) for file_id, key in (record.image_files or {}).items()}
+        input_uri, output_uri = self.store.uri(record.input_key), self.store.uri(record.output_key)
+        return BatchRun(record.id, input_uri, output_uri, record.endpoint, images)
 
     def _queue(self, open_: list[BatchRecord] | None = None) -> list[Record]:
         """What waits for the GPUs, first to run first: queued batches and the schedule's queued nights
@@ -429,8 +431,9 @@ class Scheduler:
         RETENTION_PER_TICK a tick, oldest finish first (one listing of the retention's queue, batch_index.py)."""
         self.uploads.sweep(now)
         self.nights.sweep(now)
-        # A queued batch's input outlives its file's expiry until the batch has run: the job reads it.
-        users = {r.input_file_id for r in open_}
+        # A queued batch's input, and the vision files its lines name, outlive their expiry until the batch has
+        # run: the job reads them.
+        users = {r.input_file_id for r in open_} | {i for r in open_ for i in (r.image_files or {})}
         self.files.sweep(now, frozenset(users))
         self.claims.sweep(now)
         for marker, batch_id in self.batches.index.done_by(now - self.retention_s, RETENTION_PER_TICK):

@@ -36,11 +36,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from workload.batch_api import vision
 from workload.batch_api.batches import BatchBook
 from workload.batch_api.executor import Executor
 from workload.batch_api.files import Files
 from workload.batch_api.idempotency import Claims, check_key, params_hash
-from workload.batch_api.models import BatchRecord
+from workload.batch_api.models import BatchRecord, FileRecord
 from workload.batch_api.objects import (
     COMPLETION_WINDOWS,
     METADATA_KEY_CHARS,
@@ -125,6 +126,14 @@ class BatchService:
         return self.files.redirect(owner, file_id)
 
     def delete_file(self, owner: str, file_id: str) -> dict[str, Any]:
+        """A vision file that a batch still to run names is refused (409): its job reads it. Delete it once that
+        batch has finished, or cancel the batch."""
+        record = self.files.owned(owner, file_id)
+        if record.purpose == vision.VISION:
+            waiting = sorted(b.id for b in self.batches.open() if file_id in (b.image_files or {}))
+            if waiting:
+                message = f"file {file_id} is named by batch {waiting[0]}, which has not finished; it reads the file"
+                raise ApiError(409, message, "file_id")
         return self.files.delete(owner, file_id)
 
     def list_files(self, owner: str, after: str | None, limit: int, order: str, purpose: str | None) -> dict[str, Any]:
@@ -190,7 +199,10 @@ class BatchService:
             expires_at=BatchRecord.window_end(created, completion_window), metadata=metadata, owner=owner,
             seq=self.records.seq(), input_key=source.key, output_key=f"batches/{batch_id}/output",
         )  # fmt: skip
-        problems, record.request_counts.total = self._validate_input(source.key, endpoint)
+        problems, record.request_counts.total, refs = self._validate_input(source.key, endpoint)
+        if not problems and refs:
+            record.image_files, problem = vision.resolve(refs, owner, lambda i: self.records.get(FileRecord, i))
+            problems = [] if problem is None else [problem]
         if problems:  # a batch failed at validation holds nothing: no quota asked
             record.status, record.failed_at, record.done_at = "failed", created, created
             record.errors = batch_errors(problems)
@@ -205,14 +217,16 @@ class BatchService:
             return made.public()  # a racing retry with the same key made it first
         return record.public()
 
-    def _validate_input(self, key: str, endpoint: str) -> tuple[list[dict[str, Any]], int]:
+    def _validate_input(self, key: str, endpoint: str) -> tuple[list[dict[str, Any]], int, list[tuple[int, str, str]]]:
         """What fails a batch before it runs (OpenAI's batch-level errors): no request, too many, or no line that
         could run at all (not JSONL, e.g. a CSV; or every line for another url than the batch's). A file with
-        some runnable lines runs, and each bad line is the job's error line."""
+        some runnable lines runs, and each bad line is the job's error line. Also, read in the same pass, every
+        uploaded image a line names (line, file_id, param: vision.py), which the create checks are the owner's."""
         body = self.store.read_blob(key)
         if body is None:
-            return [{"code": "file_not_found", "message": "the input file's content is gone"}], 0
+            return [{"code": "file_not_found", "message": "the input file's content is gone"}], 0, []
         total, runnable = 0, False
+        refs: list[tuple[int, str, str]] = []
         first_problem: dict[str, Any] | None = None
 
         def judge(line: bytes, number: int) -> None:
@@ -228,15 +242,16 @@ class BatchService:
         for total, line in enumerate(request_lines(body), start=1):  # total: read after the loop
             judge(line, total)
             check_request_bounds(total, line, self.quotas)
+            refs.extend((total, file_id, param) for file_id, param in vision.line_refs(line))
         if total == 0:
-            return [{"code": "empty_file", "message": "the input file holds no request"}], 0
+            return [{"code": "empty_file", "message": "the input file holds no request"}], 0, []
         if total > self.limits.max_requests:
             message = f"the input file holds {total} requests; a batch takes at most {self.limits.max_requests}"
-            return [{"code": "too_many_requests", "message": message}], total
+            return [{"code": "too_many_requests", "message": message}], total, []
         if not runnable and first_problem is not None:
             first_problem["message"] += "; no line of the file could run, so no job was started"
-            return [first_problem], total
-        return [], total
+            return [first_problem], total, []
+        return [], total, refs
 
     def get_batch(self, owner: str, batch_id: str) -> dict[str, Any]:
         return self.batches.owned(owner, batch_id).public()

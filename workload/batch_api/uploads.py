@@ -31,6 +31,7 @@ from workload.batch_api.quotas import check_holding
 from workload.batch_api.records import Records
 from workload.batch_api.store import StoreConflict, is_id
 from workload.batch_api.tenants import sees
+from workload.batch_api.vision import VISION, check_size
 
 UPLOAD_TTL_S = 3600  # "Uploads ... expire after an hour" (OpenAI's Uploads API reference)
 MAX_PART_BYTES = 64 * 1024 * 1024  # OpenAI's part limit (openai.resources.uploads: DEFAULT_PART_SIZE is 64 MiB)
@@ -91,6 +92,8 @@ class Uploads:
         most = self.files.limits.max_file_bytes
         if size > most:
             raise ApiError(400, f"bytes {size} is over this server's limit of {most}", "bytes")
+        if purpose == VISION:
+            check_size(size, self.files.limits.max_image_bytes)
         keep = None
         if expires_after is not None:
             if not isinstance(expires_after, dict) or expires_after.get("anchor") != "created_at":
@@ -172,6 +175,8 @@ class Uploads:
             store.delete_blobs(key)
             what = "changed while it was read" if written != total else "does not match the md5 given"
             raise ApiError(400, f"the uploaded content {what}", "md5")
+        if record.purpose == VISION:
+            self.files.check_vision(key)
         entry = self.files.record(
             owner, file_id, record.filename, record.purpose, total, key, record.file_expires_after_s
         )

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from workload.contract.adapter_config import AdapterModel
+from workload.contract.image_files import IMAGE_FILE_FIELDS, ImageFileSettings
 from workload.contract.images import IMAGE_FIELDS, ImageInputSettings
 from workload.contract.metric_names import ALARM_PERIOD_S
 from workload.contract.model_parsers import ParserModel
@@ -33,7 +34,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class InputConfig(ImageInputSettings, _Strict):
+class InputConfig(ImageInputSettings, ImageFileSettings, _Strict):
     uri: str = Field(description="Local file or folder, or s3://bucket/prefix, holding the prompts.")
     format: Literal["auto", "jsonl", "parquet", "openai"] = Field(
         "auto",
@@ -450,6 +451,7 @@ LATER_FIELDS = frozenset(
     {"n", "logprobs", "structured_outputs", "logit_bias", "max_record_bytes", "openai_url"}
     | {"min_p", "stop_token_ids", "include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens"}
     | IMAGE_FIELDS
+    | IMAGE_FILE_FIELDS
 )
 
 

@@ -13,7 +13,8 @@ pixels or less. Ray Data LLM's own `PrepareMultimodalStage` is not used: it fetc
 connector, which reaches any http host, and the job must read only `data:` URLs and the configured prefix.
 
 Errors, each its row's error (never the run's): `images_not_supported` (the served model has no vision tower),
-`image_too_large` (over input.max_image_bytes, checked before an object is read), `invalid_image` (not an image
+`image_too_large` (over input.max_image_bytes, checked before an object is read: a prefix key or a Batch API
+upload's file, read where input.image_files maps its id), `invalid_image` (not an image
 PIL can decode whole, or a decompression bomb), and a failed read of the object.
 """
 
@@ -61,7 +62,10 @@ class ImageFetcher:
 
     def _one(self, url: str, where: str) -> bytes:
         check_url(url, self.rules, where)  # validation checked it too: this stage trusts no column
-        data = decode_data_url(url, self.rules, where) if url.startswith("data:") else self._read(url, where)
+        if url.startswith("data:"):
+            data = decode_data_url(url, self.rules, where)
+        else:  # a key under the prefix, or an uploaded file through the batch's checked mapping (check_url)
+            data = self._read(self.rules.file_uri(url) or url, where)
         verify(data, where)
         return data
 

@@ -7,8 +7,10 @@ Two ways in, one shape out:
 - a native row's `images` column (a list of urls) with `messages`: the images go before the text of the last user
   message, the place captioning and extraction prompts put them.
 
-A url is a `data:image/...;base64,` URL or a key under `input.image_prefix`; nothing else, so no row can make a
-worker fetch from another host or read another prefix's objects. Only the count and the form are checked here, on
+A url is a `data:image/...;base64,` URL, a key under `input.image_prefix`, or (a Batch API batch's Responses line
+naming an uploaded file by `file_id`) FILE_REF and an id of `input.image_files`, the mapping the Batch API checked
+at create; nothing else, so no row can make a worker fetch from another host, read another prefix's objects or
+another tenant's file. Only the count and the form are checked here, on
 the validation stage; the bytes are fetched, bounded and decoded by the image stage on the workers
 (workload/engine/image_stage.py), never on the driver.
 """
@@ -18,7 +20,8 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from workload.contract.images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGES_PER_ROW
@@ -31,6 +34,9 @@ IMAGE_URLS_KEY = "_image_urls"
 # A message's urls while openai_batch collects them (popped before the row is made).
 URLS_FIELD = "_urls"
 IMAGE_PART = {"type": "image"}
+# How a Responses `input_image` part's `file_id` rides as an image url (workload/files/responses.py): resolved
+# through `input.image_files` alone, never as a path or a key.
+FILE_REF = "file_id:"
 _DATA_URL = re.compile(r"^data:(image/[A-Za-z0-9.+-]+)?(;[^,]*)?;base64,", re.IGNORECASE)
 
 
@@ -49,12 +55,18 @@ class ImageRules:
     prefix: str | None
     max_images: int
     max_bytes: int
+    files: Mapping[str, str] = field(default_factory=dict)  # input.image_files: file id -> where its image is
 
     DEFAULT: ClassVar[ImageRules]
 
     @classmethod
     def of(cls, settings: Any) -> ImageRules:
-        return cls(settings.image_prefix, settings.max_images_per_row, settings.max_image_bytes)
+        files = settings.image_files or {}
+        return cls(settings.image_prefix, settings.max_images_per_row, settings.max_image_bytes, files)
+
+    def file_uri(self, url: str) -> str | None:
+        """Where a FILE_REF url's uploaded image is; None: not a FILE_REF url, or an id the batch was not given."""
+        return self.files.get(url[len(FILE_REF) :]) if url.startswith(FILE_REF) else None
 
 
 # InputConfig's defaults (workload/contract/images.py): data: URLs only.
@@ -137,6 +149,14 @@ def check_url(url: str, rules: ImageRules, where: str) -> None:
         # 3 bytes per 4 base64 characters: bounded before anything is decoded.
         if (len(url) - found.end()) * 3 // 4 > rules.max_bytes + 2:
             raise ImageRefused("image_too_large", f"{where} is larger than input.max_image_bytes={rules.max_bytes}")
+        return
+    if url.startswith(FILE_REF):
+        if rules.file_uri(url) is None:
+            message = (
+                f"{where}: file_id {url[len(FILE_REF) :]!r} is not a vision file checked for this batch; uploaded "
+                "files are named only through the Batch API, each one the batch owner's own"
+            )
+            raise ImageRefused("invalid_image", message)
         return
     if rules.prefix is not None and url.startswith(rules.prefix) and ".." not in url[len(rules.prefix) :].split("/"):
         return

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from workload.files.images import FILE_REF
+
 RESPONSES_URL = "/v1/responses"
 
 # The parameters answered here; each is translated below or echoed only.
@@ -255,10 +257,19 @@ def _message(item: Any, where: str) -> dict[str, Any]:
 
 
 def _image_part(part: dict[str, Any], where: str) -> dict[str, Any]:
-    """An `input_image` part as chat's `image_url` part (issue 57): a url (`data:` or under input.image_prefix);
-    an uploaded file's `file_id` is not served (docs/batch-api.md, "Images")."""
-    if part.get("file_id") is not None:
-        raise Refused(f"{where}.file_id is not served: give the image as image_url (a data: URL)", f"{where}.file_id")
+    """An `input_image` part as chat's `image_url` part (issue 57): a url (`data:` or under input.image_prefix),
+    or an uploaded `vision` file's `file_id` as a FILE_REF url, which only the batch's checked mapping resolves
+    (input.image_files; docs/batch-api.md, "Images")."""
+    file_id = part.get("file_id")
+    if file_id is not None:
+        if part.get("image_url") is not None:
+            raise Refused(f"{where} gives both image_url and file_id; give one", f"{where}.file_id")
+        if not isinstance(file_id, str) or not file_id:
+            raise Refused(f"{where}.file_id must be a file id string", f"{where}.file_id")
+        extra = sorted(set(part) - {"type", "file_id", "image_url", "detail"})
+        if extra:
+            raise Refused(f"{where}.{extra[0]} is not supported by this batch job", f"{where}.{extra[0]}")
+        return {"type": "image_url", "image_url": {"url": FILE_REF + file_id}}
     extra = sorted(set(part) - {"type", "image_url", "detail"})
     if extra:
         raise Refused(f"{where}.{extra[0]} is not supported by this batch job", f"{where}.{extra[0]}")
