@@ -134,6 +134,7 @@ WORKLOAD_FOR_INFRA = {
     "workload.contract.reasoning",
     "workload.contract.tool_calls",
     "workload.contract.images",  # the input's image settings, a mixin of InputConfig (issue 57)
+    "workload.contract.image_files",  # a Batch API batch's checked vision files, a mixin of InputConfig
     "workload.contract.vision_shape",  # engine-plan's vision encoder and image tokens, from config.json alone
     "workload.contract.adapter_config",
 }

@@ -89,8 +89,11 @@ def test_parameters_that_ask_nothing_pass() -> None:
         # An input_image part is read (issue 57; tests/workload/test_images.py) and needs its url.
         ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, "input[0].content[0].image_url",
          "string url"),
-        ({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "file-1"}]}]},
-         "input[0].content[0].file_id", "not served"),
+        # A file_id is read too (a Batch API vision file: tests/workload/test_batch_api_vision.py), alone.
+        ({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "file-1", "image_url": "u"}]}]},
+         "input[0].content[0].file_id", "both image_url and file_id"),
+        ({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": 7}]}]},
+         "input[0].content[0].file_id", "file id string"),
         ({"input": [{"role": "system", "content": [{"type": "input_image", "image_url": "data:,"}]}]},
          "input[0].content[0]", "input_image"),
         ({"input": [{"role": "user", "content": [{"type": "input_file"}]}]}, "input[0].content[0]", "input_file"),
