@@ -5,7 +5,10 @@ The input is an OpenAI Batch file, the Batch API's format, with `image_url` part
 meets the same path after validation: tests/workload/test_images.py). That the image reached the model is checked
 by counts, not by the (random) text: the image line's `usage.prompt_tokens` is the text line's plus the image tokens
 engine-plan predicts from the model's config, once per image; an image read from the configured prefix (a local
-folder here) counts the same. Every body parses as the official SDK's ChatCompletion. Every bad image is its
+folder here) counts the same, and so does a Responses line's image named by `file_id`, read through
+`input.image_files` (the mapping the Batch API hands a batch's job: tests/workload/test_batch_api_vision.py); an id
+outside the mapping is its line's `invalid_image`. Every chat body parses as the official SDK's ChatCompletion,
+every responses body as its Response. Every bad image is its
 line's error (status 400, the error type as its code), nothing lost: too many and another host (found by the
 validation stage), an undecodable PNG (found by the image stage on the workers)."""
 
@@ -17,6 +20,7 @@ from typing import Any
 
 import pytest
 from openai.types.chat import ChatCompletion
+from openai.types.responses import Response, ResponseInputImageParam
 
 from tests.workload.jobrun import run_job, write_config, write_jsonl
 from tests.workload.test_images import data_url, png
@@ -34,6 +38,16 @@ def _line(custom_id: str, *urls: str) -> dict[str, Any]:
     return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
 
 
+def _responses_line(custom_id: str, file_id: str) -> dict[str, Any]:
+    part: ResponseInputImageParam = {"type": "input_image", "file_id": file_id, "detail": "auto"}
+    item = {"role": "user", "content": [{"type": "input_text", "text": "Describe it."}, part]}
+    body = {"model": "llm-batch", "input": [item], "max_output_tokens": 2}
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/responses", "body": body}
+
+
+UPLOADED, NOT_MAPPED = "file-" + "1" * 24, "file-" + "2" * 24
+
+
 def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -44,6 +58,9 @@ def test_an_image_reaches_the_model_counted_in_its_prompt_tokens(tmp_path: Path)
     images = tmp_path / "images"
     images.mkdir()
     (images / "cat.png").write_bytes(png(48, 24))
+    uploads = tmp_path / "files"  # where the Batch API keeps uploads (files/<id>.jsonl), outside the prefix
+    uploads.mkdir()
+    (uploads / f"{UPLOADED}.jsonl").write_bytes(png(16, 40))
     inputs = tmp_path / "in"
     inputs.mkdir()
     picture = data_url(png(20, 30))
@@ -56,15 +73,18 @@ def test_an_image_reaches_the_model_counted_in_its_prompt_tokens(tmp_path: Path)
             _line("many", picture, picture, picture),
             _line("broken", data_url(b"\x89PNG not really")),
             _line("elsewhere", "https://example.com/cat.png"),
+            _responses_line("uploaded", UPLOADED),
+            _responses_line("unmapped", NOT_MAPPED),
         ],
     )
+    image_files = {UPLOADED: str(uploads / f"{UPLOADED}.jsonl")}
     out = tmp_path / "out"
     config = write_config(
         tmp_path / "job.yaml",
         str(inputs),
         str(out),
         cache,
-        input={"uri": str(inputs), "image_prefix": str(images), "max_images_per_row": 2},
+        input={"uri": str(inputs), "image_prefix": str(images), "max_images_per_row": 2, "image_files": image_files},
         model={"source": str(model), "cache_dir": str(cache)},
         sampling={"max_tokens": 2, "temperature": 0.0},
         # The GPUs' layout: Ray's tokenize stage on, whose token ids an image row drops (image_stage.with_images).
@@ -75,17 +95,22 @@ def test_an_image_reaches_the_model_counted_in_its_prompt_tokens(tmp_path: Path)
     assert code == 0, log
 
     answers, errors = _lines(out / "output.jsonl"), _lines(out / "errors.jsonl")
-    bodies = {a["custom_id"]: ChatCompletion.model_validate(a["response"]["body"]) for a in answers}
+    chats = [a for a in answers if a["custom_id"] != "uploaded"]
+    bodies = {a["custom_id"]: ChatCompletion.model_validate(a["response"]["body"]) for a in chats}
     assert set(bodies) == {"text", "one", "two"}, (answers, errors)
     prompt = {name: body.usage.prompt_tokens for name, body in bodies.items() if body.usage is not None}
     per_image = vision_plan(read_model_config(model), 1, IMAGE_SIZE).tokens_per_image
     assert prompt["one"] == prompt["text"] + per_image
     assert prompt["two"] == prompt["text"] + 2 * per_image
+    (uploaded,) = [Response.model_validate(a["response"]["body"]) for a in answers if a["custom_id"] == "uploaded"]
+    assert uploaded.usage is not None and uploaded.usage.input_tokens == prompt["one"]  # the same prompt, one image
     refused = {e["custom_id"]: (e["response"]["status_code"], e["response"]["body"]["error"]) for e in errors}
     assert {name: (status, error["code"]) for name, (status, error) in refused.items()} == {
         "many": (400, "too_many_images"),
         "broken": (400, "invalid_image"),
         "elsewhere": (400, "invalid_image"),
+        "unmapped": (400, "invalid_image"),
     }
+    assert NOT_MAPPED in refused["unmapped"][1]["message"]
     assert "max_images_per_row=2" in refused["many"][1]["message"]
     assert "not a readable image" in refused["broken"][1]["message"]
