@@ -68,7 +68,7 @@ def test_a_vision_upload_is_an_image_within_the_bound(server: Server) -> None:
     assert large.value.param == "file" and f"max_image_bytes of {MAX_IMAGE_BYTES}" in large.value.message
     with pytest.raises(openai.BadRequestError) as declared:  # the Uploads API's declared size, before any part
         client.uploads.create(bytes=MAX_IMAGE_BYTES + 1, filename="b.png", mime_type="image/png", purpose="vision")
-    assert declared.value.param == "file"
+    assert declared.value.param == "bytes"
     stored = {f.id for f in client.files.list(purpose="vision")}
     assert stored == {made.id}  # nothing refused was kept
 

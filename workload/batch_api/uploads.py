@@ -93,7 +93,7 @@ class Uploads:
         if size > most:
             raise ApiError(400, f"bytes {size} is over this server's limit of {most}", "bytes")
         if purpose == VISION:
-            check_size(size, self.files.limits.max_image_bytes)
+            check_size(size, self.files.limits.max_image_bytes, "bytes")
         keep = None
         if expires_after is not None:
             if not isinstance(expires_after, dict) or expires_after.get("anchor") != "created_at":

@@ -27,12 +27,12 @@ VISION = "vision"
 _MARK = b'"file_id"'  # a line without it names no file: not parsed a second time at create
 
 
-def check_size(size: int, most: int | None) -> None:
+def check_size(size: int, most: int | None, param: str = "file") -> None:
     """A vision file's size against the server's bound; `most` None: this front serves no vision files."""
     if most is None:
         raise ApiError(400, "purpose 'vision' is not served by this front; give images as data: URLs", "purpose")
     if size > most:
-        raise ApiError(400, f"the image is {size} bytes, over this server's max_image_bytes of {most}", "file")
+        raise ApiError(400, f"the image is {size} bytes, over this server's max_image_bytes of {most}", param)
 
 
 def capped(chunks: Iterator[bytes] | Any, most: int) -> Iterator[bytes]:
