@@ -13,15 +13,14 @@ it read another tenant's object (docs/batch-api.md, "Images").
 
 from __future__ import annotations
 
-import io
 import json
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from workload.batch_api.models import FileRecord
 from workload.batch_api.objects import ApiError
 from workload.batch_api.tenants import sees
+from workload.contract.images import unreadable_image
 
 VISION = "vision"
 _MARK = b'"file_id"'  # a line without it names no file: not parsed a second time at create
@@ -46,17 +45,10 @@ def capped(chunks: Iterator[bytes] | Any, most: int) -> Iterator[bytes]:
 
 def check_image(body: Iterator[bytes]) -> None:
     """The stored bytes decode whole as an image (the job's image stage decodes them again, on its workers)."""
-    from PIL import Image  # not on the AWS front, which serves no vision files (Limits.max_image_bytes None)
-
-    data = b"".join(body)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as image:
-                image.load()
-    except Exception as error:  # PIL raises many kinds (UnidentifiedImageError, OSError, SyntaxError, ...)
-        message = f"a 'vision' file must be an image Pillow reads whole ({type(error).__name__}: {error})"
-        raise ApiError(400, message, "file") from None
+    # Pillow is not on the AWS front, which serves no vision files (Limits.max_image_bytes None).
+    problem = unreadable_image(b"".join(body))
+    if problem is not None:
+        raise ApiError(400, f"a 'vision' file must be an image Pillow reads whole ({problem})", "file")
 
 
 def line_refs(line: bytes) -> list[tuple[str, str]]:

@@ -6,6 +6,9 @@ and the image stage (workload/engine/image_stage.py) read these fields, nothing 
 
 from __future__ import annotations
 
+import io
+import warnings
+
 from pydantic import BaseModel, Field, field_validator
 
 # An image's bytes travel in Ray's object store beside its row until the engine reads them: a bound keeps one row
@@ -52,3 +55,18 @@ class ImageInputSettings(BaseModel):
             raise ValueError("input.image_prefix names no bucket")
         # A prefix without its trailing slash would also take keys of a sibling (s3://b/img matches s3://b/img2/).
         return value if value.endswith("/") else value + "/"
+
+
+def unreadable_image(data: bytes) -> str | None:
+    """Why `data` is not an image Pillow decodes whole (truncated, corrupt, not an image, a decompression bomb), or
+    None. The Batch API's vision uploads and the job's image stage judge an image by this one rule."""
+    from PIL import Image  # imported here: the config (and infra, which reads it) needs no Pillow
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as image:
+                image.load()
+    except Exception as error:  # PIL raises many kinds (UnidentifiedImageError, OSError, SyntaxError, ...)
+        return f"{type(error).__name__}: {error}"
+    return None

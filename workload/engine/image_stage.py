@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import io
 import json
-import warnings
 from typing import Any
 
+from workload.contract.images import unreadable_image
 from workload.files.images import ImageRefused, ImageRules, check_url, decode_data_url
 from workload.files.results import IMAGE_ERROR_PREFIX
 from workload.files.storage import StorageError, locate, read_bytes, size_of
@@ -83,16 +83,9 @@ class ImageFetcher:
 
 def verify(data: bytes, where: str) -> None:
     """Decode the image whole: a truncated or corrupt file, or a decompression bomb, fails here, as its row."""
-    from PIL import Image
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as image:
-                image.load()
-    except Exception as error:  # PIL raises many kinds (UnidentifiedImageError, OSError, SyntaxError, ...)
-        detail = f"{type(error).__name__}: {error}"
-        raise ImageRefused("invalid_image", f"{where} is not a readable image ({detail})") from None
+    problem = unreadable_image(data)
+    if problem is not None:
+        raise ImageRefused("invalid_image", f"{where} is not a readable image ({problem})")
 
 
 def with_images(row: dict[str, Any]) -> None:

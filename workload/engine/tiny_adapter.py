@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
-from workload.engine.tiny_model import HIDDEN_SIZE, LAYERS, TINY_MODEL_VERSION
+from workload.engine.tiny_model import HIDDEN_SIZE, LAYERS, TINY_MODEL_VERSION, build_once
 
 # The attention projections of every layer: square (hidden x hidden) in the tiny model (as many KV heads as heads).
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -62,19 +60,5 @@ def _write(target: Path, rank: int, seed: int) -> None:
 def ensure_tiny_adapter(cache_dir: str | Path, rank: int = 8, seed: int = 0) -> Path:
     """The folder of a tiny-model adapter of this rank and seed under `cache_dir`, written once; safe when several
     processes race (written to a staging folder and renamed into place whole)."""
-    root = Path(os.path.expanduser(str(cache_dir)))
-    target = root / tiny_adapter_name(rank, seed)
-    if (target / "adapter_config.json").is_file():
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
-    try:
-        _write(staging, rank, seed)
-        try:
-            staging.rename(target)
-        except OSError:
-            if not (target / "adapter_config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    target = Path(os.path.expanduser(str(cache_dir))) / tiny_adapter_name(rank, seed)
+    return build_once(target, "adapter_config.json", lambda staging: _write(staging, rank, seed))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 # Bump when the recipe changes, so a cached copy of an older recipe is never reused.
@@ -128,18 +129,22 @@ def _build(target: Path) -> None:
 
 def ensure_tiny_model(cache_dir: str | Path) -> Path:
     """Return the cached tiny model's folder, building it once; safe when several processes race."""
-    root = Path(os.path.expanduser(str(cache_dir)))
-    target = root / TINY_MODEL_VERSION
-    if (target / "config.json").is_file():
+    return build_once(Path(os.path.expanduser(str(cache_dir))) / TINY_MODEL_VERSION, "config.json", _build)
+
+
+def build_once(target: Path, marker: str, build: Callable[[Path], None]) -> Path:
+    """`target`, written by `build` into a staging folder beside it and renamed into place whole unless `marker`
+    (a file `build` writes) is already there: several processes may race, and readers see all of it or none."""
+    if (target / marker).is_file():
         return target
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{TINY_MODEL_VERSION}-", dir=root))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        _build(staging)
+        build(staging)
         try:
-            staging.rename(target)  # atomic: readers see a whole model or none
+            staging.rename(target)  # atomic: readers see a whole folder or none
         except OSError:
-            if not (target / "config.json").is_file():
+            if not (target / marker).is_file():
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -11,11 +11,9 @@ its config (workload/contract/vision_shape.py).
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
-from workload.engine.tiny_model import ensure_tiny_model
+from workload.engine.tiny_model import build_once, ensure_tiny_model
 
 # Bump when the recipe changes, so a cached copy of an older recipe is never reused.
 TINY_VLM_VERSION = "tiny-idefics3-v1"
@@ -109,18 +107,5 @@ def _build(target: Path, text_model: Path) -> None:
 def ensure_tiny_vlm(cache_dir: str | Path) -> Path:
     """Return the cached tiny VLM's folder, building it once; safe when several processes race."""
     root = Path(os.path.expanduser(str(cache_dir)))
-    target = root / TINY_VLM_VERSION
-    if (target / "config.json").is_file():
-        return target
     text_model = ensure_tiny_model(root)
-    staging = Path(tempfile.mkdtemp(prefix=f".{TINY_VLM_VERSION}-", dir=root))
-    try:
-        _build(staging, text_model)
-        try:
-            staging.rename(target)  # atomic: readers see a whole model or none
-        except OSError:
-            if not (target / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return build_once(root / TINY_VLM_VERSION, "config.json", lambda staging: _build(staging, text_model))
