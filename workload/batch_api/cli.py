@@ -22,11 +22,16 @@ from workload.batch_api.cli_quotas import add_quota_arguments, quotas_from_args
 from workload.batch_api.executor import BatchRun, LocalJobExecutor, check_base_config, job_config
 from workload.batch_api.host_guard import HostGuard, served_hosts
 from workload.batch_api.objects import DEFAULT_RETENTION_S, OPENAI_MAX_FILE_BYTES, OPENAI_MAX_REQUESTS, Limits
+from workload.batch_api.pools import PoolSettings
 from workload.batch_api.service import BatchService
 from workload.batch_api.store import LocalStore, StoreLocked
 from workload.batch_api.tenants import DEFAULT_SCOPE, MIN_KEY_CHARS, SCOPES
 from workload.contract.adapter_config import served_names
 from workload.contract.config import ConfigError, build_config, read_config_file
+
+# Batches sharing one job here: enough for a few teams' batches beside each other on one engine, few enough that a
+# join (which starts the engine again, pools.py) waits for no long queue to be read.
+DEFAULT_POOL_BATCHES = 4
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +50,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-file-mb", type=float, default=OPENAI_MAX_FILE_BYTES / 1e6, help="upload limit (MB)")
     parser.add_argument("--max-requests", type=int, default=OPENAI_MAX_REQUESTS, help="requests per batch")
     parser.add_argument("--tick-s", type=float, default=1.0, help="how often batches are moved on")
+    parser.add_argument(
+        "--pool-batches",
+        type=int,
+        default=DEFAULT_POOL_BATCHES,
+        help="queued batches of one endpoint that share one job and its engine (1: each batch runs alone)",
+    )
+    parser.add_argument(
+        "--pool-join-after-s",
+        type=int,
+        default=PoolSettings.join_after_s,
+        help="how long a job runs before a queued batch may stop it to join the next run (its engine starts again)",
+    )
     parser.add_argument(
         "--allowed-host",
         action="append",
@@ -95,12 +112,15 @@ def run(args: argparse.Namespace, exit_bad_config: int) -> int:
         keys = keys_for_host(args.host, KeySource.from_env(), "the Batch API", MIN_KEY_CHARS)
         hosts = served_hosts(args.host, args.allowed_host)
         quotas = quotas_from_args(args)
+        pooling = PoolSettings(max_batches=args.pool_batches, join_after_s=args.pool_join_after_s)
         store = LocalStore(args.data)
     except (ValueError, ConfigError, KeyConfigError, StoreLocked) as error:
         print(f"llm-batch batch-api: {error}", file=sys.stderr)
         return exit_bad_config
     executor = LocalJobExecutor(base, Path(store.root) / "runs")
-    service = BatchService(store, executor, model, limits, quotas=quotas, served_models=served_names(served))
+    service = BatchService(
+        store, executor, model, limits, quotas=quotas, served_models=served_names(served), pool_settings=pooling
+    )
     ticker = Ticker(service, args.tick_s)
     app = local_app(service, keys, args.scope, hosts)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))

@@ -78,11 +78,11 @@ class RequestCounts(BaseModel):
 class BatchRecord(Owned):
     """openai.types.Batch (with the side field `llm_batch`), and the job's input and output keys, the stop the
         scheduler is carrying out (`_stop`: cancelled or expired), when it closed (`_done_at`) and whether its job
-        output has been deleted after the retention (`_output_deleted`), and the vision files its lines name
-    (`_image_files`)."""
+        output has been deleted after the retention (`_output_deleted`), the vision files its lines name
+    (`_image_files`), and the run it is in beside other batches and since when (`_pool`, `_run_since`)."""
 
     KIND: ClassVar[str] = "batch"
-    LATE: ClassVar[tuple[str, ...]] = ("_done_at", "_output_deleted", "_image_files")
+    LATE: ClassVar[tuple[str, ...]] = ("_done_at", "_output_deleted", "_image_files", "_pool", "_run_since")
 
     object: str = "batch"
     endpoint: str
@@ -113,6 +113,9 @@ class BatchRecord(Owned):
     output_deleted: bool = Field(default=False, alias="_output_deleted")
     # The vision files its lines name, checked at create to be its owner's (vision.py): file id -> store key.
     image_files: dict[str, str] | None = Field(default=None, alias="_image_files")
+    # The run it is in while it runs beside other batches (pools.py): that pool's id; None when it runs alone.
+    pool_id: str | None = Field(default=None, alias="_pool")
+    run_since: int | None = Field(default=None, alias="_run_since")  # when its current run started (pools.py)
 
     @classmethod
     def window_end(cls, created_at: int, completion_window: str) -> int:

@@ -24,15 +24,16 @@ import json
 from datetime import datetime
 from typing import Any
 
-from workload.batch_api import at_risk, objects
+from workload.batch_api import at_risk, objects, pools
 from workload.batch_api.batch_index import DONE_KIND, ORDER_KIND, order_id
 from workload.batch_api.batches import BatchBook
-from workload.batch_api.executor import BatchRun, ExecutionChain, Executor
+from workload.batch_api.executor import BatchRun, ExecutionChain, Executor, RunState
 from workload.batch_api.files import Files
 from workload.batch_api.idempotency import Claims
 from workload.batch_api.models import BatchRecord, NightEntry, Record
 from workload.batch_api.nights import Nights, entry_id
 from workload.batch_api.objects import ACTIVE, ApiError, batch_errors, not_found
+from workload.batch_api.pools import PoolSettings, run_of
 from workload.batch_api.priorities import queue_order
 from workload.batch_api.records import Records
 from workload.batch_api.store import StoreConflict
@@ -63,10 +64,12 @@ class Scheduler:
         files: Files,
         uploads: Uploads,
         quotas: BatchApiQuotas | None = None,
+        pool_settings: PoolSettings | None = None,
     ) -> None:
         self.records, self.store, self.batches, self.executor = records, records.store, batches, executor
         self.files, self.uploads = files, uploads
         self.quotas = quotas or BatchApiQuotas()  # the priorities per key the queue is ordered by (priorities.py)
+        self.pools = pool_settings or PoolSettings()  # how many batches share a run, and when one joins (pools.py)
         self.at_risk: dict[str, dict[str, Any]] = {}  # the last tick's reports, by batch id (at_risk.py)
         self.retention_s = files.limits.retention_s
         self.nights = Nights(records, self.retention_s)
@@ -78,15 +81,22 @@ class Scheduler:
         now = self.records.now()
         running = False
         open_ = self.batches.open()  # the open-batches index and each open batch: never every batch (issue 61)
+        runs: dict[str, list[BatchRecord]] = {}
         for record in open_:
             if record.status == "validating" and now >= record.expires_at:
                 self._expire_queued(record.id)
             elif record.status in ACTIVE:
-                running = self._follow(record, now) or running
+                runs.setdefault(run_of(record), []).append(record)
+        again: list[BatchRecord] = []  # batches whose run ended short: they run again, first
+        for run_id, members in runs.items():
+            still, left = self._follow(run_id, members, now, open_)
+            running, again = running or still, again + left
         # An execution that holds the GPUs (a night's, or one on a batch that just ended) takes the next entry
         # itself when its run ends (`next_run`): starting one beside it would be a second boot.
         self._recover_nights(now)
-        if not running and not self.executor.occupied():
+        if again:  # resume: the job redoes only what was not committed; queued batches may join
+            self._start_group(again, open_)
+        elif not running and not self.executor.occupied():
             self._start_next(open_)
         self._report_at_risk(now)
         self._sweep(now, open_)
@@ -119,8 +129,10 @@ class Scheduler:
                 self.nights.started_by(entry.id, arn)
 
     def stop(self, batch_id: str) -> None:
-        """Ask the batch's run to stop (a cancel): at once here, and again on every tick until it has."""
-        self.executor.stop(batch_id)
+        """Ask the batch's run to stop (a cancel): at once here, and again on every tick until it has. A run
+        over several batches stops whole; the others run again at once without it (pools.py)."""
+        record = self.batches.get(batch_id)
+        self.executor.stop(run_of(record) if record is not None else batch_id)
 
     def _expire_queued(self, batch_id: str) -> None:
         def expire(record: BatchRecord) -> None:
@@ -142,9 +154,10 @@ class Scheduler:
         waiting: list[Record] = [r for r in batches if r.status == "validating"]
         return queue_order([*waiting, *self.nights.queued()], self.quotas)
 
-    def _claim(self, record: BatchRecord) -> BatchRecord | None:
-        """Take a queued batch for a run (validating -> in_progress, by compare-and-swap); None: it is gone (its
-        file deleted: failed), expired, or taken or cancelled since it was listed."""
+    def _claim(self, record: BatchRecord, pool_id: str | None = None) -> BatchRecord | None:
+        """Take a queued batch for a run (validating -> in_progress, by compare-and-swap), alone or in the pool
+        `pool_id`; None: it is gone (its file deleted: failed), expired, or taken or cancelled since it was
+        listed."""
         if self.records.now() >= record.expires_at:
             self._expire_queued(record.id)
             return None
@@ -156,6 +169,7 @@ class Scheduler:
             if current.status != "validating":
                 raise StoreConflict("changed")
             current.status, current.in_progress_at = "in_progress", self.records.now()
+            current.pool_id, current.run_since = pool_id, self.records.now()
 
         try:
             return self.batches.update(record.id, begin)
@@ -174,10 +188,47 @@ class Scheduler:
                         self.nights.started_by(entry.id, arn)
                 return
             assert isinstance(entry, BatchRecord)
-            claimed = self._claim(entry)
-            if claimed is not None:
-                self.executor.start(self._batch_run(claimed))
-                return
+            run = self._group_run([], self._queue(open_))
+            if run is not None:
+                self.executor.start(run)
+            return
+
+    def _start_group(self, again: list[BatchRecord], open_: list[BatchRecord]) -> None:
+        """Start the batches whose run ended short again, with what may join them (one endpoint a run: the
+        first's; the others wait for the run after it)."""
+        endpoint = again[0].endpoint
+        run = self._group_run([r for r in again if r.endpoint == endpoint], self._queue(open_))
+        if run is not None:
+            self.executor.start(run)
+
+    def _group_run(self, again: list[BatchRecord], queue: list[Record]) -> BatchRun | None:
+        """Claim a run's batches: `again` (already running) and queued ones of the same endpoint, in the queue's
+        order, up to the pool's size (pools.py); one batch runs alone, several as a pool. None: nothing to run
+        (every candidate went since it was listed)."""
+        candidates = pools.joiners(again, queue, self.pools)
+        ids = [r.id for r in (*again, *candidates)]
+        pool_id = pools.new_pool_id(ids, self.records.now()) if len(ids) > 1 else None
+        members = [self._rejoin(r, pool_id) for r in again]
+        members += [claimed for r in candidates if (claimed := self._claim(r, pool_id)) is not None]
+        if len(members) > 1:
+            assert pool_id is not None
+            return pools.pool_run(pool_id, members, self.store.uri, self._write_spec)
+        if not members:
+            return None
+        # The others went since they were listed: this one runs alone.
+        alone = members[0] if members[0].pool_id is None else self._rejoin(members[0], None)
+        return self._batch_run(alone)
+
+    def _rejoin(self, record: BatchRecord, pool_id: str | None) -> BatchRecord:
+        """A running batch's next run: alone or in the pool `pool_id`."""
+
+        def move(current: BatchRecord) -> None:
+            current.pool_id, current.run_since = pool_id, self.records.now()
+
+        return self.batches.update(record.id, move)
+
+    def _write_spec(self, key: str, body: bytes) -> None:
+        self.store.write_blob(key, iter([body]))
 
     def _chain(self) -> ExecutionChain:
         """Nights are queued, and runs handed over, only on the tiers, whose executor chains its runs."""
@@ -237,9 +288,9 @@ class Scheduler:
                     return {"run": {"date": entry.date}}
                 continue
             assert isinstance(entry, BatchRecord)
-            claimed = self._claim(entry)
-            if claimed is not None:
-                return {"run": chain.execution_input(self._batch_run(claimed))}
+            run = self._group_run([], self._queue())
+            if run is not None:
+                return {"run": chain.execution_input(run)}
         return {"none": "no batch is queued"}
 
     def start_now(self, batch_id: str) -> str:
@@ -273,26 +324,56 @@ class Scheduler:
 
     # ---- following a run ---------------------------------------------------------------------------------------
 
-    def _follow(self, record: BatchRecord, now: int) -> bool:
-        """Look at the running batch and move it on; whether a job still runs (or should) for it."""
-        batch_id, stop = record.id, record.stop
-        if stop is None and now >= record.expires_at and not self._finished_in_window(record):
+    def _follow(
+        self, run_id: str, members: list[BatchRecord], now: int, open_: list[BatchRecord]
+    ) -> tuple[bool, list[BatchRecord]]:
+        """Look at a run and move its batches on: whether it still runs (or should), and the batches it left
+        unfinished, which run again. A run over several batches (pools.py) stops whole for a stop of one of them
+        or for a queued batch to join it; a batch of it whose job finished closes while the others run on."""
+        stopping = False
+        for record in members:
+            if record.stop is None and now >= record.expires_at and not self._finished_in_window(record):
 
-            def expire(current: BatchRecord) -> None:
-                current.stop = current.stop or "expired"
+                def expire(current: BatchRecord) -> None:
+                    current.stop = current.stop or "expired"
 
-            self.batches.update(batch_id, expire)
-            stop = "expired"
-        if stop is not None:
-            self.executor.stop(batch_id)  # again on every tick: idempotent, and it survives a server restart
-        state = self.executor.state(batch_id)
+                record.stop = self.batches.update(record.id, expire).stop
+            stopping = stopping or record.stop is not None
+        pooled = members[0].pool_id is not None
+        if stopping or (self._joins_stop_runs() and pools.join_due(members, self._queue(open_), self.pools, now)):
+            self.executor.stop(run_id)  # again on every tick: idempotent, and it survives a server restart
+        state = self.executor.state(run_id)
         if state.name == "running":
-            self._count(record)
-            return True
-        if state.name == "succeeded":
+            for record in members:
+                if pooled and self._summary_written(record):  # its job finished it: the others run on
+                    self._finish(record.id, record.stop or "completed")
+                else:
+                    self._count(record)
+            return True, []
+        left = [record for record in members if self._after_run(record, state, pooled)]
+        if pooled:  # the pool's spec and notes: each batch's own output holds all that is its own
+            self.store.delete_blobs(pools.pool_prefix(run_id))
+        return False, left
+
+    def _joins_stop_runs(self) -> bool:
+        """A queued batch joins by a stop of the run only where a stop restarts just the job; on the tiers it
+        releases the GPUs, so a newcomer joins when the execution's run ends (pools.py)."""
+        return self.executor.chain() is None
+
+    def _summary_written(self, record: BatchRecord) -> bool:
+        return self.store.blob_size(f"{record.output_key}/summary.json") is not None
+
+    def _after_run(self, record: BatchRecord, state: RunState, pooled: bool) -> bool:
+        """Close a batch whose run has ended, as that run and its own output say; whether it must run again."""
+        batch_id, stop = record.id, record.stop
+        finished = self._summary_written(record)
+        if state.name == "succeeded" and (finished or not pooled):
             self._finish(batch_id, stop or "completed")
             return False
-        finished = self.store.blob_size(f"{record.output_key}/summary.json") is not None
+        refused = self._refusal(record) if pooled and not finished else None
+        if refused is not None and state.name != "busy":  # the pool went on without it
+            self._finish(batch_id, "failed", f"job_failed: {refused}")
+            return False
         if state.name == "failed" and not finished:
             self._finish(batch_id, "failed", f"job_failed: {state.reason}")
             return False
@@ -306,8 +387,14 @@ class Scheduler:
         if state.name == "absent" and self.store.blob_size(record.input_key) is None:
             self._finish(batch_id, "failed", "input_file_deleted: the batch's input file was deleted")
             return False
-        self.executor.start(self._batch_run(record))  # resume: the job redoes only what was not committed
         return True
+
+    def _refusal(self, record: BatchRecord) -> str | None:
+        """Why the job refused this batch of a pool (its `_failed.json`, workload/job/output.py), if it did."""
+        body = self.store.read_blob(f"{record.output_key}/_failed.json")
+        if body is None:
+            return None
+        return str(json.loads(b"".join(body)).get("reason") or "the job refused it")
 
     def _finished_in_window(self, record: BatchRecord) -> bool:
         """Whether the batch's job finished (its summary written) before `expires_at`: a tick after the window

@@ -53,6 +53,7 @@ from workload.batch_api.objects import (
     new_id,
 )
 from workload.batch_api.paging import checked_limit
+from workload.batch_api.pools import PoolSettings
 from workload.batch_api.priorities import asked_priority
 from workload.batch_api.quotas import Holdings, Quotas, check_request_bounds
 from workload.batch_api.records import Records
@@ -77,6 +78,7 @@ class BatchService:
         clock: Callable[[], float] = time.time,
         quotas: Quotas | None = None,
         served_models: tuple[str, ...] = (),
+        pool_settings: PoolSettings | None = None,
     ) -> None:
         self.store, self.executor, self.model = store, executor, model
         # What a line's `model` may name (GET /v1/models): the model, its aliases and its LoRA adapters (issue 57).
@@ -88,7 +90,9 @@ class BatchService:
         self.files = Files(self.records, self.limits)
         self.uploads = Uploads(self.records, self.files)
         self.quotas = quotas or Quotas()
-        self.scheduler = Scheduler(self.records, self.batches, executor, self.files, self.uploads, self.quotas)
+        self.scheduler = Scheduler(
+            self.records, self.batches, executor, self.files, self.uploads, self.quotas, pool_settings
+        )
         # What a cancel calls to stop the batch's run: the scheduler's stop here; on AWS the internet-facing
         # function may not stop executions (issue 60), so its cancel hands the stop to the tick (lambda_front.py).
         self.stop_run: Callable[[str], None] = self.scheduler.stop
