@@ -252,6 +252,7 @@ class BatchApiArgs:
     tick_reserved_concurrency: int = 1  # batch_api.tick_reserved_concurrency: ticks at once (reserved concurrency)
     http_reserved_concurrency: int = 20  # batch_api.http_reserved_concurrency: requests served at once
     quotas: BatchApiQuotas = field(default_factory=BatchApiQuotas)  # batch_api.quotas: LLM_BATCH_QUOTA_* to the front
+    pool_batches: int = 1  # batch_api.pool_batches: batches sharing one run (LLM_BATCH_POOL_BATCHES)
     group_name: str | None = None  # the small tier's GPU group; None on EKS (release_function)
     # How long a stopped run's partial files are waited for (LLM_BATCH_STOP_WAIT_S, workload/batch_api/sfn_executor.py).
     stop_wait_s: int = STOP_WAIT_S
@@ -291,6 +292,7 @@ class BatchApiArgs:
             tick_reserved_concurrency=config.batch_api.tick_reserved_concurrency,
             http_reserved_concurrency=config.batch_api.http_reserved_concurrency,
             quotas=config.batch_api.quotas,
+            pool_batches=config.batch_api.pool_batches,
             group_name=naming.gpu_group_name(stack) if config.tier == "small" else None,
             stop_wait_s=stop_wait_s(config.tier, job.resume.grace_period_s),
             release_function=None if config.tier == "small" else submit_function_name(stack),
@@ -381,6 +383,7 @@ class BatchApi(pulumi.ComponentResource):
             "LLM_BATCH_STACK": stack,
             "LLM_BATCH_METRICS_NAMESPACE": args.metrics_namespace,
             **args.quotas.env(),  # each key's quotas (workload/batch_api/quotas.py)
+            "LLM_BATCH_POOL_BATCHES": str(args.pool_batches),  # batches sharing one run (workload/batch_api/pools.py)
         }
         # Key scope, said here though it is the front's default: every key is a tenant of its own (issue 60).
         front_environment = {

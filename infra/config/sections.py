@@ -307,6 +307,14 @@ class BatchApiSection(_Section):
         "theirs this one's). Preflight checks both reservations against the account's quota, of which AWS keeps "
         "100 unreserved.",
     )
+    pool_batches: int = Field(
+        4,
+        ge=1,
+        le=16,
+        description="Queued batches of one endpoint that share one run of the job and its engine (docs/batch-api.md, "
+        "'Several batches on one engine'); each keeps its own output and closes when its rows are done. 1: each "
+        "batch runs alone.",
+    )
     quotas: BatchApiQuotas = Field(
         default_factory=BatchApiQuotas,
         description="What one key may hold (batches open and their requests, files and bytes, Uploads and parts) "

@@ -358,6 +358,7 @@ def test_the_quotas_and_the_http_functions_reservation_are_the_stack_configs(fro
     """`batch_api.quotas` reaches both functions as LLM_BATCH_QUOTA_* (the front reads them back into the same
     model), and `batch_api.http_reserved_concurrency` the HTTP function's arguments (issue 60, finding 4)."""
     from infra.config import load_stack_config
+    from workload.batch_api.lambda_front import pool_settings_from_env
     from workload.contract.batch_api_quotas import BatchApiQuotas
 
     overrides = {"http_reserved_concurrency": 7, "quotas": {"open_batches": 3, "max_n": 2}}
@@ -367,6 +368,7 @@ def test_the_quotas_and_the_http_functions_reservation_are_the_stack_configs(fro
         "small", config, unused, "bucket", "key", "arn:aws:states:us-east-1:1:stateMachine:x", unused
     )
     assert args.http_reserved_concurrency == 7
+    assert args.pool_batches == 4  # the stack's default: batches of one endpoint share a run (pools.py)
     assert BatchApiQuotas.from_env(args.quotas.env()) == BatchApiQuotas(open_batches=3, max_n=2)
     for function in ("batch-api-http", "batch-api-tick"):
         variables = _named(front_plans["small"], "aws:lambda/function:Function", function)["inputs"]["environment"]
@@ -374,6 +376,8 @@ def test_the_quotas_and_the_http_functions_reservation_are_the_stack_configs(fro
         assert {name for name in variables["variables"] if name.startswith("LLM_BATCH_QUOTA_")} == set(
             BatchApiQuotas().env()
         )
+        # The front reads the pool's size back as the scheduler's (workload/batch_api/lambda_front.py).
+        assert pool_settings_from_env(variables["variables"]).max_batches == 4, function
 
 
 ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"

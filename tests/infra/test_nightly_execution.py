@@ -30,7 +30,9 @@ from tests.infra.nightly_aws import (
     wait_for_end,
 )
 from workload.batch_api.executor import BatchRun
+from workload.batch_api.pools import PoolSettings
 from workload.batch_api.s3_store import S3Store
+from workload.batch_api.service import BatchService
 from workload.batch_api.sfn_executor import StepFunctionsExecutor, run_input
 
 
@@ -109,6 +111,41 @@ def test_a_batch_runs_on_its_own_input_and_output_through_the_executor(small_sta
     output = json.loads(result["output"])
     assert output["summary_uri"] == "s3://llm-batch-small-data/batch-api/batches/batch_1/output/summary.json"
     assert executor.state("batch_1").name == "succeeded"
+    assert small_stack.desired_capacity() == 0
+
+
+def test_batches_sharing_a_run_pass_the_machines_checks_and_close_each_on_its_own(small_stack: SmallStack) -> None:
+    """Issue 62 on the small tier: two queued batches of one endpoint share one execution. Its input is the pool's
+    spec (under batch-api/files/, which CheckBatchUris lets a run read) and its output the pool's folder (under
+    batch-api/batches/*/output); the instance (FakeInstance, the job's stand-in here) is asked to run exactly that,
+    and each batch closes from its own folder, which the job's pool mode writes as a lone run would."""
+    s3 = boto3.client("s3")
+    store = S3Store(s3, small_stack.bucket)
+    definition = statemachines.render("small.asl.json", small_stack.substitutions())
+    arn = create_state_machine("llm-batch-small-nightly", definition)
+    executor = StepFunctionsExecutor(boto3.client("stepfunctions"), store, arn)
+    service = BatchService(store, executor, "llm-batch", pool_settings=PoolSettings(max_batches=2))
+    line = b'{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": []}}\n'
+    file_id = service.upload_file("project", "in.jsonl", "batch", [line])["id"]
+    first, second = (service.create_batch("project", file_id, "/v1/chat/completions", "24h")["id"] for _ in "ab")
+    instance = FakeInstance(small_stack, [("summary.json", {"pool": "p", "members": {}})])
+    instance.start()
+    service.tick()
+    pool = service.batches.get(first).pool_id  # type: ignore[union-attr]
+    assert pool is not None and service.batches.get(second).pool_id == pool  # type: ignore[union-attr]
+    for member in (first, second):  # what the pool job writes in each member's own folder
+        store.write_blob(f"batches/{member}/output/summary.json", [json.dumps(summary(rows=1)).encode()])
+    marker = json.loads(b"".join(store.read_blob(f"batches/{pool}/execution.json") or []))
+    result = wait_for_end(marker["execution_arn"])
+    instance.join(timeout=5)
+    assert instance.error is None
+    assert result["status"] == "SUCCEEDED", result
+    (request,) = instance.requests
+    assert request["input_uri"] == f"s3://llm-batch-small-data/batch-api/files/pools/{pool}.pool.json"
+    assert request["output_uri"] == f"s3://llm-batch-small-data/batch-api/batches/{pool}/output"
+    service.tick()
+    assert [service.get_batch("project", b)["status"] for b in (first, second)] == ["completed", "completed"]
+    assert store.blob_size(f"files/pools/{pool}.pool.json") is None  # the run's spec goes with it
     assert small_stack.desired_capacity() == 0
 
 

@@ -22,7 +22,7 @@ from tests.workload.test_batch_api_metrics import Scripted
 from workload.auth.keys import ApiKeys, KeySource
 from workload.batch_api.app import build_app
 from workload.batch_api.executor import BatchRun, RunState
-from workload.batch_api.pools import SPEC_NAME, PoolSettings
+from workload.batch_api.pools import SPEC_SUFFIX, PoolSettings, spec_key
 from workload.batch_api.quotas import Quotas
 from workload.batch_api.service import BatchService
 from workload.batch_api.store import LocalStore
@@ -72,8 +72,7 @@ class Api:
         return record.status
 
     def spec(self, run: BatchRun) -> dict[str, Any]:
-        key = run.input_uri.split("/data/", 1)[1] if "/data/" in run.input_uri else run.input_uri
-        body = self.store.read_blob(key[key.index("batches/") :])
+        body = self.store.read_blob(spec_key(run.batch_id))
         assert body is not None, run.input_uri
         return dict(json.loads(b"".join(body)))
 
@@ -105,7 +104,7 @@ def test_queued_batches_share_one_run_in_the_queues_order_up_to_the_pools_size(a
     a1, a2, b3 = api.batch("team-a", 2), api.batch("team-a", 2), api.batch("team-b", 2)
     api.service.tick()
     (run,) = api.executor.runs
-    assert run.batch_id.startswith("pool_") and run.input_uri.endswith(SPEC_NAME)
+    assert run.batch_id.startswith("pool_") and run.input_uri.endswith(SPEC_SUFFIX)
     spec = api.spec(run)
     assert [m["name"] for m in spec["members"]] == [a1, a2, b1]
     for member in spec["members"]:
@@ -131,7 +130,8 @@ def test_a_batch_its_job_finished_closes_while_the_others_run_on(api: Api) -> No
     api.executor.states[run.batch_id] = RunState("succeeded")
     api.service.tick()
     assert api.status(large) == "completed"
-    assert api.store.list_blobs(f"batches/{run.batch_id}") == []  # the pool's spec and notes go with its run
+    assert api.store.blob_size(spec_key(run.batch_id)) is None  # the pool's spec and notes go with its run
+    assert api.store.list_blobs(f"batches/{run.batch_id}") == []
 
 
 def test_a_cancel_of_one_stops_the_run_and_the_other_runs_again_without_it(api: Api) -> None:

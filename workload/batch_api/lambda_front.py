@@ -19,7 +19,8 @@ line, before any request is served):
     LLM_BATCH_STACK and LLM_BATCH_METRICS_NAMESPACE (where the queue's metrics go, queue_metrics.py);
     LLM_BATCH_STOP_WAIT_S (seconds a cancelled or expired batch's stopped run is waited for, for its partial files:
     the stack's job grace on the small tier, the GPU sweep and the pods' grace on EKS; infra/components/batch_api.py);
-    LLM_BATCH_QUOTA_<NAME> (each key's quotas and request bounds, quotas.py; unset: its default).
+    LLM_BATCH_QUOTA_<NAME> (each key's quotas and request bounds, quotas.py; unset: its default);
+    LLM_BATCH_POOL_BATCHES (queued batches of one endpoint that share one run, pools.py; unset: 1, each alone).
 
 Both functions print the queue's metrics as Embedded Metric Format lines to their log (queue_metrics.py): the
 tick after each tick, the HTTP function after a request that closed a batch failed.
@@ -41,6 +42,7 @@ from typing import Any, cast
 from workload.auth.keys import ApiKeys, KeySource
 from workload.batch_api.app import build_app
 from workload.batch_api.objects import ApiError, Limits
+from workload.batch_api.pools import PoolSettings
 from workload.batch_api.queue_metrics import QueueMetrics
 from workload.batch_api.quotas import Quotas
 from workload.batch_api.s3_store import S3Store, s3_client
@@ -64,6 +66,15 @@ def _required(env: Mapping[str, str], name: str) -> str:
     if not value:
         raise FrontConfigError(f"the Batch API function needs {name} (set by the stack's batch_api component)")
     return value
+
+
+def pool_settings_from_env(env: Mapping[str, str]) -> PoolSettings:
+    """How many batches share a run on the tiers (a newcomer joins when the execution's run ends: pools.py)."""
+    value = env.get("LLM_BATCH_POOL_BATCHES", "").strip() or "1"
+    try:
+        return PoolSettings(max_batches=int(value))
+    except ValueError:
+        raise FrontConfigError(f"LLM_BATCH_POOL_BATCHES must be a whole number of at least 1, got {value!r}") from None
 
 
 def _stop_wait_s(env: Mapping[str, str]) -> float:
@@ -143,7 +154,8 @@ def build_service(env: Mapping[str, str], session: Any = None) -> BatchService:
         raise FrontConfigError(str(error)) from None
     model = _required(env, "LLM_BATCH_MODEL")
     served = tuple(name for name in env.get("LLM_BATCH_SERVED_MODELS", "").split(",") if name.strip())
-    service = BatchService(store, executor, model, limits, quotas=quotas, served_models=served)
+    pooling = pool_settings_from_env(env)
+    service = BatchService(store, executor, model, limits, quotas=quotas, served_models=served, pool_settings=pooling)
     if tick := env.get("LLM_BATCH_TICK_FUNCTION"):  # the HTTP function's (infra/components/batch_api.py)
         service.stop_run = stop_by_tick(session, tick)
     return service

@@ -19,8 +19,11 @@ Where a run is an execution of the tiers' state machine (the executor chains run
 there no run is stopped for a join: a newcomer joins when the execution's run ends (its NextBatch step claims
 the next group). A group of one is a batch's run as it always was (its run id is the batch's id).
 
-The pool's own files lie under the batch prefix the job may write (`batches/<pool id>/output/`): the members'
-spec (`members.pool.json`, what the job reads as its input) and the pool's folder (`run/`: its lease and notes).
+The pool's own files lie where the tiers' state machine lets a batch's run read and write (its CheckBatchUris
+state, and the job's role: infra/components/job_access.py): the members' spec, what the job reads as its input, as
+a file (`files/pools/<pool id>.pool.json`: no uploaded file's key has a `/` after `files/`, so no caller can name
+one), and the pool's folder as a batch's output (`batches/<pool id>/output`: its lease, and the notes the state
+machine waits for). Both go when the run ends; each batch's own output holds everything that is its own.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 from workload.batch_api.executor import BatchRun
 from workload.batch_api.models import BatchRecord
 
-SPEC_NAME = "members.pool.json"  # the job runs in pool mode on an input whose name ends in `.pool.json`
+SPEC_SUFFIX = ".pool.json"  # the job runs in pool mode on an input whose name ends so (docs/job.md, "Pool mode")
 
 
 @dataclass(frozen=True)
@@ -57,8 +60,12 @@ def run_of(record: BatchRecord) -> str:
     return record.pool_id or record.id
 
 
-def pool_prefix(pool_id: str) -> str:
+def pool_output(pool_id: str) -> str:
     return f"batches/{pool_id}/output"
+
+
+def spec_key(pool_id: str) -> str:
+    return f"files/pools/{pool_id}{SPEC_SUFFIX}"
 
 
 def new_pool_id(batch_ids: Iterable[str], now: int) -> str:
@@ -96,7 +103,6 @@ def pool_run(
     pool_id: str, members: list[BatchRecord], uri: Callable[[str], str], write: Callable[[str, bytes], None]
 ) -> BatchRun:
     """Write the members' spec (the job's input in pool mode) and name the run over it."""
-    prefix = pool_prefix(pool_id)
     spec = {
         "pool": pool_id,
         "members": [
@@ -109,5 +115,11 @@ def pool_run(
             for record in members
         ],
     }
-    write(f"{prefix}/{SPEC_NAME}", json.dumps(spec, indent=1).encode())
-    return BatchRun(pool_id, uri(f"{prefix}/{SPEC_NAME}"), uri(f"{prefix}/run"), members[0].endpoint)
+    write(spec_key(pool_id), json.dumps(spec, indent=1).encode())
+    return BatchRun(pool_id, uri(spec_key(pool_id)), uri(pool_output(pool_id)), members[0].endpoint)
+
+
+def forget(pool_id: str, delete: Callable[[str], None]) -> None:
+    """A run that ended: its spec and its folder (lease, notes) go; no batch reads them again."""
+    delete(spec_key(pool_id))
+    delete(f"batches/{pool_id}")

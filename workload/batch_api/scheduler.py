@@ -351,8 +351,8 @@ class Scheduler:
                     self._count(record)
             return True, []
         left = [record for record in members if self._after_run(record, state, pooled)]
-        if pooled:  # the pool's spec and notes: each batch's own output holds all that is its own
-            self.store.delete_blobs(pools.pool_prefix(run_id))
+        if pooled:
+            pools.forget(run_id, self.store.delete_blobs)
         return False, left
 
     def _joins_stop_runs(self) -> bool:
