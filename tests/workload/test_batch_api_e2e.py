@@ -1,12 +1,16 @@
 """The Batch API end to end: `python -m workload batch-api` as a user starts it, the official openai client
 (unchanged but for base_url and api_key), and the real job on the real local engine (Ray, vLLM, the tiny model).
 
-One module, four engine starts in all: batch A is interrupted by a server restart (while the job starts its
-engine) and resumed by the next server to `completed`; batch B, queued behind it, is cancelled after its first
-shards have committed and closes `cancelled` with those lines in its output file; batch C, queued behind B, is
-pushed past its completion window the same way and closes `expired`. B and C are one-token answers, whose shards
-of 4 commit one after another as the engine answers them, then long answers still running when the stop lands;
-every request the run did not answer is in the error file with OpenAI's `batch_cancelled` or `batch_expired`.
+One module, four engine starts in all, several batches sharing each run after the first (issue 62,
+workload/batch_api/pools.py): the large batch L runs alone while S (small), C and E are submitted behind it, and
+is interrupted by a server restart (while the job starts its engine); the next server resumes L in one run with
+the three newcomers, and S, submitted after L started, closes `completed` while L is still running (the figure
+printed: L's rows committed when S's first were). C is cancelled after its first shards have committed and closes
+`cancelled` with those lines in its output file; the run stops whole and starts again without it, and E, pushed
+past its completion window the same way, closes `expired`; L completes with every line once across the restart and
+both stops. C and E are one-token answers, whose shards of 4 commit one after another as the engine answers them,
+then long answers still running when the stop lands; every request a run did not answer is in the error file with
+OpenAI's `batch_cancelled` or `batch_expired`.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from tests.workload.jobrun import ENGINE
 pytestmark = pytest.mark.slow
 
 KEY = "sk-e2e-batch-api-key-" + "0" * 16  # the Batch API takes keys of at least 32 characters
-QUICK, LONG = 64, 128  # B's and C's lines: one-token answers first (their shards commit at once), then long ones
+QUICK, LONG = 64, 128  # C's and E's lines: one-token answers first (their shards commit at once), then long ones
+LARGE = 48  # L's lines, each a long answer
 CHAT = "/v1/chat/completions"
 
 
@@ -124,15 +129,15 @@ def _stopped_files(client: openai.OpenAI, batch: Batch, ids: list[str], code: st
     return answers, errors
 
 
-def test_submit_restart_resume_complete_then_cancel(tmp_path: Path) -> None:
+def test_shared_runs_restart_join_cancel_expire(tmp_path: Path) -> None:
     config = tmp_path / "job.yaml"
     config.write_text(
         yaml.safe_dump(
             {
                 "model": {"cache_dir": str(tmp_path / "models")},
                 "engine": ENGINE,
-                # Shards of 4 and long answers, one batch in flight: shards commit one after another, so a stop
-                # lands mid-run with some committed and some not.
+                # Shards of 4 and long answers, one engine batch in flight: shards commit one after another, so
+                # a stop lands mid-run with some committed and some not.
                 "output": {"shard_rows": 4},
                 "sampling": {"ignore_eos": True},
                 "batch_size": 4,
@@ -144,71 +149,85 @@ def test_submit_restart_resume_complete_then_cancel(tmp_path: Path) -> None:
     data, log = tmp_path / "data", tmp_path / "server.log"
     server = ApiServer(data, config, log)
     client = server.client
-    ids_a = [f"a-{i:02d}" for i in range(15)]
-    upload_a = client.files.create(
-        file=("a.jsonl", ("".join(_line(i) for i in ids_a) + _line("a-wrong-url", "/v1/completions")).encode()),
+    # L, the large batch, runs first and alone; S (small), C and E are submitted while it runs.
+    ids_l = [f"l-{i:03d}" for i in range(LARGE)]
+    upload_l = client.files.create(file=("l.jsonl", "".join(_line(i) for i in ids_l).encode()), purpose="batch")
+    batch_l = client.batches.create(input_file_id=upload_l.id, endpoint=CHAT, completion_window="24h")
+    running = _wait(client, batch_l.id, lambda b: b.status != "validating")
+    ids_s = [f"s-{i:02d}" for i in range(15)]
+    upload_s = client.files.create(
+        file=("s.jsonl", ("".join(_line(i) for i in ids_s) + _line("s-wrong-url", "/v1/completions")).encode()),
         purpose="batch",
     )
-    batch_a = client.batches.create(
-        input_file_id=upload_a.id, endpoint=CHAT, completion_window="24h", metadata={"night": "1"}
+    batch_s = client.batches.create(
+        input_file_id=upload_s.id, endpoint=CHAT, completion_window="24h", metadata={"night": "1"}
     )
-    # One-token answers commit their shards of 4 one after another; the long answers after them are still
-    # running when the stop lands.
-    ids_b = [f"b-{i:03d}" for i in range(QUICK + LONG)]
-    lines_b = [_line(i, max_tokens=1 if n < QUICK else 48) for n, i in enumerate(ids_b)]
-    upload_b = client.files.create(file=("b.jsonl", "".join(lines_b).encode()), purpose="batch")
-    batch_b = client.batches.create(input_file_id=upload_b.id, endpoint=CHAT, completion_window="24h")
-    ids_c = [f"c-{i:03d}" for i in range(QUICK + LONG)]
-    lines_c = [_line(i, max_tokens=1 if n < QUICK else 48) for n, i in enumerate(ids_c)]
-    upload_c = client.files.create(file=("c.jsonl", "".join(lines_c).encode()), purpose="batch")
-    batch_c = client.batches.create(input_file_id=upload_c.id, endpoint=CHAT, completion_window="24h")
-    assert (batch_a.status, batch_b.status, batch_c.status) == ("validating",) * 3
-    assert batch_a.request_counts.total == 16  # type: ignore[union-attr]
+    # C and E: one-token answers first (their shards commit at once), then long ones still running at the stop.
+    stopped_ids = {name: [f"{name}-{i:03d}" for i in range(QUICK + LONG)] for name in "ce"}
+    stopped: dict[str, Batch] = {}
+    for name, ids in stopped_ids.items():
+        lines = [_line(i, max_tokens=1 if n < QUICK else 48) for n, i in enumerate(ids)]
+        upload = client.files.create(file=(f"{name}.jsonl", "".join(lines).encode()), purpose="batch")
+        stopped[name] = client.batches.create(input_file_id=upload.id, endpoint=CHAT, completion_window="24h")
+    assert batch_s.request_counts.total == 16  # type: ignore[union-attr]
 
-    running = _wait(client, batch_a.id, lambda b: b.status != "validating")
+    # A batch arriving while a run holds the engine joins at the next run: here, the next server's (the join's
+    # own stop comes after --pool-join-after-s, 300 s by default).
     time.sleep(15)  # the job is starting Ray and the engine: the restart lands mid-run
-    assert client.batches.retrieve(batch_b.id).status == "validating"  # one at a time, oldest first
+    assert {client.batches.retrieve(b).status for b in (batch_s.id, stopped["c"].id)} == {"validating"}
     print(f"at the restart: {running.status} {running.request_counts}")
     assert server.stop() == 0, log.read_text()[-3000:]  # the server stops the job, which commits what finished
 
-    server = ApiServer(data, config, log)  # the same folder: batch A resumes where it stopped
+    server = ApiServer(data, config, log)  # the same folder: L resumes where it stopped, S, C and E beside it
     client = server.client
-    done = _wait(client, batch_a.id, lambda b: b.status in ("completed", "failed"))
+    first_s = _wait(client, batch_s.id, lambda b: b.request_counts is not None and b.request_counts.completed > 0)
+    large_then = client.batches.retrieve(batch_l.id)
+    print(f"S's first rows committed with {large_then.request_counts} of L's")  # the wait, in L's rows
+    assert large_then.status == "in_progress", (first_s, large_then)
+    assert large_then.request_counts.completed < LARGE  # type: ignore[union-attr]
+    done = _wait(client, batch_s.id, lambda b: b.status in ("completed", "failed"))
     assert done.status == "completed", (done, log.read_text()[-3000:])
     assert done.in_progress_at and done.finalizing_at and done.completed_at and done.metadata == {"night": "1"}
     assert done.request_counts.model_dump() == {"total": 16, "completed": 15, "failed": 1}  # type: ignore[union-attr]
     assert done.usage is not None and done.usage.output_tokens >= 15
-    share = (done.model_extra or {})["llm_batch"]  # the job's summary, through the official client's Batch
+    share = (done.model_extra or {})["llm_batch"]  # its share of the run, through the official client's Batch
     assert share["job_wall_s"] > 0 and share["cost_usd"] == 0.0, share  # no price is set locally
     answers, errors = _lines(client, done.output_file_id), _lines(client, done.error_file_id)
-    assert [a["custom_id"] for a in answers] == ids_a  # each once, in input order, across the restart
+    assert [a["custom_id"] for a in answers] == ids_s  # each once, in input order
     assert all(ChatCompletion.model_validate(a["response"]["body"]).choices for a in answers)
-    assert [(e["custom_id"], e["response"]["status_code"]) for e in errors] == [("a-wrong-url", 400)]
+    assert [(e["custom_id"], e["response"]["status_code"]) for e in errors] == [("s-wrong-url", 400)]
     output_file = client.files.retrieve(done.output_file_id)  # type: ignore[arg-type]
     assert output_file.purpose == "batch_output" and output_file.bytes > 0
-    assert "resuming" in (data / "runs" / batch_a.id / "job.log").read_text() or running.request_counts.completed == 0  # type: ignore[union-attr]
 
-    # Cancel once two shards have committed (the counts come from their commit markers).
-    in_b = _wait(client, batch_b.id, lambda b: b.request_counts is not None and b.request_counts.completed >= 8)
-    cancelling = client.batches.cancel(batch_b.id)
-    assert cancelling.status == "cancelling", (in_b, cancelling)
-    cancelled = _wait(client, batch_b.id, lambda b: b.status in ("cancelled", "completed", "failed"))
+    # C is cancelled once two of its shards have committed: the shared run stops whole, C closes `cancelled` with
+    # what it committed, and the others start again without it.
+    in_c = _wait(client, stopped["c"].id, lambda b: b.request_counts is not None and b.request_counts.completed >= 8)
+    cancelling = client.batches.cancel(stopped["c"].id)
+    assert cancelling.status == "cancelling", (in_c, cancelling)
+    cancelled = _wait(client, stopped["c"].id, lambda b: b.status in ("cancelled", "completed", "failed"))
     assert cancelled.status == "cancelled" and cancelled.cancelling_at and cancelled.cancelled_at, cancelled
     # What committed is kept (issue 58, finding 6: a second SIGTERM from a later tick threw it away).
-    partial, _ = _stopped_files(client, cancelled, ids_b, "batch_cancelled")
-    print(f"cancelled with {len(partial)} of {len(ids_b)} answered")
+    partial, _ = _stopped_files(client, cancelled, stopped_ids["c"], "batch_cancelled")
+    print(f"cancelled with {len(partial)} of {len(stopped_ids['c'])} answered")
 
-    # C runs next and is pushed past its window once two shards have committed: it closes `expired`, the same way.
-    _wait(client, batch_c.id, lambda b: b.request_counts is not None and b.request_counts.completed >= 8)
-    _push_past_window(data, batch_c.id)
-    expired = _wait(client, batch_c.id, lambda b: b.status in ("expired", "completed", "failed"))
+    # E is pushed past its window once two of its shards have committed: it closes `expired`, the same way.
+    _wait(client, stopped["e"].id, lambda b: b.request_counts is not None and b.request_counts.completed >= 8)
+    _push_past_window(data, stopped["e"].id)
+    expired = _wait(client, stopped["e"].id, lambda b: b.status in ("expired", "completed", "failed"))
     assert expired.status == "expired" and expired.expired_at and not expired.cancelled_at, expired
-    answered_c, _ = _stopped_files(client, expired, ids_c, "batch_expired")
-    print(f"expired with {len(answered_c)} of {len(ids_c)} answered")
+    answered_e, _ = _stopped_files(client, expired, stopped_ids["e"], "batch_expired")
+    print(f"expired with {len(answered_e)} of {len(stopped_ids['e'])} answered")
+
+    # L shared its runs with all three and completes with every line once, across the restart and both stops.
+    large = _wait(client, batch_l.id, lambda b: b.status in ("completed", "failed"))
+    assert large.status == "completed", (large, log.read_text()[-3000:])
+    assert [a["custom_id"] for a in _lines(client, large.output_file_id)] == ids_l
+    assert large.request_counts.model_dump() == {"total": LARGE, "completed": LARGE, "failed": 0}  # type: ignore[union-attr]
+    assert any("resuming" in job_log.read_text() for job_log in (data / "runs").glob("*/job.log"))
 
     page = client.batches.list(limit=1)
-    assert [b.id for b in page.data] == [batch_c.id] and page.has_more
-    assert [b.id for b in client.batches.list(limit=1, after=batch_c.id).data] == [batch_b.id]
+    assert [b.id for b in page.data] == [stopped["e"].id] and page.has_more
+    assert [b.id for b in client.batches.list(limit=1, after=stopped["e"].id).data] == [stopped["c"].id]
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="sk-wrong", max_retries=0).files.list()
     assert server.stop() == 0
