@@ -206,15 +206,18 @@ class Scheduler:
         order, up to the pool's size (pools.py); one batch runs alone, several as a pool. None: nothing to run
         (every candidate went since it was listed)."""
         candidates = pools.joiners(again, queue, self.pools)
-        ids = [r.id for r in (*again, *candidates)]
-        pool_id = pools.new_pool_id(ids, self.records.now()) if len(ids) > 1 else None
+        grouped = [*again, *candidates]
+        # A batch with uploaded images goes through a spec even alone: the spec is what hands the tiers' job its
+        # image files (their execution input carries only its input and output, sfn_executor.run_input).
+        spec = len(grouped) > 1 or any(r.image_files for r in grouped)
+        pool_id = pools.new_pool_id([r.id for r in grouped], self.records.now()) if spec else None
         members = [self._rejoin(r, pool_id) for r in again]
         members += [claimed for r in candidates if (claimed := self._claim(r, pool_id)) is not None]
-        if len(members) > 1:
-            assert pool_id is not None
-            return pools.pool_run(pool_id, members, self.store.uri, self._write_spec)
         if not members:
             return None
+        if len(members) > 1 or (pool_id is not None and members[0].image_files):
+            assert pool_id is not None
+            return pools.pool_run(pool_id, members, self.store.uri, self._write_spec)
         # The others went since they were listed: this one runs alone.
         alone = members[0] if members[0].pool_id is None else self._rejoin(members[0], None)
         return self._batch_run(alone)
