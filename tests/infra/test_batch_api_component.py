@@ -201,7 +201,11 @@ def test_the_lock_pins_the_functions_set_with_hashes_for_its_platform() -> None:
     text = (ROOT / "requirements" / "lambda.lock").read_text()
     assert text.count("--hash=sha256:") == len(entries)
     command = lambda_bundle.download_command(Path("requirements/lambda.lock"), Path("/tmp/x"), locked=True)
-    assert command[command.index("--platform") + 1] == "manylinux2014_aarch64"
+    # Every manylinux tag Lambda's glibc takes up to the lock's 2.28 (Pillow 13 ships manylinux_2_28 arm64 wheels
+    # only), down to manylinux2014, where the other wheels are.
+    platforms = [command[i + 1] for i, arg in enumerate(command) if arg == "--platform"]
+    assert platforms[0] == "manylinux_2_28_aarch64" and platforms[-1] == "manylinux2014_aarch64"
+    assert "manylinux_2_17_aarch64" in platforms and all(p.endswith("_aarch64") for p in platforms)
     assert command[command.index("--python-version") + 1] == "3.12"
     assert {"--no-deps", "--require-hashes", ":all:"} <= set(command)
 
