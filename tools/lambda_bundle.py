@@ -2,8 +2,9 @@
 the function's runtime and architecture (infra/components/batch_api.py: python3.12 on arm64).
 
 `python tools/lambda_bundle.py` downloads the locked wheels (`pip download --no-deps --require-hashes --only-binary
-:all: --platform ... --python-version 3.12`, one --platform per manylinux tag the runtime takes: binary wheels of exactly the locked files, whatever machine builds)
-and unpacks them beside `workload/` into build/batch-api-lambda/, which `pulumi up` zips. `--lock` rewrites
+:all: --platform ... --python-version 3.12`, a --platform for each manylinux tag the runtime takes: binary wheels
+of exactly the locked files, whatever machine builds) and unpacks them beside `workload/` into
+build/batch-api-lambda/, which `pulumi up` zips. `--lock` rewrites
 requirements/lambda.lock from requirements/lambda.txt (tools/pins.py's set) with each wheel's sha256: run it after
 `python tools/pins.py` changes that set. Both need the package index; the plan's tests check the command and the
 lock without it (tests/infra/test_batch_api_component.py).

@@ -51,7 +51,7 @@ ARCHITECTURE = (
 # The wheels' tags for Lambda's arm64 runtime (Amazon Linux 2023, glibc 2.34): every manylinux glibc from the lock's
 # target, 2.28 (tools/locks.py), down to manylinux2014's 2.17. pip takes a `manylinux_2_X` platform literally (it
 # widens only the legacy manylinux2014 and 2010 names), and Pillow 13 ships manylinux_2_28 aarch64 wheels alone.
-PIP_PLATFORMS = tuple(f"manylinux_2_{minor}_aarch64" for minor in range(28, 16, -1)) + ("manylinux2014_aarch64",)
+PIP_PLATFORMS = (*(f"manylinux_2_{minor}_aarch64" for minor in range(28, 16, -1)), "manylinux2014_aarch64")
 # What lambda_front imports of the repository (tests/test_layers.py: batch_api -> contract, auth).
 FRONT_PACKAGES = ("workload/__init__.py", "workload/auth", "workload/batch_api", "workload/contract")
 HTTP_HANDLER = "workload.batch_api.lambda_front.handler"
