@@ -265,6 +265,8 @@ class BatchApiArgs:
     public_endpoint_acknowledged: bool = False
     # Every name a batch's lines may give as `model` (GET /v1/models): the job's model, aliases and LoRA adapters.
     served_models: tuple[str, ...] = ()
+    # The largest `vision` upload (LLM_BATCH_MAX_IMAGE_BYTES): the job's input.max_image_bytes. None: none served.
+    max_image_bytes: int | None = None
 
     @classmethod
     def from_config(
@@ -287,6 +289,9 @@ class BatchApiArgs:
             # The served name is the job's: a batch's `model` must match what the nightly job loads.
             model_name=job.model.name,
             served_models=served_names(job.model),
+            # A batch's uploaded images reach the job through its pool spec (workload/batch_api/pools.py), and the
+            # job bounds each image it reads by this same setting: the front keeps none larger.
+            max_image_bytes=job.input.max_image_bytes,
             code=code,
             metrics_namespace=config.monitoring.metrics_namespace,
             log_retention_days=config.monitoring.log_retention_days,
@@ -394,6 +399,8 @@ class BatchApi(pulumi.ComponentResource):
             "LLM_BATCH_API_KEY_SECRET": keys.arn,
             "LLM_BATCH_API_SCOPE": "key",
             "LLM_BATCH_TICK_FUNCTION": tick_function_name(stack),
+            # `vision` uploads (workload/batch_api/vision.py); unset, the front refuses them.
+            **({"LLM_BATCH_MAX_IMAGE_BYTES": str(args.max_image_bytes)} if args.max_image_bytes else {}),
         }
 
         def function(

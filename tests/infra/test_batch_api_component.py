@@ -384,6 +384,20 @@ def test_the_quotas_and_the_http_functions_reservation_are_the_stack_configs(fro
         assert pool_settings_from_env(variables["variables"]).max_batches == 4, function
 
 
+@pytest.mark.parametrize("tier", ["small", "large"])
+def test_the_front_keeps_vision_files_as_large_as_the_stacks_job_reads(front_plans: dict[str, Plan], tier: str) -> None:
+    """Issue 57 on the tiers: the HTTP function serves `vision` uploads up to the job's input.max_image_bytes
+    (LLM_BATCH_MAX_IMAGE_BYTES, read back by the front into its Limits); the tick, which takes no upload, has none."""
+    from infra.config import load_stack_config
+    from workload.batch_api.lambda_front import max_image_bytes_from_env
+
+    job = load_stack_config(tier, {"cost_center": "cc"}).job_config("s3://b/i/", "s3://b/o/")
+    functions = (_named(front_plans[tier], "aws:lambda/function:Function", f"batch-api-{f}") for f in ("http", "tick"))
+    http, tick = (function["inputs"]["environment"]["variables"] for function in functions)
+    assert max_image_bytes_from_env(http) == job.input.max_image_bytes == 8 << 20
+    assert "LLM_BATCH_MAX_IMAGE_BYTES" not in tick
+
+
 ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
 
 
