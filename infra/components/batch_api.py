@@ -48,7 +48,10 @@ PYTHON_VERSION = "3.12"
 ARCHITECTURE = (
     "arm64"  # Graviton: about 20% less per GB-second than x86_64, and the front has no native code of its own
 )
-PIP_PLATFORM = "manylinux2014_aarch64"  # the wheels' tag for Lambda's arm64 runtime (Amazon Linux 2023, glibc 2.34)
+# The wheels' tags for Lambda's arm64 runtime (Amazon Linux 2023, glibc 2.34): every manylinux glibc from the lock's
+# target, 2.28 (tools/locks.py), down to manylinux2014's 2.17. pip takes a `manylinux_2_X` platform literally (it
+# widens only the legacy manylinux2014 and 2010 names), and Pillow 13 ships manylinux_2_28 aarch64 wheels alone.
+PIP_PLATFORMS = (*(f"manylinux_2_{minor}_aarch64" for minor in range(28, 16, -1)), "manylinux2014_aarch64")
 # What lambda_front imports of the repository (tests/test_layers.py: batch_api -> contract, auth).
 FRONT_PACKAGES = ("workload/__init__.py", "workload/auth", "workload/batch_api", "workload/contract")
 HTTP_HANDLER = "workload.batch_api.lambda_front.handler"
@@ -262,6 +265,8 @@ class BatchApiArgs:
     public_endpoint_acknowledged: bool = False
     # Every name a batch's lines may give as `model` (GET /v1/models): the job's model, aliases and LoRA adapters.
     served_models: tuple[str, ...] = ()
+    # The largest `vision` upload (LLM_BATCH_MAX_IMAGE_BYTES): the job's input.max_image_bytes. None: none served.
+    max_image_bytes: int | None = None
 
     @classmethod
     def from_config(
@@ -284,6 +289,9 @@ class BatchApiArgs:
             # The served name is the job's: a batch's `model` must match what the nightly job loads.
             model_name=job.model.name,
             served_models=served_names(job.model),
+            # A batch's uploaded images reach the job through its pool spec (workload/batch_api/pools.py), and the
+            # job bounds each image it reads by this same setting: the front keeps none larger.
+            max_image_bytes=job.input.max_image_bytes,
             code=code,
             metrics_namespace=config.monitoring.metrics_namespace,
             log_retention_days=config.monitoring.log_retention_days,
@@ -391,6 +399,8 @@ class BatchApi(pulumi.ComponentResource):
             "LLM_BATCH_API_KEY_SECRET": keys.arn,
             "LLM_BATCH_API_SCOPE": "key",
             "LLM_BATCH_TICK_FUNCTION": tick_function_name(stack),
+            # `vision` uploads (workload/batch_api/vision.py); unset, the front refuses them.
+            **({"LLM_BATCH_MAX_IMAGE_BYTES": str(args.max_image_bytes)} if args.max_image_bytes else {}),
         }
 
         def function(

@@ -201,7 +201,11 @@ def test_the_lock_pins_the_functions_set_with_hashes_for_its_platform() -> None:
     text = (ROOT / "requirements" / "lambda.lock").read_text()
     assert text.count("--hash=sha256:") == len(entries)
     command = lambda_bundle.download_command(Path("requirements/lambda.lock"), Path("/tmp/x"), locked=True)
-    assert command[command.index("--platform") + 1] == "manylinux2014_aarch64"
+    # Every manylinux tag Lambda's glibc takes up to the lock's 2.28 (Pillow 13 ships manylinux_2_28 arm64 wheels
+    # only), down to manylinux2014, where the other wheels are.
+    platforms = [command[i + 1] for i, arg in enumerate(command) if arg == "--platform"]
+    assert platforms[0] == "manylinux_2_28_aarch64" and platforms[-1] == "manylinux2014_aarch64"
+    assert "manylinux_2_17_aarch64" in platforms and all(p.endswith("_aarch64") for p in platforms)
     assert command[command.index("--python-version") + 1] == "3.12"
     assert {"--no-deps", "--require-hashes", ":all:"} <= set(command)
 
@@ -378,6 +382,20 @@ def test_the_quotas_and_the_http_functions_reservation_are_the_stack_configs(fro
         )
         # The front reads the pool's size back as the scheduler's (workload/batch_api/lambda_front.py).
         assert pool_settings_from_env(variables["variables"]).max_batches == 4, function
+
+
+@pytest.mark.parametrize("tier", ["small", "large"])
+def test_the_front_keeps_vision_files_as_large_as_the_stacks_job_reads(front_plans: dict[str, Plan], tier: str) -> None:
+    """Issue 57 on the tiers: the HTTP function serves `vision` uploads up to the job's input.max_image_bytes
+    (LLM_BATCH_MAX_IMAGE_BYTES, read back by the front into its Limits); the tick, which takes no upload, has none."""
+    from infra.config import load_stack_config
+    from workload.batch_api.lambda_front import max_image_bytes_from_env
+
+    job = load_stack_config(tier, {"cost_center": "cc"}).job_config("s3://b/i/", "s3://b/o/")
+    functions = (_named(front_plans[tier], "aws:lambda/function:Function", f"batch-api-{f}") for f in ("http", "tick"))
+    http, tick = (function["inputs"]["environment"]["variables"] for function in functions)
+    assert max_image_bytes_from_env(http) == job.input.max_image_bytes == 8 << 20
+    assert "LLM_BATCH_MAX_IMAGE_BYTES" not in tick
 
 
 ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"

@@ -6,23 +6,27 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import boto3
 import httpx
+import httpx2
+import openai
 import pytest
 from openai.types import Model
 
 from tests.infra.nightly_aws import ROLE_ARN
 from tests.workload.test_batch_api import _line
+from tests.workload.test_batch_api_vision import image_line
 from workload.batch_api import lambda_front
 
 KEY = "sk-lambda-" + "0123456789" * 3  # the Batch API takes keys of at least 32 characters
 HOST = "abc123.execute-api.us-east-1.amazonaws.com"
 
 
-def _event(request: httpx.Request) -> dict[str, Any]:
+def _event(request: httpx.Request | httpx2.Request) -> dict[str, Any]:
     """The event API Gateway's HTTP API gives a Lambda integration for `request` (payload format version 2.0)."""
     url = urlsplit(str(request.url))
     body = request.read()
@@ -75,6 +79,35 @@ class Front:
         body = answer.get("body", "")
         raw = base64.b64decode(body) if answer.get("isBase64Encoded") else body.encode()
         return answer["statusCode"], {k.lower(): v for k, v in answer.get("headers", {}).items()}, raw
+
+
+def official_client(handler: Any) -> openai.OpenAI:
+    """The official client (over httpx2, its HTTP library), each of its requests handed to `handler` as API
+    Gateway's event. An event over Lambda's 6 MB payload is answered 413 here, as a stand-in for AWS's own limit
+    (nothing local enforces it)."""
+
+    def send(request: httpx2.Request) -> httpx2.Response:
+        event = _event(request)
+        if len(json.dumps(event)) > lambda_front.LAMBDA_PAYLOAD_BYTES:
+            return httpx2.Response(413, json={"message": "Request Entity Too Large"})
+        answer = handler(event, {})
+        body = answer.get("body", "")
+        raw = base64.b64decode(body) if answer.get("isBase64Encoded") else body.encode()
+        return httpx2.Response(answer["statusCode"], headers=answer.get("headers", {}), content=raw)
+
+    client = openai.DefaultHttpxClient(transport=httpx2.MockTransport(send))
+    return openai.OpenAI(api_key=KEY, base_url=f"https://{HOST}/v1", max_retries=0, http_client=client)
+
+
+def noise_png(side: int) -> bytes:
+    """An image about side * side * 3 bytes as a PNG: random pixels do not compress."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.frombytes("RGB", (side, side), secrets.token_bytes(side * side * 3)).save(out, "PNG", compress_level=1)
+    return out.getvalue()
 
 
 @pytest.fixture
@@ -220,6 +253,55 @@ def test_a_large_file_by_parts_and_its_download_by_redirect(stack: dict[str, str
     assert httpx.get(headers["location"]).content == body  # the presigned URL serves the body, no key needed
 
 
+def test_a_vision_file_comes_through_the_front_in_parts_and_reaches_its_batchs_run_through_the_spec(
+    stack: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 57 on the tiers, through the official client: an image over one request's limit (and within the job's
+    input.max_image_bytes, LLM_BATCH_MAX_IMAGE_BYTES) comes in parts, the front checks the completed file with
+    Pillow; a Responses line names it, and the tick's execution runs a pool spec whose member hands the job that
+    file id's S3 URI under batch-api/files/ (pools.py), where the job's role reads a batch's files."""
+    most = 8 << 20
+    env = {**stack, "LLM_BATCH_MAX_IMAGE_BYTES": str(most)}
+    client = official_client(lambda_front.build_handler(env))
+    image = noise_png(1280)
+    assert lambda_front.FRONT_BODY_BYTES < len(image) <= most
+    with pytest.raises(openai.APIStatusError) as whole:  # one Lambda request cannot carry it
+        client.files.create(file=("cat.png", image), purpose="vision")
+    assert whole.value.status_code == 413
+    path = tmp_path / "cat.png"
+    path.write_bytes(image)
+    upload = client.uploads.upload_file_chunked(
+        file=path, mime_type="image/png", purpose="vision", part_size=lambda_front.FRONT_BODY_BYTES
+    )
+    assert upload.status == "completed" and upload.file is not None
+    file = upload.file
+    assert (file.purpose, file.bytes) == ("vision", len(image))
+    bucket, s3 = stack["LLM_BATCH_BUCKET"], boto3.client("s3")
+    assert s3.get_object(Bucket=bucket, Key=f"batch-api/files/{file.id}.jsonl")["Body"].read() == image
+    with pytest.raises(openai.BadRequestError) as junk:
+        client.files.create(file=("cat.png", b"not an image"), purpose="vision")
+    assert junk.value.param == "file" and "Pillow" in junk.value.message
+    with pytest.raises(openai.BadRequestError) as large:
+        client.uploads.create(bytes=most + 1, filename="big.png", mime_type="image/png", purpose="vision")
+    assert large.value.param == "bytes" and f"max_image_bytes of {most}" in large.value.message
+    assert [f.id for f in client.files.list(purpose="vision")] == [file.id]  # nothing refused was kept
+
+    lines = client.files.create(file=("in.jsonl", image_line("r1", file.id).encode()), purpose="batch")
+    batch = client.batches.create(input_file_id=lines.id, endpoint="/v1/responses", completion_window="24h")
+    assert batch.status == "validating"
+    lambda_front.build_service(env).tick()
+    sfn = boto3.client("stepfunctions")
+    (running,) = sfn.list_executions(stateMachineArn=stack["LLM_BATCH_STATE_MACHINE_ARN"])["executions"]
+    given = json.loads(sfn.describe_execution(executionArn=running["executionArn"])["input"])["batch"]
+    assert given["input_key"].startswith("batch-api/files/pools/") and given["input_key"].endswith(".pool.json")
+    spec = json.loads(s3.get_object(Bucket=bucket, Key=given["input_key"])["Body"].read())
+    (member,) = spec["members"]
+    assert member["name"] == batch.id
+    assert member["image_files"] == {file.id: f"s3://{bucket}/batch-api/files/{file.id}.jsonl"}
+    with pytest.raises(openai.ConflictError):  # its run reads it: kept until the batch has finished
+        client.files.delete(file.id)
+
+
 def test_a_front_without_its_settings_does_not_start(stack: dict[str, str]) -> None:
     with pytest.raises(lambda_front.FrontConfigError, match="LLM_BATCH_API_KEY_SECRET"):
         lambda_front.build_handler({k: v for k, v in stack.items() if k != "LLM_BATCH_API_KEY_SECRET"})
@@ -240,6 +322,12 @@ def test_a_front_without_its_settings_does_not_start(stack: dict[str, str]) -> N
     assert service.executor.stop_wait_s == 2235  # type: ignore[attr-defined]
     unset = {k: v for k, v in stack.items() if k != "LLM_BATCH_STOP_WAIT_S"}
     assert lambda_front.build_service(unset).executor.stop_wait_s == STOP_WAIT_S  # type: ignore[attr-defined]
+    # The largest `vision` upload is the stack's job setting; a front deployed before the stack set it serves none.
+    for bad in ("0", "8MiB"):
+        with pytest.raises(lambda_front.FrontConfigError, match=f"LLM_BATCH_MAX_IMAGE_BYTES .*got '{bad}'"):
+            lambda_front.build_service({**stack, "LLM_BATCH_MAX_IMAGE_BYTES": bad})
+    assert lambda_front.build_service({**stack, "LLM_BATCH_MAX_IMAGE_BYTES": "4096"}).limits.max_image_bytes == 4096
+    assert lambda_front.build_service(stack).limits.max_image_bytes is None
 
 
 def test_the_tick_entry_starts_a_named_batch_ahead_of_the_queue(

@@ -122,7 +122,9 @@ def test_a_line_naming_another_keys_file_or_no_vision_file_fails_the_batch_at_cr
 
 
 def test_a_server_without_the_image_bound_serves_no_vision_files(tmp_path: Path) -> None:
-    running = Server(tmp_path, "key", Limits())  # the AWS front's: its tiers' job is not handed the files
+    """Limits() without max_image_bytes: the AWS front whose function lacks LLM_BATCH_MAX_IMAGE_BYTES (deployed
+    before the stack set it). With it, the front serves them (test_batch_api_lambda.py)."""
+    running = Server(tmp_path, "key", Limits())
     try:
         with pytest.raises(openai.BadRequestError) as refused:
             running.client().files.create(file=("cat.png", png()), purpose="vision")

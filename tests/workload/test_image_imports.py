@@ -71,6 +71,22 @@ def test_the_lambda_entrys_imports_are_in_the_lambda_lock() -> None:
     assert {canonicalize_name(name) for name in _imports_of(LAMBDA_ONLY)} <= locked
 
 
+def test_what_the_functions_packages_import_anywhere_is_in_the_lambda_lock() -> None:
+    """The bundle ships the front's packages whole (FRONT_PACKAGES): every module they import, inside functions
+    too (Pillow, in the check of a `vision` upload), comes from the lambda lock; but uvicorn, the local server's
+    (workload/batch_api/cli.py), which the function never runs."""
+    from infra.components.batch_api import FRONT_PACKAGES
+
+    locked = {line.split("==")[0] for line in (REPO_ROOT / "requirements" / "lambda.lock").read_text().splitlines()}
+    providers = metadata.packages_distributions()
+    shipped = [REPO_ROOT / package for package in FRONT_PACKAGES]
+    paths = [path for top in shipped for path in (sorted(top.rglob("*.py")) if top.is_dir() else [top])]
+    imported = set().union(*(_imports_of(path) for path in paths)) - {"uvicorn"}
+    assert "PIL" in imported
+    wanted = {module: {canonicalize_name(d) for d in providers.get(module, [module])} for module in imported}
+    assert {module: names for module, names in wanted.items() if not names & locked} == {}
+
+
 def test_the_counting_s3_servers_imports_are_in_the_dev_lock() -> None:
     locked = {line.split("==")[0] for line in (REPO_ROOT / "requirements" / "dev.lock").read_text().splitlines()}
     assert {canonicalize_name(name) for name in _imports_of(DEV_ONLY)} <= locked

@@ -20,7 +20,9 @@ line, before any request is served):
     LLM_BATCH_STOP_WAIT_S (seconds a cancelled or expired batch's stopped run is waited for, for its partial files:
     the stack's job grace on the small tier, the GPU sweep and the pods' grace on EKS; infra/components/batch_api.py);
     LLM_BATCH_QUOTA_<NAME> (each key's quotas and request bounds, quotas.py; unset: its default);
-    LLM_BATCH_POOL_BATCHES (queued batches of one endpoint that share one run, pools.py; unset: 1, each alone).
+    LLM_BATCH_POOL_BATCHES (queued batches of one endpoint that share one run, pools.py; unset: 1, each alone);
+    LLM_BATCH_MAX_IMAGE_BYTES (the HTTP function's: the largest `vision` upload, the job's input.max_image_bytes,
+    vision.py; unset: a front deployed before the stack set it, which serves no vision files).
 
 Both functions print the queue's metrics as Embedded Metric Format lines to their log (queue_metrics.py): the
 tick after each tick, the HTTP function after a request that closed a batch failed.
@@ -29,7 +31,9 @@ Size limits (API Gateway HTTP API: 10 MB a request; Lambda: 6 MB a synchronous r
 body travels base64, 4/3 of its size): a body of at most `FRONT_BODY_BYTES` goes through in one request, so a
 file larger than that is uploaded through OpenAI's Uploads API in parts of at most that size
 (`client.uploads.upload_file_chunked(..., part_size=4 * 1024 * 1024)`), and a download larger than it is a 307 to
-a presigned S3 URL, which the official client follows (its httpx client has `follow_redirects=True`).
+a presigned S3 URL, which the official client follows (its httpx client has `follow_redirects=True`). An image
+over that size (the job's bound is 8 MiB by default) comes the same way, in parts: the front checks the completed
+file whole, as it checks one sent in one request (uploads.py `complete`).
 """
 
 from __future__ import annotations
@@ -75,6 +79,21 @@ def pool_settings_from_env(env: Mapping[str, str]) -> PoolSettings:
         return PoolSettings(max_batches=int(value))
     except ValueError:
         raise FrontConfigError(f"LLM_BATCH_POOL_BATCHES must be a whole number of at least 1, got {value!r}") from None
+
+
+def max_image_bytes_from_env(env: Mapping[str, str]) -> int | None:
+    """The largest `vision` file the front keeps: the stack's job input.max_image_bytes, which the job applies
+    again to each image it reads (the pool spec hands it the batch's files, pools.py)."""
+    value = env.get("LLM_BATCH_MAX_IMAGE_BYTES", "").strip()
+    if not value:
+        return None
+    try:
+        most = int(value)
+    except ValueError:
+        most = 0
+    if most < 1:
+        raise FrontConfigError(f"LLM_BATCH_MAX_IMAGE_BYTES must be a whole number of bytes, at least 1, got {value!r}")
+    return most
 
 
 def _stop_wait_s(env: Mapping[str, str]) -> float:
@@ -147,7 +166,7 @@ def build_service(env: Mapping[str, str], session: Any = None) -> BatchService:
         stop_wait_s=_stop_wait_s(env),
         release=release,
     )
-    limits = Limits(inline_download_bytes=FRONT_BODY_BYTES)
+    limits = Limits(inline_download_bytes=FRONT_BODY_BYTES, max_image_bytes=max_image_bytes_from_env(env))
     try:
         quotas = Quotas.from_env(env)
     except ValueError as error:

@@ -45,7 +45,7 @@ class Limits:
     # one (S3Store): the Lambda front answers at most 6 MB. None: always answered inline (the local server).
     inline_download_bytes: int | None = None
     # The largest `vision` file (the job's input.max_image_bytes, which its image stage applies again). None: this
-    # front serves no vision files (the tiers' job is not handed a batch's images yet: docs/batch-api.md, "Images").
+    # front serves no vision files (the AWS front's function without LLM_BATCH_MAX_IMAGE_BYTES: lambda_front.py).
     max_image_bytes: int | None = None
 
     def __post_init__(self) -> None:

@@ -7,8 +7,9 @@ job. A batch's line names one from a Responses `input_image` part (`{"type": "in
 official client's ResponseInputImageParam); OpenAI's chat `image_url` part has no file id. At create every such
 id must be a `vision` file its owner sees (tenants.py `sees`), or the batch fails there, naming the line and the
 param. The ids that pass, with their store keys, are the batch's `_image_files`: the executor hands the job
-exactly those (input.image_files), and the job resolves a file id through that mapping alone, so no line can make
-it read another tenant's object (docs/batch-api.md, "Images").
+exactly those (input.image_files; on the tiers, its member's `image_files` in the run's pool spec, pools.py),
+and the job resolves a file id through that mapping alone, so no line can make it read another tenant's object
+(docs/batch-api.md, "Images").
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def capped(chunks: Iterator[bytes] | Any, most: int) -> Iterator[bytes]:
 
 def check_image(body: Iterator[bytes]) -> None:
     """The stored bytes decode whole as an image (the job's image stage decodes them again, on its workers)."""
-    # Pillow is not on the AWS front, which serves no vision files (Limits.max_image_bytes None).
+    # Pillow comes with the AWS front's bundle too (requirements/lambda.lock); a file completed from an Upload's
+    # parts is checked here whole, as one sent in one request.
     problem = unreadable_image(b"".join(body))
     if problem is not None:
         raise ApiError(400, f"a 'vision' file must be an image Pillow reads whole ({problem})", "file")
