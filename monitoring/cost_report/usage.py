@@ -244,6 +244,7 @@ class BucketReader:
         self.s3, self.bucket, self.sfn = s3, bucket, sfn
         self.clock = clock or (lambda: datetime.now(UTC).timestamp())
         self.records: dict[str, dict[str, Any] | None] = {}
+        self.runs: dict[str, str | None] = {}  # a run's execution ARN (None: it names none)
 
     def json(self, key: str) -> dict[str, Any] | None:
         try:
@@ -277,10 +278,11 @@ class BucketReader:
 
     def execution_of(self, record: dict[str, Any]) -> str | None:
         """The ARN of the execution the batch's (last) run was on: its own run's marker, or its pool's."""
-        run = record.get("_pool") or record["id"]
-        marker = self.json(f"{API_PREFIX}batches/{run}/execution.json") or {}
-        arn = marker.get("execution_arn")
-        return str(arn) if arn else None
+        run = str(record.get("_pool") or record["id"])
+        if run not in self.runs:
+            arn = (self.json(f"{API_PREFIX}batches/{run}/execution.json") or {}).get("execution_arn")
+            self.runs[run] = str(arn) if arn else None
+        return self.runs[run]
 
 
 def read_day(reader: BucketReader, day: date) -> DayUsage:
@@ -297,7 +299,7 @@ def read_day(reader: BucketReader, day: date) -> DayUsage:
         rows.append(batch_usage(record, _name(arn)))
     executions = []
     for arn in sorted({a for a in arns.values() if a is not None}):
-        executions.append(_share_execution(reader, arn, rows))
+        executions.append(share_execution(reader, arn, rows))
     return DayUsage(day.isoformat(), rows, executions)
 
 
@@ -305,7 +307,9 @@ def _name(arn: str | None) -> str | None:
     return arn.rsplit(":", 1)[-1] if arn else None
 
 
-def _share_execution(reader: BucketReader, arn: str, day_rows: list[BatchUsage]) -> ExecutionShare:
+def share_execution(reader: BucketReader, arn: str, day_rows: list[BatchUsage]) -> ExecutionShare:
+    """Share the execution `arn`'s boot and hold among its batches (see BASIS); `day_rows` (those already read)
+    get their shares in place."""
     try:
         described = reader.sfn.describe_execution(executionArn=arn)
     except reader.sfn.exceptions.ExecutionDoesNotExist:  # past Step Functions' 90 days: nothing to share

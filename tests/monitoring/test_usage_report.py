@@ -21,6 +21,7 @@ import boto3
 import pytest
 
 from infra.ops import usage as usage_tool
+from infra.ops.status_batches import list_batches, render_batches
 from monitoring.cost_report import handler as cost_report
 from monitoring.cost_report import usage as batch_usage
 from tests.monitoring.test_cost_report import _load_ce_results, _page, _received, topic_and_queue
@@ -178,6 +179,13 @@ def test_a_days_usage_per_batch_and_key_includes_the_boot_and_hold(
     # With the machine's executions (here: described), the same figures the report shares out.
     shared = usage_tool.day_usage(deployed, DAY, boto3.client("s3"), described)
     assert "boot and hold 560 s shared by 3 batch(es), 1 run(s) of no batch found" in usage_tool.render(shared)
+
+    # `python -m infra.status STACK --batches`: each closed batch with its tokens, its job's cost and its share.
+    listed = {row.id: row for row in list_batches(deployed, 10, boto3.client("s3"), described)}
+    assert (listed[ids["alone"]].input_tokens, listed[ids["alone"]].output_tokens) == (40, 30)
+    assert [listed[ids[name]].boot_hold_s for name in ("alone", "b", "a2", "failed")] == [336, 168, 56, 0]
+    assert listed[ids["b"]].total_cost_usd == pytest.approx(rows[ids["b"]].cost_usd, abs=1e-6)
+    assert "boot+hold" in render_batches(list(listed.values()))
 
 
 def test_the_daily_report_reconciles_the_keys_with_the_injected_bill(
