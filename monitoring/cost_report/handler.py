@@ -41,9 +41,7 @@ METRIC = "UnblendedCost"
 MAX_PAGES = 100
 # The one service whose spend the batches' GPU time meters; every other is the stack's fixed lines or storage.
 COMPUTE_SERVICE = "Amazon Elastic Compute Cloud - Compute"
-UNTAGGED_NOTE = (
-    "untagged spend (resources without the tag) is in neither figure: Cost Explorer's is filtered by the tag"
-)
+UNTAGGED_NOTE = "untagged spend (resources without the tag): Cost Explorer's figure is filtered by the tag"
 # SNS subjects must be under 100 ASCII characters.
 _SUBJECT_LIMIT = 99
 

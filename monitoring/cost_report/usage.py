@@ -42,7 +42,7 @@ EXECUTIONS_PREFIX = f"{API_PREFIX}executions/"
 DONE_DIGITS = 10  # batch_index.done_id: the close time in seconds, zero-padded
 # A batch of an execution closes at the tick after its run ends; a tick is at most a few minutes apart.
 CLOSE_AFTER_STOP_S = 3600
-NIGHT_OWNER = "(stack)"
+NO_OWNER = "(none)"  # a record written without an owner (none is, by the API)
 BASIS = (
     "a batch's cost is its job's (llm_batch: its job's wall time on the GPU nodes at the stack's price per hour; "
     "a pooled batch's share of the pool's job, by tokens) plus its share of its execution's boot and idle hold "
@@ -77,6 +77,24 @@ class BatchUsage:
     @property
     def cost_usd(self) -> float:
         return self.job_cost_usd + self.boot_hold_cost_usd
+
+    def row(self) -> dict[str, Any]:
+        return {**asdict(self), "gpu_s": round(self.gpu_s, 3), "cost_usd": round(self.cost_usd, 6)}
+
+
+# What a key's day sums of its batches.
+SUMMED = (
+    "requests_completed",
+    "requests_failed",
+    "input_tokens",
+    "cached_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "job_gpu_s",
+    "boot_hold_gpu_s",
+    "job_cost_usd",
+    "boot_hold_cost_usd",
+)
 
 
 @dataclass
@@ -123,17 +141,13 @@ class DayUsage:
     basis: str = BASIS
 
     def by_key(self) -> list[KeyUsage]:
+        """The day per key, most expensive first."""
         keys: dict[str, KeyUsage] = {}
         for batch in self.batches:
             row = keys.setdefault(batch.key, KeyUsage(batch.key, self.day))
             row.batches += 1
-            for name in ("requests_completed", "requests_failed", "input_tokens", "cached_tokens", "output_tokens"):
+            for name in SUMMED:
                 setattr(row, name, getattr(row, name) + getattr(batch, name))
-            row.reasoning_tokens += batch.reasoning_tokens
-            row.job_gpu_s += batch.job_gpu_s
-            row.boot_hold_gpu_s += batch.boot_hold_gpu_s
-            row.job_cost_usd += batch.job_cost_usd
-            row.boot_hold_cost_usd += batch.boot_hold_cost_usd
         for row in keys.values():
             row.gpu_s, row.cost_usd = row.job_gpu_s + row.boot_hold_gpu_s, row.job_cost_usd + row.boot_hold_cost_usd
             for name in ("job_gpu_s", "boot_hold_gpu_s", "gpu_s"):
@@ -152,24 +166,14 @@ class DayUsage:
             "basis": self.basis,
             "cost_usd": round(self.cost_usd, 6),
             "keys": [asdict(row) for row in self.by_key()],
-            "batches": [
-                {**asdict(b), "gpu_s": round(b.gpu_s, 3), "cost_usd": round(b.cost_usd, 6)} for b in self.batches
-            ],
+            "batches": [batch.row() for batch in self.batches],
             "executions": [asdict(e) for e in self.executions],
         }
 
     def as_csv(self, level: str = "key") -> str:
         """One row per key (`level="key"`) or per batch, with a header; the basis is the JSON's."""
-        rows = (
-            [asdict(row) for row in self.by_key()]
-            if level == "key"
-            else [{**asdict(b), "gpu_s": round(b.gpu_s, 3), "cost_usd": round(b.cost_usd, 6)} for b in self.batches]
-        )
-        columns = list(
-            asdict(KeyUsage("", ""))
-            if level == "key"
-            else [*asdict(BatchUsage("", "", "", "", "")), "gpu_s", "cost_usd"]
-        )
+        rows = [asdict(row) for row in self.by_key()] if level == "key" else [b.row() for b in self.batches]
+        columns = list(asdict(KeyUsage("", ""))) if level == "key" else list(BatchUsage("", "", "", "", "").row())
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
@@ -190,7 +194,7 @@ def batch_usage(record: dict[str, Any], execution: str | None = None) -> BatchUs
     done_at = record.get("_done_at") or record.get("created_at") or 0
     return BatchUsage(
         id=str(record["id"]),
-        key=str(record.get("_owner") or NIGHT_OWNER),
+        key=str(record.get("_owner") or NO_OWNER),
         day=datetime.fromtimestamp(int(done_at), UTC).date().isoformat(),
         status=str(record.get("status")),
         model=str(record.get("model") or ""),
