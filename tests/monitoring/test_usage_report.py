@@ -48,6 +48,9 @@ class Chained(Scripted):
         super().__init__()
         self.store = store
 
+    def close(self) -> None:
+        """Nothing runs here to close."""
+
     def start(self, run: Any) -> None:
         super().start(run)
         self.store.write_blob(f"batches/{run.batch_id}/execution.json", [json.dumps({"execution_arn": ARN}).encode()])
