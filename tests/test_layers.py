@@ -111,7 +111,15 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 # `python -m infra.<tool>` keeps working through these one-line launchers of the tools in infra/ops.
-LAUNCHERS = {"infra.plan", "infra.policy", "infra.preflight", "infra.run", "infra.status", "infra.pricing.refresh"}
+LAUNCHERS = {
+    "infra.plan",
+    "infra.policy",
+    "infra.preflight",
+    "infra.run",
+    "infra.status",
+    "infra.usage",
+    "infra.pricing.refresh",
+}
 # What the deploy-time program and the monitoring may read of the job: the package workload.contract and nothing
 # else (its config models, the image's run spec, the metric names the alarms watch, the commands' error boundary,
 # the engine sizing the plan and preflight run);

@@ -26,6 +26,11 @@ SCOPE_TAG_KEY = naming.STACK_TAG_KEY
 # Activated together when configured: the scope tag the filters need, and CostCenter for chargeback reports.
 ACTIVATED_TAG_KEYS = (SCOPE_TAG_KEY, "CostCenter")
 REPORT_SOURCE = Path(__file__).resolve().parents[2] / "monitoring" / "cost_report" / "handler.py"
+# Shipped beside the handler: the Batch API's usage per key (issue 63), which the handler imports as `usage`.
+USAGE_SOURCE = REPORT_SOURCE.with_name("usage.py")
+# What the report reads of the Batch API's objects in the stack's bucket (monitoring/cost_report/usage.py).
+USAGE_READS = ("batch-api/records/batch/*", "batch-api/batches/*/execution.json", "batch-api/executions/*")
+USAGE_LISTS = "batch-api/records/batch_done/*"
 # 07:00 UTC: Cost Explorer has most of the previous UTC day by then, and the team reads it in the morning.
 REPORT_SCHEDULE = "cron(0 7 * * ? *)"
 # Cost Explorer's read actions have no resource-level permissions: "*" is the only resource AWS accepts.
@@ -42,6 +47,12 @@ class CostControlsArgs:
     key_arn: pulumi.Input[str]
     log_retention_days: int = 30
     activate_cost_allocation_tags: bool = False
+    # With the Batch API (batch_api.enabled): the stack's bucket, whose batches the report adds up per key.
+    batch_api_bucket: pulumi.Input[str] | None = None
+
+    @property
+    def nightly_machine_name(self) -> str:
+        return naming.child(self.stack, "nightly")  # infra/components/nightly.py names it so
 
     @property
     def scope_tag_value(self) -> str:
@@ -55,6 +66,7 @@ class CostControlsArgs:
         context: AwsContext,
         topic_arn: pulumi.Input[str],
         key_arn: pulumi.Input[str],
+        bucket_name: pulumi.Input[str] | None = None,
     ) -> CostControlsArgs:
         return cls(
             stack=stack,
@@ -65,6 +77,7 @@ class CostControlsArgs:
             key_arn=key_arn,
             log_retention_days=config.monitoring.log_retention_days,
             activate_cost_allocation_tags=config.cost.activate_cost_allocation_tags,
+            batch_api_bucket=bucket_name if config.batch_api.enabled else None,
         )
 
 
@@ -91,8 +104,45 @@ def activation_warning(stack: str, activated: bool) -> str | None:
     )
 
 
-def report_policy(context: AwsContext, topic_arn: str, key_arn: str, log_group_arn: str) -> dict[str, Any]:
-    """Least privilege for the report: read costs, publish to this topic only, write its own log group."""
+def usage_statements(context: AwsContext, bucket: str, key_arn: str, machine_name: str) -> list[dict[str, Any]]:
+    """With the Batch API: list the done markers, read the batches and their runs' execution markers (through S3
+    with the stack key), and describe the nightly machine's executions; nothing else of the bucket."""
+    bucket_arn = f"arn:{context.partition}:s3:::{bucket}"
+    executions = f"arn:{context.partition}:states:{context.region}:{context.account_id}:execution:{machine_name}:*"
+    return [
+        {
+            "Sid": "ListClosedBatches",
+            "Effect": "Allow",
+            "Action": "s3:ListBucket",
+            "Resource": bucket_arn,
+            "Condition": {"StringLike": {"s3:prefix": [USAGE_LISTS]}},
+        },
+        {
+            "Sid": "ReadBatchUsage",
+            "Effect": "Allow",
+            "Action": "s3:GetObject",
+            "Resource": [f"{bucket_arn}/{key}" for key in USAGE_READS],
+        },
+        {
+            "Sid": "DecryptBatchRecords",
+            "Effect": "Allow",
+            "Action": "kms:Decrypt",
+            "Resource": key_arn,
+            "Condition": {"StringEquals": {"kms:ViaService": f"s3.{context.region}.{context.dns_suffix}"}},
+        },
+        {"Sid": "DescribeExecutions", "Effect": "Allow", "Action": "states:DescribeExecution", "Resource": executions},
+    ]
+
+
+def report_policy(
+    context: AwsContext,
+    topic_arn: str,
+    key_arn: str,
+    log_group_arn: str,
+    usage: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Least privilege for the report: read costs, publish to this topic only, write its own log group; with the
+    Batch API, read what `usage_statements` names."""
     return {
         "Version": "2012-10-17",
         "Statement": [
@@ -113,6 +163,7 @@ def report_policy(context: AwsContext, topic_arn: str, key_arn: str, log_group_a
                 "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
                 "Resource": f"{log_group_arn}:*",
             },
+            *(usage or []),
         ],
     }
 
@@ -213,8 +264,20 @@ class CostControls(pulumi.ComponentResource):
             account_id=args.context.account_id,
             key_arn=args.key_arn,
             log_retention_days=args.log_retention_days,
-            policy=lambda log_arn: pulumi.Output.all(args.topic_arn, args.key_arn, log_arn).apply(
-                lambda values: json.dumps(report_policy(args.context, values[0], values[1], values[2]))
+            policy=lambda log_arn: pulumi.Output.all(
+                args.topic_arn, args.key_arn, log_arn, args.batch_api_bucket
+            ).apply(
+                lambda values: json.dumps(
+                    report_policy(
+                        args.context,
+                        values[0],
+                        values[1],
+                        values[2],
+                        None
+                        if values[3] is None
+                        else usage_statements(args.context, values[3], values[1], args.nightly_machine_name),
+                    )
+                )
             ),
             opts=child,
         )
@@ -225,8 +288,10 @@ class CostControls(pulumi.ComponentResource):
             runtime=versions.LAMBDA_PYTHON_RUNTIME,
             architectures=["arm64"],
             handler="handler.handler",
-            # Only the handler ships: it imports boto3 (in the runtime) and the standard library.
-            code=pulumi.AssetArchive({"handler.py": pulumi.FileAsset(str(REPORT_SOURCE))}),
+            # The handler and its usage module ship: they import boto3 (in the runtime) and the standard library.
+            code=pulumi.AssetArchive(
+                {"handler.py": pulumi.FileAsset(str(REPORT_SOURCE)), "usage.py": pulumi.FileAsset(str(USAGE_SOURCE))}
+            ),
             role=identity.role.arn,
             timeout=60,
             memory_size=256,
@@ -236,6 +301,17 @@ class CostControls(pulumi.ComponentResource):
                     "COST_TAG_VALUE": args.scope_tag_value,
                     "ALERT_TOPIC_ARN": args.topic_arn,
                     "THRESHOLD_USD": f"{args.daily_report_threshold_usd:g}",
+                    **(
+                        {}
+                        if args.batch_api_bucket is None
+                        else {
+                            "BATCH_API_BUCKET": args.batch_api_bucket,
+                            "STATE_MACHINE_ARN": (
+                                f"arn:{args.context.partition}:states:{args.context.region}:"
+                                f"{args.context.account_id}:stateMachine:{args.nightly_machine_name}"
+                            ),
+                        }
+                    ),
                 }
             ),
             logging_config=aws.lambda_.FunctionLoggingConfigArgs(log_format="JSON", log_group=identity.log_group.name),

@@ -62,7 +62,9 @@ class Foundation(pulumi.ComponentResource):
             "alerts", AlertsArgs(stack=stack, context=context, key_arn=key_arn, email=config.alert_email), child
         )
         CostControls(
-            "cost", CostControlsArgs.from_config(stack, config, context, self.alerts.topic_arn, key_arn), child
+            "cost",
+            CostControlsArgs.from_config(stack, config, context, self.alerts.topic_arn, key_arn, self.data.bucket_name),
+            child,
         )
         self.network = Network("network", NetworkArgs.from_config(stack, config, context, key_arn), child)
         self.secrets = JobSecrets(

@@ -146,8 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         outputs = load_outputs(args.stack, args.outputs)
         if args.batches:
-            batches = list_batches(outputs, args.limit)
+            # With the nightly machine, each closed batch's share of its execution's boot and hold (usage.py).
+            sfn = boto_session(outputs).client("stepfunctions") if outputs.get(STATE_MACHINE_OUTPUT) else None
+            batches = list_batches(outputs, args.limit, sfn=sfn)
             print(json.dumps([asdict(row) for row in batches], indent=2) if args.json else render_batches(batches))
+            if not args.json:
+                print(f"usage and cost per key a day: python -m infra.usage {args.stack} --day YYYY-MM-DD")
             return 0
         rows = last_runs(outputs, args.limit, args.price_per_hour)
     except OutputsError as error:

@@ -8,6 +8,10 @@ and the standard library. Configuration comes from the environment the Pulumi pr
 - ``ALERT_TOPIC_ARN``: the stack's SNS topic; never written into code.
 - ``THRESHOLD_USD``: publish only when yesterday's total is above this.
 - ``COST_TAG_KEY`` (optional): the cost-allocation tag key, ``CostCenter`` by default.
+- ``BATCH_API_BUCKET`` (optional, with the Batch API): the stack's bucket; the report then adds the day's usage
+  and cost per key (``usage.py``, shipped beside this file) and sets the stack's metered total beside Cost
+  Explorer's, with the difference and what it is made of (``reconcile``). ``STATE_MACHINE_ARN`` (optional): the
+  nightly machine, whose executions' boot and hold the batches share.
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ from typing import Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
+if __package__:  # the repository: monitoring.cost_report
+    from monitoring.cost_report import usage as batch_usage
+else:  # the Lambda's package: handler.py and usage.py side by side at its root
+    import usage as batch_usage  # type: ignore[no-redef]
+
 LOG = logging.getLogger(__name__)
 LOG.setLevel(logging.INFO)
 
@@ -30,6 +39,9 @@ DEFAULT_TAG_KEY = "CostCenter"
 METRIC = "UnblendedCost"
 # Cost Explorer pages are small; a runaway token loop must end with an error, not a Lambda timeout bill.
 MAX_PAGES = 100
+# The one service whose spend the batches' GPU time meters; every other is the stack's fixed lines or storage.
+COMPUTE_SERVICE = "Amazon Elastic Compute Cloud - Compute"
+UNTAGGED_NOTE = "untagged spend (resources without the tag): Cost Explorer's figure is filtered by the tag"
 # SNS subjects must be under 100 ASCII characters.
 _SUBJECT_LIMIT = 99
 
@@ -44,6 +56,8 @@ class ReportSettings:
     topic_arn: str
     threshold_usd: float
     tag_key: str = DEFAULT_TAG_KEY
+    batch_api_bucket: str | None = None
+    state_machine_arn: str | None = None
 
     @property
     def topic_region(self) -> str:
@@ -72,6 +86,8 @@ class ReportSettings:
             topic_arn=topic_arn,
             threshold_usd=threshold,
             tag_key=env.get("COST_TAG_KEY") or DEFAULT_TAG_KEY,
+            batch_api_bucket=env.get("BATCH_API_BUCKET") or None,
+            state_machine_arn=env.get("STATE_MACHINE_ARN") or None,
         )
 
 
@@ -139,8 +155,56 @@ def fetch_daily_cost(ce: Any, day: date, settings: ReportSettings) -> DailyCost:
             return result
 
 
-def format_message(cost: DailyCost, settings: ReportSettings) -> tuple[str, str]:
-    """Subject and body for the alert: the total, then every service, most expensive first."""
+def reconcile(cost: DailyCost, metered_usd: float) -> dict[str, Any]:
+    """The stack's metered total (the day's batches, boot and hold included) beside Cost Explorer's, and the
+    difference, made of: every service but EC2 compute (storage, the control plane, NAT, KMS, logs, Lambda: what
+    no batch meters), and the EC2 compute the batches do not account for (nights, the Ray head and system nodes,
+    NAT instances, the billed Spot price against the price table's). The parts sum to the difference."""
+    difference = cost.total - metered_usd
+    parts = {
+        f"{COMPUTE_SERVICE} beyond the batches' GPU time": cost.by_service.get(COMPUTE_SERVICE, 0.0) - metered_usd,
+        **{service: amount for service, amount in cost.by_service.items() if service != COMPUTE_SERVICE},
+    }
+    return {
+        "metered_usd": round(metered_usd, 6),
+        "cost_explorer_usd": round(cost.total, 6),
+        "difference_usd": round(difference, 6),
+        "difference_pct": round(difference / cost.total * 100, 2) if cost.total else None,
+        "made_of": {name: round(amount, 6) for name, amount in sorted(parts.items(), key=lambda p: -abs(p[1]))},
+        "not_in_either": UNTAGGED_NOTE,
+    }
+
+
+def usage_lines(usage: batch_usage.DayUsage, settings: ReportSettings, gap: dict[str, Any], unit: str) -> list[str]:
+    """The report's part for the Batch API: each key's day, then the stack's total beside Cost Explorer's."""
+    lines = [
+        "",
+        f"Batch API usage on {usage.day} (UTC), by key, boot and hold included: {usage.cost_usd:.2f} {unit} over "
+        f"{len(usage.batches)} batch(es)",
+        f"{'key':24} {'batches':>7} {'in tok':>12} {'out tok':>12} {'GPU h':>8} {'boot+hold':>9} {'cost':>10}",
+    ]
+    for row in usage.by_key():
+        lines.append(
+            f"{row.key:24} {row.batches:>7} {row.input_tokens:>12} {row.output_tokens:>12} {row.gpu_s / 3600:>8.3f} "
+            f"{row.boot_hold_cost_usd:>9.2f} {row.cost_usd:>10.2f}"
+        )
+    pct = "n/a" if gap["difference_pct"] is None else f"{gap['difference_pct']:.1f}%"
+    lines += [
+        "",
+        f"Stack total metered (the batches): {gap['metered_usd']:.2f} {unit}; Cost Explorer "
+        f"({settings.tag_key}={settings.cost_center}): {gap['cost_explorer_usd']:.2f} {unit}; "
+        f"difference {gap['difference_usd']:.2f} {unit} ({pct} of Cost Explorer's), made of:",
+    ]
+    lines += [f"{amount:>12.2f}  {name}" for name, amount in gap["made_of"].items()]
+    lines += [f"Not in either: {gap['not_in_either']}.", f"Basis: {usage.basis}."]
+    return lines
+
+
+def format_message(
+    cost: DailyCost, settings: ReportSettings, usage: batch_usage.DayUsage | None = None
+) -> tuple[str, str]:
+    """Subject and body for the alert: the total, then every service, most expensive first; with the Batch API,
+    the day's usage by key and the stack's metered total beside Cost Explorer's."""
     subject = (
         f"[{settings.cost_center}] cost {cost.day}: {cost.total:.2f} {cost.unit} "
         f"(threshold {settings.threshold_usd:.2f})"
@@ -154,14 +218,19 @@ def format_message(cost: DailyCost, settings: ReportSettings) -> tuple[str, str]
     lines.append("")
     for service, amount in sorted(cost.by_service.items(), key=lambda item: item[1], reverse=True):
         lines.append(f"{amount:>12.2f}  {service}")
+    if usage is not None:
+        lines += usage_lines(usage, settings, reconcile(cost, usage.cost_usd), cost.unit)
     return subject, "\n".join(lines)
 
 
-def run_report(ce: Any, sns: Any, settings: ReportSettings, day: date) -> dict[str, Any]:
+def run_report(
+    ce: Any, sns: Any, settings: ReportSettings, day: date, usage: batch_usage.DayUsage | None = None
+) -> dict[str, Any]:
+    """`usage`: the day's Batch API usage (usage.DayUsage), or None for a stack without the Batch API."""
     cost = fetch_daily_cost(ce, day, settings)
     over = cost.total > settings.threshold_usd
     if over:
-        subject, body = format_message(cost, settings)
+        subject, body = format_message(cost, settings, usage)
         try:
             sns.publish(TopicArn=settings.topic_arn, Subject=subject, Message=body)
         except (ClientError, BotoCoreError) as err:
@@ -177,8 +246,11 @@ def run_report(ce: Any, sns: Any, settings: ReportSettings, day: date) -> dict[s
         "published": over,
         "pages": cost.pages,
     }
+    if usage is not None:
+        report["usage"] = {k: v for k, v in usage.as_json().items() if k != "batches"}
+        report["reconcile"] = reconcile(cost, usage.cost_usd)
     # The log line carries figures only: no ARNs, no credentials.
-    LOG.info("cost report %s", json.dumps({k: v for k, v in report.items() if k != "by_service"}))
+    LOG.info("cost report %s", json.dumps({k: v for k, v in report.items() if k not in ("by_service", "usage")}))
     return report
 
 
@@ -200,4 +272,9 @@ def handler(event: Mapping[str, Any] | None, context: Any) -> dict[str, Any]:
     # Cost Explorer is a global API served from us-east-1.
     ce = boto3.client("ce", region_name="us-east-1")
     sns = boto3.client("sns", region_name=settings.topic_region)
-    return run_report(ce, sns, settings, day)
+    usage = None
+    if settings.batch_api_bucket:
+        sfn = boto3.client("stepfunctions") if settings.state_machine_arn else None
+        reader = batch_usage.BucketReader(boto3.client("s3"), settings.batch_api_bucket, sfn)
+        usage = batch_usage.read_day(reader, day)
+    return run_report(ce, sns, settings, day, usage)

@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 
 from infra import versions
-from infra.components.cost_controls import REPORT_SOURCE, anomaly_specification, report_policy
+from infra.components.cost_controls import (
+    REPORT_SOURCE,
+    USAGE_SOURCE,
+    anomaly_specification,
+    report_policy,
+    usage_statements,
+)
 from infra.config import load_stack_config
 from infra.ops.stacks import read_stack_config
 from tests.infra.conftest import STACKS
@@ -88,8 +94,13 @@ def test_report_function_pinned_runtime_env_from_the_stack_and_least_privilege_r
     inputs = function["inputs"]
     assert inputs["runtime"] == versions.LAMBDA_PYTHON_RUNTIME
     assert inputs["handler"] == "handler.handler"
-    # The package is the handler alone, from the repo's monitoring/cost_report.
-    assert inputs["code"] == {"archive": {"handler.py": {"file": "monitoring/cost_report/handler.py"}}}
+    # The package is the handler and its usage module, from the repo's monitoring/cost_report.
+    assert inputs["code"] == {
+        "archive": {
+            "handler.py": {"file": "monitoring/cost_report/handler.py"},
+            "usage.py": {"file": "monitoring/cost_report/usage.py"},
+        }
+    }
     assert inputs["environment"]["variables"] == {
         "COST_TAG_KEY": "Stack",
         "COST_TAG_VALUE": f"llm-batch-{stack}",
@@ -157,14 +168,61 @@ def test_report_runs_daily_on_a_schedule_that_may_invoke_only_it(plan_for: Calla
 
 
 def test_the_lambda_package_imports_only_boto3_and_the_standard_library() -> None:
-    tree = ast.parse(REPORT_SOURCE.read_text())
-    modules: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            modules.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            modules.add(node.module.split(".")[0])
-    assert modules - set(sys.stdlib_module_names) == {"boto3", "botocore"}
+    """Besides each other: the handler imports its usage module as `usage` in the package (and, in the repo only,
+    as monitoring.cost_report.usage, behind `if __package__`)."""
+    found = {}
+    for source in (REPORT_SOURCE, USAGE_SOURCE):
+        modules: set[str] = set()
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Import):
+                modules.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                modules.add(node.module.split(".")[0])
+        found[source.name] = modules - set(sys.stdlib_module_names)
+    assert found == {"handler.py": {"boto3", "botocore", "usage", "monitoring"}, "usage.py": set()}
+
+
+def test_with_the_batch_api_the_report_reads_its_batches_and_the_machines_executions_only(
+    front_plans: dict[str, Plan],
+) -> None:
+    plan = front_plans["small"]
+    inputs = _one(plan, "aws:lambda/function:Function")["inputs"]
+    (bucket,) = [i for i in plan if i["type"] == "aws:s3/bucket:Bucket" and i["name"] == "storage-bucket"]
+    (machine,) = [i for i in plan if i["type"] == "aws:sfn/stateMachine:StateMachine" and i["name"] == "nightly-run"]
+    variables = inputs["environment"]["variables"]
+    assert variables["BATCH_API_BUCKET"] == bucket["outputs"]["bucket"]
+    assert variables["STATE_MACHINE_ARN"] == machine["outputs"]["arn"]
+    roles = {item["outputs"]["arn"]: item for item in plan if item["type"] == "aws:iam/role:Role"}
+    (policy,) = [
+        item
+        for item in plan
+        if item["type"] == "aws:iam/rolePolicy:RolePolicy"
+        and item["inputs"]["role"] == roles[inputs["role"]]["outputs"]["id"]
+    ]
+    sids = [s["Sid"] for s in json.loads(policy["inputs"]["policy"])["Statement"]]
+    assert sids[-4:] == ["ListClosedBatches", "ReadBatchUsage", "DecryptBatchRecords", "DescribeExecutions"]
+
+
+def test_the_usage_statements_name_the_done_markers_the_records_and_the_nightly_executions() -> None:
+    from infra.aws_context import AwsContext
+
+    context = AwsContext(account_id="123456789012", partition="aws", region="eu-west-1", dns_suffix="amazonaws.com")
+    listed, read, decrypt, describe = usage_statements(context, "b", "arn:k", "llm-batch-small-nightly")
+    assert listed["Resource"] == "arn:aws:s3:::b"
+    assert listed["Condition"] == {"StringLike": {"s3:prefix": ["batch-api/records/batch_done/*"]}}
+    assert read["Resource"] == [
+        "arn:aws:s3:::b/batch-api/records/batch/*",
+        "arn:aws:s3:::b/batch-api/batches/*/execution.json",
+        "arn:aws:s3:::b/batch-api/executions/*",
+    ]
+    assert decrypt["Condition"] == {"StringEquals": {"kms:ViaService": "s3.eu-west-1.amazonaws.com"}}
+    assert describe == {
+        "Sid": "DescribeExecutions",
+        "Effect": "Allow",
+        "Action": "states:DescribeExecution",
+        "Resource": "arn:aws:states:eu-west-1:123456789012:execution:llm-batch-small-nightly:*",
+    }
+    assert report_policy(context, "arn:t", "arn:k", "arn:lg", [describe])["Statement"][-1] == describe
 
 
 def test_report_policy_scopes_kms_to_sns() -> None:
