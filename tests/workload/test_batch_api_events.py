@@ -25,8 +25,10 @@ from openai.types.webhooks import (
 )
 
 from tests.workload.test_batch_api import Clock, _line
+from tests.workload.test_batch_api_lambda import KEY, Front, stack  # noqa: F401 (the fixture, used by name)
 from tests.workload.test_batch_api_metrics import Scripted, _job_finishes
-from workload.batch_api import events
+from workload.auth.entries import key_id
+from workload.batch_api import events, lambda_front
 from workload.batch_api.event_delivery import EventBridgeBus, EventConfig, Retry
 from workload.batch_api.executor import RunState
 from workload.batch_api.service import BatchService
@@ -301,3 +303,41 @@ def test_every_state_change_is_an_event_on_the_default_bus(moto_reset: str, tmp_
         "small", TEAM, "team-a", events.DETAIL_VERSION,
     )  # fmt: skip
     assert len({e["detail"]["event_id"] for e in received}) == len(received)
+
+
+def test_on_the_tiers_the_front_records_and_the_tick_sends_to_the_bus_and_the_keys_webhook(
+    stack: dict[str, str],  # noqa: F811 (the fixture, by name)
+    receiver: Receiver,
+) -> None:
+    """The HTTP function records its changes' events (it may not send: no events:PutEvents, no webhooks secret
+    in its role); the tick function, built from the same environment, sends them: to the default bus (moto:
+    rule -> SQS) and to the key's webhook, whose URL and secret it reads from Secrets Manager."""
+    sqs, bridge = boto3.client("sqs"), boto3.client("events")
+    queue = sqs.create_queue(QueueName=f"events-{stack['LLM_BATCH_BUCKET']}")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    rule = f"rule-{stack['LLM_BATCH_BUCKET']}"
+    bridge.put_rule(Name=rule, EventPattern=json.dumps({"source": [events.SOURCE]}))
+    bridge.put_targets(Rule=rule, Targets=[{"Id": "q", "Arn": queue_arn}])
+    name = key_id(KEY)  # the test key has no name: its digest prefix names it (workload/auth/entries.py)
+    document = {"webhooks": [{"name": name, "url": receiver.url, "secret": SECRET}]}
+    hooks = boto3.client("secretsmanager").create_secret(
+        Name=f"{stack['LLM_BATCH_BUCKET']}-webhooks", SecretString=json.dumps(document)
+    )
+    default_bus = bridge.describe_event_bus(Name="default")["Arn"]
+    env = {**stack, "LLM_BATCH_EVENT_BUS": default_bus, "LLM_BATCH_WEBHOOKS_SECRET": hooks["ARN"]}
+
+    front = Front(lambda_front.build_handler(env))
+    empty = front.call("POST", "/v1/files", files={"file": ("e.jsonl", b"\n")}, data={"purpose": "batch"})
+    request = {"input_file_id": json.loads(empty[2])["id"], "endpoint": CHAT, "completion_window": "24h"}
+    status, _, raw = front.call("POST", "/v1/batches", json=request)
+    assert status == 200 and json.loads(raw)["status"] == "failed", raw
+    assert receiver.got == [] and sqs.receive_message(QueueUrl=queue).get("Messages") is None  # only recorded
+
+    lambda_front.build_service(env).tick()  # the tick function's service
+    ((headers, body),) = receiver.got
+    event = _unwrap(headers, body)
+    assert isinstance(event, BatchFailedWebhookEvent) and event.data.id == json.loads(raw)["id"]
+    (message,) = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10)["Messages"]
+    sent = json.loads(message["Body"])
+    assert (sent["detail"]["previous_status"], sent["detail"]["status"]) == (None, "failed")
+    assert sent["detail"]["event_id"] == event.id and sent["detail"]["key_name"] == name

@@ -11,7 +11,7 @@ happens to the send; a failed send is tried again by a later tick, after an expo
 doubling, at most an hour apart), up to `Retry.attempts` tries (12: about four and a half hours), then recorded
 as `failed` in the batch's `_events` and said in one log line (the event's id, the batch, the target; never a
 secret or a URL). The queue never waits on a send: sends come after the tick's work, each bounded by
-`Retry.timeout_s`, and a tick stops starting sends once `Retry.budget_s` has passed (the rest go next tick).
+`Retry.timeout_s` (10 s), and a tick starts no send once `Retry.budget_s` (30 s) has passed (the rest go next tick).
 
 **At least once.** An event is marked sent only after the bus or the receiver answered; a tick that dies between
 the answer and its write sends it again. A webhook's `webhook-id` (the event's id) is the same on every try, as
@@ -44,7 +44,7 @@ class Retry:
     first_s: float = 10.0  # the wait after the first failed try; each next one doubles
     cap_s: float = 3600.0  # the longest wait between two tries
     timeout_s: float = 10.0  # one webhook's connect and answer
-    budget_s: float = 60.0  # a tick's sending at most (the tick function has 120 s)
+    budget_s: float = 30.0  # a tick's sending at most (the tick function has 120 s in all)
 
     def delay(self, failures: int) -> float:
         return float(min(self.cap_s, self.first_s * 2 ** max(0, failures - 1)))
@@ -134,24 +134,25 @@ class EventSender:
     def deliver(self) -> None:
         """Send what is due, batch by batch, within the tick's budget; write where each event stands."""
         deadline = time.monotonic() + self.retry.budget_s
-        hooks = self._webhooks()
+        self._loaded: dict[str, Webhook] | str | None = None  # read when a webhook is first due, once a tick
         for record in self.book.with_events():
             if time.monotonic() >= deadline:
                 return
-            results = self._send(record, hooks, deadline)
+            results = self._send(record, deadline)
             if results:
                 self.book.settle(record.id, _apply(results))
 
-    def _webhooks(self) -> dict[str, Webhook] | None:
-        if self.hooks is None:
-            return {}
-        try:
-            return self.hooks.current()
-        except WebhookConfigError as error:  # none ever loaded: the webhooks wait, nothing is given up for it
-            print(f"llm-batch batch-api: webhooks not sent: {error}", file=sys.stderr, flush=True)
-            return None
+    def _webhooks(self) -> dict[str, Webhook] | str:
+        """The webhooks by owner, or why they cannot be read (that counts as a failed try of each due webhook, so
+        a document that never loads gives them up after the bound rather than holding them for ever)."""
+        if self._loaded is None:
+            try:
+                self._loaded = self.hooks.current() if self.hooks is not None else {}
+            except WebhookConfigError as error:
+                self._loaded = str(error)
+        return self._loaded
 
-    def _send(self, record: BatchRecord, hooks: dict[str, Webhook] | None, deadline: float) -> dict[str, dict]:
+    def _send(self, record: BatchRecord, deadline: float) -> dict[str, dict[str, Any]]:
         now = self.book.records.now()
         results: dict[str, dict[str, Any]] = {}
         bus_held = hook_held = False  # a failed send holds back this batch's later events (their order)
@@ -163,16 +164,22 @@ class EventSender:
                 elif event.get("bus_next_at", 0) <= now and time.monotonic() < deadline:
                     change.update(self._put(record, event, now))
                 bus_held = change.get("bus", events.PENDING) == events.PENDING
-            if event.get("hook") == events.PENDING and not hook_held and hooks is not None:
-                hook = hooks.get(record.owner)
-                if hook is None:
-                    change["hook"] = events.NONE  # its key has no webhook
-                elif event["next_at"] <= now and time.monotonic() < deadline:
-                    change.update(self._post(record, event, hook, now))
+            if event.get("hook") == events.PENDING and not hook_held:
+                if event["next_at"] <= now and time.monotonic() < deadline:
+                    change.update(self._hook(record, event, now))
                 hook_held = change.get("hook", events.PENDING) == events.PENDING
             if change:
                 results[event["id"]] = change
         return results
+
+    def _hook(self, record: BatchRecord, event: dict[str, Any], now: int) -> dict[str, Any]:
+        hooks = self._webhooks()
+        if isinstance(hooks, str):
+            return self._outcome("hook", "hook_tries", "next_at", event, hooks, now, record, "its key's webhook")
+        hook = hooks.get(record.owner)
+        if hook is None:
+            return {"hook": events.NONE}  # its key has no webhook
+        return self._post(record, event, hook, now)
 
     def _put(self, record: BatchRecord, event: dict[str, Any], now: int) -> dict[str, Any]:
         assert self.bus is not None

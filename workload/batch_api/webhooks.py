@@ -137,6 +137,9 @@ class WebhookSource:
         try:
             value = self.secrets_client.get_secret_value(SecretId=self.secret_id)
         except Exception as error:  # ClientError, a timeout, no credentials: all mean "cannot read it now"
+            code = getattr(error, "response", {}).get("Error", {}).get("Code")
+            if code == "ResourceNotFoundException":  # the stack made it and nobody set a value: no webhooks yet
+                return ""
             raise WebhookConfigError(f"cannot read the {self.describe()}: {type(error).__name__}") from None
         text = value.get("SecretString")
         if not isinstance(text, str):
