@@ -98,7 +98,8 @@ def parse_webhooks(text: str) -> dict[str, Webhook]:
                 continue
             if len(fields) != 3:
                 raise WebhookConfigError(f"line {number} of the webhooks: NAME URL SECRET, got {len(fields)} fields")
-            found.append(_checked(*fields, f"line {number} of the webhooks"))
+            name, url, secret = fields
+            found.append(_checked(name, url, secret, f"line {number} of the webhooks"))
     by_owner: dict[str, Webhook] = {}
     for hook in found:
         if hook.owner in by_owner:
