@@ -29,6 +29,7 @@ from tests.workload.test_batch_api_lambda import KEY, Front, stack  # noqa: F401
 from tests.workload.test_batch_api_metrics import Scripted, _job_finishes
 from workload.auth.entries import key_id
 from workload.batch_api import events, lambda_front
+from workload.batch_api.batch_index import OPEN_ID, OpenBatches
 from workload.batch_api.event_delivery import EventBridgeBus, EventConfig, Retry
 from workload.batch_api.executor import RunState
 from workload.batch_api.service import BatchService
@@ -341,3 +342,12 @@ def test_on_the_tiers_the_front_records_and_the_tick_sends_to_the_bus_and_the_ke
     sent = json.loads(message["Body"])
     assert (sent["detail"]["previous_status"], sent["detail"]["status"]) == (None, "failed")
     assert sent["detail"]["event_id"] == event.id and sent["detail"]["key_name"] == name
+
+
+def test_a_lost_open_index_is_rebuilt_with_the_closed_batches_whose_events_wait(tmp_path: Path) -> None:
+    service = _service(tmp_path, EventConfig(bus=FlakyBus(refusals=100)))
+    batch_id = _batch(service, TEAM, "\n")  # failed at create; its event's put is refused
+    service.tick()
+    assert batch_id in service.batches.index.open_ids()
+    service.store.delete(OpenBatches.KIND, OPEN_ID)  # the index lost: rebuilt from a listing of the batches
+    assert batch_id in service.batches.index.rebuild().open

@@ -65,7 +65,7 @@ class BatchBook:
             if record is None:
                 if now >= added + STRAY_S:  # a create that died before writing its batch
                     stale.append(batch_id)
-            elif record.closed and _pending(record):  # kept in the index until its events are sent
+            elif record.closed and events.undelivered(record):  # kept in the index until its events are sent
                 self.undelivered[batch_id] = record
             elif record.closed:  # a close that died before removing it
                 self.index.finished(record)
@@ -123,7 +123,7 @@ class BatchBook:
         StoreConflict if one with its id exists."""
         if self.outbox.on:
             record.events = [self._event(None, record)]
-        if not record.closed or _pending(record):
+        if not record.closed or events.undelivered(record):
             self.index.add_open(record.id)
         self.index.listed(record)
         self.records.create(record)
@@ -131,7 +131,7 @@ class BatchBook:
         if record.closed:  # failed at create: its file holds no request, or too many
             self.index.finished(record)
             self.closed[record.status] += 1
-            if _pending(record):
+            if events.undelivered(record):
                 self.undelivered[record.id] = record
 
     def _event(self, previous: str | None, record: BatchRecord) -> dict[str, Any]:
@@ -155,7 +155,7 @@ class BatchBook:
         self._known(written)
         if closing:
             self.index.finished(written)
-            if _pending(written):  # stays in the open index until its events are sent (settle)
+            if events.undelivered(written):  # stays in the open index until its events are sent (settle)
                 self.undelivered[batch_id] = written
             else:
                 self.index.drop_open([batch_id])
@@ -165,7 +165,7 @@ class BatchBook:
         """Write where a batch's events stand after the tick's sends (`change` sets them on the record read
         again); a closed batch with nothing left to send leaves the open index."""
         written = self.update(batch_id, change)
-        if written.closed and not _pending(written):
+        if written.closed and not events.undelivered(written):
             self.undelivered.pop(batch_id, None)
             self.index.finished(written)  # again: a close that died before it (a marker written once)
             self.index.drop_open([batch_id])
@@ -176,13 +176,9 @@ class BatchBook:
     def with_events(self) -> list[BatchRecord]:
         """The batches with an event still to send, open and closed, as the last `open` and the writes since left
         them (no read)."""
-        return [r for r in (*self.open_as_left(), *self.undelivered.values()) if _pending(r)]
+        return [r for r in (*self.open_as_left(), *self.undelivered.values()) if events.undelivered(r)]
 
     def take_closed(self) -> Counter[str]:
         """The batches closed since the last call, by status; the count starts again from zero."""
         taken, self.closed = self.closed, Counter()
         return taken
-
-
-def _pending(record: BatchRecord) -> bool:
-    return any(events.pending(event) for event in record.events or ())

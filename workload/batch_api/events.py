@@ -103,6 +103,11 @@ def pending(event: dict[str, Any]) -> bool:
     return PENDING in (event.get("bus"), event.get("hook"))
 
 
+def undelivered(record: BatchRecord) -> bool:
+    """Whether one of the batch's events is still to be sent (a closed batch stays in the open index till then)."""
+    return any(pending(event) for event in record.events or ())
+
+
 def key_name(owner: str) -> str | None:
     """The key's name an owner stands for (tenants.py: `key-NAME`); None for the project and the keyless server."""
     return owner[len("key-") :] if owner.startswith("key-") else None
