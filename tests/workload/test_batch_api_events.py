@@ -30,6 +30,7 @@ from tests.workload.test_batch_api_metrics import Scripted, _job_finishes
 from workload.auth.entries import key_id
 from workload.batch_api import events, lambda_front
 from workload.batch_api.batch_index import OPEN_ID, OpenBatches
+from workload.batch_api.cli import local_events
 from workload.batch_api.event_delivery import EventBridgeBus, EventConfig, Retry
 from workload.batch_api.executor import RunState
 from workload.batch_api.service import BatchService
@@ -351,3 +352,15 @@ def test_a_lost_open_index_is_rebuilt_with_the_closed_batches_whose_events_wait(
     assert batch_id in service.batches.index.open_ids()
     service.store.delete(OpenBatches.KIND, OPEN_ID)  # the index lost: rebuilt from a listing of the batches
     assert batch_id in service.batches.index.rebuild().open
+
+
+def test_the_local_servers_webhooks_file_is_read_at_start(tmp_path: Path) -> None:
+    short = "whsec_" + base64.b64encode(b"x" * 8).decode()
+    bad = tmp_path / "webhooks.txt"
+    bad.write_text(f"team-a https://h.example/x {short}\n")
+    with pytest.raises(WebhookConfigError, match=r"\(team-a\): the secret must hold 24 to 64 bytes, it holds 8"):
+        local_events(str(bad), None)  # the server refuses to start (cli.py prints it, exit 2)
+    assert local_events(None, None) is None  # neither flag: nothing recorded, nothing sent
+    good = _hooks(tmp_path, "https://h.example/x")
+    config = local_events(str(good.path), None)
+    assert config is not None and config.bus is None and config.outbox.webhooks
