@@ -4,7 +4,9 @@ second function on a schedule, the queue's `tick`. Each has a role of its own (i
 `batch-api/` prefix and the stack key: the internet-facing function's also reads the Batch API's own key secret
 (`llm-batch-<stack>/batch-api-keys`, apart from the online endpoint's) and may invoke the tick function, and
 nothing else (a cancel asks the tick, asynchronously, to stop the run); the tick's drives the one nightly state
-machine (start, follow, stop) and the release of its GPUs, and reads no key. Each logs to a group of its own on
+machine (start, follow, stop) and the release of its GPUs, reads no key, and alone sends the batches' events
+(issue 63, workload/batch_api/event_delivery.py): `events:PutEvents` on the stack's default event bus only, and
+the keys' webhooks from their own secret (`llm-batch-<stack>/batch-api-webhooks`). Each logs to a group of its own on
 the stack key, and the API's access log to another. The queue's metrics (queued, running, failed, expired
 batches) are Embedded Metric Format lines in those groups (workload/batch_api/queue_metrics.py says why EMF): no
 CloudWatch permission beyond writing the logs.
@@ -193,11 +195,16 @@ def tick_statements(
     log_group_arn: str,
     group_arn: str | None,
     release_function_arn: str | None = None,
+    event_bus_arn: str | None = None,
+    webhooks_secret_arn: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The scheduled function: the queue's records under `batch-api/` and one machine's executions; no API key."""
+    """The scheduled function: the queue's records under `batch-api/` and one machine's executions; no API key.
+    It sends the batches' events (issue 63): PutEvents on the default bus alone (an action whose resource is the
+    bus), and the webhooks' own secret."""
     executions = state_machine_arn.replace(":stateMachine:", ":execution:", 1) + ":*"
+    key_services = ("s3", "secretsmanager") if webhooks_secret_arn else ("s3",)
     statements: list[dict[str, Any]] = [
-        *_api_storage(bucket_arn, key_arn, log_group_arn, "s3"),
+        *_api_storage(bucket_arn, key_arn, log_group_arn, *key_services),
         {
             "Sid": "RunBatches",
             "Effect": "Allow",
@@ -221,6 +228,19 @@ def tick_statements(
                 "Resource": group_arn,
             }
         )
+    if event_bus_arn is not None:
+        statements.append(
+            {"Sid": "SendBatchEvents", "Effect": "Allow", "Action": "events:PutEvents", "Resource": event_bus_arn}
+        )
+    if webhooks_secret_arn is not None:
+        statements.append(
+            {
+                "Sid": "ReadWebhooks",
+                "Effect": "Allow",
+                "Action": "secretsmanager:GetSecretValue",
+                "Resource": webhooks_secret_arn,
+            }
+        )
     if release_function_arn is not None:
         # The EKS tiers' counterpart: the nightly submit function's `release` deletes the stopped run's RayJob.
         statements.append(
@@ -237,6 +257,11 @@ def tick_statements(
 def keys_secret_name(stack: str) -> str:
     """The Batch API's own key secret, apart from the online endpoint's (issue 60)."""
     return f"{naming.prefix(stack)}/batch-api-keys"
+
+
+def webhooks_secret_name(stack: str) -> str:
+    """Each key's webhook and signing secret (issue 63, workload/batch_api/webhooks.py): read by the tick only."""
+    return f"{naming.prefix(stack)}/batch-api-webhooks"
 
 
 @dataclass(frozen=True)
@@ -330,6 +355,17 @@ class BatchApi(pulumi.ComponentResource):
             recovery_window_in_days=7,  # as the stack's other secrets (infra/components/secrets.py)
             opts=child,
         )
+        webhooks = aws.secretsmanager.Secret(
+            f"{name}-webhooks",
+            name=webhooks_secret_name(stack),
+            description="Each Batch API key's webhook (docs/batch-api.md, Events and webhooks): NAME URL whsec_SECRET "
+            "lines or JSON; set by the operator, never by Pulumi; read by the tick function only",
+            kms_key_id=args.key_arn,
+            recovery_window_in_days=7,
+            opts=child,
+        )
+        # The stack's default bus: every batch state change is an event there (workload/batch_api/events.py).
+        event_bus_arn = context.arn("events", "event-bus/default")
         tick_arn = context.arn("lambda", f"function:{tick_function_name(stack)}")
         # Two roles (issue 60): the tick's drives executions and reads no key; the internet-facing function's
         # reads the keys and may only ask the tick (one function, asynchronously) to stop a cancelled run.
@@ -347,7 +383,7 @@ class BatchApi(pulumi.ComponentResource):
             name,
             function="batch-api",
             policy=lambda log_group_arn: pulumi.Output.all(
-                bucket_arn, args.key_arn, args.state_machine_arn, log_group_arn
+                bucket_arn, args.key_arn, args.state_machine_arn, log_group_arn, webhooks.arn
             ).apply(
                 lambda v: policy_document(
                     tick_statements(
@@ -357,6 +393,8 @@ class BatchApi(pulumi.ComponentResource):
                         log_group_arn=v[3],
                         group_arn=group_arn,
                         release_function_arn=release_arn,
+                        event_bus_arn=event_bus_arn,
+                        webhooks_secret_arn=v[4],
                     )
                 )
             ),
@@ -392,6 +430,10 @@ class BatchApi(pulumi.ComponentResource):
             "LLM_BATCH_METRICS_NAMESPACE": args.metrics_namespace,
             **args.quotas.env(),  # each key's quotas (workload/batch_api/quotas.py)
             "LLM_BATCH_POOL_BATCHES": str(args.pool_batches),  # batches sharing one run (workload/batch_api/pools.py)
+            # Where the batches' events go (workload/batch_api/events.py): both functions record them with the
+            # changes they write; only the tick sends, so only its role may put events or read the webhooks.
+            "LLM_BATCH_EVENT_BUS": event_bus_arn,
+            "LLM_BATCH_WEBHOOKS_SECRET": webhooks.arn,
         }
         # Key scope, said here though it is the front's default: every key is a tenant of its own (issue 60).
         front_environment = {

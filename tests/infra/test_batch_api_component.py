@@ -89,7 +89,17 @@ def test_the_ticks_role_reaches_only_its_prefix_key_and_machine_and_no_api_key(
     assert all(statement["Resource"] != "*" for statement in by_sid.values())
     assert by_sid["ApiObjects"]["Resource"] == f"{bucket}/batch-api/*"
     assert by_sid["ListApiPrefix"]["Condition"] == {"StringLike": {"s3:prefix": ["batch-api/*"]}}
-    assert "ReadApiKeys" not in by_sid and not [s for s in by_sid.values() if "secretsmanager" in json.dumps(s)]
+    # No API key (issue 60); of Secrets Manager only the keys' webhooks, which it alone sends (issue 63).
+    webhooks = _named(plan, "aws:secretsmanager/secret:Secret", "batch-api-webhooks")
+    assert webhooks["inputs"]["name"] == f"llm-batch-{tier}/batch-api-webhooks"
+    assert webhooks["inputs"]["kmsKeyId"] == stack["kms_key_arn"]
+    reads = [s for s in by_sid.values() if "secretsmanager:" in json.dumps(s)]
+    assert "ReadApiKeys" not in by_sid and reads == [by_sid["ReadWebhooks"]]
+    assert by_sid["ReadWebhooks"]["Resource"] == webhooks["outputs"]["arn"]
+    # Its events go to the stack's default bus and no other (workload/batch_api/events.py).
+    assert by_sid["SendBatchEvents"]["Action"] == "events:PutEvents"
+    region, account = machine.split(":")[3:5]  # the stack's own: no other account's or region's bus
+    assert by_sid["SendBatchEvents"]["Resource"] == f"arn:aws:events:{region}:{account}:event-bus/default"
     assert by_sid["UseStackKey"]["Resource"] == stack["kms_key_arn"]
     assert by_sid["RunBatches"]["Resource"] == machine
     assert by_sid["FollowBatches"]["Resource"] == machine.replace(":stateMachine:", ":execution:") + ":*"
@@ -126,7 +136,14 @@ def test_the_internet_facing_function_has_its_own_role_its_own_keys_and_cannot_r
     # GET /v1/models (issue 57): the job's model first, then its aliases and adapters.
     assert variables["LLM_BATCH_SERVED_MODELS"].split(",")[0] == variables["LLM_BATCH_MODEL"]
     assert "LLM_BATCH_API_KEY_SECRET" not in tick["inputs"]["environment"]["variables"]
+    # Both record the batches' events; the front's role may neither put them nor read the webhooks (issue 63).
+    webhooks = _named(plan, "aws:secretsmanager/secret:Secret", "batch-api-webhooks")["outputs"]["arn"]
+    for function in (http, tick):
+        events_env = function["inputs"]["environment"]["variables"]
+        assert events_env["LLM_BATCH_WEBHOOKS_SECRET"] == webhooks
+        assert events_env["LLM_BATCH_EVENT_BUS"].endswith(":event-bus/default")
     by_sid = {statement["Sid"]: statement for statement in _statements(plan, "batch-api-front-policy")}
+    assert not [s for s in by_sid.values() if "events:" in json.dumps(s) or webhooks in json.dumps(s)]
     assert by_sid["ReadApiKeys"] == {**by_sid["ReadApiKeys"], "Resource": keys["outputs"]["arn"]}
     assert by_sid["AskTheTick"]["Action"] == "lambda:InvokeFunction"
     assert by_sid["AskTheTick"]["Resource"] == tick["outputs"]["arn"]

@@ -26,6 +26,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
+from workload.batch_api import events
 from workload.batch_api.models import BatchRecord, Record
 from workload.batch_api.records import Records
 from workload.batch_api.store import StoreConflict
@@ -123,7 +124,10 @@ class BatchIndex:
         first run, or a lost index), written only if none was written meanwhile; the index as stored."""
         batches = self.records.all(BatchRecord)
         index = OpenBatches(id=OPEN_ID, created_at=self.records.now(), seq=0)
-        index.open = {record.id: self.records.now() for record in batches if not record.closed}
+        # A closed batch with an event still to send stays in it until the tick has sent it (batches.py).
+        index.open = {
+            record.id: self.records.now() for record in batches if not record.closed or events.undelivered(record)
+        }
         ordered, done = self._all_ids(ORDER_KIND), self._all_ids(DONE_KIND)
         marks = [partial(self.listed, record) for record in batches if order_id(record) not in ordered]
         marks += [

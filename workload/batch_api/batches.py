@@ -8,6 +8,10 @@ still closes it there. The counts (`take_closed`) are the queue's failed and exp
 It keeps the batches' indexes (batch_index.py) with the same writes: a create adds the batch to the open index
 and the listing's order, a close adds it to the retention's queue and then removes it from the open index. So
 `open` (the tick's, the quotas') reads the index and the open batches, and `page` reads one page.
+
+With an outbox (events.py), every change of a batch's status records its event in the same write, and a batch
+stays in the open index until its events are sent or given up (`settle`): the tick, which reads that index
+anyway, finds what it has to send without a read of its own (`undelivered`: the closed ones among them).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from workload.batch_api import events
 from workload.batch_api.batch_index import STRAY_S, BatchIndex, order_id, ordered_batch_id, ordered_created_at
 from workload.batch_api.models import BatchRecord
 from workload.batch_api.objects import AT_RISK, ApiError, list_page, not_found
@@ -31,6 +36,9 @@ class BatchBook:
         # metrics line (queue_metrics.py) counts them without reading the index and the batches a second time.
         self.known: dict[str, BatchRecord] | None = None
         self.closed: Counter[str] = Counter()  # since the front last took them (take_closed), by status written
+        self.outbox = events.Outbox()  # off: no event recorded (the service turns it on: event_delivery.py)
+        # Closed batches whose events are still to be sent, as the last `open` found them and writes since left them.
+        self.undelivered: dict[str, BatchRecord] = {}
 
     def get(self, batch_id: str) -> BatchRecord | None:
         return self.records.get(BatchRecord, batch_id)
@@ -51,11 +59,14 @@ class BatchBook:
         Finishes what a close or a create left undone in the index (batch_index.py)."""
         now = self.records.now()
         found, stale = [], []
+        self.undelivered = {}
         for batch_id, added in self.index.open_ids().items():
             record = self.get(batch_id)
             if record is None:
                 if now >= added + STRAY_S:  # a create that died before writing its batch
                     stale.append(batch_id)
+            elif record.closed and events.undelivered(record):  # kept in the index until its events are sent
+                self.undelivered[batch_id] = record
             elif record.closed:  # a close that died before removing it
                 self.index.finished(record)
                 stale.append(batch_id)
@@ -110,7 +121,9 @@ class BatchBook:
     def create(self, record: BatchRecord) -> None:
         """Write a new batch, in the indexes first (a create that dies between leaves an id the tick drops);
         StoreConflict if one with its id exists."""
-        if not record.closed:
+        if self.outbox.on:
+            record.events = [self._event(None, record)]
+        if not record.closed or events.undelivered(record):
             self.index.add_open(record.id)
         self.index.listed(record)
         self.records.create(record)
@@ -118,13 +131,20 @@ class BatchBook:
         if record.closed:  # failed at create: its file holds no request, or too many
             self.index.finished(record)
             self.closed[record.status] += 1
+            if events.undelivered(record):
+                self.undelivered[record.id] = record
+
+    def _event(self, previous: str | None, record: BatchRecord) -> dict[str, Any]:
+        return events.entry(previous, record, self.records.now(), self.outbox.bus, self.outbox.webhooks)
 
     def update(self, batch_id: str, change: Callable[[BatchRecord], None]) -> BatchRecord:
         closing: list[str] = []
 
         def tracked(record: BatchRecord) -> None:
-            was_open = not record.closed
+            was_open, before = not record.closed, record.status
             change(record)
+            if self.outbox.on and record.status != before:  # its event, in the same write (events.py)
+                record.events = [*(record.events or []), self._event(before, record)]
             closing[:] = [record.status] if was_open and record.closed else []
             if closing and record.llm_batch and AT_RISK in record.llm_batch:  # over: no longer at risk (at_risk.py)
                 record.llm_batch = {k: v for k, v in record.llm_batch.items() if k != AT_RISK} or None
@@ -135,8 +155,28 @@ class BatchBook:
         self._known(written)
         if closing:
             self.index.finished(written)
-            self.index.drop_open([batch_id])
+            if events.undelivered(written):  # stays in the open index until its events are sent (settle)
+                self.undelivered[batch_id] = written
+            else:
+                self.index.drop_open([batch_id])
         return written
+
+    def settle(self, batch_id: str, change: Callable[[BatchRecord], None]) -> BatchRecord:
+        """Write where a batch's events stand after the tick's sends (`change` sets them on the record read
+        again); a closed batch with nothing left to send leaves the open index."""
+        written = self.update(batch_id, change)
+        if written.closed and not events.undelivered(written):
+            self.undelivered.pop(batch_id, None)
+            self.index.finished(written)  # again: a close that died before it (a marker written once)
+            self.index.drop_open([batch_id])
+        elif written.closed:
+            self.undelivered[batch_id] = written
+        return written
+
+    def with_events(self) -> list[BatchRecord]:
+        """The batches with an event still to send, open and closed, as the last `open` and the writes since left
+        them (no read)."""
+        return [r for r in (*self.open_as_left(), *self.undelivered.values()) if events.undelivered(r)]
 
     def take_closed(self) -> Counter[str]:
         """The batches closed since the last call, by status; the count starts again from zero."""

@@ -19,6 +19,7 @@ from starlette.types import ASGIApp
 from workload.auth.keys import ApiKeys, KeyConfigError, KeySource, keys_for_host
 from workload.batch_api.app import build_app
 from workload.batch_api.cli_quotas import add_quota_arguments, quotas_from_args
+from workload.batch_api.event_delivery import EventBridgeBus, EventConfig
 from workload.batch_api.executor import BatchRun, LocalJobExecutor, check_base_config, job_config
 from workload.batch_api.host_guard import HostGuard, served_hosts
 from workload.batch_api.objects import DEFAULT_RETENTION_S, OPENAI_MAX_FILE_BYTES, OPENAI_MAX_REQUESTS, Limits
@@ -26,6 +27,7 @@ from workload.batch_api.pools import PoolSettings
 from workload.batch_api.service import BatchService
 from workload.batch_api.store import LocalStore, StoreLocked
 from workload.batch_api.tenants import DEFAULT_SCOPE, MIN_KEY_CHARS, SCOPES
+from workload.batch_api.webhooks import check_file
 from workload.contract.adapter_config import served_names
 from workload.contract.config import ConfigError, build_config, read_config_file
 
@@ -68,6 +70,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="a host name clients reach the server by, beyond the bind address (repeat for more); others get 403",
     )
+    parser.add_argument(
+        "--webhooks",
+        metavar="FILE",
+        help="each key's webhook: lines `NAME URL whsec_SECRET` (docs/batch-api.md, 'Events and webhooks'); "
+        "a closed batch is sent to its key's URL as OpenAI's batch.* event, signed per Standard Webhooks",
+    )
+    parser.add_argument(
+        "--event-bus",
+        metavar="BUS",
+        help="an EventBridge bus (name or ARN, AWS credentials from the environment) to send every batch state "
+        "change to; unset: none",
+    )
     add_quota_arguments(parser)
 
 
@@ -75,6 +89,20 @@ def local_app(service: BatchService, keys: ApiKeys | None, scope: str, hosts: fr
     """The app this server runs: the routes behind the key check, behind the host and origin check
     (host_guard.py: a browser page of another site, or a rebound name, never reaches a route)."""
     return HostGuard(build_app(service, keys, scope), hosts)  # type: ignore[arg-type]
+
+
+def local_events(webhooks: str | None, event_bus: str | None) -> EventConfig | None:
+    """`--webhooks FILE` (read now: a bad file refuses the start, naming the entry) and `--event-bus`; neither:
+    no event is recorded or sent."""
+    if not webhooks and not event_bus:
+        return None
+    hooks = check_file(Path(webhooks).expanduser()) if webhooks else None
+    bus = None
+    if event_bus:
+        import boto3
+
+        bus = EventBridgeBus(boto3.client("events"), event_bus)
+    return EventConfig(stack="local", bus=bus, hooks=hooks)
 
 
 class Ticker(threading.Thread):
@@ -113,14 +141,16 @@ def run(args: argparse.Namespace, exit_bad_config: int) -> int:
         hosts = served_hosts(args.host, args.allowed_host)
         quotas = quotas_from_args(args)
         pooling = PoolSettings(max_batches=args.pool_batches, join_after_s=args.pool_join_after_s)
+        events = local_events(args.webhooks, args.event_bus)
         store = LocalStore(args.data)
     except (ValueError, ConfigError, KeyConfigError, StoreLocked) as error:
         print(f"llm-batch batch-api: {error}", file=sys.stderr)
         return exit_bad_config
     executor = LocalJobExecutor(base, Path(store.root) / "runs")
     service = BatchService(
-        store, executor, model, limits, quotas=quotas, served_models=served_names(served), pool_settings=pooling
-    )
+        store, executor, model, limits, quotas=quotas, served_models=served_names(served), pool_settings=pooling,
+        events=events,
+    )  # fmt: skip
     ticker = Ticker(service, args.tick_s)
     app = local_app(service, keys, args.scope, hosts)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))

@@ -22,7 +22,11 @@ line, before any request is served):
     LLM_BATCH_QUOTA_<NAME> (each key's quotas and request bounds, quotas.py; unset: its default);
     LLM_BATCH_POOL_BATCHES (queued batches of one endpoint that share one run, pools.py; unset: 1, each alone);
     LLM_BATCH_MAX_IMAGE_BYTES (the HTTP function's: the largest `vision` upload, the job's input.max_image_bytes,
-    vision.py; unset: a front deployed before the stack set it, which serves no vision files).
+    vision.py; unset: a front deployed before the stack set it, which serves no vision files);
+    LLM_BATCH_EVENT_BUS (the stack's default event bus, whose ARN the stack sets: every batch state change is an
+    event there) and LLM_BATCH_WEBHOOKS_SECRET (the keys' webhooks, webhooks.py); unset: none (events.py). Both
+    functions record the events with the changes; only the tick sends them (event_delivery.py), so only its role
+    may put events and read the webhooks' secret.
 
 Both functions print the queue's metrics as Embedded Metric Format lines to their log (queue_metrics.py): the
 tick after each tick, the HTTP function after a request that closed a batch failed.
@@ -45,6 +49,7 @@ from typing import Any, cast
 
 from workload.auth.keys import ApiKeys, KeySource
 from workload.batch_api.app import build_app
+from workload.batch_api.event_delivery import EventBridgeBus, EventConfig
 from workload.batch_api.objects import ApiError, Limits
 from workload.batch_api.pools import PoolSettings
 from workload.batch_api.queue_metrics import QueueMetrics
@@ -53,6 +58,8 @@ from workload.batch_api.s3_store import S3Store, s3_client
 from workload.batch_api.service import BatchService
 from workload.batch_api.sfn_executor import STOP_WAIT_S, StepFunctionsExecutor
 from workload.batch_api.tenants import DEFAULT_SCOPE, MIN_KEY_CHARS, SCOPES
+from workload.batch_api.webhooks import ENV_SECRET as WEBHOOKS_SECRET
+from workload.batch_api.webhooks import WebhookSource
 
 LAMBDA_PAYLOAD_BYTES = 6 * 1024 * 1024  # Lambda quotas: "6 MB each for request and response (synchronous)"
 # What fits a payload once base64 (4/3) and the event's own JSON (headers, request context: a few KB) are added.
@@ -145,6 +152,19 @@ def build_metrics(env: Mapping[str, str]) -> QueueMetrics:
     return QueueMetrics(_required(env, "LLM_BATCH_METRICS_NAMESPACE"), _required(env, "LLM_BATCH_STACK"))
 
 
+def build_events(env: Mapping[str, str], session: Any) -> EventConfig | None:
+    """Where the batches' events go: the stack's default bus and each key's webhook (events.py); None: nowhere.
+    Nothing is read or sent here: the webhooks' secret is read by the tick's first send."""
+    bus, secret = env.get("LLM_BATCH_EVENT_BUS", "").strip(), env.get(WEBHOOKS_SECRET, "").strip()
+    if not bus and not secret:
+        return None
+    return EventConfig(
+        stack=env.get("LLM_BATCH_STACK", "").strip(),
+        bus=EventBridgeBus(session.client("events"), bus) if bus else None,
+        hooks=WebhookSource(secret_id=secret, secrets_client=session.client("secretsmanager")) if secret else None,
+    )
+
+
 def build_service(env: Mapping[str, str], session: Any = None) -> BatchService:
     import boto3
 
@@ -174,7 +194,10 @@ def build_service(env: Mapping[str, str], session: Any = None) -> BatchService:
     model = _required(env, "LLM_BATCH_MODEL")
     served = tuple(name for name in env.get("LLM_BATCH_SERVED_MODELS", "").split(",") if name.strip())
     pooling = pool_settings_from_env(env)
-    service = BatchService(store, executor, model, limits, quotas=quotas, served_models=served, pool_settings=pooling)
+    events = build_events(env, session)
+    service = BatchService(
+        store, executor, model, limits, quotas=quotas, served_models=served, pool_settings=pooling, events=events
+    )
     if tick := env.get("LLM_BATCH_TICK_FUNCTION"):  # the HTTP function's (infra/components/batch_api.py)
         service.stop_run = stop_by_tick(session, tick)
     return service

@@ -79,10 +79,13 @@ class BatchRecord(Owned):
     """openai.types.Batch (with the side field `llm_batch`), and the job's input and output keys, the stop the
         scheduler is carrying out (`_stop`: cancelled or expired), when it closed (`_done_at`) and whether its job
         output has been deleted after the retention (`_output_deleted`), the vision files its lines name
-    (`_image_files`), and the run it is in beside other batches and since when (`_pool`, `_run_since`)."""
+    (`_image_files`), the run it is in beside other batches and since when (`_pool`, `_run_since`), and its state
+    changes' events with where each stands in being sent (`_events`: events.py)."""
 
     KIND: ClassVar[str] = "batch"
-    LATE: ClassVar[tuple[str, ...]] = ("_done_at", "_output_deleted", "_image_files", "_pool", "_run_since")
+    LATE: ClassVar[tuple[str, ...]] = (
+        "_done_at", "_output_deleted", "_image_files", "_pool", "_run_since", "_events"
+    )  # fmt: skip
 
     object: str = "batch"
     endpoint: str
@@ -116,6 +119,8 @@ class BatchRecord(Owned):
     # The run it is in while it runs beside other batches (pools.py): that pool's id; None when it runs alone.
     pool_id: str | None = Field(default=None, alias="_pool")
     run_since: int | None = Field(default=None, alias="_run_since")  # when its current run started (pools.py)
+    # Its status changes as events, written with each change and sent by the tick (events.py, event_delivery.py).
+    events: list[dict[str, Any]] | None = Field(default=None, alias="_events")
 
     @classmethod
     def window_end(cls, created_at: int, completion_window: str) -> int:

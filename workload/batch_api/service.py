@@ -31,6 +31,7 @@ executor (executor.py, sfn_executor.py) are handed in by the front that builds t
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -38,6 +39,7 @@ from typing import Any
 
 from workload.batch_api import vision
 from workload.batch_api.batches import BatchBook
+from workload.batch_api.event_delivery import EventConfig, EventSender
 from workload.batch_api.executor import Executor
 from workload.batch_api.files import Files
 from workload.batch_api.idempotency import Claims, check_key, params_hash
@@ -79,6 +81,7 @@ class BatchService:
         quotas: Quotas | None = None,
         served_models: tuple[str, ...] = (),
         pool_settings: PoolSettings | None = None,
+        events: EventConfig | None = None,
     ) -> None:
         self.store, self.executor, self.model = store, executor, model
         # What a line's `model` may name (GET /v1/models): the model, its aliases and its LoRA adapters (issue 57).
@@ -97,6 +100,13 @@ class BatchService:
         # function may not stop executions (issue 60), so its cancel hands the stop to the tick (lambda_front.py).
         self.stop_run: Callable[[str], None] = self.scheduler.stop
         self.holdings = Holdings(self.records, self.batches, self.quotas)
+        # Each status change's event, written with it and sent by the tick (events.py, event_delivery.py).
+        self.events: EventSender | None = None
+        if events is not None and events.outbox.on:
+            self.batches.outbox = events.outbox
+            self.events = EventSender(
+                self.batches, events.stack, events.bus, events.hooks, events.retry, events.post, events.wall
+            )
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -300,6 +310,17 @@ class BatchService:
 
     def tick(self) -> None:
         self.scheduler.tick()
+        self.deliver_events()
+
+    def deliver_events(self) -> None:
+        """Send the events the outbox holds (event_delivery.py), after the tick's work: a send that fails, or a
+        store error while recording how one went, waits for the next tick and never stops this one."""
+        if self.events is None:
+            return
+        try:
+            self.events.deliver()
+        except Exception as error:
+            print(f"llm-batch batch-api: sending events failed: {type(error).__name__}: {error}", file=sys.stderr)
 
     def stop_cancelled(self, batch_id: str) -> str:
         """Stop a cancelling batch's run now (the tick's `stop_batch`, sent by the front's cancel)."""
