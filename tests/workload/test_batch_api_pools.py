@@ -131,7 +131,7 @@ def test_a_batch_its_job_finished_closes_while_the_others_run_on(api: Api) -> No
     api.service.tick()
     assert api.status(large) == "completed"
     assert api.store.blob_size(spec_key(run.batch_id)) is None  # the pool's spec and notes go with its run
-    assert api.store.list_blobs(f"batches/{run.batch_id}") == []
+    assert api.store.list_blobs(f"batches/{run.batch_id}/output") == []
 
 
 def test_a_cancel_of_one_stops_the_run_and_the_other_runs_again_without_it(api: Api) -> None:

@@ -120,6 +120,8 @@ def pool_run(
 
 
 def forget(pool_id: str, delete: Callable[[str], None]) -> None:
-    """A run that ended: its spec and its folder (lease, notes) go; no batch reads them again."""
+    """A run that ended: its spec and its folder (lease, notes) go; no batch reads them again. The executor's
+    marker beside the folder (the tiers' `batches/<run>/execution.json`) stays, as a lone batch's does: the usage
+    report finds a run's execution by it (monitoring/cost_report/usage.py)."""
     delete(spec_key(pool_id))
-    delete(f"batches/{pool_id}")
+    delete(pool_output(pool_id))
