@@ -94,6 +94,7 @@ def _run(config: JobConfig, verbose: bool = False) -> int:
     from workload.files.storage import StorageError
     from workload.job.attempt import OutputMismatchError, run_job
     from workload.job.lease import LeaseHeldError, LeaseLostError
+    from workload.job.pool import is_pool, run_pool
 
     # The nodes fetch the model themselves, once their engines start: a source that cannot be a model is refused
     # here, before the lease, Ray or any engine (one LIST for an s3:// prefix, nothing downloaded).
@@ -103,7 +104,8 @@ def _run(config: JobConfig, verbose: bool = False) -> int:
 
     try:
         with run_display(verbose):
-            outcome = run_job(config)
+            # A `.pool.json` input: several batches on one engine (workload/job/pool.py).
+            outcome = run_pool(config) if is_pool(config.input.uri) else run_job(config)
     except LeaseHeldError as error:
         print(f"llm-batch: refused: {error}", file=sys.stderr)
         return EXIT_LEASE_HELD
