@@ -21,8 +21,8 @@ own: summary.json once every member is finished ({"pool", "members": {name: "com
 work (its output made with other settings or another input, its input unreadable) gets its own `_failed.json`
 and the others go on; a failure of the engine fails the pool and every unfinished member.
 
-Time and cost: a member's `wall_s` (and so `cost_usd`) is its share of the pool's time, apportioned by its share
-of the tokens (input + output) the pool committed in this run (`share_basis: "tokens"` in its summary).
+Time and cost: a member's `wall_s` (and so `cost_usd`) is its share of the pool's time, apportioned by the tokens
+(input + output) each member committed in this run (`share_basis: "tokens"` in its summary; `_Pool.share`).
 """
 
 from __future__ import annotations
@@ -150,11 +150,16 @@ class _Pool:
         self.members = [_Member(m.name, member_config(config, m)) for m in spec.members]
         self.timings: dict[str, float] = {"t0": started}
         self.memory: dict[str, float] = {}
+        self.charged = 0.0  # the pool's time charged to members already finished (their wall_s in this run)
 
     def share(self, member: _Member) -> float:
-        """The member's share of the pool's time so far, by its share of the tokens committed in this run."""
-        total = sum(m.committed_tokens() for m in self.members)
-        return (time.monotonic() - self.started) * member.committed_tokens() / total if total else 0.0
+        """The member's share of the pool's time so far: the time not yet charged to a finished member, split
+        among the members still running by the tokens each committed in this run. A member's share is fixed when
+        it finishes, so the members' times add up to the pool's, and none is charged twice."""
+        running = [m for m in self.members if m.attempt is not None and m.status is None]
+        total = sum(m.committed_tokens() for m in running)
+        elapsed = time.monotonic() - self.started - self.charged
+        return max(0.0, elapsed) * member.committed_tokens() / total if total else 0.0
 
     def open(self, member: _Member, held: contextlib.ExitStack) -> None:
         """The member's lease, then its attempt's plan and claim; a refusal is the member's, not the pool's."""
@@ -185,10 +190,13 @@ class _Pool:
     def finish(self, member: _Member, stop: Any, completed: bool = True) -> None:
         attempt = member.attempt
         assert attempt is not None
-        if attempt.outcome is None:  # the engine's timings are the pool's, shared by every member it fed
-            attempt.timings.update({k: v for k, v in self.timings.items() if k != "t0"})
-            attempt.memory.update(self.memory)
+        if attempt.outcome is not None:
+            return
+        # The engine's timings are the pool's, shared by every member it fed.
+        attempt.timings.update({k: v for k, v in self.timings.items() if k != "t0"})
+        attempt.memory.update(self.memory)
         outcome = attempt.end(completed, stop)
+        self.charged += float(attempt.manifest["attempts"][-1].get("wall_s") or 0.0)
         if outcome.summary is not None:
             member.status = "completed"
         elif outcome.interrupted:
