@@ -227,3 +227,15 @@ def test_the_cli_refuses_a_bad_spec_before_any_lease(tmp_path: Path) -> None:
     spec.write_text(json.dumps({"pool": "p", "members": []}))
     assert main(["run", "--input", str(spec), "--output", str(tmp_path / "pool")]) == EXIT_BAD_CONFIG
     assert not (tmp_path / "pool").exists()
+
+
+def test_validate_reads_every_members_input_as_a_lone_jobs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from workload.cli.commands import main
+
+    good = _batch(tmp_path, "good", 3)
+    spec = _spec(tmp_path, [("good", good), ("gone", tmp_path / "inputs" / "gone.jsonl")])
+    assert main(["validate", "--input", str(spec)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["pool"] == "pool-1"
+    assert report["members"]["good"]["rows_valid"] == 3
+    assert "holds no input files" in report["members"]["gone"]["error"]

@@ -64,6 +64,25 @@ def _load(args: argparse.Namespace) -> JobConfig:
 
 
 def _validate(config: JobConfig) -> int:
+    from workload.files.rows import InputError
+    from workload.job.pool import is_pool, member_config, read_spec
+
+    if not is_pool(config.input.uri):
+        print(json.dumps(_report(config), indent=2))
+        return 0
+    # A pool: its spec, then each member's input as a lone job's (a member's bad input is its own, as in a run).
+    spec = read_spec(config.input.uri, config.output.uri)
+    members: dict[str, Any] = {}
+    for member in spec.members:
+        try:
+            members[member.name] = _report(member_config(config, member))
+        except InputError as error:
+            members[member.name] = {"error": str(error)}
+    print(json.dumps({"pool": spec.pool, "members": members}, indent=2))
+    return 0
+
+
+def _report(config: JobConfig) -> dict[str, Any]:
     from workload.files.rows import read_input
     from workload.job.input_plan import plan_input
 
@@ -71,7 +90,7 @@ def _validate(config: JobConfig) -> int:
     plan = plan_input(config.input, None, model.names(), config.task, model.tools, model.adapter_names())
     validated = read_input(config.input, config.sampling, plan.openai, plan.task, plan.tool_parser)
     kinds = Counter(e.error_type for e in validated.errors)
-    report = {
+    return {
         "config": "ok",
         "config_hash": config.model_copy(update={"task": plan.task}).output_hash(),
         "rows_in": validated.rows_in,
@@ -80,8 +99,6 @@ def _validate(config: JobConfig) -> int:
         "invalid_by_type": dict(sorted(kinds.items())),
         "first_invalid": [e.as_record() for e in validated.errors[:5]],
     }
-    print(json.dumps(report, indent=2))
-    return 0
 
 
 def _run(config: JobConfig, verbose: bool = False) -> int:
