@@ -64,6 +64,25 @@ def _load(args: argparse.Namespace) -> JobConfig:
 
 
 def _validate(config: JobConfig) -> int:
+    from workload.files.rows import InputError
+    from workload.job.pool import is_pool, member_config, read_spec
+
+    if not is_pool(config.input.uri):
+        print(json.dumps(_report(config), indent=2))
+        return 0
+    # A pool: its spec, then each member's input as a lone job's (a member's bad input is its own, as in a run).
+    spec = read_spec(config.input.uri, config.output.uri)
+    members: dict[str, Any] = {}
+    for member in spec.members:
+        try:
+            members[member.name] = _report(member_config(config, member))
+        except InputError as error:
+            members[member.name] = {"error": str(error)}
+    print(json.dumps({"pool": spec.pool, "members": members}, indent=2))
+    return 0
+
+
+def _report(config: JobConfig) -> dict[str, Any]:
     from workload.files.rows import read_input
     from workload.job.input_plan import plan_input
 
@@ -71,7 +90,7 @@ def _validate(config: JobConfig) -> int:
     plan = plan_input(config.input, None, model.names(), config.task, model.tools, model.adapter_names())
     validated = read_input(config.input, config.sampling, plan.openai, plan.task, plan.tool_parser)
     kinds = Counter(e.error_type for e in validated.errors)
-    report = {
+    return {
         "config": "ok",
         "config_hash": config.model_copy(update={"task": plan.task}).output_hash(),
         "rows_in": validated.rows_in,
@@ -80,8 +99,6 @@ def _validate(config: JobConfig) -> int:
         "invalid_by_type": dict(sorted(kinds.items())),
         "first_invalid": [e.as_record() for e in validated.errors[:5]],
     }
-    print(json.dumps(report, indent=2))
-    return 0
 
 
 def _run(config: JobConfig, verbose: bool = False) -> int:
@@ -94,6 +111,7 @@ def _run(config: JobConfig, verbose: bool = False) -> int:
     from workload.files.storage import StorageError
     from workload.job.attempt import OutputMismatchError, run_job
     from workload.job.lease import LeaseHeldError, LeaseLostError
+    from workload.job.pool import is_pool, run_pool
 
     # The nodes fetch the model themselves, once their engines start: a source that cannot be a model is refused
     # here, before the lease, Ray or any engine (one LIST for an s3:// prefix, nothing downloaded).
@@ -103,7 +121,8 @@ def _run(config: JobConfig, verbose: bool = False) -> int:
 
     try:
         with run_display(verbose):
-            outcome = run_job(config)
+            # A `.pool.json` input: several batches on one engine (workload/job/pool.py).
+            outcome = run_pool(config) if is_pool(config.input.uri) else run_job(config)
     except LeaseHeldError as error:
         print(f"llm-batch: refused: {error}", file=sys.stderr)
         return EXIT_LEASE_HELD

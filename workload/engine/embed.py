@@ -112,21 +112,24 @@ class EmbedEngineUDF(GuardedEngineUDF):
             yield output
 
 
-def _keep(row: dict[str, Any]) -> dict[str, Any]:
-    return {key: row.get(key) for key in EMBED_RESULT_COLUMNS}
+def _keep(columns: tuple[str, ...]) -> Any:
+    def postprocess(row: dict[str, Any]) -> dict[str, Any]:
+        return {key: row.get(key) for key in columns}
+
+    return postprocess
 
 
 def build_embed_pipeline(
-    dataset: ray.data.Dataset, config: JobConfig, model_path: str | None = None
+    dataset: ray.data.Dataset, config: JobConfig, model_path: str | None = None, carry: tuple[str, ...] = ()
 ) -> ray.data.Dataset:
     """Lazy, as pipeline.build_pipeline: input rows as there (`prompt` the first text, `_embed` every text);
-    output rows EMBED_RESULT_COLUMNS plus `__inference_error__`."""
+    output rows EMBED_RESULT_COLUMNS and `carry` plus `__inference_error__`."""
     model = config.model if model_path is None else config.model.model_copy(update={"source": model_path})
     stages = config.stages
     with usage_telemetry_off_when_disabled():
         processor = build_processor(
             embed_processor_config(config, model),
-            postprocess=_keep,
+            postprocess=_keep(EMBED_RESULT_COLUMNS + carry),
             preprocess_map_kwargs={"num_cpus": stages.num_cpus},
             postprocess_map_kwargs={"num_cpus": stages.num_cpus},
         )

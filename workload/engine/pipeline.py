@@ -471,6 +471,7 @@ def build_pipeline(
     keep_metrics: bool = False,
     chat_template: bool = True,
     seeded: bool | None = None,
+    carry: tuple[str, ...] = (),
 ) -> ray.data.Dataset:
     """Lazy: nothing runs until the returned dataset is iterated.
 
@@ -479,7 +480,8 @@ def build_pipeline(
     already set passes every stage untouched and comes back with all its columns.
     Output rows: RESULT_COLUMNS plus `__inference_error__` (empty unless the row failed), and `metrics`
     (vLLM's per-request timings) when keep_metrics is set. With chat_template False (no row has `messages`)
-    the chat-template stage, its actor and its tokenizer are left out.
+    the chat-template stage, its actor and its tokenizer are left out. `carry`: input columns the output keeps
+    too (a pool's member tag, workload/job/pool.py).
 
     The model: each actor fetches `config.model` on its own node; `model_path` instead names a folder that is
     already on every node (the benchmark's one-node runs).
@@ -487,7 +489,7 @@ def build_pipeline(
     stages = config.stages
     model = config.model if model_path is None else config.model.model_copy(update={"source": model_path})
     templated = engine_batches(dataset, config, model.model_dump(mode="json"), chat_template)
-    columns = RESULT_COLUMNS + (("metrics",) if keep_metrics else ())
+    columns = RESULT_COLUMNS + (("metrics",) if keep_metrics else ()) + carry
     feed = engine_feed(config)
     print(feed.line(), flush=True)
     with usage_telemetry_off_when_disabled():

@@ -16,6 +16,7 @@ import hashlib
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 from workload import failpoints
 from workload.contract.config import JobConfig
 from workload.job.committer import ShardCommitter
-from workload.job.engine_loop import run_engine
+from workload.job.engine_loop import Feed, run_engine
 from workload.job.input_plan import (
     InputPlan,
     files_after_plan,
@@ -34,11 +35,10 @@ from workload.job.input_plan import (
 )
 from workload.job.lease import LeaseLostError, OutputLease, hold_lease
 from workload.job.openai_files import build_openai_files
-from workload.job.output import OutputFencedError, OutputStore, utc_now
+from workload.job.output import OutputFencedError, OutputStore, ShardCommit, utc_now
 from workload.job.summary import build_summary, print_summary
 from workload.telemetry.metric_sinks import open_metrics
 from workload.telemetry.process_memory import peak_rss_mib
-from workload.telemetry.progress import Progress
 
 
 class OutputMismatchError(RuntimeError):
@@ -175,120 +175,183 @@ def run_job(config: JobConfig) -> RunOutcome:
         except LeaseLostError:  # lost: the output is not ours to write on
             raise
         except Exception as error:
-            try:
-                store.write_failure(type(error).__name__, str(error))
-            except Exception as write_error:  # the original failure matters more than this note about it
-                print(f"[llm-batch] could not record the failure: {write_error}", file=sys.stderr)
+            record_failure(store, error)
             raise
+
+
+def record_failure(store: OutputStore, error: BaseException) -> None:
+    """`_failed.json` naming `error`, best effort: the original failure matters more than this note about it."""
+    try:
+        store.write_failure(type(error).__name__, str(error))
+    except Exception as write_error:
+        print(f"[llm-batch] could not record the failure: {write_error}", file=sys.stderr)
 
 
 def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, started: float) -> RunOutcome:
     from workload.runtime import StopSignal, ray_session
 
-    timings: dict[str, float] = {"t0": started}
-    previous = store.read_manifest()
-    known = previous.get("input_files") if previous and config.resume.mode == "resume" else None
-    model = config.model
-    plan = plan_input(config.input, known, model.names(), config.task, model.tools, model.adapter_names())
-    # Before the claim: a re-uploaded file's digest decides whether this is still the output's input.
-    plan = hash_moved_files(plan, known)
-    if plan.task != config.task:  # an OpenAI /v1/embeddings input: the task, and so the config hash, is embed
-        config = config.model_copy(update={"task": plan.task})
-    if plan.task == "embed":
-        from workload.engine.embed import check_can_embed
+    attempt = Attempt(config, store, started)
+    attempt.prepare()
+    completed = True
+    with StopSignal(config.resume.grace_period_s) as stop:
+        # An uncounted plan needs the id pass for its shards; a counted one, for what is still pending.
+        if attempt.needs_engine and not stop.stopped:
+            with ray_session(config.device, preload=("workload.engine.pipeline",), stopped=stop.event):
+                completed = run_engine(
+                    [attempt.feed()], attempt.config, stop, lease.check, attempt.timings, attempt.memory
+                )
+        # The handler stays ours until the summary is written: a SIGTERM after the last commit lets the run
+        # finish its bookkeeping rather than killing it halfway (the default action).
+        return attempt.end(completed, stop)
 
-        check_can_embed(config.model)  # before the manifest: a model that cannot pool leaves the output untouched
-    timings["plan_s"] = round(time.monotonic() - started, 3)
-    # Where the driver's memory went: its peak up to the end of the plan (it lists the input and reads no rows),
-    # its size when the rows start to stream (Ray and the pipeline built), and its peak over the whole attempt.
-    memory = {"peak_after_plan": peak_rss_mib()}
-    manifest, attempt = _claim(store, config, plan, previous)
-    failpoints.reached(failpoints.ATTEMPT_STARTED)
-    committed = store.recover()
-    timings["reopen_s"] = round(time.monotonic() - started, 3)
-    run_id = config.metrics.run_id or manifest["attempts"][0]["started_at"]
-    metrics = open_metrics(config.metrics, run_id)
-    done_rows = sum(c.rows_ok + c.rows_failed for c in committed.values())
-    current = {"plan": plan}  # the counted plan once the id pass has counted the input
 
-    def shards_of(counted: InputPlan) -> int:
-        return -(-int(counted.rows_in or 0) // config.output.shard_rows)
+class Attempt:
+    """One output's attempt from its plan to its summary: the lone job runs one; a pool one per member, all fed by
+    one engine (workload/job/pool.py).
 
-    def record_attempt() -> None:
-        # Kept current while the attempt runs, so one that is killed still reports its time up to then.
-        entry = manifest["attempts"][-1]
-        entry["wall_s"] = round(time.monotonic() - started, 3)
-        entry["engine_restarts"] = committer.engine_restarts
-        entry["engine_calibration"] = sorted(committer.engine_calibration)
-        entry["rows_redelivered"] = committer.rows_redelivered
+    `clock` gives the attempt's wall time, which its summary's `wall_s` and `cost_usd` sum: the lone job's own
+    time since it started; a pool member's share of the pool's (`share_basis` names how it is apportioned)."""
+
+    def __init__(
+        self,
+        config: JobConfig,
+        store: OutputStore,
+        started: float,
+        clock: Callable[[], float] | None = None,
+        share_basis: str | None = None,
+    ) -> None:
+        self.config, self.store, self.started = config, store, started
+        self.clock = clock or (lambda: time.monotonic() - started)
+        self.share_basis = share_basis
+        self.timings: dict[str, float] = {"t0": started}
+        # Where the driver's memory went: its peak up to the end of the plan (it lists the input and reads no rows),
+        # its size when the rows start to stream (Ray and the pipeline built), and its peak over the whole attempt.
+        self.memory: dict[str, float] = {}
+        self.outcome: RunOutcome | None = None  # set once the attempt has ended (a pool member may end early)
+
+    def prepare(self) -> None:
+        """Plan the input, claim the output (refusing to mix: OutputMismatchError), recover its commits."""
+        config, store, started = self.config, self.store, self.started
+        previous = store.read_manifest()
+        known = previous.get("input_files") if previous and config.resume.mode == "resume" else None
+        model = config.model
+        plan = plan_input(config.input, known, model.names(), config.task, model.tools, model.adapter_names())
+        # Before the claim: a re-uploaded file's digest decides whether this is still the output's input.
+        plan = hash_moved_files(plan, known)
+        if plan.task != config.task:  # an OpenAI /v1/embeddings input: the task, and so the config hash, is embed
+            config = self.config = config.model_copy(update={"task": plan.task})
+        if plan.task == "embed":
+            from workload.engine.embed import check_can_embed
+
+            check_can_embed(config.model)  # before the manifest: a model that cannot pool leaves the output untouched
+        self.timings["plan_s"] = round(time.monotonic() - started, 3)
+        self.memory["peak_after_plan"] = peak_rss_mib()
+        self.manifest, self.number = _claim(store, config, plan, previous)
+        failpoints.reached(failpoints.ATTEMPT_STARTED)
+        self.committed = store.recover()
+        self.timings["reopen_s"] = round(time.monotonic() - started, 3)
+        run_id = config.metrics.run_id or self.manifest["attempts"][0]["started_at"]
+        self.metrics = open_metrics(config.metrics, run_id)
+        self.done_rows = sum(c.rows_ok + c.rows_failed for c in self.committed.values())
+        self.plan = plan  # the counted plan once the id pass has counted the input
+        self.committer = ShardCommitter(store, config, 0, set(), {}, self.number, self.metrics, self.record)
+        self.committer.verify_input = lambda shard: verify_unchanged(
+            self.plan.files_with({shard}, config.output.shard_rows)
+        )
+        if plan.task == "embed" and plan.openai is not None:
+            self.committer.layout = "embed_several"  # an OpenAI line may carry several inputs
+        if plan.counted:  # the manifest's counts: the shards are known before any read
+            self.set_shards(plan)
+
+    @property
+    def needs_engine(self) -> bool:
+        """An uncounted plan needs the id pass for its shards; a counted one, for what is still pending."""
+        return bool(self.committer.pending) or not self.plan.counted
+
+    @property
+    def complete(self) -> bool:
+        return self.plan.counted and not self.committer.pending
+
+    def feed(self, finished: Callable[[], None] | None = None) -> Feed:
+        feed = Feed(self.committer, self.config, self.plan, self.set_shards, self.done_rows, self.number)
+        if finished is not None:
+            feed.finished = finished
+        return feed
+
+    def shards_of(self, counted: InputPlan) -> int:
+        return -(-int(counted.rows_in or 0) // self.config.output.shard_rows)
+
+    def record(self) -> None:
+        """The attempt's entry in the manifest; kept current while the attempt runs, so one that is killed still
+        reports its time up to then."""
+        entry = self.manifest["attempts"][-1]
+        entry["wall_s"] = round(self.clock(), 3)
+        if self.share_basis is not None:
+            entry["share_basis"] = self.share_basis
+        entry["engine_restarts"] = self.committer.engine_restarts
+        entry["engine_calibration"] = sorted(self.committer.engine_calibration)
+        entry["rows_redelivered"] = self.committer.rows_redelivered
         entry["driver_peak_rss_mib"] = peak_rss_mib()
-        entry["driver_rss_mib"] = memory
-        entry["timings_s"] = {k: v for k, v in timings.items() if k != "t0"}
-        store.write_manifest(manifest)
+        entry["driver_rss_mib"] = self.memory
+        entry["timings_s"] = {k: v for k, v in self.timings.items() if k != "t0"}
+        self.store.write_manifest(self.manifest)
 
-    def set_shards(counted: InputPlan) -> None:
+    def set_shards(self, counted: InputPlan) -> None:
         """The counts (the manifest's, or the id pass's): recorded in the manifest, so a resume plans its shards
         without a read, and the shards still to do."""
-        announce = not current["plan"].counted or current["plan"] is counted
-        current["plan"] = counted
+        announce = not self.plan.counted or self.plan is counted
+        self.plan = counted
+        manifest = self.manifest
         if counted.listing() != manifest.get("input_files") or manifest.get("rows_in") != counted.rows_in:
             manifest.update(input_files=counted.listing(), rows_in=counted.rows_in)
-            store.write_manifest(manifest)
-        committer.rows_in = int(counted.rows_in or 0)
-        committer.pending = set(range(shards_of(counted))) - set(committed)
-        if committed and announce:
+            self.store.write_manifest(manifest)
+        self.committer.rows_in = int(counted.rows_in or 0)
+        self.committer.pending = set(range(self.shards_of(counted))) - set(self.committed)
+        if self.committed and announce:
+            which = f"{self.store.root.uri} " if self.share_basis is not None else ""  # a pool names its member
             print(
-                f"[llm-batch] attempt {attempt}: resuming, {len(committed)}/{shards_of(counted)} shards already "
-                "committed",
+                f"[llm-batch] {which}attempt {self.number}: resuming, {len(self.committed)}/"
+                f"{self.shards_of(counted)} shards already committed",
                 file=sys.stderr,
             )
 
-    def count(counted: InputPlan) -> Progress:
-        """The id pass's counts set the shards; the attempt's progress counts rows from then on."""
-        set_shards(counted)
-        return Progress(total=committer.rows_in, already=done_rows, attempt=attempt)
+    def commits(self) -> dict[int, ShardCommit]:
+        """Those recovered at the start and this attempt's own; nothing is read again."""
+        return {**self.committed, **{c.shard: c for c in self.committer.commits}}
 
-    completed = True
-    with StopSignal(config.resume.grace_period_s) as stop:
-        committer = ShardCommitter(store, config, 0, set(), {}, attempt, metrics, record_attempt)
-        committer.verify_input = lambda shard: verify_unchanged(
-            current["plan"].files_with({shard}, config.output.shard_rows)
-        )
-        if plan.task == "embed" and plan.openai is not None:
-            committer.layout = "embed_several"  # an OpenAI line may carry several inputs
-        if plan.counted:  # the manifest's counts: the shards are known before any read
-            set_shards(plan)
-        # An uncounted plan needs the id pass for its shards; a counted one, for what is still pending.
-        if (committer.pending or not plan.counted) and not stop.stopped:
-            with ray_session(config.device, preload=("workload.engine.pipeline",), stopped=stop.event):
-                completed = run_engine(committer, config, plan, count, stop, lease, timings, memory)
-            # Stopped by a signal: every shard complete so far is committed; the rest is redone next time.
-            completed = completed and current["plan"].counted and not committer.pending
-        # The handler stays ours until the summary is written: a SIGTERM after the last commit lets the run
-        # finish its bookkeeping rather than killing it halfway (the default action).
+    def end(self, completed: bool, stop: Any) -> RunOutcome:
+        """The attempt's end: the summary once every shard is committed, else the stop's note (or the failure)."""
+        if self.outcome is None:
+            self.outcome = self._end(completed and self.complete, stop)
+        return self.outcome
+
+    def _end(self, completed: bool, stop: Any) -> RunOutcome:
+        from workload.runtime import StopSignal
+
+        store, config, manifest, plan = self.store, self.config, self.manifest, self.plan
         interrupted = stop.stopped
         manifest["attempts"][-1]["ended_at"] = utc_now()
-        record_attempt()
-        plan = current["plan"]
+        self.record()
         if not completed:
-            metrics.close()
+            self.metrics.close()
             # Stopped before the id pass counted the input: every shard is left (how many is not known yet).
-            left = len(committer.pending) if plan.counted else None
+            left = len(self.committer.pending) if plan.counted else None
             print(
                 f"[llm-batch] stopped: {'all' if left is None else left} shards left for the next attempt",
                 file=sys.stderr,
             )
             if interrupted:
                 if plan.openai is not None:  # what finished so far, in OpenAI's files; the next attempt rewrites them
-                    _openai_files(store, {**committed, **{c.shard: c for c in committer.commits}}, config, manifest)
+                    _openai_files(store, self.commits(), config, manifest)
                 store.write_interrupted(stop.signal_name or "a signal", left)
                 return RunOutcome(None, interrupted=True, exit_code=StopSignal.EXIT_CODE)
             # Not a signal and not complete: rows went missing between the engine and the driver (a bug).
             store.write_failure("IncompleteRun", f"{left} shard(s) never received all their rows")
             return RunOutcome(None, interrupted=False, exit_code=1)
-        # The commits are known: those recovered at the start and this attempt's own; nothing is read again.
-        commits = {**committed, **{c.shard: c for c in committer.commits}}
+        commits = self.commits()
         summary = build_summary(config, manifest, commits)
+        if self.share_basis is not None:
+            summary["share_basis"] = self.share_basis
         late = files_after_plan(config.input, plan)
         if late:
             # Uploaded after the plan was made: not part of this run; named, never silently left out.
@@ -302,7 +365,7 @@ def _run_attempt(config: JobConfig, store: OutputStore, lease: OutputLease, star
             summary["openai_files"] = _openai_files(store, commits, config, manifest)
         failpoints.reached(failpoints.SUMMARY_WRITING)
         store.write_summary(summary)
-        metrics.run_complete(summary)
-        metrics.close()
+        self.metrics.run_complete(summary)
+        self.metrics.close()
         print_summary(summary, store.root.uri)
         return RunOutcome(summary, interrupted=False, exit_code=0)

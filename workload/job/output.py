@@ -445,6 +445,10 @@ class OutputStore:
         self._delete_fenced(FAILURE)
         self._delete_fenced(INTERRUPTED)
 
+    def clear_summary(self) -> None:
+        """A pool's folder at a new run (workload/job/pool.py): the last run's summary no longer describes it."""
+        self._delete_fenced(SUMMARY)
+
     def read_interrupted(self) -> dict[str, Any] | None:
         return self._read_json(INTERRUPTED)
 
