@@ -1,26 +1,21 @@
 """Pool mode (issue 62): several OpenAI batches on one engine, each member's output exactly a lone job's.
 
-The slow tests run the real job (Ray, Ray Data LLM, CPU vLLM, the embedded tiny model), one pool run per engine
-start; the fast ones check the spec's refusals, which come before any lease, Ray or engine."""
+Here: the spec's refusals, which come before any lease, Ray or engine, and members refused before any work. The
+members that run on one engine (finishing early, stopped by SIGTERM, resumed with a member more or one less) are
+checked with the real job through the Batch API, tests/workload/test_batch_api_e2e.py, whose runs are this mode:
+one engine start serves both, as the suite's time allows."""
 
 from __future__ import annotations
 
 import json
-import signal
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.workload.jobrun import ENGINE, finish, run_job, start_job, write_config
+from tests.workload.jobrun import ENGINE, run_job, write_config
 from workload.contract.config import ConfigError, load_config
 from workload.job.pool import PoolMember, member_config, read_spec
-
-
-@pytest.fixture(scope="module")
-def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("models")  # the tiny model, built once for the module's runs
 
 
 def _request(custom_id: str) -> dict[str, Any]:
@@ -60,105 +55,35 @@ def _config(folder: Path, spec: Path, model_cache: Path, max_tokens: int = 8) ->
     )
 
 
-def _answers(output: Path) -> list[str]:
-    """The custom_ids of output.jsonl, each line checked to be an answer."""
-    ids = []
-    for line in (output / "output.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        assert record["response"]["status_code"] == 200, record
-        assert record["response"]["body"]["choices"][0]["message"]["content"] is not None
-        ids.append(record["custom_id"])
-    return ids
-
-
-def _markers(output: Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted((output / "_commits").glob("*.json"))]
-
-
 def _read(path: Path) -> dict[str, Any]:
     value = json.loads(path.read_text())
     assert isinstance(value, dict)
     return value
 
 
-@pytest.mark.slow
-def test_a_small_batch_finishes_while_a_large_one_runs_on_the_same_engine(tmp_path: Path, model_cache: Path) -> None:
-    """One engine for two batches (40 lines and 4, both ids request-0...): each member's folder is a lone job's, the
-    small one's summary is written while the large one still has shards to commit, and a member whose input is
-    missing is refused alone (its own _failed.json) while the others run."""
-    large, small = _batch(tmp_path, "large", 40), _batch(tmp_path, "small", 4)
-    spec = _spec(tmp_path, [("large", large), ("small", small), ("gone", tmp_path / "inputs" / "gone.jsonl")])
-    code, log = run_job(["run", "--config", str(_config(tmp_path, spec, model_cache))], timeout=420)
+def test_members_refused_before_any_work_are_reported_alone_and_start_no_engine(tmp_path: Path) -> None:
+    """A member whose input is missing, and one whose output was made from another input, are refused each in its
+    own folder (`_failed.json`, as a lone job's refusal), the pool's summary names both, it exits 0 (the Batch API
+    fails those batches and no other), and with no member left to run no Ray or engine starts. The members that
+    run, finish early, stop and resume are the Batch API end to end's (tests/workload/test_batch_api_e2e.py, whose
+    shared runs are this mode with the real engine)."""
+    other = _batch(tmp_path, "other", 2)
+    changed = tmp_path / "out" / "changed"
+    changed.mkdir(parents=True)
+    manifest = {"generation": 1, "config_hash": "x", "output_affecting": {}, "input_fingerprint": "0" * 16,
+                "input_files": {str(other): {"size": 1, "version": "v0"}}, "rows_in": 2, "attempts": []}  # fmt: skip
+    (changed / "_manifest.json").write_text(json.dumps(manifest))
+    spec = _spec(tmp_path, [("gone", tmp_path / "inputs" / "gone.jsonl"), ("changed", _batch(tmp_path, "new", 2))])
+    code, log = run_job(["run", "--config", str(_config(tmp_path, spec, tmp_path / "models"))], timeout=120)
     assert code == 0, log[-4000:]
+    assert "Started a local Ray instance" not in log
     out = tmp_path / "out"
-    assert log.count("Started a local Ray instance") <= 1
-
-    for name, lines in (("large", 40), ("small", 4)):
-        ids = _answers(out / name)
-        assert sorted(ids) == sorted(f"request-{i}" for i in range(lines)), name
-        summary = _read(out / name / "summary.json")
-        assert summary["rows_in"] == summary["rows_ok"] == lines
-        assert summary["openai_files"] == {"output_lines": lines, "error_lines": 0}
-        assert summary["share_basis"] == "tokens" and summary["wall_s"] > 0
-        assert summary["shards"] == len(_markers(out / name)) == lines // 4  # shards numbered within the member
-        assert not (out / name / "_lease.json").exists()
-
-    # The small batch was finished early: large shards were still committed after its summary was written.
-    finished = _read(out / "small" / "summary.json")["finished_at"]
-    later = [m for m in _markers(out / "large") if m["committed_at"] > finished]
-    assert len(later) >= 2, (finished, [m["committed_at"] for m in _markers(out / "large")])
-
-    failed = _read(out / "gone" / "_failed.json")
-    assert failed["error_type"] == "InputError", failed
-    assert not (out / "gone" / "summary.json").exists()
-
+    assert _read(out / "gone" / "_failed.json")["error_type"] == "InputError"
+    assert _read(out / "changed" / "_failed.json")["error_type"] == "OutputMismatchError"
     pool = _read(out / "pool" / "summary.json")
-    assert pool["pool"] == "pool-1" and pool["finished_at"] >= finished
-    assert pool["members"]["large"] == pool["members"]["small"] == "completed"
     assert pool["members"]["gone"].startswith("failed: InputError")
-    assert not (out / "pool" / "_failed.json").exists() and not (out / "pool" / "_lease.json").exists()
-
-
-@pytest.mark.slow
-def test_sigterm_stops_every_member_and_a_rerun_with_one_more_resumes_them(tmp_path: Path, model_cache: Path) -> None:
-    """SIGTERM mid-run: each member stops as a lone job does (commits kept, `_interrupted.json`), the pool notes
-    it too and exits 143; the same pool rerun with a third batch appended resumes the two and runs the third:
-    every line of every member answered exactly once."""
-    first, second = _batch(tmp_path, "first", 48), _batch(tmp_path, "second", 48)
-    spec = _spec(tmp_path, [("first", first), ("second", second)])
-    config = _config(tmp_path, spec, model_cache, max_tokens=24)
-    out = tmp_path / "out"
-    job = start_job(["run", "--config", str(config)])
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and job.poll() is None and len(_markers(out / "first")) < 2:
-        time.sleep(0.2)
-    job.send_signal(signal.SIGTERM)  # to the driver alone, as the kubelet does to PID 1
-    code, log = finish(job, timeout=300)
-    assert code == 143, log[-4000:]
-    pool_note = _read(out / "pool" / "_interrupted.json")
-    assert pool_note["signal"] == "SIGTERM" and not (out / "pool" / "summary.json").exists()
-    stopped = [n for n in ("first", "second") if (out / n / "_interrupted.json").exists()]
-    assert stopped, "the SIGTERM landed after both members finished: nothing was left to resume"
-    committed = {n: len(_markers(out / n)) for n in ("first", "second")}
-
-    third = _batch(tmp_path, "third", 4)
-    _spec(tmp_path, [("first", first), ("second", second), ("third", third)])
-    code, log = run_job(["run", "--config", str(config)], timeout=420)
-    assert code == 0, log[-4000:]
-    for name, lines in (("first", 48), ("second", 48), ("third", 4)):
-        ids = _answers(out / name)
-        assert sorted(ids) == sorted(f"request-{i}" for i in range(lines)), name
-        assert not (out / name / "_interrupted.json").exists()
-    for name in stopped:  # resumed: the first run's commits kept, the rest committed by a second attempt
-        summary = _read(out / name / "summary.json")
-        assert summary["attempts"] == 2 and summary["shards"] == 12
-        assert committed[name] < 12
-    pool = _read(out / "pool" / "summary.json")
-    assert pool["members"] == {"first": "completed", "second": "completed", "third": "completed"}
-    assert not (out / "pool" / "_interrupted.json").exists()
-
-
-# --- the spec, refused before any work ------------------------------------------------------------------------
+    assert pool["members"]["changed"].startswith("failed: OutputMismatchError")
+    assert not (out / "pool" / "_lease.json").exists()
 
 
 def _spec_error(tmp_path: Path, content: Any, raw: bool = False) -> str:
