@@ -150,7 +150,8 @@ def test_shared_runs_restart_join_cancel_expire(tmp_path: Path) -> None:
     server = ApiServer(data, config, log)
     client = server.client
     # L, the large batch, runs first and alone; S (small), C and E are submitted while it runs.
-    ids_l = [f"l-{i:03d}" for i in range(LARGE)]
+    # L, C and E name their lines alike (request-000, ...): a shared run keeps batches apart by their own folders.
+    ids_l = [f"request-{i:03d}" for i in range(LARGE)]
     upload_l = client.files.create(file=("l.jsonl", "".join(_line(i) for i in ids_l).encode()), purpose="batch")
     batch_l = client.batches.create(input_file_id=upload_l.id, endpoint=CHAT, completion_window="24h")
     running = _wait(client, batch_l.id, lambda b: b.status != "validating")
@@ -163,7 +164,7 @@ def test_shared_runs_restart_join_cancel_expire(tmp_path: Path) -> None:
         input_file_id=upload_s.id, endpoint=CHAT, completion_window="24h", metadata={"night": "1"}
     )
     # C and E: one-token answers first (their shards commit at once), then long ones still running at the stop.
-    stopped_ids = {name: [f"{name}-{i:03d}" for i in range(QUICK + LONG)] for name in "ce"}
+    stopped_ids = {name: [f"request-{i:03d}" for i in range(QUICK + LONG)] for name in "ce"}
     stopped: dict[str, Batch] = {}
     for name, ids in stopped_ids.items():
         lines = [_line(i, max_tokens=1 if n < QUICK else 48) for n, i in enumerate(ids)]
