@@ -32,7 +32,7 @@ _TAG_KEY = re.compile(r"^[\w .:/=+@-]{1,128}$")
 
 
 # The bucket's prefixes the stack writes for itself (infra/components/storage.py MODEL_PREFIX and CHECKPOINT_PREFIX,
-# bucket_retention.py CONTROL_PREFIX, batch_api.py API_PREFIX; tests/infra/test_job_images_prefix.py holds them
+# bucket_retention.py CONTROL_PREFIX, batch_api.py API_PREFIX; tests/infra/test_job_image_prefix.py holds them
 # equal): job.image_prefix may not cover any of them. Spelled here because infra/config imports no component.
 STACK_PREFIXES = ("models/", "checkpoints/", "control/", "batch-api/")
 
