@@ -1,7 +1,8 @@
 """What the batch job may do, as one customer-managed IAM policy every tier attaches to the job's identity.
 
-Only its bucket prefixes, its key, its two secrets, its log group, its image repository and its metrics
-namespace. The small tier attaches it to the GPU node's role; the EKS tiers to the job's pod role.
+Only its bucket prefixes (the images' too, where `job.image_prefix` names one), its key, its two secrets, its log
+group, its image repository and its metrics namespace. The small tier attaches it to the GPU node's role; the EKS
+tiers to the job's pod role.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class JobAccessArgs:
     bucket_arn: pulumi.Input[str]
     key_arn: pulumi.Input[str]
     secret_arns: Sequence[pulumi.Input[str]]
-    read_prefixes: Sequence[str]  # e.g. input/, models/
+    read_prefixes: Sequence[str]  # e.g. input/, models/, and job.image_prefix where the stack names one
     write_prefixes: Sequence[str]  # e.g. output/, checkpoints/ (also read back on resume)
     image_repository_arn: pulumi.Input[str]
     metrics_namespace: str
@@ -60,6 +61,8 @@ class JobAccessArgs:
                 MODEL_PREFIX,
                 static_prefix(RUN_REQUEST_KEY),  # the small node reads the night's date there
                 *([BATCH_INPUT_PREFIX] if batch_api else []),  # a batch's file
+                # The nightly's images (job.image_prefix): that prefix only, never the bucket.
+                *([config.job.image_prefix] if config.job.image_prefix is not None else []),
             ],
             write_prefixes=[
                 static_prefix(config.job.output_prefix),

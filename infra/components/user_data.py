@@ -310,12 +310,13 @@ rm -f {notice}
 # one the nightly run wrote to its run request (so a retry after midnight resumes the same output), else
 # today's UTC date (a manual scale-up).
 # A batch of the Batch API brings its own file and output (the state machine's PlanBatch); the job tells an
-# OpenAI batch file by its first line, whose url is the batch's endpoint. RUN_ID tells one run from the next.
+# OpenAI batch file by its first line, whose url is the batch's endpoint; the night's job.image_prefix is no
+# tenant's, so a batch runs without it (--no-image-prefix). RUN_ID tells one run from the next.
 take_run_request() {{
   local run_py='import json, sys; run = json.load(open(sys.argv[1])); batch = run.get("batch_id")'
   RUN_DATE=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["date"])' "$1")
   RUN_ID=$(python3 -c "${{run_py}}; print(batch or run.get('output_uri') or run['date'])" "$1")
-  run_py+='; flags = ["--input", run["input_uri"], "--output", run["output_uri"]] if batch else []'
+  run_py+='; flags = ["--input", run["input_uri"], "--output", run["output_uri"], "--no-image-prefix"] if batch else []'
   mapfile -t BATCH_ARGS < <(python3 -c "${{run_py}}; print(*flags, sep=chr(10))" "$1")
 }}
 check_run_date() {{

@@ -31,6 +31,11 @@ _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _TAG_KEY = re.compile(r"^[\w .:/=+@-]{1,128}$")
 
 
+# The bucket's prefixes the stack writes for itself (infra/components/storage.py MODEL_PREFIX and CHECKPOINT_PREFIX,
+# bucket_retention.py CONTROL_PREFIX, batch_api.py API_PREFIX; tests/infra/test_job_image_prefix.py holds them
+# equal): job.image_prefix may not cover any of them. Spelled here because infra/config imports no component.
+STACK_PREFIXES = ("models/", "checkpoints/", "control/", "batch-api/")
+
 # How long a nightly attempt waits for an earlier attempt's lease on the same output before giving up.
 NIGHTLY_LEASE_WAIT_S = 300.0
 
@@ -174,6 +179,12 @@ class JobSection(_Section):
     )
     input_prefix: str = Field("input/{date}/", description="Key prefix of a run's prompts; {date} is the run's.")
     output_prefix: str = Field("output/{date}/", description="Key prefix of a run's results.")
+    image_prefix: str | None = Field(
+        None,
+        description="Key prefix in the stack's bucket the nightly job may read images from (the job's "
+        "input.image_prefix, s3://<bucket>/<this>), e.g. 'images/'; the job's role may read it and no wider. A "
+        "fixed prefix, no {date}. None: the nightly job takes `data:` URLs only. A Batch API batch never reads it.",
+    )
     job_overrides: dict[str, Any] = Field(
         default_factory=dict, description="Merged into the job's workload.contract.config.JobConfig (nested keys)."
     )
@@ -185,6 +196,17 @@ class JobSection(_Section):
             raise ValueError("must be a key prefix inside the data bucket, ending in '/', e.g. 'input/{date}/'")
         return value
 
+    @field_validator("image_prefix")
+    @classmethod
+    def _fixed_prefix(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if value.startswith("/") or "://" in value or not value.endswith("/") or value == "/":
+            raise ValueError("must be a key prefix inside the data bucket, ending in '/', e.g. 'images/'")
+        if "{" in value or "*" in value or "?" in value:
+            raise ValueError("must be a fixed key prefix (no {date}, no wildcards): the job's role may read it only")
+        return value
+
     @field_validator("job_overrides")
     @classmethod
     def _no_locations(cls, value: dict[str, Any]) -> dict[str, Any]:
@@ -192,6 +214,21 @@ class JobSection(_Section):
             if key in value:
                 raise ValueError(f"'{key}' comes from the bucket and {key}_prefix, not from job_overrides")
         return value
+
+    @model_validator(mode="after")
+    def _images_apart(self) -> JobSection:
+        """The images' prefix holds only what the nightly job may show a model: none of the stack's own keys (its
+        outputs, models, checkpoints, run requests, the Batch API's tenants' files) may be under it or over it."""
+        image = self.image_prefix
+        if image is None:
+            return self
+        output = self.output_prefix.split("{", 1)[0]
+        for other, what in ((output, "job.output_prefix"), *((p, "the stack's own keys") for p in STACK_PREFIXES)):
+            if other and (image.startswith(other) or other.startswith(image)):
+                raise ValueError(
+                    f"job.image_prefix {image!r} overlaps {other!r} ({what}): give the images a prefix of their own"
+                )
+        return self
 
 
 # The retention periods CloudWatch Logs accepts.

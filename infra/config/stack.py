@@ -252,7 +252,8 @@ class StackConfig(_Section):
     def job_config(
         self, input_uri: str, output_uri: str, *, stack: str | None = None, price_per_hour_usd: float | None = None
     ) -> JobConfig:
-        """The job's config for one run: the stack's model and overrides, reading and writing these URIs.
+        """The job's config for one run: the stack's model and overrides, reading and writing these URIs; with
+        `job.image_prefix`, images under that prefix of the input's bucket (the stack's own).
 
         `price_per_hour_usd` (from `infra.pricing.stack_costs.run_price_per_hour_usd`) prices the job's tokens
         unless the stack's own `metrics.price_per_hour_usd` override does.
@@ -262,6 +263,8 @@ class StackConfig(_Section):
         """
         data: dict[str, Any] = copy.deepcopy(self.job.job_overrides)
         data["input"] = {**data.get("input", {}), "uri": input_uri}
+        if self.job.image_prefix is not None:
+            data["input"]["image_prefix"] = images_uri(input_uri, self.job.image_prefix)
         data["output"] = {**data.get("output", {}), "uri": output_uri}
         # A Spot replacement or a RayJob retry can start while the old attempt still commits under its lease:
         # wait for it (a lease lives resume.lease_ttl_s, 120 s by default) rather than fail the night.
@@ -304,6 +307,15 @@ class StackConfig(_Section):
     def job_grace_period_s(self) -> float:
         """The job's `resume.grace_period_s` (its override, else the job's default): SIGTERM to exit."""
         return ResumeConfig.model_validate(self.job.job_overrides.get("resume", {})).grace_period_s
+
+
+def images_uri(input_uri: str, image_prefix: str) -> str:
+    """`job.image_prefix` in the input's bucket: the stack's bucket, where every run's input is (`s3://b/input/`,
+    `images/` -> `s3://b/images/`)."""
+    if not input_uri.startswith("s3://"):
+        raise ValueError(f"job.image_prefix needs the input in the stack's bucket (s3://...), not {input_uri!r}")
+    bucket = input_uri.removeprefix("s3://").split("/", 1)[0]
+    return f"s3://{bucket}/{image_prefix}"
 
 
 # Only what differs between tiers; other fields take the model's default. Never mutated: copied per load.

@@ -7,8 +7,8 @@ shared. Each item has `type`, `name`, `urn`, `parent`, `custom`, `provider`, `in
 `serve_plan(tier) -> list[dict]`: the same with the online endpoint on (`SERVE_OVERRIDES`, as
 `python -m infra.plan --set` sets them), medium and large, also once per tier per session.
 `features_on(stack) -> list[dict]`: the stack's plan with every opt-in feature on: the Batch API's front on every
-tier and serving on the cluster tiers (`FEATURES_ON`), so the outside checkers and the mutation suites read those
-resources too.
+tier and serving on the cluster tiers (`FEATURES_ON`), and the nightly's images prefix (`JOB_IMAGES_ON`), so the
+outside checkers and the mutation suites read those resources too.
 `STACKS`: every stack the repository ships; parametrize plan-wide tests over it.
 """
 
@@ -67,9 +67,15 @@ def serve_plan() -> Callable[[str], Plan]:
     return plan
 
 
+# The nightly job's images prefix (`job.image_prefix`): no resource of its own, so the deployer policy plans
+# without it, but it widens the job's role by one prefix, which the outside checkers and mutation suites must read.
+JOB_IMAGES_ON = {"job.image_prefix": "images/"}
+
+
 def features_overrides(stack: str) -> dict[str, Any]:
-    """The `--set` overrides that turn on every opt-in feature the stack's tier has (as the deployer policy plans)."""
-    return dict(deployer_policy.OPT_IN[stack])
+    """The `--set` overrides that turn on every opt-in feature the stack's tier has (as the deployer policy plans),
+    and the nightly's images prefix."""
+    return {**deployer_policy.OPT_IN[stack], **JOB_IMAGES_ON}
 
 
 @pytest.fixture(scope="session")

@@ -335,7 +335,7 @@ def test_two_instance_store_disks_become_one_model_cache_for_every_run_of_the_bo
     assert len(runs) == 2 and calls.index(f"mount -o noatime {raid} {models}") < runs[0]
     first, second = (calls[i] for i in runs)
     assert "--input" not in first and "awslogs-stream=2026-11-28/" in first  # the night first
-    assert second.endswith(f"--input {batch_in} --output {batch_out}")
+    assert second.endswith(f"--input {batch_in} --output {batch_out} --no-image-prefix")
     assert "awslogs-stream=2026-11-29/" in second  # the next run's date: its job settings and log stream
     assert sum(call.startswith(("docker pull", "mkfs.xfs", "mdadm")) for call in calls) == 3  # once each
     assert "docker rm llm-batch-job" in calls

@@ -298,7 +298,7 @@ def test_two_queued_batches_on_eks_run_in_one_execution_on_the_same_nodes(
     s3_uri = f"s3://{stack.bucket}/batch-api/"
     file_key = service.get_batch("project", second)["input_file_id"]
     assert cluster.entrypoints[1].endswith(
-        f"--input {s3_uri}files/{file_key}.jsonl --output {s3_uri}batches/{second}/output"
+        f"--input {s3_uri}files/{file_key}.jsonl --output {s3_uri}batches/{second}/output --no-image-prefix"
     )
     assert actions.count("release") == 1 and actions[-1] == "release", actions
     assert cluster.desired_while_running == [2, 2]

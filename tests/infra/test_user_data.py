@@ -154,7 +154,10 @@ def test_a_batch_run_request_runs_the_job_on_the_batchs_file_and_output(tmp_path
     )
     assert result.returncode == 0, result.stderr
     run = next(call for call in _calls(root) if call.startswith("docker run"))
-    assert run.endswith(f"run --config /etc/llm-batch/job.yaml --input {batch_in} --output {batch_out}")
+    # Without the night's job.image_prefix: the operator's images are no tenant's.
+    assert run.endswith(
+        f"run --config /etc/llm-batch/job.yaml --input {batch_in} --output {batch_out} --no-image-prefix"
+    )
     assert "awslogs-stream=2026-12-02/" in run
 
 

@@ -34,6 +34,7 @@ from workload.engine.model_source import ModelSourceError
 from workload.engine.pipeline import engine_kwargs
 from workload.engine.tiny_adapter import TARGET_MODULES, ensure_tiny_adapter
 from workload.engine.tiny_model import LAYERS
+from workload.engine.tiny_vlm import TINY_VLM_VERSION
 from workload.files.openai_batch import (
     ADAPTER_COLUMN,
     CHAT_URL,
@@ -95,6 +96,22 @@ def test_the_tiny_adapter_is_in_pefts_format_with_a_nonzero_b(tmp_path: Path) ->
     a = tensors["base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"]
     b = tensors["base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"]
     assert a.shape[0] == 8 and b.shape[1] == 8 and np.abs(b).sum() > 0
+
+
+def test_the_tiny_vlms_adapter_targets_its_language_model(tmp_path: Path) -> None:
+    """The adapter test_job_images serves on the tiny VLM: PEFT's names for transformers' Idefics3, whose Llama sits
+    under model.text_model (vLLM's Idefics3 puts its LoRA layers there); a folder of its own beside the text one."""
+    folder = ensure_tiny_adapter(tmp_path, rank=8, base=TINY_VLM_VERSION)
+    assert folder != ensure_tiny_adapter(tmp_path, rank=8)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == TINY_VLM_VERSION
+    tensors = load_file(str(folder / "adapter_model.safetensors"))
+    assert len(tensors) == LAYERS * len(TARGET_MODULES) * 2
+    assert all(name.startswith("base_model.model.model.text_model.layers.") for name in tensors)
+    model = ModelConfig(cache_dir=str(tmp_path / "cache"), adapters={"a": {"source": str(folder), "rank": 8}})
+    assert adapter_folders(model) == {"a": str(folder.resolve())}  # its weights read and their ranks checked
+    with pytest.raises(ValueError, match="no tiny adapter recipe"):
+        ensure_tiny_adapter(tmp_path, base="tiny-gpt-v0")
 
 
 def test_an_adapter_folder_is_checked_by_file_and_rank(tmp_path: Path) -> None:

@@ -10,7 +10,14 @@ folder here) counts the same, and so does a Responses line's image named by `fil
 outside the mapping is its line's `invalid_image`. Every chat body parses as the official SDK's ChatCompletion,
 every responses body as its Response. Every bad image is its
 line's error (status 400, the error type as its code), nothing lost: too many and another host (found by the
-validation stage), an undecodable PNG (found by the image stage on the workers)."""
+validation stage), an undecodable PNG (found by the image stage on the workers).
+
+The same engine start serves LoRA adapters (issue 57's part 2, "one engine start for both parts"): the tiny VLM is
+the base of a tiny random adapter on its language model (workload/engine/tiny_adapter.py), and lines naming it run
+on it beside base lines: an adapter line answers the same prompt differently (and a base line batched beside it
+keeps its own answer: the CPU's spare LoRA slot, vllm#48421, workload/contract/adapter_config.py), every body
+reports the name it ran on in `model`, an adapter's image line counts the image as the base's does, and an unknown
+name is `model_not_found` listing the served names."""
 
 from __future__ import annotations
 
@@ -26,15 +33,19 @@ from tests.workload.jobrun import run_job, write_config, write_jsonl
 from tests.workload.test_images import data_url, png
 from workload.contract.engine_sizing import read_model_config
 from workload.contract.vision_shape import vision_plan
-from workload.engine.tiny_vlm import IMAGE_SIZE, ensure_tiny_vlm
+from workload.engine.tiny_adapter import ensure_tiny_adapter
+from workload.engine.tiny_vlm import IMAGE_SIZE, TINY_VLM_VERSION, ensure_tiny_vlm
 
 pytestmark = pytest.mark.slow
 
 
-def _line(custom_id: str, *urls: str) -> dict[str, Any]:
+ADAPTER = "tiny-lora"
+
+
+def _line(custom_id: str, *urls: str, model: str = "llm-batch", max_tokens: int = 2) -> dict[str, Any]:
     parts = [{"type": "image_url", "image_url": {"url": url}} for url in urls]
     content = [{"type": "text", "text": "Describe it."}, *parts] if urls else "Describe it."
-    body = {"model": "llm-batch", "messages": [{"role": "user", "content": content}], "max_tokens": 2}
+    body = {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens}
     return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
 
 
@@ -55,6 +66,7 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 def test_an_image_reaches_the_model_counted_in_its_prompt_tokens(tmp_path: Path) -> None:
     cache = tmp_path / "models"
     model = ensure_tiny_vlm(cache)
+    adapter = ensure_tiny_adapter(tmp_path / "adapters", rank=8, base=TINY_VLM_VERSION)
     images = tmp_path / "images"
     images.mkdir()
     (images / "cat.png").write_bytes(png(48, 24))
@@ -68,6 +80,12 @@ def test_an_image_reaches_the_model_counted_in_its_prompt_tokens(tmp_path: Path)
         inputs / "requests.jsonl",
         [
             _line("text"),
+            # The base and the adapter on one prompt, side by side so the engine batches them together; 8 tokens:
+            # enough for the adapter's delta to show (the probe of 2026-12-07 differed from the first token).
+            _line("base-same", max_tokens=8),
+            _line("lora-same", model=ADAPTER, max_tokens=8),
+            _line("lora-one", picture, model=ADAPTER),
+            _line("wrong-model", model="gpt-5"),
             _line("one", picture),
             _line("two", picture, str(images / "cat.png")),
             _line("many", picture, picture, picture),
@@ -85,7 +103,11 @@ def test_an_image_reaches_the_model_counted_in_its_prompt_tokens(tmp_path: Path)
         str(out),
         cache,
         input={"uri": str(inputs), "image_prefix": str(images), "max_images_per_row": 2, "image_files": image_files},
-        model={"source": str(model), "cache_dir": str(cache)},
+        model={
+            "source": str(model),
+            "cache_dir": str(cache),
+            "adapters": {ADAPTER: {"source": str(adapter), "rank": 8}},
+        },
         sampling={"max_tokens": 2, "temperature": 0.0},
         # The GPUs' layout: Ray's tokenize stage on, whose token ids an image row drops (image_stage.with_images).
         stages={"batch_size": 4, "tokenize_on_cpu": True},
@@ -97,11 +119,19 @@ def test_an_image_reaches_the_model_counted_in_its_prompt_tokens(tmp_path: Path)
     answers, errors = _lines(out / "output.jsonl"), _lines(out / "errors.jsonl")
     chats = [a for a in answers if a["custom_id"] != "uploaded"]
     bodies = {a["custom_id"]: ChatCompletion.model_validate(a["response"]["body"]) for a in chats}
-    assert set(bodies) == {"text", "one", "two"}, (answers, errors)
+    assert set(bodies) == {"text", "base-same", "lora-same", "lora-one", "one", "two"}, (answers, errors)
     prompt = {name: body.usage.prompt_tokens for name, body in bodies.items() if body.usage is not None}
     per_image = vision_plan(read_model_config(model), 1, IMAGE_SIZE).tokens_per_image
     assert prompt["one"] == prompt["text"] + per_image
     assert prompt["two"] == prompt["text"] + 2 * per_image
+    # Adapters: each body names what it ran on; the adapter changed the answer (and the base line beside it kept the
+    # base's: without the spare slot it got the adapter's); an adapter's image costs what the base's does.
+    assert {name: body.model for name, body in bodies.items()} == {
+        name: ADAPTER if name.startswith("lora") else "llm-batch" for name in bodies
+    }
+    base_text, lora_text = (bodies[name].choices[0].message.content for name in ("base-same", "lora-same"))
+    assert base_text != lora_text, (base_text, lora_text)
+    assert prompt["lora-one"] == prompt["one"] and prompt["base-same"] == prompt["lora-same"] == prompt["text"]
     (uploaded,) = [Response.model_validate(a["response"]["body"]) for a in answers if a["custom_id"] == "uploaded"]
     assert uploaded.usage is not None and uploaded.usage.input_tokens == prompt["one"]  # the same prompt, one image
     refused = {e["custom_id"]: (e["response"]["status_code"], e["response"]["body"]["error"]) for e in errors}
@@ -110,7 +140,9 @@ def test_an_image_reaches_the_model_counted_in_its_prompt_tokens(tmp_path: Path)
         "broken": (400, "invalid_image"),
         "elsewhere": (400, "invalid_image"),
         "unmapped": (400, "invalid_image"),
+        "wrong-model": (400, "model_not_found"),
     }
+    assert f"(served: llm-batch, {ADAPTER})" in refused["wrong-model"][1]["message"], refused["wrong-model"]
     assert NOT_MAPPED in refused["unmapped"][1]["message"]
     assert "max_images_per_row=2" in refused["many"][1]["message"]
     assert "not a readable image" in refused["broken"][1]["message"]

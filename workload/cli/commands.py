@@ -9,7 +9,7 @@ import sys
 from collections import Counter
 from typing import Any
 
-from workload.contract.config import ConfigError, JobConfig, load_config
+from workload.contract.config import ConfigError, JobConfig, build_config, load_config
 from workload.contract.entrypoint import ENTRYPOINT
 
 __all__ = ["ENTRYPOINT", "main"]
@@ -20,7 +20,7 @@ EXIT_LEASE_HELD = 4  # another live attempt holds the output: this one changed n
 EXIT_LEASE_LOST = 5  # this attempt lost the output's lease mid-run and stopped writing; another one owns it now
 
 
-def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML or JSON job config file")
     parser.add_argument("--input", help="input.uri: local path or s3:// URI")
     parser.add_argument("--output", help="output.uri: local folder or s3:// URI")
@@ -29,6 +29,12 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=["cpu", "gpu"], help="device")
     parser.add_argument("--task", choices=["generate", "embed"], help="task: answer prompts, or embed texts")
     parser.add_argument("--restart", action="store_true", help="delete earlier output instead of resuming")
+    parser.add_argument(
+        "--no-image-prefix",
+        action="store_true",
+        help="leave input.image_prefix unset: a Batch API batch's run on a tier, whose images are its own, never "
+        "the nightly's prefix",
+    )
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -57,10 +63,18 @@ config's results (--restart replaces them); 69 AWS or network (credentials, endp
 SIGTERM (rerun to resume). Add --debug for a traceback."""
 
 
-def _load(args: argparse.Namespace) -> JobConfig:
+def load_job_config(args: argparse.Namespace) -> JobConfig:
+    """The job's config from `args` (add_config_flags' flags): the file, with the flags put over it."""
     if args.command == "validate":
-        return load_config(args.config, _overrides(args), defaults={"output.uri": NO_OUTPUT})
-    return load_config(args.config, _overrides(args))
+        config = load_config(args.config, _overrides(args), defaults={"output.uri": NO_OUTPUT})
+    else:
+        config = load_config(args.config, _overrides(args))
+    if args.no_image_prefix and config.input.image_prefix is not None:
+        # A batch run on a tier starts from the nightly's settings; the stack's image prefix is no tenant's.
+        data = config.model_dump(mode="json")
+        data["input"]["image_prefix"] = None
+        config = build_config(data)
+    return config
 
 
 def _validate(config: JobConfig) -> int:
@@ -149,13 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run (or resume) the batch job", epilog=EXAMPLES)
-    _add_config_flags(run)
+    add_config_flags(run)
     run.add_argument(
         "--verbose",
         action="store_true",
         help="at a terminal, show Ray's and vLLM's own log lines here instead of in the run's log file",
     )
-    _add_config_flags(
+    add_config_flags(
         commands.add_parser("validate", help="check the config and the input; start no engine", epilog=EXAMPLES)
     )
     show = commands.add_parser("show", help="a run's summary, errors by type and first results", epilog=EXAMPLES)
@@ -205,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
 
             print(render(args.output, args.limit))
             return 0
-        config = _load(args)
+        config = load_job_config(args)
         return _validate(config) if args.command == "validate" else _run(config, args.verbose)
     except (ConfigError, InputError, ModelSourceError, StorageError) as error:
         cause = describe(error.__cause__) if error.__cause__ is not None else None

@@ -173,7 +173,8 @@ def night_objects(
     input and output; a run id per date and attempt makes each retry a new RayJob on the same output.
     `batch`: the state machine's run of a Batch API batch (its PlanBatch: batch_id, input_uri, output_uri); the
     run id is the batch's, and the job runs on the batch's file and output (`--input`/`--output`, which the job
-    puts over its config's; it tells an OpenAI batch file by its first line, whose url is the batch's endpoint).
+    puts over its config's; it tells an OpenAI batch file by its first line, whose url is the batch's endpoint),
+    without the night's image prefix (`--no-image-prefix`).
     """
     if not _DATE.match(date):
         raise ValueError(f"date must be YYYY-MM-DD, got {date!r}")
@@ -195,7 +196,9 @@ def night_objects(
         run_id = f"{batch_id.replace('_', '-')}-a{attempt}"  # RayJob names are DNS labels: no '_'
     objects: list[dict[str, Any]] = json.loads(text.replace(RUN_ID_MARKER, run_id).replace("{date}", date))
     if batch is not None:
-        flags = f" --input {shlex.quote(str(batch['input_uri']))} --output {shlex.quote(output_uri)}"
+        # --no-image-prefix: the night's job.image_prefix is the operator's, never a tenant's (a batch's images are
+        # its own data: URLs and uploads).
+        flags = f" --input {shlex.quote(str(batch['input_uri']))} --output {shlex.quote(output_uri)} --no-image-prefix"
         objects[-1]["spec"]["entrypoint"] = f"{objects[-1]['spec']['entrypoint']}{flags}"
     if output_uri not in json.dumps(objects):
         # The state machine and the job config build the output from the same stack config; if they ever
