@@ -20,6 +20,7 @@ from openai.types.responses import Response
 from transformers import AutoTokenizer
 
 from tests.workload.jobrun import ENGINE, run_job, write_config
+from workload.engine.tiny_adapter import ensure_tiny_adapter
 from workload.engine.tiny_model import TINY_MODEL_VERSION, ensure_tiny_model
 
 pytestmark = pytest.mark.slow
@@ -130,6 +131,17 @@ def _shared(custom_id: str) -> dict[str, Any]:
     return line
 
 
+# A LoRA adapter of the tiny model (issue 57), served beside it in the same engine by the job and by vLLM's runner.
+ADAPTER = "tiny-lora"
+
+
+def _same(custom_id: str, **body: Any) -> dict[str, Any]:
+    """One prompt for the base and the adapter lines: the adapter's (non-zero) weights change the greedy answer."""
+    line = _chat(custom_id, chat_template_kwargs={"enable_thinking": False}, **body)
+    line["body"]["messages"][1]["content"] = "Review: it works."
+    return line
+
+
 def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -186,6 +198,10 @@ def test_chat_batch_in_openai_files_out_matching_vllms_own_runner(tmp_path: Path
         _shared("prefix-first"),
         _shared("prefix-later"),
         *_tool_rows(blanks),
+        # LoRA (issue 57): lines naming the adapter run on it, beside base lines in the same engine.
+        _chat("lora", model=ADAPTER),
+        _same("base-same"),
+        _same("lora-same", model=ADAPTER),
     ]
     bad = [
         _chat("beam", use_beam_search=True),
@@ -197,7 +213,11 @@ def test_chat_batch_in_openai_files_out_matching_vllms_own_runner(tmp_path: Path
         '{"custom_id": "torn", "body": {',
     ]
     responses_good, responses_bad = _responses_lines()  # answered in the same job: one engine start (issue 56)
-    out = _run(tmp_path, "chat", good + responses_good + bad + responses_bad, reasoning_parser="qwen3")
+    adapter = ensure_tiny_adapter(tmp_path / "adapters", rank=8)
+    adapters = {ADAPTER: {"source": str(adapter), "rank": 8}}
+    out = _run(
+        tmp_path, "chat", good + responses_good + bad + responses_bad, reasoning_parser="qwen3", adapters=adapters
+    )
     every_answer, every_error = _lines(out / "output.jsonl"), _lines(out / "errors.jsonl")
 
     def responses(line: dict[str, Any]) -> bool:
@@ -218,7 +238,12 @@ def test_chat_batch_in_openai_files_out_matching_vllms_own_runner(tmp_path: Path
     schema_choice = bodies["schema"].choices[0]
     assert schema_choice.finish_reason == "stop", schema_choice
     jsonschema.validate(json.loads(schema_choice.message.content or ""), SCHEMA)
-    assert all(body.model == "llm-batch" for body in bodies.values())  # an alias's answer names the served model
+    on_adapter = {"lora", "lora-same"}
+    assert all(body.model == (ADAPTER if c in on_adapter else "llm-batch") for c, body in bodies.items())
+    base_text, lora_text = (bodies[c].choices[0].message.content for c in ("base-same", "lora-same"))
+    # The adapter changed the answer: the line ran on it. Also the CPU's spare LoRA slot at work: without it, a base
+    # line batched beside an adapter line got the adapter's answer (workload/contract/adapter_config.py).
+    assert base_text != lora_text, (base_text, lora_text)
     by_id = {(e["custom_id"], e["response"]["status_code"] if e["response"] else None) for e in errors}
     assert by_id == {
         ("beam", 400),
@@ -231,7 +256,7 @@ def test_chat_batch_in_openai_files_out_matching_vllms_own_runner(tmp_path: Path
     codes = {e["custom_id"]: (e["response"] or {}).get("body", {}).get("error", {}).get("code") for e in errors}
     assert codes["wrong-model"] == "model_not_found" and codes["plain"] == "duplicate_id"
     wrong_model = next(e for e in errors if e["custom_id"] == "wrong-model")["response"]["body"]["error"]
-    assert "(served: gpt-4o-mini, llm-batch)" in wrong_model["message"], wrong_model
+    assert f"(served: gpt-4o-mini, llm-batch, {ADAPTER})" in wrong_model["message"], wrong_model
     beam = next(e for e in errors if e["custom_id"] == "beam")["response"]["body"]["error"]
     assert beam["param"] == "use_beam_search" and "beam search" in beam["message"]
     tools = next(e for e in errors if e["custom_id"] == "tools")["response"]["body"]["error"]
@@ -277,6 +302,8 @@ def test_chat_batch_in_openai_files_out_matching_vllms_own_runner(tmp_path: Path
     command += ["--reasoning-parser", "qwen3"]
     # The job's tool-call parser for the tiny model (model.tool_call_parser: auto), with `auto` choices read.
     command += ["--tool-call-parser", "hermes", "--enable-auto-tool-choice"]
+    # The adapter, as `vllm serve` takes one (two slots: the CPU's spare, workload/contract/adapter_config.py).
+    command += ["--enable-lora", "--lora-modules", f"{ADAPTER}={adapter}", "--max-lora-rank", "8", "--max-loras", "2"]
     result = subprocess.run(
         command,
         capture_output=True,
@@ -293,7 +320,7 @@ def test_chat_batch_in_openai_files_out_matching_vllms_own_runner(tmp_path: Path
         assert mine["response"]["status_code"] == theirs["response"]["status_code"], custom_id
         assert set(mine) == set(theirs), custom_id
         body, reference_body = mine["response"]["body"], theirs["response"]["body"]
-        assert body["model"] == reference_body["model"], custom_id
+        assert body["model"] == reference_body["model"], custom_id  # the same adapter routing, line by line
         # vLLM adds fields of its own beyond OpenAI's object; every OpenAI field it writes, the job writes too.
         assert set(reference_body) - set(body) <= VLLM_EXTENSIONS, custom_id
         assert set(body) <= set(reference_body), custom_id
@@ -328,6 +355,8 @@ def test_chat_batch_in_openai_files_out_matching_vllms_own_runner(tmp_path: Path
         == reference[c]["response"]["body"]["choices"][0]["message"]["reasoning"]
     ]
     print(f"greedy texts equal to vllm run_batch's: {agree} of ['plain', 'lp']")
+    same = [reference[c]["response"]["body"]["choices"][0]["message"]["content"] for c in ("base-same", "lora-same")]
+    assert same[0] != same[1], same  # vLLM's runner too answers the adapter's line differently from the base's
     theirs_cached = {
         c: ((reference[c]["response"]["body"].get("usage") or {}).get("prompt_tokens_details") or {}).get(
             "cached_tokens"
