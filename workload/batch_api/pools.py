@@ -91,6 +91,12 @@ def joiners(running: list[BatchRecord], queue: Iterable[object], settings: PoolS
     return found
 
 
+def needs_spec(records: list[BatchRecord]) -> bool:
+    """Whether a run goes through a spec: several batches, or one with uploaded images (the spec is what hands the
+    tiers' job its image files: their execution input carries only its input and output, sfn_executor.run_input)."""
+    return len(records) > 1 or any(r.image_files for r in records)
+
+
 def join_due(running: list[BatchRecord], queue: Iterable[object], settings: PoolSettings, now: int) -> bool:
     """Whether the tick should stop the run over `running` so that a queued batch joins it (see above)."""
     if not running or any(r.stop is not None or r.status != "in_progress" for r in running):

@@ -177,7 +177,8 @@ class Scheduler:
             return None
 
     def _start_next(self, open_: list[BatchRecord]) -> None:
-        for entry in self._queue(open_):
+        queue = self._queue(open_)
+        for place, entry in enumerate(queue):
             if isinstance(entry, NightEntry):
                 chain = self._chain()
                 if self.nights.claim(entry.id, None):
@@ -188,10 +189,10 @@ class Scheduler:
                         self.nights.started_by(entry.id, arn)
                 return
             assert isinstance(entry, BatchRecord)
-            run = self._group_run([], self._queue(open_))
+            run = self._group_run([], queue[place:])  # this batch first, then the ones that may share its run
             if run is not None:
                 self.executor.start(run)
-            return
+                return
 
     def _start_group(self, again: list[BatchRecord], open_: list[BatchRecord]) -> None:
         """Start the batches whose run ended short again, with what may join them (one endpoint a run: the
@@ -205,18 +206,14 @@ class Scheduler:
         """Claim a run's batches: `again` (already running) and queued ones of the same endpoint, in the queue's
         order, up to the pool's size (pools.py); one batch runs alone, several as a pool. None: nothing to run
         (every candidate went since it was listed)."""
-        candidates = pools.joiners(again, queue, self.pools)
-        grouped = [*again, *candidates]
-        # A batch with uploaded images goes through a spec even alone: the spec is what hands the tiers' job its
-        # image files (their execution input carries only its input and output, sfn_executor.run_input).
-        spec = len(grouped) > 1 or any(r.image_files for r in grouped)
+        grouped = [*again, *pools.joiners(again, queue, self.pools)]
+        spec = pools.needs_spec(grouped)
         pool_id = pools.new_pool_id([r.id for r in grouped], self.records.now()) if spec else None
         members = [self._rejoin(r, pool_id) for r in again]
-        members += [claimed for r in candidates if (claimed := self._claim(r, pool_id)) is not None]
+        members += [claimed for r in grouped[len(again) :] if (claimed := self._claim(r, pool_id)) is not None]
         if not members:
             return None
-        if len(members) > 1 or (pool_id is not None and members[0].image_files):
-            assert pool_id is not None
+        if pool_id is not None and pools.needs_spec(members):
             return pools.pool_run(pool_id, members, self.store.uri, self._write_spec)
         # The others went since they were listed: this one runs alone.
         alone = members[0] if members[0].pool_id is None else self._rejoin(members[0], None)
@@ -285,13 +282,14 @@ class Scheduler:
         if spent + max_polls > poll_budget:
             spent_note = f"this execution has spent {spent} of its {poll_budget} polls; the next tick starts another"
             return {"none": spent_note}
-        for entry in self._queue():
+        queue = self._queue()
+        for place, entry in enumerate(queue):
             if isinstance(entry, NightEntry):
                 if self.nights.claim(entry.id, execution_arn):
                     return {"run": {"date": entry.date}}
                 continue
             assert isinstance(entry, BatchRecord)
-            run = self._group_run([], self._queue())
+            run = self._group_run([], queue[place:])  # this batch first, then the ones that may share its run
             if run is not None:
                 return {"run": chain.execution_input(run)}
         return {"none": "no batch is queued"}
