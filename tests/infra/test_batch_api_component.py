@@ -217,7 +217,7 @@ def test_the_lock_pins_the_functions_set_with_hashes_for_its_platform() -> None:
     assert {name: locked.get(name) for name in wanted} == wanted  # the lock is the pins' closure, same versions
     text = (ROOT / "requirements" / "lambda.lock").read_text()
     assert text.count("--hash=sha256:") == len(entries)
-    command = lambda_bundle.download_command(Path("requirements/lambda.lock"), Path("/tmp/x"), locked=True)
+    command = lambda_bundle.download_command(Path("requirements/lambda.lock"), Path("/tmp/x"))
     # Every manylinux tag Lambda's glibc takes up to the lock's 2.28 (Pillow 13 ships manylinux_2_28 arm64 wheels
     # only), down to manylinux2014, where the other wheels are.
     platforms = [command[i + 1] for i, arg in enumerate(command) if arg == "--platform"]
