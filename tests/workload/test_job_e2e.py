@@ -1,6 +1,7 @@
 """The job end to end with real Ray Data LLM and real vLLM on the tiny model: local files and S3, every kind of
 bad row (bad text, chat rows the template rejects, a BOM: tests/workload/bad_text.py), the exact output columns.
-Each test starts one engine (about a minute on 2 cores); the model is the tiny one with a strict chat template."""
+Each test starts one engine (about a minute on 2 cores); the model is the tiny one with a strict chat template.
+The S3 run also publishes to moto's CloudWatch what the alarms watch, read back over HTTP as operators see it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import io
 import json
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import boto3
@@ -19,6 +21,7 @@ from tests.lost_reply import LostReplyProxy
 from tests.workload.bad_text import expected_outcomes, mixed_file_bytes, strict_chat_model
 from tests.workload.feed_checks import feed_verdict
 from tests.workload.jobrun import ENGINE, run_job, write_config, write_jsonl
+from workload.contract import metric_names as mn
 from workload.telemetry.feed_trace import read_samples
 
 pytestmark = pytest.mark.slow
@@ -209,7 +212,9 @@ def test_s3_in_and_out_through_a_real_s3_server(
         batch_size=32,
         max_concurrent_batches=None,  # the product's default
         stages={"batch_size": 32},
+        metrics=METRICS,
     )
+    boto3.client("logs").create_log_group(logGroupName=METRICS["log_group"])
     trace = tmp_path / "feed"
 
     code, log = run_job(
@@ -254,3 +259,70 @@ def test_s3_in_and_out_through_a_real_s3_server(
     # The steps where the rows sat in vLLM's frontend instead: a figure of this machine's CPU, not a verdict.
     print(f"\n[feed] {len(verdict['frontend_bound'])} of {verdict['steps']} steps frontend-bound")
     assert "[llm-batch] engine feed: 2048 rows in flight per engine (64 batches of 32) = 4.0x max_num_seqs 512" in log
+    _check_alarm_metrics(summary)
+
+
+# What the S3 run publishes (the stack's nightly job sets the same keys: infra/components/job_config.py).
+METRICS = {
+    "sink": "cloudwatch",
+    "stack": "e2e",
+    "run_id": "night-1",
+    "log_group": "/llm-batch/e2e/job",
+    "region": "us-east-1",
+    "price_per_hour_usd": 1.006,
+}
+
+
+def _metric(metric: mn.MetricName, dimensions: dict[str, str], stat: str = "Sum") -> float:
+    now = datetime.now(UTC)
+    query = {
+        "Id": "m",
+        "MetricStat": {
+            "Metric": {
+                "Namespace": "RayDataLLM/BatchInference",
+                "MetricName": metric.name,
+                "Dimensions": [{"Name": k, "Value": v} for k, v in dimensions.items()],
+            },
+            "Period": 60,
+            "Stat": stat,
+        },
+    }
+    result = boto3.client("cloudwatch").get_metric_data(
+        MetricDataQueries=[query], StartTime=now - timedelta(minutes=30), EndTime=now + timedelta(minutes=5)
+    )
+    return float(sum(result["MetricDataResults"][0]["Values"]))
+
+
+def _check_alarm_metrics(summary: dict) -> None:
+    """The series the stack's alarms and dashboard read, and the run's log events, agree with summary.json."""
+    stack = {mn.DIM_STACK: "e2e"}
+    run = {**stack, mn.DIM_RUN: "night-1"}
+    # Rows answered by the engine reach the alarm-facing series; the heartbeat counts the same rows.
+    assert _metric(mn.ROWS_OK, stack) == _metric(mn.ROWS_OK, run) > 0
+    assert _metric(mn.ROWS_PROCESSED, stack) == _metric(mn.ROWS_OK, stack) + _metric(mn.ROWS_FAILED, stack)
+    assert _metric(mn.BATCH_LATENCY_P95, stack, "Maximum") > 0
+    assert _metric(mn.RUN_DURATION, run, "Maximum") == pytest.approx(summary["wall_s"])
+    cost = 1.006 * summary["wall_s"] / 3600 / summary["output_tokens"] * 1e6
+    assert _metric(mn.COST_PER_MILLION_OUTPUT_TOKENS, stack, "Maximum") == pytest.approx(cost)
+    assert _metric(mn.GPU_UTILIZATION, stack, "SampleCount") == 0  # a CPU run publishes no GPU figure
+
+    logs = boto3.client("logs")
+    lines = []
+    for stream in logs.describe_log_streams(logGroupName=METRICS["log_group"])["logStreams"]:
+        group, name = METRICS["log_group"], stream["logStreamName"]
+        events = logs.get_log_events(logGroupName=group, logStreamName=name, startFromHead=True)
+        lines += [json.loads(event["message"]) for event in events["events"]]
+    batches = [line for line in lines if line["event"] == mn.LogEvent.BATCH_COMPLETE]
+    # A batch of rows the chat template refused never reached the engine: it has no time or tokens of its own.
+    answered = [line for line in batches if line["rows_ok"]]
+    assert answered and all(line["duration_ms"] > 0 and line["total_tokens"] > 0 for line in answered), [
+        line for line in batches if line not in answered
+    ]
+    # Every input row is counted once: engine batches, plus rows refused before any engine saw them (the
+    # malformed line, the bad text, the rows the template rejects), which count as failed with no batch of their own.
+    assert _metric(mn.ROWS_PROCESSED, stack) == summary["rows_in"]
+    assert _metric(mn.ROWS_FAILED, stack) == summary["rows_failed"] >= 1
+    assert sum(line["rows_ok"] for line in batches) == summary["rows_ok"]
+    (done,) = [line for line in lines if line["event"] == mn.LogEvent.RUN_COMPLETE]
+    assert done["rows_ok"] == summary["rows_ok"] and done["config_hash"] == summary["config_hash"]
+    assert done["batches"] == len(batches)
