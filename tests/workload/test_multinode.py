@@ -3,7 +3,7 @@ workers each with a disk of its own, the model on a moto S3 server, the job subm
 entrypoint.
 
 One night serves both tests: a worker is killed mid-run (SIGKILL to its raylet and every process on it, as a Spot
-reclaim does) once the first shard is committed, and a new worker pod starts in its place, as KubeRay does for a
+reclaim does) while its engine holds a batch, and a new worker pod starts in its place, as KubeRay does for a
 fixed-size worker group. Each run pays about two and a half minutes of start-up on 2 cores (the id pass, then the
 stage actors and engines), so a second, undisturbed run would nearly double the module's time; what the first test
 checks (the run completes, each worker fetched the model once into its own cache however many of its actors load
@@ -153,15 +153,6 @@ def _weights(folder: Path) -> list[Path]:
     return [p for p in folder.rglob("*") if p.suffix in {".safetensors", ".bin", ".pt"}]
 
 
-def _first_answer(cluster: cluster_box.Cluster, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if any(t["state"] == "FINISHED" for t in _engine_batches(cluster)):
-            return
-        time.sleep(0.5)
-    raise TimeoutError("no engine batch answered")
-
-
 def _engine_batches(cluster: cluster_box.Cluster) -> list[dict[str, Any]]:
     """Every attempt of every engine batch (Ray Data's actor task `submit`; a rerun has attempt_number above 0)."""
     return [t for t in cluster.tasks("GuardedEngineUDF") if t["name"].endswith(".submit")]
@@ -172,21 +163,21 @@ def _name(cluster: cluster_box.Cluster, ray_node_id: str | None) -> str | None:
     return node.name if node is not None else None
 
 
-def _busy_worker(cluster: cluster_box.Cluster, timeout_s: float = 30) -> tuple[cluster_box.Node, str]:
+def _busy_worker(cluster: cluster_box.Cluster, timeout_s: float) -> tuple[cluster_box.Node, str]:
     """A worker whose engine has a batch in hand right now, and its Ray node id."""
     deadline = time.monotonic() + timeout_s
     seen: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
         seen = _engine_batches(cluster)
         for task in seen:
-            if task["state"] in {"FINISHED", "FAILED"} or not task.get("node_id"):
+            if task["state"] != "RUNNING" or not task.get("node_id"):
                 continue
             node = cluster.node_named(task["node_id"])
             if node is not None and node in cluster.workers:
                 return node, str(task["node_id"])
         time.sleep(0.5)
     states = Counter((t["state"], _name(cluster, t["node_id"])) for t in seen)
-    pytest.fail(f"no engine batch in flight on a worker after the first commit: {states}")
+    pytest.fail(f"no engine batch seen running on a worker: {states}")
 
 
 def _survivors(cluster: cluster_box.Cluster, night: Night) -> list[cluster_box.Node]:
@@ -210,9 +201,11 @@ def night(cluster: cluster_box.Cluster, bucket: str) -> Night:
     started = time.monotonic()
     job = cluster.submit()
     # Not the first commit: the driver gets rows in bursts (most of them once Ray Data has finished, seen
-    # 2026-12-01), so a commit comes too late to find work in flight. The first answered engine batch is mid-run.
-    _first_answer(cluster, JOB_TIMEOUT_S)
-    lost, lost_id = _busy_worker(cluster)
+    # 2026-12-01), so a commit comes too late to find work in flight. Not the first answered batch either: the
+    # state API showed the first FINISHED engine batch only once all 24 were (CI, 2026-12-07 21:24, a 97 s night
+    # on a quiet machine). A batch RUNNING on a worker is one its engine holds now: Ray Data hands batches only to
+    # actors whose constructor (the engine's start) has returned.
+    lost, lost_id = _busy_worker(cluster, JOB_TIMEOUT_S)
     lost.kill()
     killed_at = time.monotonic()
     replacement = cluster.add_worker()
@@ -262,8 +255,10 @@ def test_a_lost_worker_costs_only_its_work_in_flight(cluster: cluster_box.Cluste
     """The run finished without the lost worker: its engine batches in flight were rerun on a live worker (the new
     one or the survivor), every other batch was answered once, and every row was written once."""
     assert night.status == "SUCCEEDED", night.logs[-6000:]
-    dead = {n["node_id"] for n in cluster.all_nodes() if n["state"] == "DEAD"}
-    assert dead == {night.lost_id}
+    # The lost worker is dead; so may be a start of the new pod's that gave up (cluster_box.wait_for_nodes).
+    dead = {n["node_id"]: (n.get("labels") or {}).get(cluster_box.POD_LABEL) for n in cluster.all_nodes()
+            if n["state"] == "DEAD"}  # fmt: skip
+    assert night.lost_id in dead and set(dead.values()) <= {night.lost.name, night.replacement.name}, dead
     # The new pod joined with the manifest's flags, whether or not work was left for it: a worker group back at size.
     cluster.wait_for_nodes(len(cluster.workers), timeout_s=120)  # the head and every worker but the lost one
     alive = {_name(cluster, n["node_id"]) for n in cluster.alive_nodes()}
