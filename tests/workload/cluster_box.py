@@ -259,19 +259,21 @@ class Cluster:
             self.add_worker()
         self.wait_for_nodes(1 + len(self.workers), timeout_s)
 
-    def _restart(self, node: Node) -> None:
+    def _start_worker(self, name: str) -> Node:
+        """`ray start` of a pod of the manifest's worker group, joining the head."""
         (group,) = self.spec["workerGroupSpecs"]
-        node.log.rename(node.log.with_name(f"{node.name}.{node.restarts}.log"))  # the failed start's reason kept
         flags = [f"--address=127.0.0.1:{self.gcs_port}", *ray_start_flags(group)]
-        node.process = self._start(node.name, group, flags, worker=True).process
+        return self._start(name, group, flags, worker=True)
+
+    def _restart(self, node: Node) -> None:
+        node.log.rename(node.log.with_name(f"{node.name}.{node.restarts}.log"))  # the failed start's reason kept
+        node.process = self._start_worker(node.name).process
         node.restarts += 1
 
     def add_worker(self) -> Node:
         """A new worker pod of the manifest's worker group, with empty volumes of its own: what KubeRay starts
         when a worker pod is lost (the group's `replicas` is fixed when autoscaling is off)."""
-        (group,) = self.spec["workerGroupSpecs"]
-        flags = [f"--address=127.0.0.1:{self.gcs_port}", *ray_start_flags(group)]
-        node = self._start(f"worker-{len(self.workers)}", group, flags, worker=True)
+        node = self._start_worker(f"worker-{len(self.workers)}")
         self.workers.append(node)
         return node
 
@@ -286,7 +288,9 @@ class Cluster:
                 # started again, as Kubernetes restarts the pod's container; the head, or a worker that keeps
                 # failing, fails the test.
                 if node is self.head or node.restarts >= WORKER_RESTARTS:
-                    raise RuntimeError(f"{node.name} exited: {node.log.read_text()[-3000:]}")
+                    raise RuntimeError(
+                        f"{node.name} exited (started again {node.restarts} times): {node.log.read_text()[-3000:]}"
+                    )
                 self._restart(node)
             if len(self.alive_nodes()) >= count:
                 return

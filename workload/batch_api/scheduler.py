@@ -206,11 +206,12 @@ class Scheduler:
         """Claim a run's batches: `again` (already running) and queued ones of the same endpoint, in the queue's
         order, up to the pool's size (pools.py); one batch runs alone, several as a pool. None: nothing to run
         (every candidate went since it was listed)."""
-        grouped = [*again, *pools.joiners(again, queue, self.pools)]
+        candidates = pools.joiners(again, queue, self.pools)
+        grouped = [*again, *candidates]
         spec = pools.needs_spec(grouped)
         pool_id = pools.new_pool_id([r.id for r in grouped], self.records.now()) if spec else None
         members = [self._rejoin(r, pool_id) for r in again]
-        members += [claimed for r in grouped[len(again) :] if (claimed := self._claim(r, pool_id)) is not None]
+        members += [claimed for r in candidates if (claimed := self._claim(r, pool_id)) is not None]
         if not members:
             return None
         if pool_id is not None and pools.needs_spec(members):
